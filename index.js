@@ -1,0 +1,168 @@
+'use strict';
+/**
+ * Rampart: a TLS-terminating, SNI-routing TCP proxy with a per-IP connection-protection engine
+ * and an XDP kernel filter, as a Node.js addon. See README.md and index.d.ts for the API.
+ */
+const { EventEmitter } = require('node:events');
+const { NativeProxy, generateSelfSignedCert } = require('./binding.js');
+
+const CONFIG_ERROR_PREFIX = 'RAMPART_CONFIG_ERROR';
+
+/**
+ * Thrown by the constructor, `updateConfig`, `blockIp` and `unblockIp` when input is invalid.
+ * `errors` lists every problem as `{ path, message }`; nothing was applied.
+ */
+class ConfigError extends Error {
+  constructor(errors) {
+    super(
+      `invalid config (${errors.length} problem${errors.length === 1 ? '' : 's'}): ` +
+        errors.map((e) => `${e.path}: ${e.message}`).join('; ')
+    );
+    this.name = 'ConfigError';
+    this.code = 'ERR_RAMPART_CONFIG';
+    this.errors = errors;
+  }
+}
+
+/** JSON.stringify that keeps what JSON loses: non-finite numbers and Buffers (see src/config). */
+function encode(value) {
+  return JSON.stringify(value === undefined ? null : value, function replacer(key, v) {
+    const raw = this[key];
+    if (typeof raw === 'number' && !Number.isFinite(raw)) return { $nonFinite: String(raw) };
+    if (Buffer.isBuffer(raw) || raw instanceof Uint8Array) {
+      return { $buffer: Buffer.from(raw).toString('latin1') };
+    }
+    if (typeof raw === 'bigint') return { $nonFinite: `${raw}n` };
+    return v;
+  });
+}
+
+function translate(err) {
+  const msg = String(err && err.message);
+  if (msg.startsWith(CONFIG_ERROR_PREFIX)) {
+    return new ConfigError(JSON.parse(msg.slice(CONFIG_ERROR_PREFIX.length)));
+  }
+  return err;
+}
+
+function call(fn) {
+  try {
+    return fn();
+  } catch (e) {
+    throw translate(e);
+  }
+}
+
+/**
+ * The proxy. Events: `'blocked'` ({ ip, port, listener, reason, ja3, ja4, observed }),
+ * `'blockedSummary'` ({ intervalMs, total, byReason, topIps }), `'error'` ({ code, message, ip,
+ * port, listener }), `'ready'` (after start), `'close'` (after stop). A listener that throws is
+ * caught and reported on stderr; it never crashes the process.
+ */
+class RampartProxy extends EventEmitter {
+  /**
+   * @param {import('./index').ProxyConfig} config validated in full; throws ConfigError.
+   */
+  constructor(config) {
+    super();
+    this._keepAlive = null;
+    this._native = call(
+      () =>
+        new NativeProxy(encode(config), (name, json) => {
+          this._dispatch(name, json);
+        })
+    );
+  }
+
+  _dispatch(name, json) {
+    let payload;
+    try {
+      payload = JSON.parse(json);
+    } catch {
+      return;
+    }
+    if (name === 'error' && this.listenerCount('error') === 0) return; // never an unhandled 'error'
+    try {
+      this.emit(name, payload);
+    } catch (e) {
+      process.emitWarning(`rampart: a '${name}' listener threw: ${e && e.stack ? e.stack : e}`);
+    }
+  }
+
+  /** Binds every listener. Rejects with the OS error (`code` = 'EADDRINUSE', ...); then nothing is left listening. */
+  async start() {
+    try {
+      this._native.start();
+    } catch (e) {
+      const msg = String(e.message);
+      const bar = msg.indexOf('|');
+      const err = new Error(bar > 0 ? msg.slice(bar + 1) : msg);
+      if (bar > 0) err.code = msg.slice(0, bar);
+      throw err;
+    }
+    // The native runtime does not hold Node's event loop open; this handle does, while serving.
+    if (!this._keepAlive) this._keepAlive = setInterval(() => {}, 1 << 30);
+    this.emit('ready');
+  }
+
+  /**
+   * Stops accepting at once; after `drainMs` (ms, default 0) closes the connections still open;
+   * resolves when every socket is closed.
+   */
+  async stop(opts = {}) {
+    const drainMs = opts && opts.drainMs !== undefined ? opts.drainMs : 0;
+    if (typeof drainMs !== 'number' || !Number.isFinite(drainMs) || drainMs < 0) {
+      throw new ConfigError([
+        { path: 'drainMs', message: `must be a finite number >= 0, got ${String(drainMs)}` },
+      ]);
+    }
+    await this._native.stop(drainMs);
+    if (this._keepAlive) {
+      clearInterval(this._keepAlive);
+      this._keepAlive = null;
+    }
+    this.emit('close');
+  }
+
+  /** All-or-nothing update of `routes` and/or per-port `protection` (null removes). Throws ConfigError. */
+  updateConfig(update) {
+    call(() => this._native.updateConfig(encode(update)));
+  }
+
+  /** Blocked clients and ranges; `{ port }` filters one listener, `{ detail: true }` gives objects. */
+  blockedIps(opts = {}) {
+    const port = opts && opts.port !== undefined ? opts.port : 0;
+    if (!Number.isInteger(port) || port < 0 || port > 65535) {
+      throw new ConfigError([{ path: 'opts.port', message: `must be a port number, got ${String(port)}` }]);
+    }
+    return JSON.parse(this._native.blockedIps(port, Boolean(opts && opts.detail)));
+  }
+
+  /** Blocks a CIDR (or bare IP) for `ttlMs` ms (forever without), on `port` or every listener. */
+  blockIp(cidr, opts = {}) {
+    if (typeof cidr !== 'string') {
+      throw new ConfigError([{ path: 'cidr', message: `must be a string, got ${typeof cidr}` }]);
+    }
+    call(() => this._native.blockIp(cidr, encode(opts)));
+  }
+
+  /** Removes a `blockIp` entry; returns true when one was removed. */
+  unblockIp(cidr, opts = {}) {
+    if (typeof cidr !== 'string') {
+      throw new ConfigError([{ path: 'cidr', message: `must be a string, got ${typeof cidr}` }]);
+    }
+    return call(() => this._native.unblockIp(cidr, encode(opts)));
+  }
+
+  /** Counters: connections, bytes, blocks and errors per reason, per listener. */
+  metrics() {
+    return JSON.parse(this._native.metrics());
+  }
+
+  /** Prometheus text exposition format 0.0.4. */
+  prometheus() {
+    return this._native.prometheus();
+  }
+}
+
+module.exports = { RampartProxy, ConfigError, generateSelfSignedCert };

@@ -1,0 +1,19 @@
+//! Monotonic time in nanoseconds (`CLOCK_MONOTONIC`, the clock `bpf_ktime_get_ns` reads).
+//!
+//! Engine logic never reads the clock itself: callers pass `now_ns` so tests can step time.
+
+/// Current `CLOCK_MONOTONIC` time in nanoseconds.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// Milliseconds to nanoseconds, saturating.
+pub const fn ms_to_ns(ms: u64) -> u64 {
+    ms.saturating_mul(1_000_000)
+}

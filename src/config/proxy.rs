@@ -1,0 +1,569 @@
+//! `ProxyConfig`, `ListenerConfig` and `RouteConfig` (DESIGN.md §2): parsing and validation.
+//!
+//! Everything is checked and compiled here (PEM parsed into rustls keys, SNI patterns normalised,
+//! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
+
+use super::error::{ConfigError, Issues};
+use super::value::{self as v, field, join};
+use crate::protection::{parse_protection, ProtectionPolicy};
+use crate::tls::certs::{load_certified_key, CertifiedKey};
+use serde_json::Value;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Default idle timeout of a proxied connection, in ms (no bytes in either direction).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default upstream connect timeout, in ms.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Default cap on `'blocked'` events per second.
+pub const DEFAULT_BLOCKED_EVENTS_PER_SECOND: u64 = 1_000;
+
+/// The whole validated proxy config.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Listeners, in the order given.
+    pub listeners: Vec<ListenerConfig>,
+    /// Routes, compiled.
+    pub routes: Vec<RouteConfig>,
+    /// Tokio worker threads, also the number of SO_REUSEPORT sockets per listener.
+    pub worker_threads: usize,
+    /// `'blocked'` events per second before they are only counted.
+    pub blocked_events_per_second: u64,
+}
+
+/// One listening address.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// Address to bind (`0.0.0.0`, `::` also takes IPv4 clients).
+    pub host: IpAddr,
+    /// TCP port, 1..=65535, unique across listeners (it names the listener in `updateConfig`).
+    pub port: u16,
+    /// Certificate for terminating routes that carry none.
+    pub default_cert: Option<Arc<CertifiedKey>>,
+    /// Maximum simultaneous connections on this listener; 0 = unlimited.
+    pub max_connections: u64,
+    /// Close a proxied connection after this many ms without a byte in either direction.
+    pub idle_timeout_ms: u64,
+    /// Protection policy, if any.
+    pub protection: Option<Arc<ProtectionPolicy>>,
+}
+
+impl ListenerConfig {
+    /// `host:port` label used in events and metrics (`[::]:8443` for IPv6).
+    pub fn label(&self) -> String {
+        std::net::SocketAddr::new(self.host, self.port).to_string()
+    }
+}
+
+/// Where a route sends its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// TCP `host:port` (host may be a name, resolved at connect time).
+    Tcp {
+        /// Host name or IP literal.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Unix domain socket path.
+    Uds {
+        /// Socket path.
+        path: PathBuf,
+    },
+}
+
+/// The header sent to the upstream before any application byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceAddressHeader {
+    /// Nothing.
+    None,
+    /// PROXY protocol v1 (text line).
+    ProxyV1,
+    /// PROXY protocol v2 (binary).
+    ProxyV2,
+}
+
+/// Which TLS fingerprint rides the PROXY v2 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardFingerprint {
+    /// None.
+    None,
+    /// JA3 (TLV 0xE0).
+    Ja3,
+    /// JA4 (TLV 0xE1).
+    Ja4,
+}
+
+/// An SNI pattern, normalised to lower case without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SniPattern {
+    /// `a.example.com`
+    Exact(String),
+    /// `*.example.com`, stored as `example.com`: matches one more label.
+    Wildcard(String),
+    /// `''`: every other name and hellos without SNI.
+    Default,
+}
+
+/// One route.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    /// Matching rule.
+    pub sni: SniPattern,
+    /// Upstreams, tried round-robin, falling over to the next on connect failure.
+    pub upstreams: Vec<Upstream>,
+    /// Terminate TLS here (true) or pass the raw bytes through (false).
+    pub terminate_tls: bool,
+    /// Route certificate (else the listener's `defaultCert`).
+    pub cert: Option<Arc<CertifiedKey>>,
+    /// Offer `h2` in ALPN as well as `http/1.1`.
+    pub http2: bool,
+    /// Header sent to the upstream first.
+    pub source_address_header: SourceAddressHeader,
+    /// Fingerprint forwarded in a PROXY v2 TLV.
+    pub forward_fingerprint: ForwardFingerprint,
+    /// Upstream connect timeout, ms.
+    pub connect_timeout_ms: u64,
+}
+
+fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
+    let obj = v::object(v, path, issues)?;
+    v::reject_unknown(obj, &["certChain", "privateKey"], path, issues);
+    let chain = match field(obj, "certChain") {
+        Some(c) => v::pem_bytes(c, &join(path, "certChain"), issues),
+        None => {
+            issues.push(join(path, "certChain"), "is required");
+            None
+        }
+    };
+    let key = match field(obj, "privateKey") {
+        Some(k) => v::pem_bytes(k, &join(path, "privateKey"), issues),
+        None => {
+            issues.push(join(path, "privateKey"), "is required");
+            None
+        }
+    };
+    let (chain, key) = (chain?, key?);
+    match load_certified_key(&chain, &key) {
+        Ok(ck) => Some(ck),
+        Err(e) => {
+            issues.push(path, e);
+            None
+        }
+    }
+}
+
+/// Parses a host-name SNI pattern (`''`, `a.b`, `*.a.b`), normalising case and one trailing dot.
+pub fn parse_sni(s: &str) -> Result<SniPattern, String> {
+    if s.is_empty() {
+        return Ok(SniPattern::Default);
+    }
+    let lower = s.to_ascii_lowercase();
+    let name = lower.strip_suffix('.').unwrap_or(&lower);
+    let (wild, host) = match name.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, name),
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(format!(
+            "must be '', a host name or '*.' followed by a host name, got {s:?}"
+        ));
+    }
+    Ok(if wild {
+        SniPattern::Wildcard(host.to_string())
+    } else {
+        SniPattern::Exact(host.to_string())
+    })
+}
+
+fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstream> {
+    let obj = v::object(val, path, issues)?;
+    let kind = match field(obj, "kind") {
+        Some(k) => v::one_of(k, &join(path, "kind"), &["tcp", "uds"], issues)?,
+        None => {
+            issues.push(join(path, "kind"), "is required ('tcp' or 'uds')");
+            return None;
+        }
+    };
+    if kind == "tcp" {
+        v::reject_unknown(obj, &["kind", "host", "port"], path, issues);
+        let host = match field(obj, "host") {
+            Some(h) => v::string(h, &join(path, "host"), issues).map(str::to_string),
+            None => {
+                issues.push(join(path, "host"), "is required for kind 'tcp'");
+                None
+            }
+        };
+        if let Some(h) = &host {
+            if h.is_empty() || h.contains(char::is_whitespace) {
+                issues.push(
+                    join(path, "host"),
+                    format!("must be a host name or IP, got {h:?}"),
+                );
+                return None;
+            }
+        }
+        let port = match field(obj, "port") {
+            Some(p) => v::number_in(p, &join(path, "port"), 1.0, 65535.0, true, issues),
+            None => {
+                issues.push(join(path, "port"), "is required for kind 'tcp'");
+                None
+            }
+        };
+        Some(Upstream::Tcp {
+            host: host?,
+            port: port? as u16,
+        })
+    } else {
+        v::reject_unknown(obj, &["kind", "path"], path, issues);
+        match field(obj, "path") {
+            Some(p) => {
+                let s = v::string(p, &join(path, "path"), issues)?;
+                if s.is_empty() || s.len() > 107 {
+                    issues.push(
+                        join(path, "path"),
+                        format!("must be a socket path of 1..=107 bytes, got {s:?}"),
+                    );
+                    return None;
+                }
+                Some(Upstream::Uds { path: s.into() })
+            }
+            None => {
+                issues.push(join(path, "path"), "is required for kind 'uds'");
+                None
+            }
+        }
+    }
+}
+
+/// Parses and validates `routes` against the listeners' default certificates.
+pub fn parse_routes(
+    val: &Value,
+    path: &str,
+    listeners: &[ListenerConfig],
+    issues: &mut Issues,
+) -> Option<Vec<RouteConfig>> {
+    let arr = v::array(val, path, issues)?;
+    let before = issues.len();
+    let mut out = Vec::with_capacity(arr.len());
+    let mut seen = std::collections::HashMap::new();
+    for (i, r) in arr.iter().enumerate() {
+        let p = v::index(path, i);
+        if let Some(route) = parse_route(r, &p, listeners, issues) {
+            if let Some(prev) = seen.insert(route.sni.clone(), i) {
+                issues.push(
+                    join(&p, "sni"),
+                    format!("duplicates the sni of {}", v::index(path, prev)),
+                );
+            }
+            out.push(route);
+        }
+    }
+    (issues.len() == before).then_some(out)
+}
+
+fn parse_route(
+    val: &Value,
+    path: &str,
+    listeners: &[ListenerConfig],
+    issues: &mut Issues,
+) -> Option<RouteConfig> {
+    let obj = v::object(val, path, issues)?;
+    let before = issues.len();
+    v::reject_unknown(
+        obj,
+        &[
+            "sni",
+            "upstreams",
+            "terminateTls",
+            "cert",
+            "http2",
+            "sourceAddressHeader",
+            "forwardFingerprint",
+            "connectTimeoutMs",
+            "maxConnectionsPerSecond",
+            "burst",
+        ],
+        path,
+        issues,
+    );
+    for unsupported in ["maxConnectionsPerSecond", "burst"] {
+        if field(obj, unsupported).is_some() {
+            issues.push(
+                join(path, unsupported),
+                "is not supported yet: use the listener's protection.rateLimit (per client IP)",
+            );
+        }
+    }
+    let sni = match obj.get("sni") {
+        Some(Value::String(s)) => match parse_sni(s) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                issues.push(join(path, "sni"), e);
+                None
+            }
+        },
+        Some(other) => {
+            issues.push(
+                join(path, "sni"),
+                format!("must be a string, got {}", v::describe(other)),
+            );
+            None
+        }
+        None => {
+            issues.push(join(path, "sni"), "is required ('' for the default route)");
+            None
+        }
+    };
+    let upstreams = match field(obj, "upstreams") {
+        Some(u) => {
+            let up = join(path, "upstreams");
+            v::array(u, &up, issues).and_then(|a| {
+                if a.is_empty() {
+                    issues.push(&up, "must hold at least one upstream");
+                    return None;
+                }
+                let list: Vec<_> = a
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| parse_upstream(x, &v::index(&up, i), issues))
+                    .collect();
+                (list.len() == a.len()).then_some(list)
+            })
+        }
+        None => {
+            issues.push(join(path, "upstreams"), "is required");
+            None
+        }
+    };
+    let terminate_tls = match field(obj, "terminateTls") {
+        Some(b) => v::boolean(b, &join(path, "terminateTls"), issues).unwrap_or(true),
+        None => true,
+    };
+    let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues));
+    let http2 = field(obj, "http2")
+        .and_then(|b| v::boolean(b, &join(path, "http2"), issues))
+        .unwrap_or(false);
+    let sah = field(obj, "sourceAddressHeader")
+        .and_then(|s| {
+            v::one_of(
+                s,
+                &join(path, "sourceAddressHeader"),
+                &["none", "proxyProtocol", "proxyProtocolV2"],
+                issues,
+            )
+        })
+        .map(|s| match s {
+            "proxyProtocol" => SourceAddressHeader::ProxyV1,
+            "proxyProtocolV2" => SourceAddressHeader::ProxyV2,
+            _ => SourceAddressHeader::None,
+        })
+        .unwrap_or(SourceAddressHeader::None);
+    let ff = field(obj, "forwardFingerprint")
+        .and_then(|s| {
+            v::one_of(
+                s,
+                &join(path, "forwardFingerprint"),
+                &["none", "ja3", "ja4"],
+                issues,
+            )
+        })
+        .map(|s| match s {
+            "ja3" => ForwardFingerprint::Ja3,
+            "ja4" => ForwardFingerprint::Ja4,
+            _ => ForwardFingerprint::None,
+        })
+        .unwrap_or(ForwardFingerprint::None);
+    if ff != ForwardFingerprint::None && sah != SourceAddressHeader::ProxyV2 {
+        issues.push(
+            join(path, "forwardFingerprint"),
+            "needs sourceAddressHeader: 'proxyProtocolV2' (the fingerprint rides a PROXY v2 TLV)",
+        );
+    }
+    let connect_timeout_ms = field(obj, "connectTimeoutMs")
+        .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
+        .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
+    if terminate_tls && cert.is_none() && field(obj, "cert").is_none() {
+        let missing: Vec<String> = listeners
+            .iter()
+            .filter(|l| l.default_cert.is_none())
+            .map(|l| l.label())
+            .collect();
+        if !missing.is_empty() {
+            issues.push(
+                join(path, "cert"),
+                format!(
+                    "is required when terminateTls is true and a listener has no defaultCert ({})",
+                    missing.join(", ")
+                ),
+            );
+        }
+    }
+    if issues.len() != before {
+        return None;
+    }
+    Some(RouteConfig {
+        sni: sni?,
+        upstreams: upstreams?,
+        terminate_tls,
+        cert,
+        http2,
+        source_address_header: sah,
+        forward_fingerprint: ff,
+        connect_timeout_ms,
+    })
+}
+
+fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<ListenerConfig> {
+    let obj = v::object(val, path, issues)?;
+    let before = issues.len();
+    v::reject_unknown(
+        obj,
+        &[
+            "host",
+            "port",
+            "mode",
+            "defaultCert",
+            "maxConnections",
+            "idleTimeoutMs",
+            "protection",
+        ],
+        path,
+        issues,
+    );
+    let host = match field(obj, "host") {
+        None => Some(IpAddr::from([0, 0, 0, 0])),
+        Some(h) => v::string(h, &join(path, "host"), issues).and_then(|s| {
+            let parsed = if s == "localhost" {
+                Ok(IpAddr::from([127, 0, 0, 1]))
+            } else {
+                s.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>()
+            };
+            match parsed {
+                Ok(ip) => Some(ip),
+                Err(_) => {
+                    issues.push(
+                        join(path, "host"),
+                        format!("must be an IP address to bind ('0.0.0.0', '::', '127.0.0.1'), got {s:?}"),
+                    );
+                    None
+                }
+            }
+        }),
+    };
+    let port = match field(obj, "port") {
+        Some(p) => v::number_in(p, &join(path, "port"), 1.0, 65535.0, true, issues),
+        None => {
+            issues.push(join(path, "port"), "is required");
+            None
+        }
+    };
+    if let Some(m) = field(obj, "mode") {
+        if v::one_of(m, &join(path, "mode"), &["tls", "http"], issues) == Some("http") {
+            issues.push(
+                join(path, "mode"),
+                "'http' is not supported yet (only 'tls' listeners)",
+            );
+        }
+    }
+    let default_cert =
+        field(obj, "defaultCert").and_then(|c| parse_cert(c, &join(path, "defaultCert"), issues));
+    let max_connections = field(obj, "maxConnections")
+        .and_then(|n| v::count(n, &join(path, "maxConnections"), 0, issues))
+        .unwrap_or(0);
+    let idle_timeout_ms = field(obj, "idleTimeoutMs")
+        .and_then(|n| v::duration_ms(n, &join(path, "idleTimeoutMs"), 1, issues))
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT_MS);
+    let protection = field(obj, "protection")
+        .and_then(|p| parse_protection(p, &join(path, "protection"), issues))
+        .map(Arc::new);
+    if issues.len() != before {
+        return None;
+    }
+    Some(ListenerConfig {
+        host: host?,
+        port: port? as u16,
+        default_cert,
+        max_connections,
+        idle_timeout_ms,
+        protection,
+    })
+}
+
+/// Parses the whole `ProxyConfig`; `cpus` is the default for `workerThreads`.
+pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, ConfigError> {
+    let mut issues = Issues::default();
+    let Some(obj) = v::object(val, "config", &mut issues) else {
+        return Err(ConfigError::new(issues.0));
+    };
+    v::reject_unknown(
+        obj,
+        &["listeners", "routes", "workerThreads", "blockedEvents"],
+        "",
+        &mut issues,
+    );
+    let mut listeners = Vec::new();
+    match field(obj, "listeners") {
+        Some(l) => {
+            if let Some(arr) = v::array(l, "listeners", &mut issues) {
+                if arr.is_empty() {
+                    issues.push("listeners", "must hold at least one listener");
+                }
+                for (i, x) in arr.iter().enumerate() {
+                    if let Some(lc) = parse_listener(x, &v::index("listeners", i), &mut issues) {
+                        if let Some(prev) = listeners
+                            .iter()
+                            .position(|p: &ListenerConfig| p.port == lc.port)
+                        {
+                            issues.push(
+                                format!("listeners[{i}].port"),
+                                format!(
+                                    "{} is already used by listeners[{prev}] (the port names a listener)",
+                                    lc.port
+                                ),
+                            );
+                        }
+                        listeners.push(lc);
+                    }
+                }
+            }
+        }
+        None => issues.push("listeners", "is required"),
+    }
+    let routes = match field(obj, "routes") {
+        Some(r) => parse_routes(r, "routes", &listeners, &mut issues),
+        None => {
+            issues.push("routes", "is required");
+            None
+        }
+    };
+    let worker_threads = field(obj, "workerThreads")
+        .and_then(|n| v::number_in(n, "workerThreads", 1.0, 256.0, true, &mut issues))
+        .map(|n| n as usize)
+        .unwrap_or(cpus.max(1));
+    let mut blocked_events_per_second = DEFAULT_BLOCKED_EVENTS_PER_SECOND;
+    if let Some(be) = field(obj, "blockedEvents") {
+        if let Some(o) = v::object(be, "blockedEvents", &mut issues) {
+            v::reject_unknown(o, &["maxPerSecond"], "blockedEvents", &mut issues);
+            if let Some(n) = field(o, "maxPerSecond") {
+                if let Some(n) = v::count(n, "blockedEvents.maxPerSecond", 0, &mut issues) {
+                    blocked_events_per_second = n;
+                }
+            }
+        }
+    }
+    let routes = routes.unwrap_or_default();
+    issues.finish(ProxyConfig {
+        listeners,
+        routes,
+        worker_threads,
+        blocked_events_per_second,
+    })
+}

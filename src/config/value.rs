@@ -1,0 +1,258 @@
+//! Typed readers over [`serde_json::Value`] that record a [`ConfigIssue`](super::ConfigIssue) on
+//! any mismatch. Each returns `None` when the field is absent *or* invalid; check `Issues::len`
+//! to tell the two apart.
+
+use super::error::Issues;
+use serde_json::{Map, Value};
+
+/// Largest integer a JS number holds exactly (2^53 − 1); durations and counts above it are refused.
+pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// Joins a parent path and a field name (`a.b` or just `b` at the root).
+pub fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Joins a parent path and an array index (`a[3]`).
+pub fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+/// Describes a value for an error message the way JS would print it.
+pub fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(_) => "an array".into(),
+        Value::Object(o) => {
+            if let Some(Value::String(s)) = o.get("$nonFinite") {
+                s.clone()
+            } else if o.contains_key("$buffer") {
+                "a Buffer".into()
+            } else {
+                "an object".into()
+            }
+        }
+    }
+}
+
+/// Reads a number, including the `{"$nonFinite": ..}` encoding (returned as NaN/±inf so the
+/// caller's range check reports it).
+pub fn as_number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::Object(o) => match o.get("$nonFinite") {
+            Some(Value::String(s)) if o.len() == 1 => match s.as_str() {
+                "NaN" => Some(f64::NAN),
+                "Infinity" => Some(f64::INFINITY),
+                "-Infinity" => Some(f64::NEG_INFINITY),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Requires `v` to be an object; records "must be an object" otherwise.
+pub fn object<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Map<String, Value>> {
+    match v {
+        Value::Object(o) if !o.contains_key("$nonFinite") && !o.contains_key("$buffer") => Some(o),
+        other => {
+            issues.push(path, format!("must be an object, got {}", describe(other)));
+            None
+        }
+    }
+}
+
+/// Records an issue for every key of `obj` not in `known` (catches typos such as `burts`).
+pub fn reject_unknown(obj: &Map<String, Value>, known: &[&str], path: &str, issues: &mut Issues) {
+    for k in obj.keys() {
+        if !known.contains(&k.as_str()) {
+            issues.push(
+                join(path, k),
+                format!("unknown field; expected one of: {}", known.join(", ")),
+            );
+        }
+    }
+}
+
+/// Optional field: absent or `null` → `None` without an issue.
+pub fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    match obj.get(key) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v),
+    }
+}
+
+/// A finite number within `[min, max]`; `integer` additionally requires a whole number.
+pub fn number_in(
+    v: &Value,
+    path: &str,
+    min: f64,
+    max: f64,
+    integer: bool,
+    issues: &mut Issues,
+) -> Option<f64> {
+    let what = if integer {
+        "an integer"
+    } else {
+        "a finite number"
+    };
+    match as_number(v) {
+        Some(n) if n.is_finite() && n >= min && n <= max && (!integer || n.fract() == 0.0) => {
+            Some(n)
+        }
+        _ => {
+            issues.push(
+                path,
+                format!(
+                    "must be {what} in [{}, {}], got {}",
+                    fmt_num(min),
+                    fmt_num(max),
+                    describe(v)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// A positive integer count (≥ `min`, ≤ 2^53 − 1).
+pub fn count(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
+    number_in(v, path, min as f64, MAX_SAFE_INTEGER, true, issues).map(|n| n as u64)
+}
+
+/// A duration in milliseconds: an integer in `[min, 2^53 − 1]`.
+pub fn duration_ms(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
+    count(v, path, min, issues)
+}
+
+/// A boolean.
+pub fn boolean(v: &Value, path: &str, issues: &mut Issues) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        other => {
+            issues.push(path, format!("must be a boolean, got {}", describe(other)));
+            None
+        }
+    }
+}
+
+/// A string.
+pub fn string<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a str> {
+    match v {
+        Value::String(s) => Some(s),
+        other => {
+            issues.push(path, format!("must be a string, got {}", describe(other)));
+            None
+        }
+    }
+}
+
+/// One of a fixed set of strings.
+pub fn one_of<'a>(
+    v: &'a Value,
+    path: &str,
+    allowed: &[&str],
+    issues: &mut Issues,
+) -> Option<&'a str> {
+    match v {
+        Value::String(s) if allowed.contains(&s.as_str()) => Some(s),
+        other => {
+            let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+            issues.push(
+                path,
+                format!(
+                    "must be one of {}, got {}",
+                    quoted.join(", "),
+                    describe(other)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// An array.
+pub fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Vec<Value>> {
+    match v {
+        Value::Array(a) => Some(a),
+        other => {
+            issues.push(path, format!("must be an array, got {}", describe(other)));
+            None
+        }
+    }
+}
+
+/// PEM text given as a string or a Buffer (`{"$buffer": latin1 text}` after the JS replacer).
+pub fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Object(o) => match o.get("$buffer") {
+            Some(Value::String(text)) => match latin1_decode(text) {
+                Some(b) => Some(b),
+                None => {
+                    issues.push(path, "Buffer could not be decoded");
+                    None
+                }
+            },
+            _ => {
+                issues.push(
+                    path,
+                    format!("must be a PEM string or Buffer, got {}", describe(v)),
+                );
+                None
+            }
+        },
+        other => {
+            issues.push(
+                path,
+                format!("must be a PEM string or Buffer, got {}", describe(other)),
+            );
+            None
+        }
+    }
+}
+
+fn fmt_num(n: f64) -> String {
+    if n == MAX_SAFE_INTEGER {
+        "2^53-1".into()
+    } else {
+        format!("{n}")
+    }
+}
+
+/// Decodes the Buffer transport: the JS side writes each byte as one char U+0000..=U+00FF
+/// (`buf.toString('latin1')`), so every char must fit a byte.
+fn latin1_decode(s: &str) -> Option<Vec<u8>> {
+    s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_transport_round_trip() {
+        assert_eq!(latin1_decode("h\u{ff}\u{0}").unwrap(), vec![b'h', 0xff, 0]);
+        assert!(latin1_decode("\u{100}").is_none());
+    }
+
+    #[test]
+    fn non_finite_is_reported_by_name() {
+        let mut issues = Issues::default();
+        let v: Value = serde_json::json!({"$nonFinite": "NaN"});
+        assert_eq!(number_in(&v, "x", 1.0, 10.0, false, &mut issues), None);
+        assert_eq!(
+            issues.0[0].message,
+            "must be a finite number in [1, 10], got NaN"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! Rampart: a TLS-terminating, SNI-routing TCP proxy with a per-IP connection-protection engine and
+//! an XDP kernel filter, packaged as a Node.js addon (napi-rs).
+//!
+//! Only [`napi`] touches JavaScript values; every other module is plain Rust and is covered by
+//! `cargo test` without Node.
+
+pub mod clock;
+pub mod config;
+pub mod events;
+pub mod listener;
+pub mod metrics;
+pub mod napi;
+pub mod protection;
+pub mod proxy;
+pub mod server;
+pub mod tls;

@@ -1,0 +1,177 @@
+//! Listening sockets and the accept loop.
+//!
+//! Each listener gets one SO_REUSEPORT socket per tokio worker so the kernel spreads accepts
+//! across workers. A listener on `::` clears IPV6_V6ONLY and so also takes IPv4 clients, whose
+//! `::ffff:a.b.c.d` address is normalised to `a.b.c.d` before anything looks at it.
+//!
+//! Admission happens in the accept loop before a byte is read: the protection engine
+//! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency), then the
+//! listener's `maxConnections`. Accept errors (EMFILE, ENFILE, ENOBUFS, ...) are counted and back
+//! off briefly so the loop never spins and resumes once descriptors free up.
+
+pub mod conn;
+
+use crate::clock;
+use crate::metrics::ErrorReason;
+use crate::protection::BlockReason;
+use crate::server::Shared;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Listen backlog per socket.
+pub const BACKLOG: i32 = 4096;
+
+/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4; everything else is unchanged.
+pub fn normalize_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// Binds one SO_REUSEPORT listening socket (non-blocking, ready for tokio).
+pub fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(false)?;
+    }
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+/// Binds `count` sockets on `addr`. Before sharing a port with SO_REUSEPORT, checks that nothing
+/// else (another process or listener) already holds it, so "port in use" is reported as such.
+pub fn bind_listener(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    // A plain bind (no SO_REUSEPORT) fails with EADDRINUSE if anyone listens there already.
+    {
+        let domain = if addr.is_ipv6() {
+            Domain::IPV6
+        } else {
+            Domain::IPV4
+        };
+        let probe = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            probe.set_only_v6(false)?;
+        }
+        probe.set_reuse_address(true)?;
+        probe.bind(&addr.into())?;
+    }
+    (0..count.max(1)).map(|_| bind_reuseport(addr)).collect()
+}
+
+fn is_resource_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)
+    )
+}
+
+/// Accepts on one socket until `stop` fires; each admitted connection is served by a task on
+/// `conns`, cancelled by `conn_cancel` at the end of a drain.
+pub async fn accept_loop(
+    shared: Arc<Shared>,
+    li: usize,
+    listener: TcpListener,
+    stop: CancellationToken,
+    conns: TaskTracker,
+    conn_cancel: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((sock, peer)) => {
+                let ip = normalize_ip(peer.ip());
+                let Some((adm, active)) = admit(&shared, li, ip) else {
+                    continue; // dropped: closed at once
+                };
+                let shared = shared.clone();
+                let cancel = conn_cancel.clone();
+                conns.spawn(async move {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = conn::serve(&shared, li, sock, peer, ip) => {}
+                    }
+                    drop(adm);
+                    drop(active);
+                });
+            }
+            Err(e) => {
+                let l = &shared.listeners[li];
+                l.metrics.error(ErrorReason::AcceptFailed);
+                let pause = if is_resource_error(&e) { 100 } else { 5 };
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Decrements the listener's open-connection gauge when the connection ends.
+pub struct ActiveGuard {
+    shared: Arc<Shared>,
+    li: usize,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.shared.listeners[self.li]
+            .metrics
+            .active
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Admission at accept: the engine, then `maxConnections`. Returns the guards to hold for the
+/// connection's lifetime, or `None` when refused (already counted and reported).
+fn admit(
+    shared: &Arc<Shared>,
+    li: usize,
+    ip: IpAddr,
+) -> Option<(Option<crate::protection::ConnGuard>, ActiveGuard)> {
+    let l = &shared.listeners[li];
+    let now = clock::now_ns();
+    let adm = l.engine.admit(ip, now);
+    if let Some(v) = adm.verdict {
+        shared.report_block(li, ip, v.reason, v.observed, "", "", now);
+        if !v.observed {
+            return None;
+        }
+    }
+    let prev = l.metrics.active.fetch_add(1, Ordering::Relaxed);
+    let active = ActiveGuard {
+        shared: shared.clone(),
+        li,
+    };
+    if l.config.max_connections > 0 && prev >= l.config.max_connections as i64 {
+        drop(active);
+        shared.report_block(li, ip, BlockReason::MaxConnections, false, "", "", now);
+        return None;
+    }
+    l.metrics.accepted.fetch_add(1, Ordering::Relaxed);
+    Some((adm.guard, active))
+}

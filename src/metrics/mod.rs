@@ -1,0 +1,309 @@
+//! Connection, byte, block and error counters (DESIGN.md §2 `metrics()`), all relaxed atomics so
+//! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
+
+use crate::protection::BlockReason;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Runtime failures that are not protection decisions (`errorsByReason` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorReason {
+    /// No route matched the SNI and there is no default route.
+    NoRoute,
+    /// The first bytes were not a TLS ClientHello, or it was malformed or over 16 KiB.
+    BadClientHello,
+    /// The client closed before a full ClientHello arrived (no fingerprint list set).
+    ClientClosed,
+    /// rustls refused the handshake.
+    HandshakeFailed,
+    /// Every upstream of the route refused or timed out.
+    UpstreamConnectFailed,
+    /// Writing the PROXY header to the upstream failed.
+    UpstreamWriteFailed,
+    /// `accept()` failed (EMFILE, ENFILE, ENOBUFS, ...); the loop backed off.
+    AcceptFailed,
+    /// The connection was closed after `idleTimeoutMs` without traffic.
+    IdleTimeout,
+}
+
+impl ErrorReason {
+    /// Every reason, in label order.
+    pub const ALL: [ErrorReason; 8] = [
+        ErrorReason::NoRoute,
+        ErrorReason::BadClientHello,
+        ErrorReason::ClientClosed,
+        ErrorReason::HandshakeFailed,
+        ErrorReason::UpstreamConnectFailed,
+        ErrorReason::UpstreamWriteFailed,
+        ErrorReason::AcceptFailed,
+        ErrorReason::IdleTimeout,
+    ];
+    /// Label (`no_route`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::NoRoute => "no_route",
+            ErrorReason::BadClientHello => "bad_client_hello",
+            ErrorReason::ClientClosed => "client_closed",
+            ErrorReason::HandshakeFailed => "handshake_failed",
+            ErrorReason::UpstreamConnectFailed => "upstream_connect_failed",
+            ErrorReason::UpstreamWriteFailed => "upstream_write_failed",
+            ErrorReason::AcceptFailed => "accept_failed",
+            ErrorReason::IdleTimeout => "idle_timeout",
+        }
+    }
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+fn reason_index(r: BlockReason) -> usize {
+    BlockReason::ALL.iter().position(|x| *x == r).unwrap_or(0)
+}
+
+/// Counters of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerMetrics {
+    /// Connections currently open (admitted, not yet closed).
+    pub active: AtomicI64,
+    /// Connections admitted.
+    pub accepted: AtomicU64,
+    /// Connections refused, per [`BlockReason`] index.
+    pub blocked_by_reason: [AtomicU64; 13],
+    /// Runtime failures, per [`ErrorReason`] index.
+    pub errors_by_reason: [AtomicU64; 8],
+    /// Bytes read from clients.
+    pub bytes_received: AtomicU64,
+    /// Bytes written to clients (read from upstreams).
+    pub bytes_sent: AtomicU64,
+}
+
+impl ListenerMetrics {
+    /// Counts one refusal.
+    pub fn blocked(&self, r: BlockReason) {
+        self.blocked_by_reason[reason_index(r)].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts one runtime error.
+    pub fn error(&self, r: ErrorReason) {
+        self.errors_by_reason[r.index()].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Total refusals.
+    pub fn blocked_total(&self) -> u64 {
+        self.blocked_by_reason
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+    /// Total errors.
+    pub fn errors_total(&self) -> u64 {
+        self.errors_by_reason
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// `metrics().listeners[i]`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSnapshot {
+    /// Bound address.
+    pub address: String,
+    /// Port.
+    pub port: u16,
+    /// Open connections.
+    pub active_connections: i64,
+    /// Admitted connections.
+    pub accepted: u64,
+    /// Refused connections.
+    pub blocked: u64,
+    /// Refusals per reason (every reason present, zero included).
+    pub blocked_by_reason: BTreeMap<&'static str, u64>,
+    /// Errors.
+    pub errors: u64,
+    /// Errors per reason.
+    pub errors_by_reason: BTreeMap<&'static str, u64>,
+    /// Bytes read from clients.
+    pub bytes_received: u64,
+    /// Bytes sent to clients.
+    pub bytes_sent: u64,
+    /// Per-IP entries tracked by this listener's engine.
+    pub tracked_ips: u64,
+}
+
+impl ListenerSnapshot {
+    /// Reads `m`.
+    pub fn read(address: String, port: u16, m: &ListenerMetrics, tracked_ips: u64) -> Self {
+        let blocked_by_reason = BlockReason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    r.as_str(),
+                    m.blocked_by_reason[reason_index(*r)].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let errors_by_reason = ErrorReason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    r.as_str(),
+                    m.errors_by_reason[r.index()].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        ListenerSnapshot {
+            address,
+            port,
+            active_connections: m.active.load(Ordering::Relaxed).max(0),
+            accepted: m.accepted.load(Ordering::Relaxed),
+            blocked: m.blocked_total(),
+            blocked_by_reason,
+            errors: m.errors_total(),
+            errors_by_reason,
+            bytes_received: m.bytes_received.load(Ordering::Relaxed),
+            bytes_sent: m.bytes_sent.load(Ordering::Relaxed),
+            tracked_ips,
+        }
+    }
+}
+
+/// `metrics()`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSnapshot {
+    /// Sum of listeners' open connections.
+    pub active_connections: i64,
+    /// Sum of admitted connections.
+    pub accepted_connections: u64,
+    /// Sum of refused connections.
+    pub blocked_connections: u64,
+    /// `'blocked'` events not emitted because of `blockedEvents.maxPerSecond`.
+    pub events_dropped: u64,
+    /// Sum of per-IP entries tracked.
+    pub tracked_ips: u64,
+    /// Per listener.
+    pub listeners: Vec<ListenerSnapshot>,
+    /// XDP status when attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<serde_json::Value>,
+}
+
+impl MetricsSnapshot {
+    /// Sums listener snapshots.
+    pub fn from_listeners(listeners: Vec<ListenerSnapshot>, events_dropped: u64) -> Self {
+        MetricsSnapshot {
+            active_connections: listeners.iter().map(|l| l.active_connections).sum(),
+            accepted_connections: listeners.iter().map(|l| l.accepted).sum(),
+            blocked_connections: listeners.iter().map(|l| l.blocked).sum(),
+            events_dropped,
+            tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
+            listeners,
+            xdp: None,
+        }
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = writeln!(
+            out,
+            "# HELP rampart_active_connections Open client connections.\n# TYPE rampart_active_connections gauge"
+        );
+        for l in &self.listeners {
+            let _ = writeln!(
+                out,
+                "rampart_active_connections{{listener=\"{}\"}} {}",
+                l.address, l.active_connections
+            );
+        }
+        let sections: [(&str, &str, &str, fn(&ListenerSnapshot) -> u64); 4] = [
+            (
+                "accepted_connections_total",
+                "counter",
+                "Admitted connections.",
+                |l| l.accepted,
+            ),
+            (
+                "bytes_received_total",
+                "counter",
+                "Bytes read from clients.",
+                |l| l.bytes_received,
+            ),
+            (
+                "bytes_sent_total",
+                "counter",
+                "Bytes written to clients.",
+                |l| l.bytes_sent,
+            ),
+            (
+                "tracked_ips",
+                "gauge",
+                "Per-IP entries tracked by the protection engine.",
+                |l| l.tracked_ips,
+            ),
+        ];
+        for (name, kind, help, get) in sections {
+            let _ = writeln!(
+                out,
+                "# HELP rampart_{name} {help}\n# TYPE rampart_{name} {kind}"
+            );
+            for l in &self.listeners {
+                let _ = writeln!(
+                    out,
+                    "rampart_{name}{{listener=\"{}\"}} {}",
+                    l.address,
+                    get(l)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_blocked_connections_total Refused connections by reason.\n# TYPE rampart_blocked_connections_total counter"
+        );
+        for l in &self.listeners {
+            for (r, n) in &l.blocked_by_reason {
+                let _ = writeln!(
+                    out,
+                    "rampart_blocked_connections_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
+                    l.address
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_errors_total Runtime errors by reason.\n# TYPE rampart_errors_total counter"
+        );
+        for l in &self.listeners {
+            for (r, n) in &l.errors_by_reason {
+                let _ = writeln!(
+                    out,
+                    "rampart_errors_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
+                    l.address
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",
+            self.events_dropped
+        );
+        if let Some(x) = &self.xdp {
+            let c = &x["counters"];
+            let _ = writeln!(
+                out,
+                "# HELP rampart_xdp_packets_total Packets seen by the XDP filter by action.\n# TYPE rampart_xdp_packets_total counter\nrampart_xdp_packets_total{{action=\"pass\"}} {}",
+                c["passed"].as_u64().unwrap_or(0)
+            );
+            for r in ["cidr", "dynamic", "penalty", "synFlood", "unparsed"] {
+                let _ = writeln!(
+                    out,
+                    "rampart_xdp_packets_total{{action=\"drop\",reason=\"{r}\"}} {}",
+                    c["dropped"][r].as_u64().unwrap_or(0)
+                );
+            }
+        }
+        out
+    }
+}

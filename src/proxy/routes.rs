@@ -1,0 +1,155 @@
+//! The route table: SNI → route, matched exact first, then `*.suffix` (exactly one more label),
+//! then the default route `''`. Matching is case-insensitive and ignores one trailing dot.
+//!
+//! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
+//! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
+
+use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
+use crate::tls::certs::server_config;
+use rustls::ServerConfig;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A route ready to serve.
+#[derive(Debug)]
+pub struct CompiledRoute {
+    /// The validated config.
+    pub config: RouteConfig,
+    /// TLS config per listener index (route cert, else that listener's default cert); `None` for
+    /// passthrough routes.
+    pub tls: Vec<Option<Arc<ServerConfig>>>,
+    /// Round-robin cursor over `config.upstreams`.
+    pub next_upstream: AtomicUsize,
+}
+
+impl CompiledRoute {
+    /// Index of the upstream to try first for a new connection.
+    pub fn pick(&self) -> usize {
+        self.next_upstream.fetch_add(1, Ordering::Relaxed) % self.config.upstreams.len()
+    }
+}
+
+/// Immutable SNI routing table.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    exact: HashMap<String, Arc<CompiledRoute>>,
+    wildcard: HashMap<String, Arc<CompiledRoute>>,
+    default: Option<Arc<CompiledRoute>>,
+}
+
+impl RouteTable {
+    /// Builds the table; `listeners` gives each listener's default certificate.
+    pub fn build(routes: &[RouteConfig], listeners: &[ListenerConfig]) -> RouteTable {
+        let mut t = RouteTable::default();
+        for r in routes {
+            let tls = listeners
+                .iter()
+                .map(|l| {
+                    if !r.terminate_tls {
+                        return None;
+                    }
+                    let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
+                    Some(server_config(cert, r.http2))
+                })
+                .collect();
+            let cr = Arc::new(CompiledRoute {
+                config: r.clone(),
+                tls,
+                next_upstream: AtomicUsize::new(0),
+            });
+            match &r.sni {
+                SniPattern::Exact(h) => {
+                    t.exact.insert(h.clone(), cr);
+                }
+                SniPattern::Wildcard(s) => {
+                    t.wildcard.insert(s.clone(), cr);
+                }
+                SniPattern::Default => t.default = Some(cr),
+            }
+        }
+        t
+    }
+
+    /// Finds the route for a ClientHello's server_name (`None` when the hello had no SNI).
+    pub fn lookup(&self, sni: Option<&str>) -> Option<&Arc<CompiledRoute>> {
+        if let Some(name) = sni {
+            let name = name.strip_suffix('.').unwrap_or(name);
+            let mut buf = [0u8; 256];
+            let lower: String;
+            let key: &str = if name.len() <= buf.len() {
+                let b = &mut buf[..name.len()];
+                b.copy_from_slice(name.as_bytes());
+                b.make_ascii_lowercase();
+                std::str::from_utf8(b).unwrap_or(name)
+            } else {
+                lower = name.to_ascii_lowercase();
+                &lower
+            };
+            if let Some(r) = self.exact.get(key) {
+                return Some(r);
+            }
+            if let Some((_, rest)) = key.split_once('.') {
+                if let Some(r) = self.wildcard.get(rest) {
+                    return Some(r);
+                }
+            }
+        }
+        self.default.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::proxy::{parse_sni, ForwardFingerprint, SourceAddressHeader, Upstream};
+
+    fn route(sni: &str, port: u16) -> RouteConfig {
+        RouteConfig {
+            sni: parse_sni(sni).unwrap(),
+            upstreams: vec![Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port,
+            }],
+            terminate_tls: false,
+            cert: None,
+            http2: false,
+            source_address_header: SourceAddressHeader::None,
+            forward_fingerprint: ForwardFingerprint::None,
+            connect_timeout_ms: 1000,
+        }
+    }
+
+    fn port_of(r: Option<&Arc<CompiledRoute>>) -> Option<u16> {
+        r.map(|r| match &r.config.upstreams[0] {
+            Upstream::Tcp { port, .. } => *port,
+            Upstream::Uds { .. } => 0,
+        })
+    }
+
+    #[test]
+    fn exact_then_wildcard_then_default() {
+        let t = RouteTable::build(
+            &[
+                route("api.example.com", 1),
+                route("*.example.com", 2),
+                route("", 3),
+            ],
+            &[],
+        );
+        assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
+        assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
+        assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
+        assert_eq!(port_of(t.lookup(Some("a.b.example.com"))), Some(3));
+        assert_eq!(port_of(t.lookup(Some("example.com"))), Some(3));
+        assert_eq!(port_of(t.lookup(None)), Some(3));
+    }
+
+    #[test]
+    fn no_default_means_no_route() {
+        let t = RouteTable::build(&[route("*.Example.com.", 2)], &[]);
+        assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
+        assert_eq!(port_of(t.lookup(Some("other.org"))), None);
+        assert_eq!(port_of(t.lookup(None)), None);
+    }
+}

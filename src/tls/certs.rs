@@ -1,0 +1,59 @@
+//! Certificates and rustls server configs (RFC 8446 / RFC 5246 termination via rustls).
+//!
+//! PEM parsing is rustls-pemfile's; signing keys (RSA, ECDSA P-256/P-384, Ed25519) come from
+//! rustls' ring provider. A config is built once per (certificate, ALPN set) when the route table
+//! is compiled, never per connection.
+
+use rustls::crypto::ring::sign::any_supported_type;
+pub use rustls::sign::CertifiedKey;
+use rustls::sign::SingleCertAndKey;
+use rustls::ServerConfig;
+use std::sync::Arc;
+
+/// Parses a PEM chain (leaf first, then intermediates) and a PEM private key (PKCS#8, PKCS#1 or
+/// SEC1) into a rustls [`CertifiedKey`], checking that the key matches the leaf.
+///
+/// Errors are sentences for a `ConfigError` message ("certChain holds no CERTIFICATE block").
+pub fn load_certified_key(chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+    let mut rd = chain_pem;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut rd)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certChain is not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("certChain holds no CERTIFICATE block (expected PEM text)".into());
+    }
+    let mut rd = key_pem;
+    let key = rustls_pemfile::private_key(&mut rd)
+        .map_err(|e| format!("privateKey is not valid PEM: {e}"))?
+        .ok_or_else(|| "privateKey holds no PRIVATE KEY block (expected PEM text)".to_string())?;
+    let signer = any_supported_type(&key)
+        .map_err(|e| format!("privateKey is not a supported RSA/ECDSA/Ed25519 key: {e}"))?;
+    let ck = CertifiedKey::new(certs, signer);
+    ck.keys_match().map_err(|e| {
+        format!("privateKey does not match the first certificate of certChain: {e}")
+    })?;
+    Ok(Arc::new(ck))
+}
+
+/// A rustls server config serving `cert`, offering ALPN `h2` (when `http2`) and `http/1.1`.
+pub fn server_config(cert: Arc<CertifiedKey>, http2: bool) -> Arc<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SingleCertAndKey::from(cert)));
+    cfg.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Arc::new(cfg)
+}
+
+/// Generates a self-signed certificate for `hosts` (DNS names or IP literals): returns
+/// `(certificate PEM, PKCS#8 private key PEM)`, ECDSA P-256. For demos and tests.
+pub fn self_signed(hosts: &[String]) -> Result<(String, String), String> {
+    let ck = rcgen::generate_simple_self_signed(hosts.to_vec()).map_err(|e| e.to_string())?;
+    Ok((ck.cert.pem(), ck.key_pair.serialize_pem()))
+}

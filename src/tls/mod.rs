@@ -1,0 +1,4 @@
+//! TLS: ClientHello peek parsing, JA3/JA4 fingerprints, and rustls termination configs.
+
+pub mod certs;
+pub mod clienthello;
