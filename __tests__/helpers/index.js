@@ -1,0 +1,255 @@
+'use strict';
+// Shared helpers for the node:test specs: certificates, free ports, upstream servers, real TLS
+// clients (node:tls, curl, openssl s_client) and polling instead of sleeps.
+const net = require('node:net');
+const tls = require('node:tls');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const crypto = require('node:crypto');
+const { execFileSync, spawn } = require('node:child_process');
+const { generateSelfSignedCert } = require('../..');
+
+/** Self-signed ECDSA certificate for the given names: `{ certChain, privateKey }` (PEM). */
+function selfSigned(hosts = ['localhost', 'example.com', '*.example.com', 'api.example.com']) {
+  const [certChain, privateKey] = generateSelfSignedCert(hosts);
+  return { certChain, privateKey };
+}
+
+/**
+ * A real chain made with openssl: root CA → intermediate → leaf for `cn` (+ SANs), with an `rsa`
+ * or `ec` leaf key. Returns `{ certChain (leaf+intermediate), privateKey, ca }` (PEM strings).
+ */
+function opensslChain(cn, keyType = 'rsa') {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-chain-'));
+  const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  const keyArgs = keyType === 'rsa' ? ['-newkey', 'rsa:2048'] : ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256'];
+  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Rampart Test Root',
+    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'int.key', '-out', 'int.csr', '-subj', '/CN=Rampart Test Intermediate');
+  fs.writeFileSync(path.join(dir, 'int.ext'), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
+  run('x509', '-req', '-in', 'int.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'int.pem', '-days', '2', '-extfile', 'int.ext');
+  run('req', ...keyArgs, '-nodes', '-keyout', 'leaf.key', '-out', 'leaf.csr', '-subj', `/CN=${cn}`);
+  fs.writeFileSync(path.join(dir, 'leaf.ext'), `subjectAltName=DNS:${cn}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n`);
+  run('x509', '-req', '-in', 'leaf.csr', '-CA', 'int.pem', '-CAkey', 'int.key', '-CAcreateserial', '-out', 'leaf.pem', '-days', '2', '-extfile', 'leaf.ext');
+  const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8');
+  const out = { certChain: read('leaf.pem') + read('int.pem'), privateKey: read('leaf.key'), ca: read('ca.pem'), dir };
+  return out;
+}
+
+/** A TCP port free on 127.0.0.1 right now. */
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Several distinct free ports. */
+async function freePorts(n) {
+  const out = new Set();
+  while (out.size < n) out.add(await freePort());
+  return [...out];
+}
+
+/** Starts a net.Server; resolves once listening. `server.sockets` tracks open sockets. */
+async function listen(server, port = 0, host = '127.0.0.1') {
+  server.sockets = new Set();
+  server.on('connection', (s) => {
+    server.sockets.add(s);
+    s.on('close', () => server.sockets.delete(s));
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, resolve);
+  });
+  return server;
+}
+
+async function closeServer(server) {
+  if (!server) return;
+  for (const s of server.sockets || []) s.destroy();
+  await new Promise((r) => server.close(() => r()));
+}
+
+/** TCP echo upstream; `tag` (optional) is written first on each connection to identify it. */
+async function echoServer({ tag, host = '127.0.0.1', path: udsPath } = {}) {
+  const server = net.createServer((s) => {
+    s.on('error', () => {});
+    if (tag) s.write(tag);
+    s.pipe(s);
+  });
+  if (udsPath) {
+    server.sockets = new Set();
+    await new Promise((resolve) => server.listen(udsPath, resolve));
+    return server;
+  }
+  return listen(server, 0, host);
+}
+
+/**
+ * Upstream that records everything each connection sends: `server.captured` is a list of
+ * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits.
+ */
+async function captureServer({ reply } = {}) {
+  const captured = [];
+  const server = net.createServer((s) => {
+    const entry = { data: Buffer.alloc(0), closed: false, socket: s };
+    captured.push(entry);
+    s.on('data', (d) => {
+      entry.data = Buffer.concat([entry.data, d]);
+      if (reply) s.write(reply);
+    });
+    s.on('error', () => {});
+    s.on('close', () => (entry.closed = true));
+  });
+  server.captured = captured;
+  return listen(server);
+}
+
+/** Polls `fn` (sync or async) until it returns truthy; rejects after `timeoutMs`. */
+async function waitFor(fn, { timeoutMs = 5000, intervalMs = 10, what = 'condition' } = {}) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    last = await fn();
+    if (last) return last;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/**
+ * node:tls round trip: connects (optionally from `localAddress`), sends `payload`, collects
+ * `expectBytes` bytes (default: payload length + tag length), resolves `{ data, alpn, socket }`.
+ */
+function tlsRoundTrip({ port, host = '127.0.0.1', servername, payload = Buffer.from('ping'), expect, localAddress, ALPNProtocols, timeoutMs = 5000, ca }) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let got = 0;
+    const want = expect !== undefined ? expect : payload.length;
+    const sock = tls.connect({ port, host, servername, rejectUnauthorized: Boolean(ca), ca, localAddress, ALPNProtocols });
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new Error(`tls round trip timed out (${got}/${want} bytes)`));
+    }, timeoutMs);
+    sock.on('secureConnect', () => sock.write(payload));
+    sock.on('data', (d) => {
+      chunks.push(d);
+      got += d.length;
+      if (got >= want) {
+        clearTimeout(timer);
+        const alpn = sock.alpnProtocol;
+        sock.end();
+        resolve({ data: Buffer.concat(chunks), alpn, cert: sock.getPeerCertificate() });
+      }
+    });
+    sock.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    sock.on('close', () => {
+      clearTimeout(timer);
+      if (got < want) reject(Object.assign(new Error(`closed after ${got}/${want} bytes`), { code: 'ECLOSED' }));
+    });
+  });
+}
+
+/**
+ * Plain TCP connect; resolves 'closed' when the server closes without sending anything within
+ * `timeoutMs`, 'open' when still open after `timeoutMs`, 'refused' on ECONNREFUSED.
+ */
+function tcpProbe({ port, host = '127.0.0.1', localAddress, timeoutMs = 300 }) {
+  return new Promise((resolve) => {
+    const s = net.connect({ port, host, localAddress });
+    let state = 'connecting';
+    const t = setTimeout(() => {
+      s.destroy();
+      resolve(state === 'connected' ? 'open' : 'timeout');
+    }, timeoutMs);
+    s.on('connect', () => (state = 'connected'));
+    s.on('error', (e) => {
+      clearTimeout(t);
+      resolve(e.code === 'ECONNREFUSED' ? 'refused' : 'closed');
+    });
+    s.on('close', () => {
+      clearTimeout(t);
+      resolve('closed');
+    });
+  });
+}
+
+/** Records the raw ClientHello bytes node:tls sends for `servername`. */
+async function recordClientHello(servername) {
+  let resolveHello;
+  const got = new Promise((r) => (resolveHello = r));
+  const server = net.createServer((s) => {
+    let buf = Buffer.alloc(0);
+    s.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (buf.length >= 5 && buf.length >= 5 + buf.readUInt16BE(3)) {
+        resolveHello(buf.subarray(0, 5 + buf.readUInt16BE(3)));
+        s.destroy();
+      }
+    });
+    s.on('error', () => {});
+  });
+  await listen(server);
+  const c = tls.connect({ port: server.address().port, host: '127.0.0.1', servername, rejectUnauthorized: false });
+  c.on('error', () => {});
+  const hello = await got;
+  c.destroy();
+  await closeServer(server);
+  return hello;
+}
+
+/** Runs a command, resolves `{ code, stdout, stderr }` (never rejects). */
+function run(cmd, args, { input, timeoutMs = 15000, env } = {}) {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env: env || process.env });
+    const out = [];
+    const err = [];
+    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.stdout.on('data', (d) => out.push(d));
+    p.stderr.on('data', (d) => err.push(d));
+    p.on('error', (e) => {
+      clearTimeout(t);
+      resolve({ code: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) });
+    });
+    p.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
+    });
+    if (input !== undefined) p.stdin.end(input);
+    else p.stdin.end();
+  });
+}
+
+function sha256(buf) {
+  return crypto.createHash('sha256').update(buf).digest('hex');
+}
+
+/** True when this process may add addresses to `lo` and load BPF (root). */
+const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+
+module.exports = {
+  selfSigned,
+  opensslChain,
+  freePort,
+  freePorts,
+  listen,
+  closeServer,
+  echoServer,
+  captureServer,
+  waitFor,
+  tlsRoundTrip,
+  tcpProbe,
+  recordClientHello,
+  run,
+  sha256,
+  isRoot,
+};

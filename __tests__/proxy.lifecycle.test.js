@@ -1,0 +1,171 @@
+'use strict';
+// start/stop, hot route swap, maxConnections, 'error' events.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const net = require('node:net');
+const tls = require('node:tls');
+const { RampartProxy, ConfigError } = require('..');
+const h = require('./helpers');
+
+const up = (s) => [{ kind: 'tcp', host: '127.0.0.1', port: s.address().port }];
+
+test('start() rejects for a port already in use and leaves no listener open', async () => {
+  const blocker = await h.listen(net.createServer());
+  const free = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [
+      { host: '127.0.0.1', port: free },
+      { host: '127.0.0.1', port: blocker.address().port },
+    ],
+    routes: [],
+  });
+  await assert.rejects(proxy.start(), (e) => {
+    assert.equal(e.code, 'EADDRINUSE');
+    assert.match(e.message, new RegExp(`127\\.0\\.0\\.1:${blocker.address().port}`));
+    return true;
+  });
+  assert.equal(await h.tcpProbe({ port: free }), 'refused');
+  await h.closeServer(blocker);
+  // and it can start once the port is free
+  await proxy.start();
+  assert.equal(await h.tcpProbe({ port: free, timeoutMs: 100 }), 'open');
+  await proxy.stop();
+});
+
+test('stop() resolves with every socket closed', async () => {
+  const cap = await h.captureServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(cap), terminateTls: true }],
+  });
+  await proxy.start();
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false });
+  c.on('error', () => {});
+  await new Promise((r) => c.once('secureConnect', r));
+  c.write('hold');
+  await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].data.length === 4, { what: 'upstream data' });
+  const clientClosed = new Promise((r) => c.once('close', r));
+  await proxy.stop({ drainMs: 50 });
+  await h.waitFor(() => cap.captured[0].closed, { what: 'the upstream to see the close' });
+  await clientClosed;
+  assert.equal(await h.tcpProbe({ port }), 'refused');
+  assert.equal(proxy.metrics().activeConnections, 0);
+  await h.closeServer(cap);
+});
+
+test('updateConfig({ routes }) moves new connections while an open one keeps streaming', async (t) => {
+  const oldUp = await h.echoServer({ tag: 'O' });
+  const newUp = await h.echoServer({ tag: 'N' });
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(oldUp), terminateTls: true }],
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(oldUp);
+    await h.closeServer(newUp);
+  });
+  const errors = [];
+  proxy.on('error', (e) => errors.push(e));
+  // An open connection on the old route.
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'a.test', rejectUnauthorized: false });
+  c.on('error', () => {});
+  let got = '';
+  c.on('data', (d) => (got += d.toString()));
+  await new Promise((r) => c.once('secureConnect', r));
+  c.write('1');
+  await h.waitFor(() => got === 'O1', { what: 'first echo' });
+
+  proxy.updateConfig({ routes: [{ sni: '', upstreams: up(newUp), terminateTls: true }] });
+  const r = await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('x'), expect: 2 });
+  assert.equal(r.data.toString(), 'Nx');
+  c.write('2');
+  await h.waitFor(() => got === 'O12', { what: 'old connection still streaming' });
+
+  // An invalid update names the route and changes nothing.
+  assert.throws(
+    () =>
+      proxy.updateConfig({
+        routes: [
+          { sni: 'ok.test', upstreams: up(oldUp), terminateTls: true },
+          { sni: 'bad.test', upstreams: up(oldUp), terminateTls: true, cert: { certChain: 'not a pem', privateKey: 'nope' } },
+          { sni: 'kind.test', upstreams: [{ kind: 'udp', host: 'x', port: 1 }], terminateTls: true },
+        ],
+      }),
+    (e) => {
+      assert.ok(e instanceof ConfigError);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['routes[1].cert', 'routes[2].upstreams[0].kind']
+      );
+      assert.match(e.errors[0].message, /certChain holds no CERTIFICATE block/);
+      assert.equal(e.errors[1].message, "must be one of 'tcp', 'uds', got \"udp\"");
+      return true;
+    }
+  );
+  const r2 = await h.tlsRoundTrip({ port, servername: 'ok.test', payload: Buffer.from('y'), expect: 2 });
+  assert.equal(r2.data.toString(), 'Ny');
+  c.destroy();
+  assert.deepEqual(errors, []);
+});
+
+test('maxConnections: 2 refuses the third concurrent connection on that listener only', async (t) => {
+  const echo = await h.echoServer();
+  const [p1, p2] = await h.freePorts(2);
+  const proxy = new RampartProxy({
+    listeners: [
+      { host: '127.0.0.1', port: p1, maxConnections: 2, defaultCert: h.selfSigned() },
+      { host: '127.0.0.1', port: p2, defaultCert: h.selfSigned() },
+    ],
+    routes: [{ sni: '', upstreams: up(echo), terminateTls: true }],
+  });
+  await proxy.start();
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(echo);
+  });
+  const open = [];
+  for (let i = 0; i < 2; i++) {
+    const c = tls.connect({ port: p1, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
+    c.on('error', () => {});
+    await new Promise((r) => c.once('secureConnect', r));
+    open.push(c);
+  }
+  await assert.rejects(h.tlsRoundTrip({ port: p1, servername: 'x' }));
+  const other = await h.tlsRoundTrip({ port: p2, servername: 'x', payload: Buffer.from('ok') });
+  assert.equal(other.data.toString(), 'ok');
+  await h.waitFor(() => events.length === 1, { what: 'blocked event' });
+  assert.deepEqual(events[0], { ip: '127.0.0.1', port: p1, listener: `127.0.0.1:${p1}`, reason: 'max_connections', ja3: '', ja4: '', observed: false });
+  const m = proxy.metrics();
+  assert.equal(m.listeners[0].blockedByReason.max_connections, 1);
+  assert.equal(m.listeners[1].blockedByReason.max_connections, 0);
+  open.forEach((c) => c.destroy());
+  await h.waitFor(() => proxy.metrics().activeConnections === 0, { what: 'gauges back to zero' });
+  // a slot is free again
+  const again = await h.tlsRoundTrip({ port: p1, servername: 'x', payload: Buffer.from('ok') });
+  assert.equal(again.data.toString(), 'ok');
+});
+
+test("an unreachable upstream is an 'error' event, never an exception", async (t) => {
+  const port = await h.freePort();
+  const dead = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: dead }], terminateTls: true }],
+  });
+  await proxy.start();
+  t.after(() => proxy.stop());
+  const errors = [];
+  proxy.on('error', (e) => errors.push(e));
+  await assert.rejects(h.tlsRoundTrip({ port, servername: 'x' }));
+  await h.waitFor(() => errors.length === 1, { what: 'error event' });
+  assert.equal(errors[0].code, 'upstream_connect_failed');
+  assert.equal(errors[0].ip, '127.0.0.1');
+  assert.match(errors[0].message, new RegExp(`upstream 127\\.0\\.0\\.1:${dead}: .*refused`, 'i'));
+  assert.equal(proxy.metrics().listeners[0].errorsByReason.upstream_connect_failed, 1);
+});

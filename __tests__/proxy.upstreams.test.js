@@ -1,0 +1,111 @@
+'use strict';
+// Upstream kinds and source-address headers: Unix domain socket upstream, and PROXY protocol v1
+// and v2 headers arriving byte-exact at a capturing upstream for IPv4 and IPv6 clients.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { RampartProxy } = require('..');
+const h = require('./helpers');
+
+const SIG = Buffer.from('0d0a0d0a000d0a515549540a', 'hex');
+
+function v2Expected(src, srcPort, dst, dstPort, family) {
+  if (family === 4) {
+    const b = Buffer.alloc(16 + 12);
+    SIG.copy(b, 0);
+    b.writeUInt8(0x21, 12);
+    b.writeUInt8(0x11, 13);
+    b.writeUInt16BE(12, 14);
+    src.split('.').forEach((o, i) => b.writeUInt8(Number(o), 16 + i));
+    dst.split('.').forEach((o, i) => b.writeUInt8(Number(o), 20 + i));
+    b.writeUInt16BE(srcPort, 24);
+    b.writeUInt16BE(dstPort, 26);
+    return b;
+  }
+  const b = Buffer.alloc(16 + 36);
+  SIG.copy(b, 0);
+  b.writeUInt8(0x21, 12);
+  b.writeUInt8(0x21, 13);
+  b.writeUInt16BE(36, 14);
+  // only ::1 is used here
+  b.writeUInt8(1, 16 + 15);
+  b.writeUInt8(1, 32 + 15);
+  b.writeUInt16BE(srcPort, 48);
+  b.writeUInt16BE(dstPort, 50);
+  return b;
+}
+
+test('UDS upstream and PROXY protocol headers', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-uds-'));
+  const sock = path.join(dir, 'up.sock');
+  const uds = await h.echoServer({ path: sock });
+  const cap = await h.captureServer();
+  const [p4, p6] = await h.freePorts(2);
+  const capUp = [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }];
+  const proxy = new RampartProxy({
+    listeners: [
+      { host: '127.0.0.1', port: p4, defaultCert: h.selfSigned(['localhost']) },
+      { host: '::', port: p6, defaultCert: h.selfSigned(['localhost']) },
+    ],
+    routes: [
+      { sni: 'uds.test', upstreams: [{ kind: 'uds', path: sock }], terminateTls: true },
+      { sni: 'v1.test', upstreams: capUp, terminateTls: true, sourceAddressHeader: 'proxyProtocol' },
+      { sni: 'v2.test', upstreams: capUp, terminateTls: true, sourceAddressHeader: 'proxyProtocolV2' },
+    ],
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(cap);
+    await new Promise((r) => uds.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  await t.test('a Unix-socket upstream gets the bytes', async () => {
+    const r = await h.tlsRoundTrip({ port: p4, servername: 'uds.test', payload: Buffer.from('over-uds') });
+    assert.equal(r.data.toString(), 'over-uds');
+  });
+
+  // A client from a known source port, so the expected header is exact.
+  async function sendFrom(port, host, localAddress, servername) {
+    const tls = require('node:tls');
+    const before = cap.captured.length;
+    const s = tls.connect({ port, host, servername, rejectUnauthorized: false, localAddress });
+    s.on('error', () => {});
+    await new Promise((r) => s.once('secureConnect', r));
+    const srcPort = s.localPort;
+    s.write('DATA');
+    await h.waitFor(() => cap.captured.length === before + 1 && cap.captured[before].data.includes('DATA'), { what: 'captured upstream data' });
+    s.destroy();
+    return { data: cap.captured[before].data, srcPort };
+  }
+
+  await t.test('PROXY v1, IPv4 client 127.0.0.2', async () => {
+    const { data, srcPort } = await sendFrom(p4, '127.0.0.1', '127.0.0.2', 'v1.test');
+    assert.equal(data.toString(), `PROXY TCP4 127.0.0.2 127.0.0.1 ${srcPort} ${p4}\r\nDATA`);
+  });
+
+  await t.test('PROXY v1, IPv6 client ::1', async () => {
+    const { data, srcPort } = await sendFrom(p6, '::1', '::1', 'v1.test');
+    assert.equal(data.toString(), `PROXY TCP6 ::1 ::1 ${srcPort} ${p6}\r\nDATA`);
+  });
+
+  await t.test('PROXY v1, IPv4 client on a :: listener is reported as IPv4', async () => {
+    const { data, srcPort } = await sendFrom(p6, '127.0.0.1', '127.0.0.3', 'v1.test');
+    assert.equal(data.toString(), `PROXY TCP4 127.0.0.3 127.0.0.1 ${srcPort} ${p6}\r\nDATA`);
+  });
+
+  await t.test('PROXY v2, IPv4 client 127.0.0.2 (byte-exact)', async () => {
+    const { data, srcPort } = await sendFrom(p4, '127.0.0.1', '127.0.0.2', 'v2.test');
+    const want = Buffer.concat([v2Expected('127.0.0.2', srcPort, '127.0.0.1', p4, 4), Buffer.from('DATA')]);
+    assert.equal(data.toString('hex'), want.toString('hex'));
+  });
+
+  await t.test('PROXY v2, IPv6 client ::1 (byte-exact)', async () => {
+    const { data, srcPort } = await sendFrom(p6, '::1', '::1', 'v2.test');
+    const want = Buffer.concat([v2Expected('::1', srcPort, '::1', p6, 6), Buffer.from('DATA')]);
+    assert.equal(data.toString('hex'), want.toString('hex'));
+  });
+});

@@ -1,0 +1,55 @@
+#!/usr/bin/env node
+'use strict';
+// `npm start`: Rampart on 127.0.0.1:8443 (RAMPART_DEMO_PORT overrides) with a generated
+// self-signed certificate and protection on, in front of a tiny built-in HTTP upstream.
+const http = require('node:http');
+const { RampartProxy, generateSelfSignedCert } = require('..');
+
+async function main() {
+  const port = Number(process.env.RAMPART_DEMO_PORT || 8443);
+  const upstream = http.createServer((req, res) => {
+    res.setHeader('content-type', 'text/plain');
+    res.end(`hello from the Rampart demo upstream: ${req.method} ${req.url}\n`);
+  });
+  await new Promise((r) => upstream.listen(0, '127.0.0.1', r));
+  const [certChain, privateKey] = generateSelfSignedCert(['localhost', 'demo.localhost', '127.0.0.1']);
+  const protection = {
+    rateLimit: { connectionsPerSecond: 20, burst: 40 },
+    sustained: { connectionsPerMinute: 600 },
+    penaltyBox: { durationMs: 60000 },
+    maxConcurrentPerIp: 64,
+    tlsHandshakeTimeoutMs: 5000,
+  };
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: { certChain, privateKey }, protection }],
+    routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upstream.address().port }] }],
+  });
+  proxy.on('blocked', (e) => console.log(`blocked ${e.ip} on :${e.port}: ${e.reason}`));
+  proxy.on('blockedSummary', (s) => console.log(`blockedSummary: ${JSON.stringify(s)}`));
+  proxy.on('error', (e) => console.log(`error: ${e.code}: ${e.message}`));
+  await proxy.start();
+  console.log(`Rampart demo listening on https://localhost:${port} (self-signed certificate)`);
+  console.log(`  try:   curl -k --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/`);
+  console.log(`  flood: for i in $(seq 100); do curl -sk -o /dev/null --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/; done`);
+  console.log('  watch: blockedIps() is printed every 5 s while anything is blocked; Ctrl-C stops');
+  let last = '';
+  const timer = setInterval(() => {
+    const b = JSON.stringify(proxy.blockedIps());
+    if (b !== last && /"\d|"[0-9a-f:]+\//.test(b)) console.log(`blockedIps(): ${b}`);
+    last = b;
+  }, 5000);
+  const shutdown = async () => {
+    clearInterval(timer);
+    await proxy.stop({ drainMs: 1000 });
+    upstream.close();
+    console.log('stopped');
+    process.exit(0);
+  };
+  process.on('SIGINT', shutdown);
+  process.on('SIGTERM', shutdown);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
