@@ -68,7 +68,9 @@ class RampartProxy extends EventEmitter {
     this._keepAlive = null;
     this._native = call(
       () =>
-        new NativeProxy(encode(config), (name, json) => {
+        new NativeProxy(encode(config), (...args) => {
+          // napi delivers the (name, json) tuple as one array argument
+          const [name, json] = Array.isArray(args[0]) ? args[0] : args;
           this._dispatch(name, json);
         })
     );

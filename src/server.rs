@@ -256,7 +256,7 @@ impl Proxy {
                     l.engine.evict_tick(now, EVICTION_BUDGET);
                 }
                 n += 1;
-                if n % 10 == 0 {
+                if n.is_multiple_of(10) {
                     shared.events.flush_summary(1000);
                 }
             }

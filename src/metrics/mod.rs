@@ -169,6 +169,14 @@ impl ListenerSnapshot {
     }
 }
 
+/// A Prometheus family read off each listener: (name, type, help, getter).
+type Section = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ListenerSnapshot) -> u64,
+);
+
 /// `metrics()`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -218,7 +226,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [(&str, &str, &str, fn(&ListenerSnapshot) -> u64); 4] = [
+        let sections: [Section; 4] = [
             (
                 "accepted_connections_total",
                 "counter",
