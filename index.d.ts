@@ -1,0 +1,238 @@
+// Types of the Rampart JS API (DESIGN.md §2). Times are milliseconds unless a name says otherwise.
+import { EventEmitter } from 'node:events';
+
+/** PEM text or bytes. */
+export type Pem = string | Buffer;
+
+/** A certificate chain (leaf first, then intermediates) and its private key (PKCS#8, PKCS#1 or SEC1). */
+export interface CertConfig {
+  certChain: Pem;
+  privateKey: Pem;
+}
+
+export type UpstreamConfig =
+  | { kind: 'tcp'; host: string; port: number }
+  | { kind: 'uds'; path: string };
+
+export interface RouteConfig {
+  /** 'a.example.com' exact, '*.example.com' one more label, '' default. Case-insensitive. */
+  sni: string;
+  upstreams: UpstreamConfig[];
+  /** Terminate TLS here (default true) or pass the raw bytes through (false). */
+  terminateTls?: boolean;
+  /** Route certificate; defaults to the listener's defaultCert. */
+  cert?: CertConfig;
+  /** Offer ALPN h2 as well as http/1.1. Default false. */
+  http2?: boolean;
+  /** Header sent to the upstream before any byte. Default 'none'. */
+  sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2';
+  /** Fingerprint in a PROXY v2 TLV (0xE0 JA3, 0xE1 JA4); needs 'proxyProtocolV2'. */
+  forwardFingerprint?: 'none' | 'ja3' | 'ja4';
+  /** Upstream connect timeout, ms. Default 5000. */
+  connectTimeoutMs?: number;
+  /** Not supported yet: throws ConfigError. Use protection.rateLimit. */
+  maxConnectionsPerSecond?: number;
+  /** Not supported yet: throws ConfigError. */
+  burst?: number;
+}
+
+export interface ProtectionConfig {
+  /** Per-IP new-connection limit (GCRA). burst defaults to the rate. */
+  rateLimit?: { connectionsPerSecond: number; burst?: number };
+  /** Second, independent per-IP limit over a minute. */
+  sustained?: { connectionsPerMinute: number; burst?: number };
+  /** After any rate-limit exhaustion the IP is refused for durationMs (default 600000). */
+  penaltyBox?: { durationMs?: number };
+  /** Simultaneous connections per IP; 0 = off. */
+  maxConcurrentPerIp?: number;
+  /** CIDRs (a bare IP is /32 or /128) that skip every check. */
+  allowlist?: string[];
+  /** CIDRs refused at accept (reason cidr_blocked). */
+  blocklist?: string[];
+  /** 32-hex JA3 MD5 strings, case-insensitive. */
+  ja3Blocklist?: string[];
+  /** 36-char JA4 strings, case-insensitive. */
+  ja4Blocklist?: string[];
+  /** Whole TLS handshake from accept, ms. Default 10000. */
+  tlsHandshakeTimeoutMs?: number;
+  /** Refuse ClientHellos without server_name. Default false. */
+  requireSni?: boolean;
+  /** IPv6 clients share per-IP state by this prefix. Default 64. */
+  ipv6PrefixLength?: number;
+  /** Hard cap on per-IP entries. Default 1000000. */
+  maxTrackedIps?: number;
+  /** Slowloris guard before the TLS handshake completes. Default { maxPendingPerIp: 64, minBytesPerSecond: 0 }. */
+  slowHandshake?: { maxPendingPerIp?: number; minBytesPerSecond?: number };
+  /** 'observe' decides and reports but admits everything. Default 'enforce'. */
+  mode?: 'enforce' | 'observe';
+  /** Per-source SYN limit enforced in the kernel when XDP is attached. */
+  xdp?: { synPerSecond: number; synBurst?: number };
+}
+
+export interface ListenerConfig {
+  /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4. */
+  host?: string;
+  port: number;
+  /** Only 'tls' is supported yet; 'http' throws ConfigError. */
+  mode?: 'tls' | 'http';
+  defaultCert?: CertConfig;
+  /** Concurrent connections on this listener; 0 = unlimited (default). */
+  maxConnections?: number;
+  /** Close after this many ms with no byte either way. Default 60000. */
+  idleTimeoutMs?: number;
+  protection?: ProtectionConfig;
+}
+
+export interface ProxyConfig {
+  listeners: ListenerConfig[];
+  routes: RouteConfig[];
+  /** Tokio worker threads = SO_REUSEPORT sockets per listener. Default: CPU count. */
+  workerThreads?: number;
+  /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
+  blockedEvents?: { maxPerSecond?: number };
+}
+
+export type BlockReason =
+  | 'cidr_blocked'
+  | 'dynamic_blocked'
+  | 'penalty_boxed'
+  | 'rate_limited'
+  | 'too_many_connections'
+  | 'max_connections'
+  | 'no_sni'
+  | 'ja3_blocked'
+  | 'ja4_blocked'
+  | 'incomplete_handshake'
+  | 'handshake_timeout'
+  | 'slow_handshake'
+  | 'xdp_dropped';
+
+export interface BlockedEvent {
+  ip: string;
+  /** The listener's port. */
+  port: number;
+  /** 'host:port' of the listener. */
+  listener: string;
+  reason: BlockReason;
+  /** 32-hex MD5, '' when the ClientHello was not read. */
+  ja3: string;
+  /** JA4, '' when the ClientHello was not read. */
+  ja4: string;
+  /** True only in observe mode (the connection was admitted). */
+  observed: boolean;
+}
+
+export interface BlockedSummary {
+  intervalMs: number;
+  total: number;
+  byReason: Partial<Record<BlockReason, number>>;
+  topIps: { ip: string; count: number }[];
+}
+
+export interface ErrorEvent {
+  code: string;
+  message: string;
+  ip: string | null;
+  port: number;
+  listener: string;
+}
+
+export interface BlockedIps {
+  rateLimited: string[];
+  concurrencyLimited: string[];
+  cidrBlocklist: string[];
+  penaltyBoxed: string[];
+  dynamicBlocklist: string[];
+}
+
+export interface BlockedDetail {
+  ip: string;
+  port: number;
+  reason: BlockReason;
+  remainingMs?: number;
+}
+
+export interface BlockedIpsDetail {
+  rateLimited: BlockedDetail[];
+  concurrencyLimited: BlockedDetail[];
+  cidrBlocklist: BlockedDetail[];
+  penaltyBoxed: BlockedDetail[];
+  dynamicBlocklist: BlockedDetail[];
+}
+
+export interface ListenerMetrics {
+  address: string;
+  port: number;
+  activeConnections: number;
+  accepted: number;
+  blocked: number;
+  blockedByReason: Record<BlockReason, number>;
+  errors: number;
+  errorsByReason: Record<string, number>;
+  bytesReceived: number;
+  bytesSent: number;
+  trackedIps: number;
+}
+
+export interface XdpStatus {
+  attached: boolean;
+  interface: string;
+  mode: 'native' | 'generic';
+  counters: {
+    passed: number;
+    dropped: { cidr: number; dynamic: number; penalty: number; synFlood: number; unparsed: number };
+  };
+  bannedIps: string[];
+}
+
+export interface Metrics {
+  activeConnections: number;
+  acceptedConnections: number;
+  blockedConnections: number;
+  eventsDropped: number;
+  trackedIps: number;
+  listeners: ListenerMetrics[];
+  xdp?: XdpStatus;
+}
+
+/** Thrown for invalid input; nothing was applied. */
+export class ConfigError extends Error {
+  readonly code: 'ERR_RAMPART_CONFIG';
+  /** Every problem, with the path of its field. */
+  readonly errors: { path: string; message: string }[];
+}
+
+export class RampartProxy extends EventEmitter {
+  /** Validates everything; throws ConfigError naming every offending field. */
+  constructor(config: ProxyConfig);
+  /** Binds every listener; rejects with the OS error (code 'EADDRINUSE', ...), leaving nothing bound. */
+  start(): Promise<void>;
+  /** Stops accepting; after drainMs (default 0) closes the rest; resolves when every socket is closed. */
+  stop(opts?: { drainMs?: number }): Promise<void>;
+  /** All-or-nothing; `protection: null` removes a listener's protection. Throws ConfigError. */
+  updateConfig(u: {
+    routes?: RouteConfig[];
+    protection?: { port: number; protection: ProtectionConfig | null }[];
+  }): void;
+  blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
+  blockedIps(opts: { port?: number; detail: true }): BlockedIpsDetail;
+  /** Blocks a CIDR or bare IP; ttlMs omitted = until unblocked; port omitted = every listener. */
+  blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
+  /** Removes a blockIp entry; true when one was removed. */
+  unblockIp(cidr: string, opts?: { port?: number }): boolean;
+  metrics(): Metrics;
+  /** Prometheus text exposition format 0.0.4. */
+  prometheus(): string;
+  /** Loads the XDP program on an interface: 'auto' tries native then generic. */
+  attachXdp(opts: { interface: string; mode?: 'auto' | 'native' | 'generic' }): Promise<XdpStatus>;
+  detachXdp(): Promise<void>;
+  xdpStatus(): XdpStatus;
+
+  on(event: 'blocked', listener: (e: BlockedEvent) => void): this;
+  on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
+  on(event: 'error', listener: (e: ErrorEvent) => void): this;
+  on(event: 'ready' | 'close', listener: () => void): this;
+}
+
+/** A self-signed ECDSA P-256 certificate for the given names: [certPem, keyPem]. */
+export function generateSelfSignedCert(hosts: string[]): [string, string];
