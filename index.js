@@ -165,6 +165,21 @@ class RampartProxy extends EventEmitter {
   prometheus() {
     return this._native.prometheus();
   }
+
+  /** Loads the XDP filter on `interface` (`mode` 'auto' = native, then generic). */
+  async attachXdp() {
+    throw new Error('attachXdp is not supported yet in this build');
+  }
+
+  /** Removes the XDP filter and its pinned maps. */
+  async detachXdp() {
+    throw new Error('detachXdp is not supported yet in this build');
+  }
+
+  /** XDP state and counters. */
+  xdpStatus() {
+    throw new Error('xdpStatus is not supported yet in this build');
+  }
 }
 
 module.exports = { RampartProxy, ConfigError, generateSelfSignedCert };

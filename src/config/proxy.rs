@@ -343,10 +343,11 @@ fn parse_route(
             None
         }
     };
-    let terminate_tls = match field(obj, "terminateTls") {
-        Some(b) => v::boolean(b, &join(path, "terminateTls"), issues).unwrap_or(true),
-        None => true,
+    let terminate_tls_field = match field(obj, "terminateTls") {
+        Some(b) => v::boolean(b, &join(path, "terminateTls"), issues),
+        None => Some(true),
     };
+    let terminate_tls = terminate_tls_field.unwrap_or(true);
     let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues));
     let http2 = field(obj, "http2")
         .and_then(|b| v::boolean(b, &join(path, "http2"), issues))
@@ -390,7 +391,7 @@ fn parse_route(
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
-    if terminate_tls && cert.is_none() && field(obj, "cert").is_none() {
+    if terminate_tls_field == Some(true) && cert.is_none() && field(obj, "cert").is_none() {
         let missing: Vec<String> = listeners
             .iter()
             .filter(|l| l.default_cert.is_none())
@@ -516,20 +517,25 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
                 if arr.is_empty() {
                     issues.push("listeners", "must hold at least one listener");
                 }
+                let mut ports: Vec<(u64, usize)> = Vec::new();
                 for (i, x) in arr.iter().enumerate() {
-                    if let Some(lc) = parse_listener(x, &v::index("listeners", i), &mut issues) {
-                        if let Some(prev) = listeners
-                            .iter()
-                            .position(|p: &ListenerConfig| p.port == lc.port)
-                        {
+                    let lc = parse_listener(x, &v::index("listeners", i), &mut issues);
+                    let port = x
+                        .get("port")
+                        .and_then(Value::as_u64)
+                        .filter(|p| (1..=65535).contains(p));
+                    if let Some(p) = port {
+                        if let Some((_, prev)) = ports.iter().find(|(q, _)| *q == p) {
                             issues.push(
                                 format!("listeners[{i}].port"),
                                 format!(
-                                    "{} is already used by listeners[{prev}] (the port names a listener)",
-                                    lc.port
+                                    "{p} is already used by listeners[{prev}] (the port names a listener)"
                                 ),
                             );
                         }
+                        ports.push((p, i));
+                    }
+                    if let Some(lc) = lc {
                         listeners.push(lc);
                     }
                 }

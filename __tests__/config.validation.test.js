@@ -1,0 +1,100 @@
+'use strict';
+// Bad input gets a clear error naming every offending field at once, and changes nothing.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { RampartProxy, ConfigError } = require('..');
+const h = require('./helpers');
+
+function errorsOf(fn) {
+  try {
+    fn();
+  } catch (e) {
+    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${e}`);
+    return e.errors;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+test('the constructor names every offending listener and route field', () => {
+  const errs = errorsOf(
+    () =>
+      new RampartProxy({
+        listeners: [
+          { host: 'nope', port: 70000, maxConnections: -1, idleTimeoutMs: Infinity },
+          { port: 8443, mode: 'http' },
+          { port: 8443 },
+        ],
+        routes: [
+          { sni: 'a b', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: NaN }] },
+          { sni: '*.x.com', terminateTls: false, upstreams: [], forwardFingerprint: 'ja4' },
+          { sni: 'x.com', upstreams: [{ kind: 'uds' }], terminateTls: 'yes', burts: 3 },
+        ],
+        workerThreads: 0,
+      })
+  );
+  assert.deepEqual(errs, [
+    { path: 'listeners[0].host', message: 'must be an IP address to bind (\'0.0.0.0\', \'::\', \'127.0.0.1\'), got "nope"' },
+    { path: 'listeners[0].port', message: 'must be an integer in [1, 65535], got 70000' },
+    { path: 'listeners[0].maxConnections', message: 'must be an integer in [0, 2^53-1], got -1' },
+    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [1, 2^53-1], got Infinity' },
+    { path: 'listeners[1].mode', message: "'http' is not supported yet (only 'tls' listeners)" },
+    { path: 'listeners[2].port', message: '8443 is already used by listeners[1] (the port names a listener)' },
+    { path: 'routes[0].sni', message: 'must be \'\', a host name or \'*.\' followed by a host name, got "a b"' },
+    { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got NaN' },
+    { path: 'routes[1].upstreams', message: 'must hold at least one upstream' },
+    { path: 'routes[1].forwardFingerprint', message: "needs sourceAddressHeader: 'proxyProtocolV2' (the fingerprint rides a PROXY v2 TLV)" },
+    { path: 'routes[2].burts', message: 'unknown field; expected one of: sni, upstreams, terminateTls, cert, http2, sourceAddressHeader, forwardFingerprint, connectTimeoutMs, maxConnectionsPerSecond, burst' },
+    { path: 'routes[2].upstreams[0].path', message: "is required for kind 'uds'" },
+    { path: 'routes[2].terminateTls', message: 'must be a boolean, got "yes"' },
+    { path: 'workerThreads', message: 'must be an integer in [1, 256], got 0' },
+  ]);
+});
+
+test('a terminating route without any certificate is refused', () => {
+  const errs = errorsOf(
+    () =>
+      new RampartProxy({
+        listeners: [{ host: '127.0.0.1', port: 9 }],
+        routes: [{ sni: '', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }],
+      })
+  );
+  assert.deepEqual(errs, [
+    { path: 'routes[0].cert', message: 'is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:9)' },
+  ]);
+});
+
+test('a key that does not match its certificate is refused', () => {
+  const a = h.selfSigned(['a.test']);
+  const b = h.selfSigned(['b.test']);
+  const errs = errorsOf(
+    () =>
+      new RampartProxy({
+        listeners: [{ host: '127.0.0.1', port: 9, defaultCert: { certChain: a.certChain, privateKey: b.privateKey } }],
+        routes: [],
+      })
+  );
+  assert.equal(errs.length, 1);
+  assert.equal(errs[0].path, 'listeners[0].defaultCert');
+  assert.match(errs[0].message, /^privateKey does not match the first certificate of certChain/);
+});
+
+test('updateConfig with unknown ports and bad routes throws and changes nothing', async () => {
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [],
+  });
+  const errs = errorsOf(() =>
+    proxy.updateConfig({
+      routes: [{ sni: 'x', upstreams: [{ kind: 'tcp', host: 'h', port: 0 }] }],
+      protection: [{ port: 1, protection: null }, { port: 'x', protection: null }],
+      extra: true,
+    })
+  );
+  assert.deepEqual(errs, [
+    { path: 'extra', message: 'unknown field; expected one of: routes, protection' },
+    { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got 0' },
+    { path: 'protection[0].port', message: `no listener on port 1; listeners: ${port}` },
+    { path: 'protection[1].port', message: 'must be an integer in [1, 65535], got "x"' },
+  ]);
+});
