@@ -236,3 +236,13 @@ export class RampartProxy extends EventEmitter {
 
 /** A self-signed ECDSA P-256 certificate for the given names: [certPem, keyPem]. */
 export function generateSelfSignedCert(hosts: string[]): [string, string];
+
+/** Fingerprints of a raw ClientHello (TLS records as sent); null when not a complete hello. */
+export function fingerprintClientHello(hello: Buffer): {
+  sni: string | null;
+  alpn: string[];
+  ja3: string;
+  ja3String: string;
+  ja4: string;
+  ja4R: string;
+} | null;

@@ -4,7 +4,8 @@
  * and an XDP kernel filter, as a Node.js addon. See README.md and index.d.ts for the API.
  */
 const { EventEmitter } = require('node:events');
-const { NativeProxy, generateSelfSignedCert } = require('./binding.js');
+const binding = require('./binding.js');
+const { NativeProxy, generateSelfSignedCert } = binding;
 
 const CONFIG_ERROR_PREFIX = 'RAMPART_CONFIG_ERROR';
 
@@ -182,4 +183,14 @@ class RampartProxy extends EventEmitter {
   }
 }
 
-module.exports = { RampartProxy, ConfigError, generateSelfSignedCert };
+/**
+ * Fingerprints of a raw ClientHello (Buffer of the TLS records as sent, from the first record
+ * header): `{ sni, alpn, ja3, ja3String, ja4, ja4R }`, or null when it is not a complete hello.
+ */
+function fingerprintClientHello(hello) {
+  if (!Buffer.isBuffer(hello)) throw new TypeError('fingerprintClientHello expects a Buffer');
+  const out = binding.fingerprintClientHello(hello);
+  return out == null ? null : JSON.parse(out);
+}
+
+module.exports = { RampartProxy, ConfigError, generateSelfSignedCert, fingerprintClientHello };

@@ -253,3 +253,45 @@ module.exports = {
   sha256,
   isRoot,
 };
+
+/**
+ * A started proxy on a free port in front of a TCP echo upstream, terminating TLS for every SNI.
+ * `listener` fields are merged into the single listener; returns `{ proxy, port, echo, events,
+ * close() }` where `events` collects 'blocked' payloads.
+ */
+async function protectedProxy(listener = {}, extra = {}) {
+  const { RampartProxy } = require('../..');
+  const echo = await echoServer();
+  const port = await freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: selfSigned(), ...listener }],
+    routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] }],
+    ...extra,
+  });
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  await proxy.start();
+  return {
+    proxy,
+    port,
+    echo,
+    events,
+    async close() {
+      await proxy.stop();
+      await closeServer(echo);
+    },
+  };
+}
+
+/** A TLS round trip from `localAddress`; resolves true when the echo came back, false when refused. */
+async function admitted(port, localAddress, { host = '127.0.0.1', servername = 'localhost' } = {}) {
+  try {
+    const r = await tlsRoundTrip({ port, host, localAddress, servername, payload: Buffer.from('hi'), timeoutMs: 3000 });
+    return r.data.toString() === 'hi';
+  } catch {
+    return false;
+  }
+}
+
+module.exports.protectedProxy = protectedProxy;
+module.exports.admitted = admitted;

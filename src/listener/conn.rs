@@ -177,11 +177,13 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         Some(h) => (h.ja3(), h.ja4()),
         None => (String::new(), String::new()),
     };
+    // Blocklists hold lower case; JA4's ALPN characters keep the client's case.
+    let ja4_lc = ja4.to_ascii_lowercase();
     let facts = HelloFacts {
         complete: hello.is_some(),
         has_sni: hello.as_ref().is_some_and(|h| h.sni.is_some()),
         ja3: hello.as_ref().map(|_| ja3.as_str()),
-        ja4: hello.as_ref().map(|_| ja4.as_str()),
+        ja4: hello.as_ref().map(|_| ja4_lc.as_str()),
     };
     if let Some(v) = l.engine.check_hello(ip, &facts, clock::now_ns()) {
         shared.report_block(li, ip, v.reason, v.observed, &ja3, &ja4, clock::now_ns());

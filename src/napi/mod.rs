@@ -157,3 +157,25 @@ pub fn generate_self_signed_cert(hosts: Vec<String>) -> Result<Vec<String>> {
     let (c, k) = crate::tls::certs::self_signed(&hosts).map_err(Error::from_reason)?;
     Ok(vec![c, k])
 }
+
+/// Fingerprints of one raw ClientHello (the TLS records as sent on TCP, from the first record
+/// header): `{ sni, alpn, ja3, ja3String, ja4, ja4R }` as JSON, or `null` when the bytes are not a
+/// complete ClientHello. JA3 per the Salesforce definition, JA4 per FoxIO's JA4 spec.
+#[napi]
+pub fn fingerprint_client_hello(hello: Buffer) -> Option<String> {
+    use crate::tls::clienthello::{parse_client_hello, HelloParse};
+    match parse_client_hello(&hello) {
+        HelloParse::Complete(h) => Some(
+            serde_json::json!({
+                "sni": h.sni,
+                "alpn": h.alpn.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>(),
+                "ja3": h.ja3(),
+                "ja3String": h.ja3_string(),
+                "ja4": h.ja4(),
+                "ja4R": h.ja4_r(),
+            })
+            .to_string(),
+        ),
+        _ => None,
+    }
+}

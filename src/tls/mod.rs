@@ -2,3 +2,5 @@
 
 pub mod certs;
 pub mod clienthello;
+pub mod ja3;
+pub mod ja4;
