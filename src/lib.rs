@@ -14,3 +14,4 @@ pub mod protection;
 pub mod proxy;
 pub mod server;
 pub mod tls;
+pub mod xdp;

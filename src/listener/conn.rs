@@ -105,8 +105,23 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
                 slow_check = true;
             }
         }
-        match tokio::time::timeout_at(wake, sock.readable()).await {
-            Ok(Ok(())) => {}
+        if Instant::now() >= deadline {
+            return Peeked::TimedOut;
+        }
+        match tokio::time::timeout_at(wake, sock.ready(Interest::READABLE)).await {
+            Ok(Ok(r)) => {
+                if r.is_read_closed() {
+                    // FIN (or reset): whatever is buffered is all there will be.
+                    return match peek_now(sock, &mut buf) {
+                        Ok(n) if n != seen && n > 0 => match parse_client_hello(&buf[..n]) {
+                            HelloParse::Complete(h) => Peeked::Hello(Box::new(h)),
+                            HelloParse::Incomplete => Peeked::Closed,
+                            _ => Peeked::NotTls,
+                        },
+                        _ => Peeked::Closed,
+                    };
+                }
+            }
             Ok(Err(_)) => return Peeked::Closed,
             Err(_) => {
                 return if slow_check {

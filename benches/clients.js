@@ -1,0 +1,194 @@
+#!/usr/bin/env node
+'use strict';
+// Load clients for `npm run bench` that wrk cannot play because they need a chosen source address:
+//
+// - flood (child process): a single-IP connection flood. Keeps `concurrency` TCP connections in
+//   flight from `localAddress`; each sends a recorded ClientHello, and is reset (RST, so no
+//   TIME_WAIT eats the source ports) as soon as the proxy answers or closes. Counts attempts,
+//   `served` (the proxy answered: a handshake was started for us) and `refused` (closed with no
+//   byte: rejected at accept).
+// - idle (child process): opens `count` TLS connections (full handshakes), spread over several
+//   127.0.0.0/8 source addresses so no source runs out of ports, then holds them open, idle.
+// - legitProbe (in-process function): an open-loop client from another source address that
+//   starts one TLS connection + `GET /` every 1/rate s and records success and latency.
+//
+//   node benches/clients.js flood '<json opts>'   |   node benches/clients.js idle '<json opts>'
+const net = require('node:net');
+const tls = require('node:tls');
+
+/** Records the raw ClientHello node:tls sends for `servername` (one TLS record, Buffer). */
+async function recordClientHello(servername) {
+  let done;
+  const got = new Promise((r) => (done = r));
+  const server = net.createServer((s) => {
+    let buf = Buffer.alloc(0);
+    s.on('error', () => {});
+    s.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (buf.length >= 5 && buf.length >= 5 + buf.readUInt16BE(3)) {
+        done(buf.subarray(0, 5 + buf.readUInt16BE(3)));
+        s.destroy();
+      }
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const c = tls.connect({ port: server.address().port, host: '127.0.0.1', servername, rejectUnauthorized: false });
+  c.on('error', () => {});
+  const hello = await got;
+  c.destroy();
+  await new Promise((r) => server.close(r));
+  return hello;
+}
+
+function flood({ host, port, localAddress, concurrency, hello }) {
+  const helloBuf = Buffer.from(hello, 'base64');
+  const st = { attempts: 0, served: 0, refused: 0 };
+  let stopped = false;
+  const one = () => {
+    if (stopped) return;
+    st.attempts++;
+    const s = net.connect({ host, port, localAddress });
+    let answered = false;
+    let finished = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      if (answered) st.served++;
+      else st.refused++;
+      if (!s.destroyed) s.resetAndDestroy();
+      setImmediate(one);
+    };
+    s.on('connect', () => s.write(helloBuf));
+    s.on('data', () => {
+      answered = true;
+      finish();
+    });
+    s.on('error', finish);
+    s.on('close', finish);
+    s.setTimeout(5000, finish);
+  };
+  for (let i = 0; i < concurrency; i++) one();
+  process.on('message', (m) => {
+    if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
+    if (m && m.cmd === 'stop') {
+      stopped = true;
+      process.send({ stats: { ...st } });
+      setTimeout(() => process.exit(0), 50);
+    }
+  });
+}
+
+function idle({ host, port, count, concurrency, sources, servername, timeoutMs = 20000 }) {
+  const held = [];
+  const st = { established: 0, failed: 0, dropped: 0 };
+  let next = 0;
+  let inflight = 0;
+  let reported = false;
+  const report = () => {
+    if (!reported && st.established + st.failed === count) {
+      reported = true;
+      process.send({ done: true, ...st });
+    }
+  };
+  const one = () => {
+    if (next >= count) return;
+    const i = next++;
+    inflight++;
+    const s = tls.connect({ host, port, servername, localAddress: sources[i % sources.length], rejectUnauthorized: false });
+    let ok = false;
+    const t = setTimeout(() => s.destroy(new Error('handshake timeout')), timeoutMs);
+    s.on('secureConnect', () => {
+      clearTimeout(t);
+      ok = true;
+      st.established++;
+      held.push(s);
+      inflight--;
+      report();
+      one();
+    });
+    s.on('error', () => {});
+    s.on('close', () => {
+      clearTimeout(t);
+      if (ok) st.dropped++;
+      else {
+        st.failed++;
+        inflight--;
+        report();
+        one();
+      }
+    });
+  };
+  for (let k = 0; k < concurrency; k++) one();
+  process.on('message', (m) => {
+    if (m && m.cmd === 'stats') process.send({ stats: { ...st, inflight } });
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+/**
+ * Open-loop probe: every 1000/rate ms starts a TLS connection from `localAddress`, sends
+ * `GET / HTTP/1.1` with `Connection: close` and reads to the end. Success = status 200 and at
+ * least `minBytes` bytes within `timeoutMs`. Resolves `{ attempts, ok, latenciesMs }` (latency of
+ * successful requests, connect start to last byte).
+ */
+function legitProbe({ host, port, localAddress, servername, rate, durationMs, minBytes, timeoutMs = 5000 }) {
+  return new Promise((resolve) => {
+    const res = { attempts: 0, ok: 0, latenciesMs: [] };
+    let pending = 0;
+    let ended = false;
+    const req = Buffer.from(`GET / HTTP/1.1\r\nHost: ${servername}\r\nConnection: close\r\n\r\n`);
+    const maybeDone = () => {
+      if (ended && pending === 0) resolve(res);
+    };
+    const one = () => {
+      res.attempts++;
+      pending++;
+      const t0 = process.hrtime.bigint();
+      let bytes = 0;
+      let head = '';
+      let settled = false;
+      const s = tls.connect({ host, port, servername, localAddress, rejectUnauthorized: false });
+      const settle = () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (head.startsWith('HTTP/1.1 200') && bytes >= minBytes) {
+          res.ok++;
+          res.latenciesMs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+        }
+        s.destroy();
+        pending--;
+        maybeDone();
+      };
+      const timer = setTimeout(settle, timeoutMs);
+      s.on('secureConnect', () => s.write(req));
+      s.on('data', (d) => {
+        if (head.length < 16) head += d.toString('latin1', 0, 16);
+        bytes += d.length;
+        if (bytes >= minBytes) settle();
+      });
+      s.on('error', settle);
+      s.on('close', settle);
+    };
+    const iv = setInterval(one, 1000 / rate);
+    one();
+    setTimeout(() => {
+      clearInterval(iv);
+      ended = true;
+      maybeDone();
+    }, durationMs);
+  });
+}
+
+module.exports = { recordClientHello, legitProbe };
+
+if (require.main === module) {
+  const [mode, json] = process.argv.slice(2);
+  const opts = JSON.parse(json);
+  if (mode === 'flood') flood(opts);
+  else if (mode === 'idle') idle(opts);
+  else {
+    console.error(`unknown mode ${mode} (flood | idle)`);
+    process.exit(2);
+  }
+}

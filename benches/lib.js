@@ -1,0 +1,298 @@
+'use strict';
+// Plumbing for benches/run.js: processes, HAProxy configs, /proc readings, wrk output, statistics.
+const fs = require('node:fs');
+const net = require('node:net');
+const path = require('node:path');
+const { spawn, fork } = require('node:child_process');
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs a command to completion: `{ code, stdout, stderr }` (strings); never rejects. */
+function run(cmd, args, { timeoutMs = 120000, env } = {}) {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env: env || process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = [];
+    const err = [];
+    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.stdout.on('data', (d) => out.push(d));
+    p.stderr.on('data', (d) => err.push(d));
+    p.on('error', (e) => {
+      clearTimeout(t);
+      resolve({ code: -1, stdout: '', stderr: String(e) });
+    });
+    p.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+    });
+  });
+}
+
+/** True when `name` is on PATH. */
+function haveTool(name) {
+  return (process.env.PATH || '').split(':').some((d) => {
+    try {
+      fs.accessSync(path.join(d, name), fs.constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** A TCP port free on 127.0.0.1 right now. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Resolves once `host:port` accepts a TCP connection (polls every 20 ms). */
+async function waitPort(port, host = '127.0.0.1', timeoutMs = 10000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await new Promise((r) => {
+      const s = net.connect({ port, host });
+      s.on('connect', () => {
+        s.destroy();
+        r(true);
+      });
+      s.on('error', () => r(false));
+    });
+    if (ok) return;
+    if (Date.now() > end) throw new Error(`nothing listens on ${host}:${port} after ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+/** `{ rssKb, cpuTicks }` of a process from /proc (cpuTicks = utime + stime, in clock ticks). */
+function procStat(pid) {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rssKb = Number((/VmRSS:\s+(\d+)/.exec(status) || [])[1] || 0);
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { rssKb, cpuTicks: Number(f[11]) + Number(f[12]) };
+}
+
+/** Clock ticks per second (USER_HZ); 100 on every Linux build in practice. */
+const CLK_TCK = 100;
+
+/** Soft and hard RLIMIT_NOFILE of this process. */
+function nofileLimits() {
+  const m = /Max open files\s+(\d+|unlimited)\s+(\d+|unlimited)/.exec(fs.readFileSync('/proc/self/limits', 'utf8'));
+  const n = (x) => (x === 'unlimited' ? Infinity : Number(x));
+  return { soft: n(m[1]), hard: n(m[2]) };
+}
+
+/** Kills a child and waits for it to exit. */
+function killWait(child, signal = 'SIGTERM', timeoutMs = 5000) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.once('exit', () => {
+      clearTimeout(t);
+      resolve();
+    });
+    child.kill(signal);
+  });
+}
+
+// ---------- HAProxy ----------
+
+/**
+ * HAProxy as the shared origin ("upstream") server: `mode http`, answering every request from
+ * memory with `http-request return` (no disk, no backend), bound on each of `addrs`.
+ */
+function originConfig({ addrs, port, bodyFile, bulkFile, maxconn, threads = 1 }) {
+  return `global
+  nbthread ${threads}
+  maxconn ${maxconn}
+  tune.bufsize 131072
+defaults
+  mode http
+  timeout client 60s
+  timeout server 60s
+  timeout connect 5s
+  timeout http-keep-alive 60s
+frontend origin
+${addrs.map((a) => `  bind ${a}:${port}`).join('\n')}
+  http-request return status 200 content-type application/octet-stream file ${bulkFile} if { path /bulk }
+  http-request return status 200 content-type application/octet-stream file ${bodyFile}
+`;
+}
+
+/**
+ * HAProxy as the proxy under test: `mode tcp`, TLS terminated on the bind line, round-robin over
+ * the same origin addresses Rampart uses. `protection` mirrors Rampart's
+ * `{ rateLimit: { connectionsPerSecond }, maxConcurrentPerIp }` with a stick table tracking
+ * conn_rate(1s) and conn_cur per source IP and `tcp-request connection reject` rules (checked at
+ * accept, before the TLS handshake, like Rampart's admission).
+ */
+function haproxyConfig({ port, pem, upstreams, threads, maxconn, statsSocket, protection }) {
+  const prot = protection
+    ? `  stick-table type ip size 1m expire 30s store conn_rate(1s),conn_cur
+  tcp-request connection track-sc0 src
+  tcp-request connection reject if { sc_conn_rate(0) gt ${protection.connectionsPerSecond} }
+  tcp-request connection reject if { sc_conn_cur(0) gt ${protection.maxConcurrentPerIp} }
+`
+    : '';
+  return `global
+  nbthread ${threads}
+  maxconn ${maxconn}
+  stats socket ${statsSocket} level admin
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:${port} ssl crt ${pem} alpn http/1.1
+  maxconn ${maxconn}
+${prot}  default_backend be
+backend be
+  balance roundrobin
+${upstreams.map((u, i) => `  server o${i} ${u.host}:${u.port}`).join('\n')}
+`;
+}
+
+/** Starts `haproxy -db -f cfg` (foreground, one process); resolves `{ pid, child, stop() }`. */
+async function startHaproxy(cfgPath, port, host = '127.0.0.1') {
+  const check = await run('haproxy', ['-c', '-q', '-f', cfgPath]);
+  if (check.code !== 0) throw new Error(`haproxy config ${cfgPath} rejected:\n${check.stdout}${check.stderr}`);
+  const child = spawn('haproxy', ['-db', '-f', cfgPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (d) => (log += d));
+  const exited = new Promise((r) => child.once('exit', r));
+  await Promise.race([
+    waitPort(port, host),
+    exited.then(() => {
+      throw new Error(`haproxy exited: ${log}`);
+    }),
+  ]);
+  return { pid: child.pid, child, stop: () => killWait(child, 'SIGTERM'), log: () => log };
+}
+
+/** `show info` (or another command) on an HAProxy stats socket, as `{ Name: value }`. */
+function haproxyInfo(sockPath, cmd = 'show info') {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(sockPath);
+    let d = '';
+    s.on('data', (x) => (d += x));
+    s.on('error', reject);
+    s.on('end', () => {
+      const out = {};
+      for (const line of d.split('\n')) {
+        const i = line.indexOf(':');
+        if (i > 0) out[line.slice(0, i).trim()] = line.slice(i + 1).trim();
+      }
+      resolve(out);
+    });
+    s.write(`${cmd}\n`);
+  });
+}
+
+// ---------- Rampart ----------
+
+/**
+ * Forks benches/rampart-server.js with `config` (written to `cfgPath`); resolves `{ pid, child,
+ * metrics(), stop() }` once it listens.
+ */
+async function startRampart(config, cfgPath, rampartPath) {
+  fs.writeFileSync(cfgPath, JSON.stringify(config));
+  const child = fork(path.join(__dirname, 'rampart-server.js'), [cfgPath], {
+    env: { ...process.env, RAMPART_PATH: rampartPath },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const ready = await new Promise((resolve, reject) => {
+    child.once('message', (m) => (m && m.ready ? resolve(m) : reject(new Error(`rampart-server: ${m && m.error}`))));
+    child.once('exit', (c) => reject(new Error(`rampart-server exited with ${c}`)));
+  });
+  const metrics = () =>
+    new Promise((resolve) => {
+      const on = (m) => {
+        if (m && m.metrics) {
+          child.off('message', on);
+          resolve(m.metrics);
+        }
+      };
+      child.on('message', on);
+      child.send({ cmd: 'metrics' });
+    });
+  const stop = async () => {
+    if (child.connected) child.send({ cmd: 'stop' });
+    await new Promise((r) => {
+      if (child.exitCode !== null || child.signalCode !== null) return r();
+      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+      child.once('exit', () => {
+        clearTimeout(t);
+        r();
+      });
+    });
+  };
+  return { pid: ready.pid, child, metrics, stop };
+}
+
+// ---------- wrk ----------
+
+const UNITS = { B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 };
+
+function parseLatencyMs(s) {
+  const m = /([\d.]+)(us|ms|s)/.exec(s || '');
+  if (!m) return NaN;
+  return Number(m[1]) * { us: 1e-3, ms: 1, s: 1e3 }[m[2]];
+}
+
+/**
+ * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p99Ms }`. `errors` sums
+ * the "Socket errors" line (connect, read, write, timeout).
+ */
+function parseWrk(out) {
+  const rps = Number((/Requests\/sec:\s+([\d.]+)/.exec(out) || [])[1]);
+  const tm = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out);
+  const mbps = tm ? (Number(tm[1]) * UNITS[tm[2]]) / UNITS.MB : NaN;
+  const requests = Number((/(\d+) requests in/.exec(out) || [])[1]);
+  const se = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  const errors = se ? se.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
+  const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(out) || [0, 0])[1]);
+  const p99Ms = parseLatencyMs((/^\s+99%\s+(\S+)/m.exec(out) || [])[1]);
+  return { rps, mbps, requests, errors, non2xx, p99Ms };
+}
+
+// ---------- statistics ----------
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  return n === 0 ? NaN : n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/** The q-quantile (0..1) by nearest rank. */
+function quantile(xs, q) {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
+}
+
+module.exports = {
+  sleep,
+  run,
+  haveTool,
+  freePort,
+  waitPort,
+  procStat,
+  CLK_TCK,
+  nofileLimits,
+  killWait,
+  originConfig,
+  haproxyConfig,
+  startHaproxy,
+  haproxyInfo,
+  startRampart,
+  parseWrk,
+  median,
+  quantile,
+};

@@ -1,0 +1,569 @@
+#!/usr/bin/env node
+'use strict';
+// `npm run bench [-- --quick]`: end-to-end Rampart vs HAProxy on this machine (DESIGN.md §5).
+//
+// Both proxies terminate TLS (same ECDSA P-256 certificate, same worker threads) in front of the
+// same origin: one HAProxy process in `mode http` answering from memory (`http-request return`),
+// bound on 127.0.0.10-13 and used round-robin by both proxies (four origin addresses multiply the
+// ephemeral ports available to the proxy → origin connections). Every measurement starts a fresh
+// proxy; rounds alternate Rampart, HAProxy, Rampart, HAProxy, ... and the table gives the median
+// with min–max over rounds and the Rampart/HAProxy ratio of the medians.
+//
+// Scenarios: new TLS connections/s (one request per connection; full handshakes, and resumed);
+// kept-alive requests/s and MiB/s at 64 and 512 connections, plus a bulk (64 KiB body) row; the
+// same with protection on (limits never reached); a single-IP flood over the limits while another
+// source address measures its success rate and latency; RSS with many idle TLS connections.
+//
+// Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
+// hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle),
+// --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results).
+// Env: RAMPART_PATH = directory of the addon package (default: the repo root).
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { fork } = require('node:child_process');
+const L = require('./lib');
+const { recordClientHello, legitProbe } = require('./clients');
+
+const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
+
+// ---------- options ----------
+const argv = process.argv.slice(2);
+const flag = (n) => argv.includes(n);
+const opt = (n, d) => {
+  const i = argv.indexOf(n);
+  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
+};
+if (flag('--help') || flag('-h')) {
+  console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 21).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  process.exit(0);
+}
+const QUICK = flag('--quick');
+const ROUNDS = Number(opt('--rounds', QUICK ? 1 : 3));
+const DURATION = Number(opt('--duration', QUICK ? 3 : 10));
+const ONLY = opt('--only', '') ? opt('--only', '').split(',') : null;
+const IDLE_TARGET = Number(opt('--idle', QUICK ? 4000 : 50000));
+const JSON_OUT = opt('--json', '');
+const THREADS = 2;
+const BODY_BYTES = 4096;
+const BULK_BYTES = 65536;
+const SNI = 'localhost';
+
+/** Protection that is on but never reached (scenario 3). */
+const PROT_HIGH = { connectionsPerSecond: 100000, maxConcurrentPerIp: 100000 };
+/** Protection the flood exceeds (scenario 4); the probe stays far below it. */
+const PROT_FLOOD = { connectionsPerSecond: 100, maxConcurrentPerIp: 64 };
+const FLOOD_CONCURRENCY = 256;
+const PROBE_RATE = 20;
+
+const children = new Set();
+function track(child) {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+function cleanup() {
+  for (const c of children) c.kill('SIGKILL');
+}
+process.on('exit', cleanup);
+process.on('SIGINT', () => process.exit(130));
+process.on('SIGTERM', () => process.exit(143));
+
+const log = (...a) => console.error(...a);
+
+// ---------- environment ----------
+async function checkTools() {
+  const tools = { haproxy: 'haproxy', wrk: 'wrk', openssl: 'openssl' };
+  const missing = Object.keys(tools).filter((t) => !L.haveTool(t));
+  if (missing.length) {
+    console.error(`missing tools: ${missing.join(', ')}\n  apt-get install haproxy wrk nghttp2-client openssl`);
+    process.exit(1);
+  }
+  // A C compiler builds the 10-line LD_PRELOAD shim that makes wrk's OpenSSL client never offer a
+  // saved session, so "full handshake" rows really do one ECDHE + one signature per connection.
+  const cc = ['cc', 'gcc', 'clang'].find(L.haveTool);
+  if (!cc) log('note: no C compiler (cc/gcc/clang): full-handshake rows are skipped (apt-get install gcc)');
+  return { cc };
+}
+
+const NO_RESUME_C = `#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+/* Never offer a saved TLS session: SSL_set_session always sets none, SSL_clear forgets it. */
+int SSL_set_session(void *s, void *sess) {
+  static int (*real)(void *, void *);
+  if (!real) real = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
+  (void)sess;
+  return real(s, NULL);
+}
+int SSL_clear(void *s) {
+  static int (*real)(void *);
+  static int (*set)(void *, void *);
+  if (!real) real = (int (*)(void *))dlsym(RTLD_NEXT, "SSL_clear");
+  if (!set) set = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
+  set(s, NULL);
+  return real(s);
+}
+`;
+
+async function buildShim(cc, dir) {
+  const src = path.join(dir, 'noresume.c');
+  const so = path.join(dir, 'noresume.so');
+  fs.writeFileSync(src, NO_RESUME_C);
+  const r = await L.run(cc, ['-shared', '-fPIC', '-O2', '-o', so, src, '-ldl']);
+  if (r.code !== 0) {
+    log(`note: could not build the no-resumption shim (${r.stderr.trim()}); full-handshake rows skipped`);
+    return null;
+  }
+  return so;
+}
+
+function raiseNofile() {
+  // Children inherit the soft limit; the hard limit needs CAP_SYS_RESOURCE to go up.
+  const before = L.nofileLimits();
+  const want = 1048576;
+  const trySet = (soft, hard) =>
+    require('node:child_process').spawnSync('prlimit', ['--pid', String(process.pid), `--nofile=${soft}:${hard}`]).status === 0;
+  if (before.hard < want && trySet(want, want)) return L.nofileLimits();
+  if (before.soft < before.hard) trySet(before.hard, before.hard);
+  return L.nofileLimits();
+}
+
+/** ELF section names of a shared object (64-bit little-endian), [] if it is not one. */
+function elfSections(buf) {
+  if (buf.length < 64 || buf.readUInt32BE(0) !== 0x7f454c46 || buf[4] !== 2) return [];
+  const shoff = Number(buf.readBigUInt64LE(0x28));
+  const shentsize = buf.readUInt16LE(0x3a);
+  const shnum = buf.readUInt16LE(0x3c);
+  const strOff = Number(buf.readBigUInt64LE(shoff + buf.readUInt16LE(0x3e) * shentsize + 0x18));
+  const names = [];
+  for (let i = 0; i < shnum; i++) {
+    const at = strOff + buf.readUInt32LE(shoff + i * shentsize);
+    names.push(buf.toString('latin1', at, buf.indexOf(0, at)));
+  }
+  return names;
+}
+
+function addonBuildKind(file) {
+  try {
+    const debug = elfSections(fs.readFileSync(file)).includes('.debug_info');
+    return debug ? 'has .debug_info: a debug build? figures not representative' : 'release (no .debug_info)';
+  } catch (e) {
+    return `unreadable: ${e.message}`;
+  }
+}
+
+async function environment(ctx) {
+  const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1] || 'unknown';
+  const haproxyV = (await L.run('haproxy', ['-v'])).stdout.split('\n')[0];
+  const wrkV = ((await L.run('wrk', ['-v'])).stdout.match(/wrk \S+/) || ['wrk ?'])[0];
+  const opensslV = (await L.run('openssl', ['version'])).stdout.trim();
+  const addon = fs.readdirSync(RAMPART_PATH).find((f) => /^rampart\..*\.node$/.test(f));
+  const addonPath = addon ? path.join(RAMPART_PATH, addon) : '(none)';
+  let commit = '';
+  const g = await L.run('git', ['-C', RAMPART_PATH, 'log', '-1', '--format=%h %s']);
+  if (g.code === 0) commit = g.stdout.trim();
+  return {
+    cores: os.cpus().length,
+    cpu,
+    kernel: `${os.type()} ${os.release()}`,
+    memGiB: (os.totalmem() / 2 ** 30).toFixed(1),
+    node: process.version,
+    haproxy: haproxyV,
+    wrk: wrkV,
+    openssl: opensslV,
+    addon: addonPath,
+    addonBuild: addon ? addonBuildKind(addonPath) : '',
+    commit,
+    nofile: ctx.nofile,
+  };
+}
+
+async function negotiated(port) {
+  const r = await L.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', SNI, '-brief'], { timeoutMs: 5000 });
+  const t = r.stdout + r.stderr;
+  const get = (re) => (re.exec(t) || [])[1] || '?';
+  return `${get(/Protocol version:\s*(\S+)/)} ${get(/Ciphersuite:\s*(\S+)/)} ${get(/(?:Server|Peer) Temp Key:\s*([^\n]+)/)}`.trim();
+}
+
+// ---------- proxies ----------
+function rampartConfig(ctx, protection) {
+  const listener = {
+    host: '127.0.0.1',
+    port: ctx.rampartPort,
+    defaultCert: { certChain: { file: ctx.certFile }, privateKey: { file: ctx.keyFile } },
+  };
+  if (protection) {
+    listener.protection = {
+      rateLimit: { connectionsPerSecond: protection.connectionsPerSecond, burst: protection.connectionsPerSecond },
+      maxConcurrentPerIp: protection.maxConcurrentPerIp,
+    };
+  }
+  return {
+    workerThreads: THREADS,
+    listeners: [listener],
+    routes: [{ sni: '', terminateTls: true, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
+  };
+}
+
+async function startProxy(ctx, kind, protection) {
+  if (kind === 'rampart') {
+    const p = await L.startRampart(rampartConfig(ctx, protection), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+    track(p.child);
+    return {
+      ...p,
+      port: ctx.rampartPort,
+      active: async () => (await p.metrics()).activeConnections,
+    };
+  }
+  const cfg = path.join(ctx.dir, 'haproxy.cfg');
+  const statsSocket = path.join(ctx.dir, 'haproxy.sock');
+  fs.writeFileSync(
+    cfg,
+    L.haproxyConfig({
+      port: ctx.haproxyPort,
+      pem: ctx.pemFile,
+      upstreams: ctx.upstreams,
+      threads: THREADS,
+      maxconn: ctx.haMaxconn,
+      statsSocket,
+      protection,
+    })
+  );
+  const p = await L.startHaproxy(cfg, ctx.haproxyPort);
+  track(p.child);
+  return {
+    ...p,
+    port: ctx.haproxyPort,
+    active: async () => Number((await L.haproxyInfo(statsSocket)).CurrConns),
+  };
+}
+
+// ---------- measurements ----------
+function wrkArgs(port, { conns, close, urlPath = '/' }) {
+  const a = ['-t', String(THREADS), '-c', String(conns), '-d', `${DURATION}s`, '--timeout', '10s', '--latency'];
+  if (close) a.push('-H', 'Connection: close');
+  a.push(`https://127.0.0.1:${port}${urlPath}`);
+  return a;
+}
+
+async function measureWrk(ctx, kind, row) {
+  const p = await startProxy(ctx, kind, row.protection);
+  try {
+    const args = wrkArgs(p.port, row.wrk);
+    const env = row.noResume ? { ...process.env, LD_PRELOAD: ctx.shim } : process.env;
+    const s0 = L.procStat(p.pid);
+    const t0 = Date.now();
+    const r = await L.run('wrk', args, { env, timeoutMs: (DURATION + 30) * 1000 });
+    const secs = (Date.now() - t0) / 1000;
+    const s1 = L.procStat(p.pid);
+    const w = L.parseWrk(r.stdout);
+    if (!(w.requests > 0)) throw new Error(`wrk got no response through ${kind}:\n${r.stdout}${r.stderr}`);
+    const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
+    ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${args.map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
+    return {
+      rps: w.rps,
+      mbps: w.mbps,
+      p99Ms: w.p99Ms,
+      errors: w.errors + w.non2xx,
+      cpuUsPerReq: (cpuSec * 1e6) / w.requests,
+      cpuPct: (cpuSec / secs) * 100,
+    };
+  } finally {
+    await p.stop();
+  }
+}
+
+async function measureFlood(ctx, kind) {
+  const secs = QUICK ? 6 : 15;
+  const p = await startProxy(ctx, kind, PROT_FLOOD);
+  const flood = track(
+    fork(
+      path.join(__dirname, 'clients.js'),
+      [
+        'flood',
+        JSON.stringify({ host: '127.0.0.1', port: p.port, localAddress: '127.0.0.2', concurrency: FLOOD_CONCURRENCY, hello: ctx.hello.toString('base64') }),
+      ],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
+    )
+  );
+  const ask = (cmd) =>
+    new Promise((resolve) => {
+      flood.once('message', (m) => resolve(m.stats));
+      flood.send({ cmd });
+    });
+  try {
+    await L.sleep(1000);
+    const f0 = await ask('stats');
+    const s0 = L.procStat(p.pid);
+    const t0 = Date.now();
+    const probe = await legitProbe({
+      host: '127.0.0.1',
+      port: p.port,
+      localAddress: '127.0.0.3',
+      servername: SNI,
+      rate: PROBE_RATE,
+      durationMs: secs * 1000,
+      minBytes: BODY_BYTES,
+    });
+    const dt = (Date.now() - t0) / 1000;
+    const s1 = L.procStat(p.pid);
+    const f1 = await ask('stop');
+    const attempts = f1.attempts - f0.attempts;
+    ctx.commands.flood = `clients.js flood from 127.0.0.2 (${FLOOD_CONCURRENCY} in flight, recorded ClientHello, RST on answer) + legitProbe from 127.0.0.3 at ${PROBE_RATE}/s for ${secs} s`;
+    return {
+      okPct: (probe.ok / probe.attempts) * 100,
+      p50Ms: L.quantile(probe.latenciesMs, 0.5),
+      p99Ms: L.quantile(probe.latenciesMs, 0.99),
+      floodPerSec: attempts / dt,
+      refusedPct: ((f1.refused - f0.refused) / Math.max(1, attempts)) * 100,
+      cpuPct: (((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK) / dt) * 100,
+    };
+  } finally {
+    await L.killWait(flood);
+    await p.stop();
+  }
+}
+
+async function measureIdle(ctx, kind) {
+  const n = ctx.idleCount;
+  const p = await startProxy(ctx, kind, null);
+  const holders = [];
+  try {
+    await L.sleep(500);
+    const base = L.procStat(p.pid).rssKb;
+    const procs = 2;
+    const t0 = Date.now();
+    const dones = [];
+    for (let k = 0; k < procs; k++) {
+      const sources = Array.from({ length: 64 }, (_, j) => `127.1.${k}.${j + 1}`);
+      const count = Math.floor(n / procs) + (k < n % procs ? 1 : 0);
+      const c = track(
+        fork(
+          path.join(__dirname, 'clients.js'),
+          ['idle', JSON.stringify({ host: '127.0.0.1', port: p.port, count, concurrency: 32, sources, servername: SNI })],
+          { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
+        )
+      );
+      holders.push(c);
+      dones.push(
+        new Promise((resolve, reject) => {
+          c.on('message', (m) => m && m.done && resolve(m));
+          c.once('exit', (code) => reject(new Error(`idle client exited with ${code}`)));
+        })
+      );
+    }
+    const results = await Promise.all(dones);
+    const established = results.reduce((a, r) => a + r.established, 0);
+    const failed = results.reduce((a, r) => a + r.failed, 0);
+    const setupSec = (Date.now() - t0) / 1000;
+    // Wait until the proxy holds them all (its side of the handshake and the origin connect).
+    const end = Date.now() + 15000;
+    let active = await p.active();
+    while (active < established && Date.now() < end) {
+      await L.sleep(200);
+      active = await p.active();
+    }
+    await L.sleep(1000);
+    const rss = L.procStat(p.pid).rssKb;
+    ctx.commands.idle = `clients.js idle: ${procs} processes × node:tls full handshakes, sources 127.1.{0,1}.1-64, then held idle`;
+    return {
+      rssMiB: rss / 1024,
+      baseMiB: base / 1024,
+      kibPerConn: (rss - base) / Math.max(1, established),
+      established,
+      failed,
+      active,
+      setupSec,
+    };
+  } finally {
+    for (const c of holders) await L.killWait(c, 'SIGKILL');
+    await p.stop();
+  }
+}
+
+// ---------- rows ----------
+const ROWS = [
+  { id: 'hs-full', title: 'new TLS conn/s, full handshake, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, noResume: true, metrics: ['rps', 'cpuUsPerReq'] },
+  { id: 'hs-resumed', title: 'new TLS conn/s, resumed session, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, metrics: ['rps', 'cpuUsPerReq'] },
+  { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
+  { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
+  { id: 'bulk', title: `keep-alive, 64 conns, ${BULK_BYTES / 1024} KiB body`, wrk: { conns: 64, urlPath: '/bulk' }, metrics: ['mbps', 'cpuUsPerReq'] },
+  { id: 'hs-full-prot', title: 'protection on: new TLS conn/s, full handshake', wrk: { conns: 64, close: true }, noResume: true, protection: PROT_HIGH, metrics: ['rps', 'cpuUsPerReq'], baseline: 'hs-full' },
+  { id: 'ka64-prot', title: 'protection on: keep-alive, 64 conns', wrk: { conns: 64 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka64' },
+  { id: 'ka512-prot', title: 'protection on: keep-alive, 512 conns', wrk: { conns: 512 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka512' },
+  { id: 'flood', title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`, flood: true, metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'] },
+  { id: 'idle', title: 'idle TLS connections held', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
+];
+
+const METRIC = {
+  rps: { label: 'req/s (= conn/s when 1 req/conn)', better: 'higher', fmt: (x) => x.toFixed(0) },
+  mbps: { label: 'MiB/s', better: 'higher', fmt: (x) => x.toFixed(1) },
+  p99Ms: { label: 'p99 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
+  p50Ms: { label: 'probe p50 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
+  cpuUsPerReq: { label: 'proxy CPU µs/req', better: 'lower', fmt: (x) => x.toFixed(1) },
+  okPct: { label: 'probe success %', better: 'higher', fmt: (x) => x.toFixed(1) },
+  floodPerSec: { label: 'flood attempts/s', better: 'info', fmt: (x) => x.toFixed(0) },
+  refusedPct: { label: 'flood refused at accept %', better: 'higher', fmt: (x) => x.toFixed(1) },
+  cpuPct: { label: 'proxy CPU % (of 1 core)', better: 'lower', fmt: (x) => x.toFixed(0) },
+  rssMiB: { label: 'RSS MiB', better: 'lower', fmt: (x) => x.toFixed(1) },
+  kibPerConn: { label: 'RSS KiB per idle conn', better: 'lower', fmt: (x) => x.toFixed(1) },
+  established: { label: 'connections held', better: 'info', fmt: (x) => x.toFixed(0) },
+};
+
+function summarize(xs, fmt) {
+  const v = xs.filter((x) => Number.isFinite(x));
+  if (!v.length) return { med: NaN, text: 'n/a' };
+  const med = L.median(v);
+  const text = v.length > 1 ? `${fmt(med)} (${fmt(Math.min(...v))}–${fmt(Math.max(...v))})` : fmt(med);
+  return { med, text };
+}
+
+function table(rows, results) {
+  const lines = [
+    '| scenario | metric | Rampart | HAProxy | Rampart/HAProxy | better |',
+    '|---|---|---|---|---|---|',
+  ];
+  for (const row of rows) {
+    const res = results[row.id];
+    if (!res) continue;
+    for (const m of row.metrics) {
+      const M = METRIC[m];
+      const r = summarize(res.rampart.map((x) => x[m]), M.fmt);
+      const h = summarize(res.haproxy.map((x) => x[m]), M.fmt);
+      const ratio = Number.isFinite(r.med / h.med) && h.med !== 0 ? (r.med / h.med).toFixed(2) : '–';
+      lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${h.text} | ${ratio} | ${M.better} |`);
+    }
+  }
+  return lines.join('\n');
+}
+
+function protectionCost(rows, results) {
+  const out = [];
+  for (const row of rows) {
+    if (!row.baseline || !results[row.id] || !results[row.baseline]) continue;
+    for (const kind of ['rampart', 'haproxy']) {
+      const on = L.median(results[row.id][kind].map((x) => x.rps));
+      const off = L.median(results[row.baseline][kind].map((x) => x.rps));
+      out.push(`${row.id} ${kind}: ${(((off - on) / off) * 100).toFixed(1)}% fewer req/s than ${row.baseline}`);
+    }
+  }
+  return out;
+}
+
+// ---------- main ----------
+async function main() {
+  const started = Date.now();
+  const { cc } = await checkTools();
+  const lim = raiseNofile();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-bench-'));
+  const { generateSelfSignedCert } = require(RAMPART_PATH);
+  const [cert, key] = generateSelfSignedCert([SNI, '127.0.0.1']);
+  const ctx = {
+    dir,
+    certFile: path.join(dir, 'cert.pem'),
+    keyFile: path.join(dir, 'key.pem'),
+    pemFile: path.join(dir, 'bench.pem'),
+    nofile: lim,
+    commands: {},
+  };
+  fs.writeFileSync(ctx.certFile, cert);
+  fs.writeFileSync(ctx.keyFile, key);
+  fs.writeFileSync(ctx.pemFile, cert + key);
+  fs.writeFileSync(path.join(dir, 'body.bin'), Buffer.alloc(BODY_BYTES, 'r'));
+  fs.writeFileSync(path.join(dir, 'bulk.bin'), Buffer.alloc(BULK_BYTES, 'b'));
+  ctx.shim = cc ? await buildShim(cc, dir) : null;
+  // Every process here holds up to two descriptors per proxied connection.
+  ctx.haMaxconn = Math.max(1024, Math.floor((Math.min(lim.soft, 400000) - 500) / 2));
+  ctx.idleCount = Math.min(IDLE_TARGET, Math.floor((Math.min(lim.soft, 400000) - 1000) / 2));
+  ctx.hello = await recordClientHello(SNI);
+
+  const originPort = await L.freePort();
+  ctx.rampartPort = await L.freePort();
+  ctx.haproxyPort = await L.freePort();
+  const originAddrs = ['127.0.0.10', '127.0.0.11', '127.0.0.12', '127.0.0.13'];
+  ctx.upstreams = originAddrs.map((host) => ({ host, port: originPort }));
+  const originCfg = path.join(dir, 'origin.cfg');
+  fs.writeFileSync(
+    originCfg,
+    L.originConfig({ addrs: originAddrs, port: originPort, bodyFile: path.join(dir, 'body.bin'), bulkFile: path.join(dir, 'bulk.bin'), maxconn: ctx.haMaxconn })
+  );
+  const origin = await L.startHaproxy(originCfg, originPort, originAddrs[0]);
+  track(origin.child);
+
+  const env = await environment(ctx);
+  const loadBefore = os.loadavg();
+  log(`rampart bench: ${QUICK ? 'quick, ' : ''}${ROUNDS} round(s) × ${DURATION} s, ${env.cores} cores, load ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
+  log(`addon ${env.addon} (${env.addonBuild}); RLIMIT_NOFILE ${lim.soft}/${lim.hard} → ${ctx.idleCount} idle connections`);
+  if (ctx.idleCount < IDLE_TARGET) {
+    log(`note: ${IDLE_TARGET} idle connections need ~${2 * IDLE_TARGET} descriptors per proxy; the hard limit is ${lim.hard} and cannot be raised here (no CAP_SYS_RESOURCE), so ${ctx.idleCount} are used`);
+  }
+  const tlsInfo = {};
+  {
+    const r = await startProxy(ctx, 'rampart', null);
+    tlsInfo.rampart = await negotiated(r.port);
+    await r.stop();
+    const h = await startProxy(ctx, 'haproxy', null);
+    tlsInfo.haproxy = await negotiated(h.port);
+    await h.stop();
+  }
+  log(`negotiated: Rampart ${tlsInfo.rampart}; HAProxy ${tlsInfo.haproxy}`);
+
+  const rows = ROWS.filter((r) => (!ONLY || ONLY.includes(r.id)) && !(r.noResume && !ctx.shim));
+  const results = {};
+  for (const row of rows) {
+    results[row.id] = { rampart: [], haproxy: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const kind of ['rampart', 'haproxy']) {
+        let r;
+        if (row.flood) r = await measureFlood(ctx, kind);
+        else if (row.idle) r = await measureIdle(ctx, kind);
+        else r = await measureWrk(ctx, kind, row);
+        results[row.id][kind].push(r);
+        const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
+        log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}`);
+      }
+    }
+  }
+  await origin.stop();
+  const loadAfter = os.loadavg();
+  const minutes = ((Date.now() - started) / 60000).toFixed(1);
+
+  const out = [];
+  out.push(`Rampart vs HAProxy, ${new Date().toISOString()}, ${QUICK ? 'quick' : 'full'} run: ${ROUNDS} round(s), ${DURATION} s per wrk run, ${minutes} min total`);
+  out.push(`machine: ${env.cores} cores (${env.cpu}), ${env.memGiB} GiB, ${env.kernel}; load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}`);
+  out.push(`versions: node ${env.node}; ${env.haproxy}; ${env.wrk}; ${env.openssl}`);
+  out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
+  out.push(`TLS negotiated: Rampart ${tlsInfo.rampart}; HAProxy ${tlsInfo.haproxy}`);
+  out.push(`workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}; origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}`);
+  out.push('');
+  out.push(table(rows, results));
+  out.push('');
+  const pc = protectionCost(rows, results);
+  if (pc.length) out.push(`protection cost (medians): ${pc.join('; ')}`);
+  const idle = results.idle;
+  if (idle) {
+    const est = (k) => idle[k].map((r) => `${r.established}/${ctx.idleCount} held, ${r.failed} failed, proxy reported ${r.active}, base RSS ${r.baseMiB.toFixed(1)} MiB, set up in ${r.setupSec.toFixed(1)} s`).join('; ');
+    out.push(`idle: Rampart ${est('rampart')}`);
+    out.push(`idle: HAProxy ${est('haproxy')}`);
+  }
+  const errs = rows
+    .filter((r) => results[r.id] && !r.flood && !r.idle)
+    .flatMap((r) => ['rampart', 'haproxy'].map((k) => [r.id, k, results[r.id][k].reduce((a, x) => a + (x.errors || 0), 0)]))
+    .filter((x) => x[2] > 0);
+  out.push(errs.length ? `wrk errors (socket errors + non-2xx): ${errs.map((e) => `${e[0]} ${e[1]} ${e[2]}`).join(', ')}` : 'wrk errors: none');
+  out.push('');
+  out.push('commands:');
+  for (const [id, c] of Object.entries(ctx.commands)) out.push(`  ${id}: ${c}`);
+  out.push(`configs: ${dir} (haproxy.cfg, rampart.json and origin.cfg of the last run)`);
+  console.log(out.join('\n'));
+  if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify({ env, tlsInfo, loadBefore, loadAfter, results, commands: ctx.commands }, null, 2));
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e && e.stack ? e.stack : e);
+    process.exit(1);
+  }
+);

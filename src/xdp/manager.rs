@@ -1,0 +1,932 @@
+//! [`XdpManager`]: loads the embedded XDP object, attaches it, and keeps its pinned maps in step
+//! with the configuration.
+//!
+//! Pins: maps are pinned by name under `<pin root>/v<ABI>/<interface>/` (default root
+//! `/sys/fs/bpf/rampart`). The ABI version in the path means a pin left by an older build is
+//! never opened; a pin in our directory whose type, key size, value size, max entries or flags
+//! differ from this build's, or whose `rampart_meta` holds another ABI/layout, is refused with
+//! [`XdpError::StalePins`] rather than misread. The program itself is attached through a BPF
+//! link owned by this process: if the process dies the link closes and the filter is gone
+//! (fail-open), while bans and SYN state stay pinned for the next attach.
+//!
+//! Attach resets both policy sets and the dynamic-block trie (the new process's config is the
+//! truth; call [`XdpManager::apply`] right after), and keeps bans, SYN states and counters.
+//!
+//! Policy swap: [`XdpManager::stage`] writes the idle set (only the differences from what it
+//! holds), [`XdpManager::commit`] flips the one-`u32` index `rampart_active`; [`XdpManager::apply`]
+//! does both. A failed stage leaves the live set untouched. Before the idle set is rewritten
+//! the next time, an RCU grace period ([`super::sys::RcuSync`]) guarantees no packet still
+//! reads it.
+//!
+//! All map writes go through one mutex; `status` and `sweep` walk the ban map (O(bans)).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use aya::maps::lpm_trie::Key;
+use aya::maps::{Array, HashMap, IterableMap, LpmTrie, Map, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
+use aya::{Ebpf, EbpfLoader};
+use ipnet::IpNet;
+
+use super::abi::{
+    self, map_name, RampartBan, RampartCidrKey, RampartDynValue, RampartIp, RampartLpmData,
+    RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
+};
+use super::dynamic::{DynamicBlocks, XdpDynamicBlock};
+use super::lpm::LpmKey;
+use super::pins::{check_pins, remove_pins};
+use super::policy::{self, SetContents, XdpPolicy, XdpPortPolicy};
+use super::sys::{self, BatchError, RcuSync};
+use super::{object, BanReason, XdpCounters, XdpError, XdpMode, XdpStatus};
+
+/// Default pin root; the maps live in `<root>/v<ABI>/<interface>/`.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/rampart";
+
+/// `XDP_DROP`, as returned by [`XdpManager::test_run`].
+pub const XDP_DROP: u32 = 1;
+/// `XDP_PASS`, as returned by [`XdpManager::test_run`].
+pub const XDP_PASS: u32 = 2;
+
+/// One kernel ban.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XdpBan {
+    /// Banned source (IPv6: the network address of its prefix).
+    pub ip: IpAddr,
+    /// 32 for IPv4; the IPv6 prefix length sources are banned by.
+    pub prefix_len: u8,
+    /// CLOCK_MONOTONIC deadline in ns (the kernel may have extended it).
+    pub deadline_ns: u64,
+    /// Why.
+    pub reason: BanReason,
+}
+
+impl XdpBan {
+    /// `blockedIps()` form: bare IPv4 / IPv6 address at /128, else `addr/len`.
+    pub fn display(&self) -> String {
+        match self.ip {
+            IpAddr::V6(v6) if self.prefix_len < 128 => format!("{v6}/{}", self.prefix_len),
+            ip => ip.to_string(),
+        }
+    }
+}
+
+type PortMap = HashMap<MapData, u16, RampartPortPolicy>;
+type ListTrie = LpmTrie<MapData, [u8; 16], u64>;
+
+struct Maps {
+    meta: Array<MapData, RampartMeta>,
+    active: Array<MapData, u32>,
+    ports: [PortMap; 2],
+    allow: [ListTrie; 2],
+    block: [ListTrie; 2],
+    dynamic: LpmTrie<MapData, RampartLpmData, RampartDynValue>,
+    bans: HashMap<MapData, RampartIp, RampartBan>,
+    syn: HashMap<MapData, RampartSynKey, RampartSynState>,
+    stats: PerCpuArray<MapData, u64>,
+}
+
+struct State {
+    ebpf: Ebpf,
+    link: Option<aya::programs::xdp::XdpLinkId>,
+    maps: Maps,
+    /// The live set (what `rampart_active` holds).
+    live: u32,
+    /// What each set holds in the kernel.
+    sets: [SetContents; 2],
+    /// A write to this set failed: its mirror is re-read from the kernel before the next use.
+    dirty: [bool; 2],
+    /// The idle set holds a staged policy not yet committed.
+    staged: bool,
+    /// The idle set was live until the last flip: wait a grace period before writing it.
+    needs_grace: bool,
+    /// That grace period, started in the background at the flip.
+    grace: Option<JoinHandle<std::io::Result<()>>>,
+    rcu: Option<Arc<RcuSync>>,
+    dynamic: DynamicBlocks,
+    /// What the dynamic trie holds in the kernel.
+    dyn_kernel: BTreeMap<LpmKey, RampartDynValue>,
+}
+
+// The napi layer shares one manager between threads.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<XdpManager>();
+};
+
+/// Owns the loaded XDP program, its link to the interface and its maps.
+pub struct XdpManager {
+    state: Mutex<State>,
+    interface: String,
+    mode: &'static str,
+    attached: bool,
+    pin_dir: PathBuf,
+    pin_root: PathBuf,
+}
+
+impl std::fmt::Debug for XdpManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpManager")
+            .field("interface", &self.interface)
+            .field("mode", &self.mode)
+            .field("attached", &self.attached)
+            .field("pin_dir", &self.pin_dir)
+            .finish()
+    }
+}
+
+fn classify(context: &str, err: &(dyn std::error::Error + 'static)) -> XdpError {
+    let text = format!("{context}: {}", sys::chain(err));
+    match sys::errno_of(err) {
+        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
+        _ => XdpError::Load(text),
+    }
+}
+
+fn map_err(map: &str, op: &str, err: MapError) -> XdpError {
+    let text = format!("{map}: {op}: {}", sys::chain(&err));
+    match sys::errno_of(&err) {
+        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
+        _ => XdpError::Map(text),
+    }
+}
+
+fn is_not_found(err: &MapError) -> bool {
+    matches!(err, MapError::KeyNotFound) || sys::errno_of(err) == Some(libc::ENOENT)
+}
+
+fn lpm(key: &LpmKey) -> Key<RampartLpmData> {
+    Key::new(key.0, key.1)
+}
+
+fn interface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
+impl XdpManager {
+    /// Attaches to `interface` with pins under [`DEFAULT_PIN_ROOT`]. `Auto` tries native (driver)
+    /// XDP, then generic. Errors name the cause: object not built (clang missing), no
+    /// CAP_BPF/CAP_NET_ADMIN, interface missing, bpffs unavailable, stale pins, busy interface.
+    pub fn attach(interface: &str, mode: XdpMode) -> Result<XdpManager, XdpError> {
+        Self::attach_with(interface, mode, Path::new(DEFAULT_PIN_ROOT))
+    }
+
+    /// [`attach`](Self::attach) with another pin root (a directory on a bpffs).
+    pub fn attach_with(
+        interface: &str,
+        mode: XdpMode,
+        pin_root: &Path,
+    ) -> Result<XdpManager, XdpError> {
+        object::object().map_err(XdpError::ObjectMissing)?;
+        if interface.is_empty() || interface.contains('/') || !interface_exists(interface) {
+            return Err(XdpError::InterfaceMissing(interface.to_string()));
+        }
+        Self::open(pin_root, interface, Some(mode))
+    }
+
+    /// Loads the program and maps without attaching them to an interface, pinned under
+    /// `<pin_root>/v<ABI>/<label>/`: for [`test_run`](Self::test_run) (`BPF_PROG_TEST_RUN`)
+    /// and tooling. Same errors as [`attach`](Self::attach) minus the interface ones.
+    pub fn load_unattached(pin_root: &Path, label: &str) -> Result<XdpManager, XdpError> {
+        object::object().map_err(XdpError::ObjectMissing)?;
+        if label.is_empty() || label.contains('/') {
+            return Err(XdpError::Load(format!("invalid pin label {label:?}")));
+        }
+        Self::open(pin_root, label, None)
+    }
+
+    fn open(pin_root: &Path, name: &str, attach: Option<XdpMode>) -> Result<XdpManager, XdpError> {
+        let obj = object::object().map_err(XdpError::ObjectMissing)?;
+        if pin_root.starts_with("/sys/fs/bpf") {
+            sys::ensure_bpffs(Path::new("/sys/fs/bpf")).map_err(XdpError::BpfFs)?;
+        }
+        let pin_dir = pin_root.join(format!("v{}", abi::ABI_VERSION)).join(name);
+        let existed = pin_dir.exists();
+        let result = Self::open_in(obj, pin_root, &pin_dir, name, attach);
+        if result.is_err() && !existed {
+            // Leave no trace of a failed first attach (pins of an earlier run are kept).
+            let _ = remove_pins(&pin_dir, pin_root);
+        }
+        result
+    }
+
+    fn open_in(
+        obj: &[u8],
+        pin_root: &Path,
+        pin_dir: &Path,
+        name: &str,
+        attach: Option<XdpMode>,
+    ) -> Result<XdpManager, XdpError> {
+        std::fs::create_dir_all(pin_dir).map_err(|e| {
+            let text = format!("creating pin directory {}: {e}", pin_dir.display());
+            match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
+                _ => XdpError::BpfFs(text),
+            }
+        })?;
+        if !sys::is_bpffs(pin_dir) {
+            return Err(XdpError::BpfFs(format!(
+                "pin directory {} is not on a bpffs (mount -t bpf bpf /sys/fs/bpf)",
+                pin_dir.display()
+            )));
+        }
+        check_pins(pin_dir)?;
+
+        let mut ebpf = EbpfLoader::new()
+            .default_map_pin_directory(pin_dir)
+            .load(obj)
+            .map_err(|e| classify("loading the XDP object", &e))?;
+        let program: &mut Xdp = ebpf
+            .program_mut(abi::PROGRAM_NAME)
+            .ok_or_else(|| XdpError::Load(format!("program {} missing", abi::PROGRAM_NAME)))?
+            .try_into()
+            .map_err(|e: ProgramError| classify("program type", &e))?;
+        program.load().map_err(|e| load_error(&e))?;
+
+        let maps = take_maps(&mut ebpf)?;
+        let mut state = State {
+            ebpf,
+            link: None,
+            maps,
+            live: 0,
+            sets: [SetContents::default(), SetContents::default()],
+            dirty: [false; 2],
+            staged: false,
+            needs_grace: false,
+            grace: None,
+            rcu: None,
+            dynamic: DynamicBlocks::default(),
+            dyn_kernel: BTreeMap::new(),
+        };
+        state.check_meta()?;
+        let mode = match attach {
+            None => "none",
+            Some(mode) => {
+                let program: &mut Xdp = state
+                    .ebpf
+                    .program_mut(abi::PROGRAM_NAME)
+                    .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+                    .try_into()
+                    .map_err(|e: ProgramError| classify("program type", &e))?;
+                let (link, mode) = attach_program(program, name, mode)?;
+                state.link = Some(link);
+                mode
+            }
+        };
+        state.reset()?;
+        Ok(XdpManager {
+            state: Mutex::new(state),
+            interface: name.to_string(),
+            mode,
+            attached: attach.is_some(),
+            pin_dir: pin_dir.to_path_buf(),
+            pin_root: pin_root.to_path_buf(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Detaches the program and removes the pins (the maps go when their last user closes).
+    pub fn detach(self) -> Result<(), XdpError> {
+        let XdpManager {
+            state,
+            pin_dir,
+            pin_root,
+            ..
+        } = self;
+        let mut state = state.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(link) = state.link.take() {
+            let program: &mut Xdp = state
+                .ebpf
+                .program_mut(abi::PROGRAM_NAME)
+                .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+                .try_into()
+                .map_err(|e: ProgramError| classify("program type", &e))?;
+            program
+                .detach(link)
+                .map_err(|e| classify("detaching the XDP link", &e))?;
+        }
+        drop(state);
+        remove_pins(&pin_dir, &pin_root)
+    }
+
+    /// Where the maps are pinned.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// Replaces the kernel policy with `ports` (no unprotected listener ports, IPv6 prefix
+    /// 64), all-or-nothing: see [`apply`](Self::apply).
+    pub fn apply_policy(&self, ports: &[XdpPortPolicy]) -> Result<(), XdpError> {
+        self.apply(&XdpPolicy::from_ports(ports))
+    }
+
+    /// [`stage`](Self::stage) then [`commit`](Self::commit): on error the live policy is
+    /// unchanged; on success every packet from the flip on is judged by `policy`.
+    pub fn apply(&self, policy: &XdpPolicy) -> Result<(), XdpError> {
+        let contents = policy::build(policy)?;
+        let mut state = self.lock();
+        state.stage(contents)?;
+        state.commit()
+    }
+
+    /// Validates `policy` and writes it into the idle set, leaving the live set untouched
+    /// (a later stage replaces it). Cost: an RCU grace period if the idle set was live until
+    /// the last commit, then one map write per difference from what the idle set holds.
+    pub fn stage(&self, policy: &XdpPolicy) -> Result<(), XdpError> {
+        let contents = policy::build(policy)?;
+        self.lock().stage(contents)
+    }
+
+    /// Makes the staged set live with one `u32` write; no-op when nothing is staged.
+    pub fn commit(&self) -> Result<(), XdpError> {
+        self.lock().commit()
+    }
+
+    /// The live policy set (0 or 1), as `rampart_active` holds it.
+    pub fn live_set(&self) -> Result<u32, XdpError> {
+        let state = self.lock();
+        state
+            .maps
+            .active
+            .get(&0, 0)
+            .map_err(|e| map_err(map_name::ACTIVE, "read", e))
+    }
+
+    /// Bans `ip` until `deadline_ns` (CLOCK_MONOTONIC). IPv6 sources are banned by the live
+    /// policy's IPv6 prefix. A live ban with a later deadline keeps it (bans never shorten;
+    /// [`unban`](Self::unban) first to shorten).
+    pub fn ban(&self, ip: IpAddr, deadline_ns: u64, reason: BanReason) -> Result<(), XdpError> {
+        let mut state = self.lock();
+        let key = abi::source_id(ip, state.ipv6_prefix_len());
+        let deadline = match state.maps.bans.get(&key, 0) {
+            Ok(old) if old.deadline_ns > deadline_ns => old.deadline_ns,
+            _ => deadline_ns,
+        };
+        let value = RampartBan {
+            deadline_ns: deadline,
+            reason: reason.code(),
+            pad: 0,
+        };
+        state
+            .maps
+            .bans
+            .insert(key, value, 0)
+            .map_err(|e| map_err(map_name::BANS, "insert", e))
+    }
+
+    /// Lifts the ban on `ip` (its prefix for IPv6); true if there was one.
+    pub fn unban(&self, ip: IpAddr) -> Result<bool, XdpError> {
+        let mut state = self.lock();
+        let key = abi::source_id(ip, state.ipv6_prefix_len());
+        match state.maps.bans.remove(&key) {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(map_err(map_name::BANS, "remove", e)),
+        }
+    }
+
+    /// Every ban in the kernel map, live or expired, with its (possibly extended) deadline.
+    pub fn bans(&self) -> Vec<XdpBan> {
+        let state = self.lock();
+        state.bans()
+    }
+
+    /// Removes bans and dynamic blocks whose deadline is `<= now_ns`; returns how many. The
+    /// kernel ignores expired entries anyway; this frees their slots. O(bans).
+    pub fn sweep(&self, now_ns: u64) -> usize {
+        let mut state = self.lock();
+        let expired: Vec<RampartIp> = state
+            .maps
+            .bans
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, ban)| ban.deadline_ns <= now_ns)
+            .map(|(k, _)| k)
+            .collect();
+        let mut removed = 0;
+        for key in expired {
+            // Re-check: the kernel may have extended it meanwhile (it only extends live bans,
+            // so an expired one stays expired unless userspace re-banned it).
+            if let Ok(ban) = state.maps.bans.get(&key, 0) {
+                if ban.deadline_ns <= now_ns && state.maps.bans.remove(&key).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        let dyn_removed = state.dynamic.expire(now_ns);
+        if dyn_removed > 0 && state.sync_dynamic().is_ok() {
+            removed += dyn_removed;
+        }
+        removed
+    }
+
+    /// Adds or replaces a dynamic block (`blockIp`): drops SYNs from `block.net` to
+    /// `block.port` (every listener port when `None`) until `block.deadline_ns`.
+    pub fn block_dynamic(&self, block: &XdpDynamicBlock) -> Result<(), XdpError> {
+        let mut state = self.lock();
+        state.dynamic.insert(block);
+        state.sync_dynamic()
+    }
+
+    /// Removes the dynamic block for exactly `net` and `port` (`unblockIp`); true if present.
+    pub fn unblock_dynamic(&self, net: IpNet, port: Option<u16>) -> Result<bool, XdpError> {
+        let mut state = self.lock();
+        let found = state.dynamic.remove(net, port);
+        state.sync_dynamic()?;
+        Ok(found)
+    }
+
+    /// Replaces every dynamic block (resynchronisation).
+    pub fn set_dynamic(&self, blocks: &[XdpDynamicBlock]) -> Result<(), XdpError> {
+        let mut state = self.lock();
+        state.dynamic.replace(blocks);
+        state.sync_dynamic()
+    }
+
+    /// The dynamic blocks the kernel enforces (expired ones until the next sweep).
+    pub fn dynamic_blocks(&self) -> Vec<XdpDynamicBlock> {
+        self.lock().dynamic.blocks()
+    }
+
+    /// Counters (summed over CPUs) and live bans at `crate::clock::now_ns()`.
+    pub fn status(&self) -> XdpStatus {
+        let now = crate::clock::now_ns();
+        let state = self.lock();
+        let mut banned: Vec<String> = state
+            .bans()
+            .into_iter()
+            .filter(|b| b.deadline_ns > now)
+            .map(|b| b.display())
+            .collect();
+        banned.sort();
+        banned.dedup();
+        let c = |slot| state.counter(slot);
+        XdpStatus {
+            attached: self.attached,
+            interface: if self.attached {
+                self.interface.clone()
+            } else {
+                String::new()
+            },
+            mode: self.mode,
+            counters: XdpCounters {
+                passed: c(abi::counter::PASSED),
+                dropped_cidr: c(abi::counter::DROP_CIDR),
+                dropped_dynamic: c(abi::counter::DROP_DYNAMIC),
+                dropped_penalty: c(abi::counter::DROP_PENALTY),
+                dropped_syn_flood: c(abi::counter::DROP_SYNFLOOD),
+                dropped_unparsed: c(abi::counter::DROP_UNPARSED),
+            },
+            banned_ips: banned,
+        }
+    }
+
+    /// One counter slot ([`abi::counter`]) summed over CPUs.
+    pub fn counter(&self, slot: u32) -> u64 {
+        self.lock().counter(slot)
+    }
+
+    /// The SYN GCRA theoretical arrival time (ns) of `ip` on `port`, if tracked.
+    pub fn syn_tat(&self, ip: IpAddr, port: u16) -> Option<u64> {
+        let state = self.lock();
+        let id = abi::source_id(ip, state.ipv6_prefix_len());
+        let key = RampartSynKey {
+            addr: id.addr,
+            port,
+            pad: 0,
+        };
+        state.maps.syn.get(&key, 0).ok().map(|s| s.tat_ns)
+    }
+
+    /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and returns its action
+    /// ([`XDP_DROP`], [`XDP_PASS`]). Maps are the real ones: verdicts update counters, SYN
+    /// state and bans. The kernel rejects frames shorter than 14 bytes (EINVAL).
+    pub fn test_run(&self, frame: &[u8]) -> Result<u32, XdpError> {
+        self.test_run_timed(frame, 1).map(|(action, _)| action)
+    }
+
+    /// [`test_run`](Self::test_run) repeated `repeat` times in the kernel; returns the last
+    /// action and the kernel's mean time per run (the per-packet cost of the program).
+    pub fn test_run_timed(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, std::time::Duration), XdpError> {
+        let state = self.lock();
+        let program: &Xdp = state
+            .ebpf
+            .program(abi::PROGRAM_NAME)
+            .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+            .try_into()
+            .map_err(|e: ProgramError| classify("program type", &e))?;
+        let mut out = vec![0u8; frame.len() + 256];
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                repeat: repeat.max(1),
+                ..TestRunOptions::new()
+            })
+            .map_err(|e| classify("BPF_PROG_TEST_RUN", &e))?;
+        Ok((result.return_value, result.duration))
+    }
+}
+
+fn load_error(err: &ProgramError) -> XdpError {
+    if let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = err
+    {
+        let log = verifier_log.to_string();
+        let tail: String = log
+            .lines()
+            .rev()
+            .take(12)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        let text = format!("the verifier rejected the XDP program ({io_error}):\n{tail}");
+        return match io_error.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
+            _ => XdpError::Load(text),
+        };
+    }
+    classify("loading the XDP program", err)
+}
+
+fn attach_program(
+    program: &mut Xdp,
+    interface: &str,
+    mode: XdpMode,
+) -> Result<(aya::programs::xdp::XdpLinkId, &'static str), XdpError> {
+    use aya::programs::xdp::XdpMode as AyaMode;
+    let tries: &[(AyaMode, &'static str)] = match mode {
+        XdpMode::Auto => &[(AyaMode::Driver, "native"), (AyaMode::Skb, "generic")],
+        XdpMode::Native => &[(AyaMode::Driver, "native")],
+        XdpMode::Generic => &[(AyaMode::Skb, "generic")],
+    };
+    let mut failures = Vec::new();
+    for &(aya_mode, label) in tries {
+        match program.attach(interface, aya_mode) {
+            Ok(link) => {
+                tracing::info!(interface, mode = label, "XDP program attached");
+                return Ok((link, label));
+            }
+            Err(ProgramError::UnknownInterface { name }) => {
+                return Err(XdpError::InterfaceMissing(name))
+            }
+            Err(e) => {
+                let errno = sys::errno_of(&e);
+                let text = format!("{label} attach to {interface}: {}", sys::chain(&e));
+                match errno {
+                    Some(libc::EPERM) | Some(libc::EACCES) => {
+                        return Err(XdpError::PermissionDenied(text))
+                    }
+                    Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                        return Err(XdpError::Busy(format!(
+                            "{text}: {interface} already has an XDP program (see `ip link show \
+                             {interface}`, `bpftool net`)"
+                        )))
+                    }
+                    Some(libc::ENODEV) => {
+                        return Err(XdpError::InterfaceMissing(interface.to_string()))
+                    }
+                    _ => {
+                        tracing::warn!(interface, mode = label, error = %text, "XDP attach failed");
+                        failures.push(text)
+                    }
+                }
+            }
+        }
+    }
+    Err(XdpError::Load(format!(
+        "could not attach XDP: {}",
+        failures.join("; ")
+    )))
+}
+
+fn take_maps(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
+    fn take<T: TryFrom<Map, Error = MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T, XdpError> {
+        let map = ebpf
+            .take_map(name)
+            .ok_or_else(|| XdpError::Load(format!("map {name} missing from the object")))?;
+        T::try_from(map).map_err(|e| map_err(name, "open", e))
+    }
+    Ok(Maps {
+        meta: take(ebpf, map_name::META)?,
+        active: take(ebpf, map_name::ACTIVE)?,
+        ports: [
+            take(ebpf, map_name::PORTS[0])?,
+            take(ebpf, map_name::PORTS[1])?,
+        ],
+        allow: [
+            take(ebpf, map_name::ALLOW[0])?,
+            take(ebpf, map_name::ALLOW[1])?,
+        ],
+        block: [
+            take(ebpf, map_name::BLOCK[0])?,
+            take(ebpf, map_name::BLOCK[1])?,
+        ],
+        dynamic: take(ebpf, map_name::DYNAMIC)?,
+        bans: take(ebpf, map_name::BANS)?,
+        syn: take(ebpf, map_name::SYN)?,
+        stats: take(ebpf, map_name::STATS)?,
+    })
+}
+
+/// Applies a diff to an allow/block trie: batched deletes then batched upserts
+/// (`BPF_MAP_*_BATCH`, 8192 per syscall), one syscall per element where the kernel has no
+/// batch operation for LPM tries.
+fn write_trie(
+    trie: &mut ListTrie,
+    name: &str,
+    d: policy::Diff<RampartCidrKey, u64>,
+) -> Result<(), XdpError> {
+    let batch_err = |op: &str, error: std::io::Error| {
+        let text = format!("{name}: {op}: {error}");
+        match error.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
+            _ => XdpError::Map(text),
+        }
+    };
+    let key = |k: &RampartCidrKey| Key::new(k.prefixlen, k.addr);
+
+    let result = sys::delete_batch(trie.map().fd().as_fd(), &d.remove);
+    let from = match result {
+        Ok(()) => d.remove.len(),
+        Err(BatchError::Unsupported { done }) => done,
+        Err(BatchError::Failed { error, .. }) => return Err(batch_err("delete", error)),
+    };
+    for k in &d.remove[from..] {
+        match trie.remove(&key(k)) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(map_err(name, "remove", e)),
+        }
+    }
+
+    let (keys, values): (Vec<RampartCidrKey>, Vec<u64>) = d.upsert.into_iter().unzip();
+    let result = sys::update_batch(trie.map().fd().as_fd(), &keys, &values);
+    let from = match result {
+        Ok(()) => keys.len(),
+        Err(BatchError::Unsupported { done }) => done,
+        Err(BatchError::Failed { error, .. }) => return Err(batch_err("insert", error)),
+    };
+    for (k, v) in keys[from..].iter().zip(&values[from..]) {
+        trie.insert(&key(k), v, 0)
+            .map_err(|e| map_err(name, "insert", e))?;
+    }
+    Ok(())
+}
+
+impl State {
+    fn ipv6_prefix_len(&self) -> u8 {
+        self.sets[self.live as usize]
+            .ports
+            .get(&0)
+            .map(|h| h.ipv6_prefix_len.min(128) as u8)
+            .unwrap_or(64)
+    }
+
+    fn counter(&self, slot: u32) -> u64 {
+        self.maps
+            .stats
+            .get(&slot, 0)
+            .map(|values| values.iter().copied().fold(0u64, u64::saturating_add))
+            .unwrap_or(0)
+    }
+
+    fn bans(&self) -> Vec<XdpBan> {
+        let prefix = self.ipv6_prefix_len();
+        let mut out: Vec<XdpBan> = self
+            .maps
+            .bans
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, ban)| {
+                let ip = abi::ip_from16(key.addr);
+                XdpBan {
+                    ip,
+                    prefix_len: if ip.is_ipv4() { 32 } else { prefix },
+                    deadline_ns: ban.deadline_ns,
+                    reason: BanReason::from_code(ban.reason),
+                }
+            })
+            .collect();
+        out.sort_by_key(|b| (b.ip, b.deadline_ns));
+        out
+    }
+
+    fn check_meta(&mut self) -> Result<(), XdpError> {
+        let meta = self
+            .maps
+            .meta
+            .get(&0, 0)
+            .map_err(|e| map_err(map_name::META, "read", e))?;
+        let ours = RampartMeta {
+            abi_version: abi::ABI_VERSION,
+            layout: abi::LAYOUT,
+        };
+        if meta != RampartMeta::default() && meta != ours {
+            return Err(XdpError::StalePins(format!(
+                "rampart_meta holds ABI {} layout {:#x}, this build is ABI {} layout {:#x}",
+                meta.abi_version,
+                meta.layout,
+                abi::ABI_VERSION,
+                abi::LAYOUT
+            )));
+        }
+        self.maps
+            .meta
+            .set(0, ours, 0)
+            .map_err(|e| map_err(map_name::META, "write", e))
+    }
+
+    /// Empties both policy sets and the dynamic trie, whatever a previous process left.
+    fn reset(&mut self) -> Result<(), XdpError> {
+        let live = self
+            .maps
+            .active
+            .get(&0, 0)
+            .map_err(|e| map_err(map_name::ACTIVE, "read", e))?
+            & 1;
+        self.live = live;
+        for set in 0..2 {
+            self.sets[set] = self.read_set(set)?;
+        }
+        self.dyn_kernel = self
+            .maps
+            .dynamic
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, v)| ((k.prefix_len(), k.data()), v))
+            .collect();
+        self.sync_dynamic()?;
+        // Empty the idle set, flip to it, then empty the other after a grace period.
+        self.stage(SetContents::default())?;
+        self.commit()?;
+        self.stage(SetContents::default())?;
+        self.staged = false;
+        Ok(())
+    }
+
+    fn read_set(&self, set: usize) -> Result<SetContents, XdpError> {
+        let ports = self.maps.ports[set]
+            .iter()
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map_err(|e| map_err(map_name::PORTS[set], "read", e))?;
+        let read_trie = |trie: &ListTrie, name: &str| {
+            let mut entries = trie
+                .iter()
+                .map(|r| {
+                    r.map(|(k, v)| {
+                        let key = RampartCidrKey {
+                            prefixlen: k.prefix_len(),
+                            addr: k.data(),
+                        };
+                        (key, v)
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| map_err(name, "read", e))?;
+            entries.sort_unstable_by_key(|&(k, _)| k);
+            Ok::<_, XdpError>(entries)
+        };
+        Ok(SetContents {
+            ports,
+            allow: read_trie(&self.maps.allow[set], map_name::ALLOW[set])?,
+            block: read_trie(&self.maps.block[set], map_name::BLOCK[set])?,
+        })
+    }
+
+    fn rcu(&mut self) -> Result<Arc<RcuSync>, XdpError> {
+        if self.rcu.is_none() {
+            let rcu = RcuSync::new().map_err(|e| {
+                classify(
+                    "creating the grace-period map",
+                    &e as &dyn std::error::Error,
+                )
+            })?;
+            self.rcu = Some(Arc::new(rcu));
+        }
+        Ok(Arc::clone(self.rcu.as_ref().expect("just set")))
+    }
+
+    /// Waits until no packet can still be reading the idle set (it was live before the flip).
+    fn finish_grace(&mut self) -> Result<(), XdpError> {
+        if let Some(handle) = self.grace.take() {
+            if let Ok(Ok(())) = handle.join() {
+                self.needs_grace = false;
+            }
+        }
+        if self.needs_grace {
+            self.rcu()?
+                .wait()
+                .map_err(|e| classify("RCU grace period", &e as &dyn std::error::Error))?;
+            self.needs_grace = false;
+        }
+        Ok(())
+    }
+
+    fn stage(&mut self, target: SetContents) -> Result<(), XdpError> {
+        self.finish_grace()?;
+        let idle = (1 - self.live) as usize;
+        self.staged = false;
+        if self.dirty[idle] {
+            self.sets[idle] = self.read_set(idle)?;
+            self.dirty[idle] = false;
+        }
+        match self.write_set(idle, &target) {
+            Ok(()) => {
+                self.sets[idle] = target;
+                self.staged = true;
+                Ok(())
+            }
+            Err(e) => {
+                // The live set is untouched; the idle one is re-read before its next use.
+                self.dirty[idle] = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn write_set(&mut self, idle: usize, target: &SetContents) -> Result<(), XdpError> {
+        let d = policy::diff(&self.sets[idle].ports, &target.ports);
+        let name = map_name::PORTS[idle];
+        for port in d.remove {
+            match self.maps.ports[idle].remove(&port) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(map_err(name, "remove", e)),
+            }
+        }
+        for (port, value) in d.upsert {
+            self.maps.ports[idle]
+                .insert(port, value, 0)
+                .map_err(|e| map_err(name, "insert", e))?;
+        }
+        let d = policy::diff_sorted(&self.sets[idle].allow, &target.allow);
+        write_trie(&mut self.maps.allow[idle], map_name::ALLOW[idle], d)?;
+        let d = policy::diff_sorted(&self.sets[idle].block, &target.block);
+        write_trie(&mut self.maps.block[idle], map_name::BLOCK[idle], d)
+    }
+
+    fn commit(&mut self) -> Result<(), XdpError> {
+        if !self.staged {
+            return Ok(());
+        }
+        let idle = 1 - self.live;
+        self.maps
+            .active
+            .set(0, idle, 0)
+            .map_err(|e| map_err(map_name::ACTIVE, "write", e))?;
+        self.live = idle;
+        self.staged = false;
+        self.needs_grace = true;
+        // Start the grace period now so the next stage rarely waits for it.
+        if let Ok(rcu) = self.rcu() {
+            self.grace = std::thread::Builder::new()
+                .name("rampart-xdp-rcu".to_string())
+                .spawn(move || rcu.wait())
+                .ok();
+        }
+        Ok(())
+    }
+
+    /// Writes the differences between the dynamic blocks and the kernel trie (upserts first:
+    /// a changing block never opens a gap).
+    fn sync_dynamic(&mut self) -> Result<(), XdpError> {
+        let wanted = self.dynamic.kernel_entries();
+        let d = policy::diff(&self.dyn_kernel, &wanted);
+        for (key, value) in d.upsert {
+            self.maps
+                .dynamic
+                .insert(&lpm(&key), value, 0)
+                .map_err(|e| map_err(map_name::DYNAMIC, "insert", e))?;
+            self.dyn_kernel.insert(key, value);
+        }
+        for key in d.remove {
+            match self.maps.dynamic.remove(&lpm(&key)) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(map_err(map_name::DYNAMIC, "remove", e)),
+            }
+            self.dyn_kernel.remove(&key);
+        }
+        Ok(())
+    }
+}

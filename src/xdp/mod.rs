@@ -1,0 +1,168 @@
+//! XDP layer: the kernel filter in `ebpf/rampart.c` and its userspace side (aya 0.14).
+//!
+//! The kernel program drops connection attempts (TCP SYN) to protected listener ports from
+//! blocklisted CIDRs, dynamic blocks (`blockIp`), banned sources (penalty box, kernel SYN
+//! limit) and sources over the per-source SYN limit (GCRA), before an skb exists; everything
+//! else passes (see the C file's header for the exact rules). This module loads the object,
+//! attaches it (native, else generic XDP), and keeps the pinned maps in step with the
+//! configuration:
+//!
+//! - [`abi`]: `#[repr(C)]` twins of `ebpf/rampart.h` with compile-time layout assertions;
+//! - [`policy`]: per-port policy → the exact contents of one policy set;
+//! - [`lpm`] / [`dynamic`]: CIDRs as LPM-trie keys, dynamic blocks with deadlines;
+//! - [`manager`]: [`XdpManager`], which owns the program, the link and the maps;
+//! - [`object`]: the embedded object (or why it was not built);
+//! - [`pins`]: the pin directory, its compatibility check and removal;
+//! - [`sys`]: an RCU grace period and the bpffs mount check.
+//!
+//! Config swaps are all-or-nothing: the idle policy set is written, then one `u32` index flips
+//! (`rampart_active`); packets read the index once, so none sees half a policy.
+//! Time is `CLOCK_MONOTONIC` ns (`bpf_ktime_get_ns`, [`crate::clock::now_ns`]).
+
+pub mod abi;
+pub mod dynamic;
+pub mod lpm;
+pub mod manager;
+pub mod object;
+pub mod pins;
+pub mod policy;
+pub mod sys;
+
+use std::fmt;
+
+pub use dynamic::XdpDynamicBlock;
+pub use manager::{XdpBan, XdpManager, DEFAULT_PIN_ROOT};
+pub use object::object_available;
+pub use policy::{XdpPolicy, XdpPortPolicy};
+
+/// How to attach (`attachXdp({ mode })`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Native (driver) XDP, falling back to generic when the driver refuses.
+    #[default]
+    Auto,
+    /// Native (driver) XDP only.
+    Native,
+    /// Generic (skb) XDP only: works on every interface, after skb allocation.
+    Generic,
+}
+
+/// Why a source is banned in the kernel (`rampart_ban.reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BanReason {
+    /// `blockIp` of one address: fixed deadline; drops count as `dynamic`.
+    Dynamic,
+    /// Userspace penalty box: extended by continued SYN excess; drops count as `penalty`.
+    Penalty,
+    /// Kernel SYN limit: extended by continued SYN excess; drops count as `synFlood`.
+    SynFlood,
+}
+
+impl BanReason {
+    /// The `rampart_ban.reason` value.
+    pub const fn code(self) -> u32 {
+        match self {
+            Self::Dynamic => abi::BAN_DYNAMIC,
+            Self::Penalty => abi::BAN_PENALTY,
+            Self::SynFlood => abi::BAN_SYNFLOOD,
+        }
+    }
+
+    /// From a `rampart_ban.reason` value (unknown values read as `Penalty`).
+    pub const fn from_code(code: u32) -> Self {
+        match code {
+            abi::BAN_DYNAMIC => Self::Dynamic,
+            abi::BAN_SYNFLOOD => Self::SynFlood,
+            _ => Self::Penalty,
+        }
+    }
+}
+
+/// Kernel counters, summed over CPUs (packets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    /// Packets passed (every XDP_PASS, any port).
+    pub passed: u64,
+    /// SYNs dropped by a configured blocklist CIDR.
+    pub dropped_cidr: u64,
+    /// SYNs dropped by a dynamic block.
+    pub dropped_dynamic: u64,
+    /// SYNs dropped while the source is penalty-boxed.
+    pub dropped_penalty: u64,
+    /// SYNs dropped by the kernel SYN limit and while banned for it.
+    pub dropped_syn_flood: u64,
+    /// Packets whose port could not be read, from a blocked or banned source.
+    pub dropped_unparsed: u64,
+}
+
+/// `xdpStatus()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XdpStatus {
+    /// Whether the program is attached to `interface`.
+    pub attached: bool,
+    /// Interface name (empty when not attached).
+    pub interface: String,
+    /// `"native"` or `"generic"` when attached; `"none"` otherwise.
+    pub mode: &'static str,
+    /// Counters summed over CPUs.
+    pub counters: XdpCounters,
+    /// Live bans, sorted: bare IPv4 addresses, IPv6 as their prefix (`2001:db8:1:2::/64`).
+    pub banned_ips: Vec<String>,
+}
+
+impl XdpStatus {
+    /// The status when nothing is attached.
+    pub fn not_attached() -> Self {
+        Self {
+            attached: false,
+            interface: String::new(),
+            mode: "none",
+            counters: XdpCounters::default(),
+            banned_ips: Vec::new(),
+        }
+    }
+}
+
+/// XDP errors; each message says what failed and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XdpError {
+    /// The object was not built (`RAMPART_XDP_MISSING`, e.g. clang not found).
+    ObjectMissing(String),
+    /// The kernel refused for lack of privilege (EPERM/EACCES).
+    PermissionDenied(String),
+    /// No such network interface.
+    InterfaceMissing(String),
+    /// bpffs is not mounted and could not be mounted.
+    BpfFs(String),
+    /// Pinned maps from another build (ABI or layout differ) are in the way.
+    StalePins(String),
+    /// The interface already has an XDP program.
+    Busy(String),
+    /// Loading (verifier) or attaching failed for another reason.
+    Load(String),
+    /// A policy that cannot be applied (names the port and field).
+    InvalidPolicy(String),
+    /// A map operation failed (names the map).
+    Map(String),
+}
+
+impl fmt::Display for XdpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ObjectMissing(m) => write!(f, "{m}"),
+            Self::PermissionDenied(m) => write!(
+                f,
+                "permission denied: {m}; XDP needs CAP_BPF and CAP_NET_ADMIN (or root)"
+            ),
+            Self::InterfaceMissing(i) => write!(f, "interface {i:?} does not exist"),
+            Self::BpfFs(m) => write!(f, "{m}"),
+            Self::StalePins(m) => write!(f, "stale pinned maps: {m}"),
+            Self::Busy(m) => write!(f, "{m}"),
+            Self::Load(m) => write!(f, "{m}"),
+            Self::InvalidPolicy(m) => write!(f, "invalid XDP policy: {m}"),
+            Self::Map(m) => write!(f, "XDP map operation failed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for XdpError {}
