@@ -167,21 +167,33 @@ class RampartProxy extends EventEmitter {
     return this._native.prometheus();
   }
 
-  /** Loads the XDP filter on `interface` (`mode` 'auto' = native, then generic). */
-  async attachXdp() {
-    throw new Error('attachXdp is not supported yet in this build');
+  /**
+   * Loads the XDP filter on `interface` (`mode` 'auto' = native, then generic; 'native';
+   * 'generic') and syncs the config, `blockIp` entries and boxed IPs into its maps. Resolves with
+   * `xdpStatus()`; rejects naming the cause (no CAP_BPF/CAP_NET_ADMIN, interface missing, object
+   * not built because clang was missing).
+   */
+  async attachXdp(opts) {
+    const o = opts || {};
+    const errs = [];
+    if (typeof o.interface !== 'string' || o.interface === '') errs.push({ path: 'interface', message: `must be an interface name, got ${String(o.interface)}` });
+    const mode = o.mode === undefined ? 'auto' : o.mode;
+    if (!['auto', 'native', 'generic'].includes(mode)) errs.push({ path: 'mode', message: `must be one of 'auto', 'native', 'generic', got ${String(o.mode)}` });
+    if (errs.length) throw new ConfigError(errs);
+    return JSON.parse(await this._native.attachXdp(o.interface, mode));
   }
 
-  /** Removes the XDP filter and its pinned maps. */
+  /** Removes the XDP program and its pinned maps (a no-op when not attached). */
   async detachXdp() {
-    throw new Error('detachXdp is not supported yet in this build');
+    await this._native.detachXdp();
   }
 
-  /** XDP state and counters. */
+  /** `{ attached, interface, mode, counters: { passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed } }, bannedIps }`. */
   xdpStatus() {
-    throw new Error('xdpStatus is not supported yet in this build');
+    return JSON.parse(this._native.xdpStatus());
   }
 }
+
 
 /**
  * Fingerprints of a raw ClientHello (Buffer of the TLS records as sent, from the first record

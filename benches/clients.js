@@ -8,7 +8,8 @@
 //   `served` (the proxy answered: a handshake was started for us) and `refused` (closed with no
 //   byte: rejected at accept).
 // - idle (child process): opens `count` TLS connections (full handshakes), spread over several
-//   127.0.0.0/8 source addresses so no source runs out of ports, then holds them open, idle.
+//   127.0.0.0/8 source addresses so no source runs out of ports, optionally sends one kept-alive
+//   `GET /` on each and reads `requestBytes` of response, then holds them open, idle.
 // - legitProbe (in-process function): an open-loop client from another source address that
 //   starts one TLS connection + `GET /` every 1/rate s and records success and latency.
 //
@@ -78,7 +79,8 @@ function flood({ host, port, localAddress, concurrency, hello }) {
   });
 }
 
-function idle({ host, port, count, concurrency, sources, servername, timeoutMs = 20000 }) {
+function idle({ host, port, count, concurrency, sources, servername, requestBytes = 0, timeoutMs = 20000 }) {
+  const req = Buffer.from(`GET / HTTP/1.1\r\nHost: ${servername}\r\n\r\n`);
   const held = [];
   const st = { established: 0, failed: 0, dropped: 0 };
   let next = 0;
@@ -97,7 +99,7 @@ function idle({ host, port, count, concurrency, sources, servername, timeoutMs =
     const s = tls.connect({ host, port, servername, localAddress: sources[i % sources.length], rejectUnauthorized: false });
     let ok = false;
     const t = setTimeout(() => s.destroy(new Error('handshake timeout')), timeoutMs);
-    s.on('secureConnect', () => {
+    const established = () => {
       clearTimeout(t);
       ok = true;
       st.established++;
@@ -105,6 +107,16 @@ function idle({ host, port, count, concurrency, sources, servername, timeoutMs =
       inflight--;
       report();
       one();
+    };
+    s.on('secureConnect', () => {
+      if (!requestBytes) return established();
+      // One kept-alive request first (the response is read whole), then the connection idles.
+      let got = 0;
+      s.on('data', (d) => {
+        got += d.length;
+        if (got >= requestBytes && !ok) established();
+      });
+      s.write(req);
     });
     s.on('error', () => {});
     s.on('close', () => {

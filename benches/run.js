@@ -12,11 +12,12 @@
 // Scenarios: new TLS connections/s (one request per connection; full handshakes, and resumed);
 // kept-alive requests/s and MiB/s at 64 and 512 connections, plus a bulk (64 KiB body) row; the
 // same with protection on (limits never reached); a single-IP flood over the limits while another
-// source address measures its success rate and latency; RSS with many idle TLS connections.
+// source address measures its success rate and latency; RSS with many idle TLS connections
+// (handshake only, and after one request each).
 //
 // Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
-// hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle),
-// --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results).
+// hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle,
+// idle-req), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results).
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -316,7 +317,7 @@ async function measureFlood(ctx, kind) {
       p50Ms: L.quantile(probe.latenciesMs, 0.5),
       p99Ms: L.quantile(probe.latenciesMs, 0.99),
       floodPerSec: attempts / dt,
-      refusedPct: ((f1.refused - f0.refused) / Math.max(1, attempts)) * 100,
+      refusedPct: ((f1.refused - f0.refused) / Math.max(1, f1.refused - f0.refused + f1.served - f0.served)) * 100,
       cpuPct: (((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK) / dt) * 100,
     };
   } finally {
@@ -325,7 +326,7 @@ async function measureFlood(ctx, kind) {
   }
 }
 
-async function measureIdle(ctx, kind) {
+async function measureIdle(ctx, kind, row) {
   const n = ctx.idleCount;
   const p = await startProxy(ctx, kind, null);
   const holders = [];
@@ -341,7 +342,7 @@ async function measureIdle(ctx, kind) {
       const c = track(
         fork(
           path.join(__dirname, 'clients.js'),
-          ['idle', JSON.stringify({ host: '127.0.0.1', port: p.port, count, concurrency: 32, sources, servername: SNI })],
+          ['idle', JSON.stringify({ host: '127.0.0.1', port: p.port, count, concurrency: 32, sources, servername: SNI, requestBytes: row.request ? BODY_BYTES : 0 })],
           { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
         )
       );
@@ -366,7 +367,7 @@ async function measureIdle(ctx, kind) {
     }
     await L.sleep(1000);
     const rss = L.procStat(p.pid).rssKb;
-    ctx.commands.idle = `clients.js idle: ${procs} processes × node:tls full handshakes, sources 127.1.{0,1}.1-64, then held idle`;
+    ctx.commands[row.id] = `clients.js idle: ${procs} processes × node:tls full handshakes, sources 127.1.{0,1}.1-64,${row.request ? ` one GET / (${BODY_BYTES} B body) each,` : ''} then held idle`;
     return {
       rssMiB: rss / 1024,
       baseMiB: base / 1024,
@@ -393,7 +394,8 @@ const ROWS = [
   { id: 'ka64-prot', title: 'protection on: keep-alive, 64 conns', wrk: { conns: 64 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka64' },
   { id: 'ka512-prot', title: 'protection on: keep-alive, 512 conns', wrk: { conns: 512 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka512' },
   { id: 'flood', title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`, flood: true, metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'] },
-  { id: 'idle', title: 'idle TLS connections held', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
+  { id: 'idle', title: 'idle TLS connections (handshake only)', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
+  { id: 'idle-req', title: `idle TLS connections after one ${BODY_BYTES} B request each`, idle: true, request: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
 ];
 
 const METRIC = {
@@ -517,7 +519,7 @@ async function main() {
       for (const kind of ['rampart', 'haproxy']) {
         let r;
         if (row.flood) r = await measureFlood(ctx, kind);
-        else if (row.idle) r = await measureIdle(ctx, kind);
+        else if (row.idle) r = await measureIdle(ctx, kind, row);
         else r = await measureWrk(ctx, kind, row);
         results[row.id][kind].push(r);
         const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
@@ -541,11 +543,12 @@ async function main() {
   out.push('');
   const pc = protectionCost(rows, results);
   if (pc.length) out.push(`protection cost (medians): ${pc.join('; ')}`);
-  const idle = results.idle;
-  if (idle) {
+  for (const id of ['idle', 'idle-req']) {
+    const idle = results[id];
+    if (!idle) continue;
     const est = (k) => idle[k].map((r) => `${r.established}/${ctx.idleCount} held, ${r.failed} failed, proxy reported ${r.active}, base RSS ${r.baseMiB.toFixed(1)} MiB, set up in ${r.setupSec.toFixed(1)} s`).join('; ');
-    out.push(`idle: Rampart ${est('rampart')}`);
-    out.push(`idle: HAProxy ${est('haproxy')}`);
+    out.push(`${id}: Rampart ${est('rampart')}`);
+    out.push(`${id}: HAProxy ${est('haproxy')}`);
   }
   const errs = rows
     .filter((r) => results[r.id] && !r.flood && !r.idle)

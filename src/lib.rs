@@ -15,3 +15,4 @@ pub mod proxy;
 pub mod server;
 pub mod tls;
 pub mod xdp;
+pub mod xdp_sync;

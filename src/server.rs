@@ -15,6 +15,8 @@ use crate::protection::{
     parse_protection, BlockReason, BlockedEntry, DynamicBlocks, Engine, ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
+use crate::xdp::{XdpManager, XdpMode, XdpStatus};
+use crate::xdp_sync::{build_policy, dynamic_block, push_bans, BanQueue};
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -49,6 +51,10 @@ pub struct Shared {
     pub dynamic: Arc<DynamicBlocks>,
     /// Events.
     pub events: EventHub,
+    /// The XDP filter, when attached.
+    pub xdp: Mutex<Option<XdpManager>>,
+    /// Penalty boxes waiting to be mirrored as kernel bans.
+    pub bans: Arc<BanQueue>,
 }
 
 impl Shared {
@@ -142,7 +148,8 @@ impl Proxy {
             .thread_name("rampart-worker")
             .enable_all()
             .build()?;
-        let dynamic = Arc::new(DynamicBlocks::default());
+        let dynamic = Arc::new(DynamicBlocks::new());
+        let bans = Arc::new(BanQueue::default());
         let now = clock::now_ns();
         let listeners = cfg
             .listeners
@@ -150,6 +157,7 @@ impl Proxy {
             .map(|lc| {
                 let engine = Engine::new(lc.port, dynamic.clone());
                 engine.set_policy(lc.protection.clone(), now);
+                bans.listen(&engine);
                 ListenerRt {
                     label: lc.label(),
                     config: lc.clone(),
@@ -164,6 +172,8 @@ impl Proxy {
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
+            xdp: Mutex::new(None),
+            bans,
         });
         Ok(Proxy {
             rt: Some(rt),
@@ -254,6 +264,15 @@ impl Proxy {
                 let now = clock::now_ns();
                 for l in &shared.listeners {
                     l.engine.evict_tick(now, EVICTION_BUDGET);
+                }
+                let boxed = shared.bans.drain();
+                if let Ok(guard) = shared.xdp.lock() {
+                    if let Some(mgr) = guard.as_ref() {
+                        push_bans(mgr, &boxed);
+                        if n.is_multiple_of(10) {
+                            mgr.sweep(now);
+                        }
+                    }
                 }
                 n += 1;
                 if n.is_multiple_of(10) {
@@ -360,6 +379,24 @@ impl Proxy {
             }
         }
         issues.finish(())?;
+        let xdp = self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mgr) = xdp.as_ref() {
+            let mut live: Vec<(u16, Option<Arc<ProtectionPolicy>>)> = self
+                .shared
+                .listeners
+                .iter()
+                .map(|l| (l.config.port, l.engine.policy()))
+                .collect();
+            for (li, p) in &policies {
+                live[*li].1 = p.clone();
+            }
+            if let Err(e) = mgr.stage(&build_policy(&live)) {
+                return Err(ConfigError::new(vec![crate::config::ConfigIssue {
+                    path: "protection".into(),
+                    message: format!("the XDP maps could not be updated, nothing changed: {e}"),
+                }]));
+            }
+        }
         if let Some(r) = routes {
             self.shared
                 .routes
@@ -368,6 +405,10 @@ impl Proxy {
         let now = clock::now_ns();
         for (li, p) in policies {
             self.shared.listeners[li].engine.set_policy(p, now);
+        }
+        if let Some(mgr) = xdp.as_ref() {
+            // The staged set was fully written; the flip is a single index store.
+            let _ = mgr.commit();
         }
         Ok(())
     }
@@ -405,6 +446,46 @@ impl Proxy {
                 .1
                 .extend(b.dynamic_blocklist.into_iter().map(|e| (p, e)));
         }
+        if let Some(mgr) = self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            for b in mgr.bans() {
+                if b.deadline_ns <= now {
+                    continue;
+                }
+                let reason = match b.reason {
+                    crate::xdp::BanReason::SynFlood => BlockReason::XdpDropped,
+                    crate::xdp::BanReason::Dynamic => BlockReason::DynamicBlocked,
+                    crate::xdp::BanReason::Penalty => BlockReason::PenaltyBoxed,
+                };
+                if reason == BlockReason::DynamicBlocked {
+                    continue; // already listed from the userspace dynamic blocks
+                }
+                let ip = b.display();
+                let port_of = self
+                    .shared
+                    .listeners
+                    .first()
+                    .map(|l| l.config.port)
+                    .unwrap_or(0);
+                if lists[3].1.iter().any(|(_, e)| e.ip == ip) {
+                    continue;
+                }
+                lists[3].1.push((
+                    port_of,
+                    BlockedEntry {
+                        ip,
+                        reason,
+                        remaining_ms: Some((b.deadline_ns - now).div_ceil(1_000_000)),
+                        note: None,
+                    },
+                ));
+            }
+        }
         let mut out = serde_json::Map::new();
         for (name, entries) in lists {
             let v = if detail {
@@ -435,15 +516,28 @@ impl Proxy {
         let mut issues = Issues::default();
         let (ttl, reason, port) = self.parse_block_opts(opts, true, &mut issues);
         issues.finish(())?;
-        self.shared
+        let now = clock::now_ns();
+        let net = self
+            .shared
             .dynamic
-            .block(cidr, ttl, reason, port, clock::now_ns())
+            .block(cidr, ttl, reason, port, now)
             .map_err(|m| {
                 ConfigError::new(vec![crate::config::ConfigIssue {
                     path: "cidr".into(),
                     message: m,
                 }])
-            })
+            })?;
+        if let Some(mgr) = self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let deadline = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1_000_000)));
+            let _ = mgr.block_dynamic(&dynamic_block(net, port, deadline));
+        }
+        Ok(())
     }
 
     /// `unblockIp(cidr, { port })`: true when an entry was removed.
@@ -451,12 +545,93 @@ impl Proxy {
         let mut issues = Issues::default();
         let (_, _, port) = self.parse_block_opts(opts, false, &mut issues);
         issues.finish(())?;
-        self.shared.dynamic.unblock(cidr, port).map_err(|m| {
+        let removed = self.shared.dynamic.unblock(cidr, port).map_err(|m| {
             ConfigError::new(vec![crate::config::ConfigIssue {
                 path: "cidr".into(),
                 message: m,
             }])
-        })
+        })?;
+        if let Some(mgr) = self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            if let Ok(net) = crate::protection::parse_cidr(cidr) {
+                let _ = mgr.unblock_dynamic(net, port);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// `attachXdp({ interface, mode })`: loads and attaches the XDP program, then syncs the
+    /// policy of every listener, every `blockIp` entry and every IP already boxed. Blocking
+    /// (~100 ms); call it off the JS thread.
+    pub fn attach_xdp(&self, interface: &str, mode: XdpMode) -> Result<XdpStatus, String> {
+        let mut slot = self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = slot.as_ref() {
+            return Err(format!(
+                "XDP is already attached to {}; detachXdp() first",
+                m.status().interface
+            ));
+        }
+        let mgr = XdpManager::attach(interface, mode).map_err(|e| e.to_string())?;
+        let live: Vec<(u16, Option<Arc<ProtectionPolicy>>)> = self
+            .shared
+            .listeners
+            .iter()
+            .map(|l| (l.config.port, l.engine.policy()))
+            .collect();
+        if let Err(e) = mgr.apply(&build_policy(&live)) {
+            let _ = mgr.detach();
+            return Err(format!("XDP policy sync failed, detached again: {e}"));
+        }
+        let now = clock::now_ns();
+        let blocks: Vec<_> = self
+            .shared
+            .dynamic
+            .rules(None, now)
+            .into_iter()
+            .map(|r| dynamic_block(r.net, r.port, r.expires_ns))
+            .collect();
+        let _ = mgr.set_dynamic(&blocks);
+        let mut boxed = Vec::new();
+        for l in &self.shared.listeners {
+            boxed.extend(l.engine.boxed(now).into_iter().map(|(k, d)| (k.addr(), d)));
+        }
+        push_bans(&mgr, &boxed);
+        let st = mgr.status();
+        *slot = Some(mgr);
+        Ok(st)
+    }
+
+    /// `detachXdp()`: removes the program and its pinned maps (no-op when not attached).
+    pub fn detach_xdp(&self) -> Result<(), String> {
+        let mgr = self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match mgr {
+            Some(m) => m.detach().map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// `xdpStatus()`.
+    pub fn xdp_status(&self) -> XdpStatus {
+        match self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            Some(m) => m.status(),
+            None => XdpStatus::not_attached(),
+        }
     }
 
     fn parse_block_opts(
@@ -507,7 +682,17 @@ impl Proxy {
                 )
             })
             .collect();
-        MetricsSnapshot::from_listeners(ls, self.shared.events.dropped())
+        let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
+        if let Some(mgr) = self
+            .shared
+            .xdp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            m.xdp = Some(crate::xdp_sync::status_json(&mgr.status()));
+        }
+        m
     }
 
     /// Ports of the listeners, in config order.

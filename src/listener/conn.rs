@@ -142,9 +142,12 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
     let policy = l.engine.policy();
     let timeout_ms = policy
         .as_ref()
-        .map(|p| p.tls_handshake_timeout_ms)
+        .map(|p| p.tls_handshake_timeout_ms())
         .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS);
-    let min_bps = policy.as_ref().map(|p| p.min_bytes_per_second).unwrap_or(0);
+    let min_bps = policy
+        .as_ref()
+        .map(|p| p.min_bytes_per_second())
+        .unwrap_or(0);
     let deadline = accepted_at + Duration::from_millis(timeout_ms);
 
     let pending = match l.engine.pending_handshake(ip, clock::now_ns()) {

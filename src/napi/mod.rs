@@ -132,6 +132,68 @@ impl NativeProxy {
     }
 }
 
+#[napi]
+impl NativeProxy {
+    /// `attachXdp(interface, mode)`: resolves with the status JSON; rejects naming the cause
+    /// (missing capability, interface, object not built). Runs on the libuv thread pool.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn attach_xdp(&self, interface: String, mode: String) -> AsyncTask<XdpTask> {
+        AsyncTask::new(XdpTask {
+            proxy: self.inner.clone(),
+            attach: Some((interface, mode)),
+        })
+    }
+
+    /// `detachXdp()`: removes the program and its pins.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn detach_xdp(&self) -> AsyncTask<XdpTask> {
+        AsyncTask::new(XdpTask {
+            proxy: self.inner.clone(),
+            attach: None,
+        })
+    }
+
+    /// `xdpStatus()` as JSON.
+    #[napi]
+    pub fn xdp_status(&self) -> String {
+        crate::xdp_sync::status_json(&self.inner.xdp_status()).to_string()
+    }
+}
+
+/// Background half of `attachXdp()` / `detachXdp()`.
+pub struct XdpTask {
+    proxy: Arc<Proxy>,
+    attach: Option<(String, String)>,
+}
+
+impl Task for XdpTask {
+    type Output = String;
+    type JsValue = String;
+    fn compute(&mut self) -> Result<String> {
+        match &self.attach {
+            Some((iface, mode)) => {
+                let mode = match mode.as_str() {
+                    "native" => crate::xdp::XdpMode::Native,
+                    "generic" => crate::xdp::XdpMode::Generic,
+                    _ => crate::xdp::XdpMode::Auto,
+                };
+                self.proxy
+                    .attach_xdp(iface, mode)
+                    .map(|st| crate::xdp_sync::status_json(&st).to_string())
+                    .map_err(Error::from_reason)
+            }
+            None => self
+                .proxy
+                .detach_xdp()
+                .map(|_| String::new())
+                .map_err(Error::from_reason),
+        }
+    }
+    fn resolve(&mut self, _env: Env, out: String) -> Result<String> {
+        Ok(out)
+    }
+}
+
 /// Background half of `stop()`.
 pub struct StopTask {
     proxy: Arc<Proxy>,

@@ -1,0 +1,63 @@
+'use strict';
+// Child process for the XDP end-to-end spec, run inside the proxy's network namespace
+// (`ip netns exec <ns> node xdp-proxy.js <json>`). Starts an echo upstream, a plain TCP server on
+// an unprotected port, and Rampart on the protected port; attaches XDP to the veth end; then
+// answers one JSON command per stdin line with one JSON line on stdout.
+const net = require('node:net');
+const readline = require('node:readline');
+const { RampartProxy, generateSelfSignedCert } = require('../..');
+
+async function main() {
+  const opts = JSON.parse(process.argv[2]);
+  const echo = net.createServer((s) => {
+    s.on('error', () => {});
+    s.pipe(s);
+  });
+  await new Promise((r) => echo.listen(0, '127.0.0.1', r));
+  const plain = net.createServer((s) => {
+    s.on('error', () => {});
+    s.end('plain-ok');
+  });
+  await new Promise((r) => plain.listen(opts.plainPort, '0.0.0.0', r));
+  const [certChain, privateKey] = generateSelfSignedCert(['xdp.test']);
+  const proxy = new RampartProxy({
+    workerThreads: 2,
+    listeners: [{ host: '0.0.0.0', port: opts.port, defaultCert: { certChain, privateKey }, protection: opts.protection }],
+    routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] }],
+  });
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  await proxy.start();
+  const commands = {
+    attach: (a) => proxy.attachXdp(a),
+    status: () => proxy.xdpStatus(),
+    blocked: () => proxy.blockedIps(),
+    metrics: () => proxy.metrics(),
+    events: () => events.splice(0),
+    blockIp: (a) => proxy.blockIp(a.cidr, a.opts),
+    detach: () => proxy.detachXdp(),
+    exit: async () => {
+      await proxy.stop();
+      echo.close();
+      plain.close();
+      setImmediate(() => process.exit(0));
+      return true;
+    },
+  };
+  const rl = readline.createInterface({ input: process.stdin });
+  rl.on('line', async (line) => {
+    const { id, cmd, args } = JSON.parse(line);
+    try {
+      const result = await commands[cmd](args);
+      process.stdout.write(`${JSON.stringify({ id, result: result === undefined ? null : result })}\n`);
+    } catch (e) {
+      process.stdout.write(`${JSON.stringify({ id, error: String(e && e.message) })}\n`);
+    }
+  });
+  process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+}
+
+main().catch((e) => {
+  process.stdout.write(`${JSON.stringify({ fatal: String(e && e.stack) })}\n`);
+  process.exit(1);
+});

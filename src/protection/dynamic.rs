@@ -1,0 +1,395 @@
+//! Dynamic blocks (`blockIp` / `unblockIp`): runtime CIDR blocks with an optional TTL and an
+//! optional listener port, shared by every listener's engine (an entry without a port applies to
+//! every listener, with or without a protection policy; with a port, to that listener only).
+//!
+//! Lookup is O(number of distinct prefix lengths in use): for each length present, the address is
+//! masked and looked up in a hash map — no lock, no allocation: readers load an immutable snapshot
+//! through `arc-swap`, and an empty set costs one relaxed load. Writes (rare, operator actions) go
+//! through a mutex and publish a new snapshot: a small *delta* layer over a shared *base* layer,
+//! copied on each write; when the delta outgrows max(64, √n) entries it is folded into a rebuilt
+//! base. A write therefore costs O(√n) amortised, so a script blocking 100k addresses one by one
+//! finishes in well under a second.
+//!
+//! Expiry: an entry whose TTL has passed stops matching at once (checked at lookup) and is
+//! removed by [`DynamicBlocks::purge_expired`] (called from every engine's eviction tick) or by the
+//! next write. Blocking the same CIDR and port again replaces its TTL and note.
+
+use super::blocked::BlockedEntry;
+use super::cidr::parse_cidr;
+use super::key::mask128;
+use super::reason::BlockReason;
+use arc_swap::ArcSwap;
+use ipnet::IpNet;
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One `blockIp` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamicRule {
+    /// The blocked network (canonical).
+    pub net: IpNet,
+    /// `Some(port)`: only the listener on that port; `None`: every listener.
+    pub port: Option<u16>,
+    /// CLOCK_MONOTONIC ns at which it expires; `None` = until `unblockIp`.
+    pub expires_ns: Option<u64>,
+    /// The reason text given to `blockIp`.
+    pub note: Option<Arc<str>>,
+}
+
+impl DynamicRule {
+    fn live(&self, now_ns: u64) -> bool {
+        self.expires_ns.is_none_or(|t| now_ns < t)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct NetKey {
+    v6: bool,
+    len: u8,
+    bits: u128,
+}
+
+impl NetKey {
+    fn of(net: &IpNet) -> NetKey {
+        match net {
+            IpNet::V4(n) => NetKey {
+                v6: false,
+                len: n.prefix_len(),
+                bits: u128::from(u32::from(n.network())),
+            },
+            IpNet::V6(n) => NetKey {
+                v6: true,
+                len: n.prefix_len(),
+                bits: u128::from(n.network()),
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct Layer {
+    map: HashMap<NetKey, Arc<[DynamicRule]>>,
+}
+
+/// Prefix lengths in use: bit `l` set when some key has length `l` (IPv4: 0..=32, IPv6: 0..=128).
+#[derive(Default, Clone, Copy)]
+struct Lens {
+    v4: u64,
+    v6: [u64; 3],
+}
+
+impl Lens {
+    /// Marks a [`len_slot`] as in use.
+    fn add(&mut self, slot: usize) {
+        if slot < 33 {
+            self.v4 |= 1 << slot;
+        } else {
+            let l = slot - 33;
+            self.v6[l / 64] |= 1 << (l % 64);
+        }
+    }
+}
+
+/// Index of a key's prefix length in `Master::per_len`.
+fn len_slot(k: &NetKey) -> usize {
+    if k.v6 {
+        33 + k.len as usize
+    } else {
+        k.len as usize
+    }
+}
+
+#[derive(Default)]
+struct Snapshot {
+    base: Arc<Layer>,
+    delta: Arc<Layer>,
+    lens: Lens,
+}
+
+impl Snapshot {
+    #[inline]
+    fn rules(&self, k: &NetKey) -> Option<&[DynamicRule]> {
+        match self.delta.map.get(k) {
+            Some(r) => Some(r),
+            None => self.base.map.get(k).map(|r| &r[..]),
+        }
+    }
+
+    fn matches(&self, ip: IpAddr, port: u16, now_ns: u64) -> bool {
+        let hit = |k: NetKey| {
+            self.rules(&k).is_some_and(|rules| {
+                rules
+                    .iter()
+                    .any(|r| r.port.is_none_or(|p| p == port) && r.live(now_ns))
+            })
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                let a = u32::from(v4);
+                let mut lens = self.lens.v4;
+                while lens != 0 {
+                    let l = lens.trailing_zeros();
+                    lens &= lens - 1;
+                    let m = if l == 0 { 0 } else { u32::MAX << (32 - l) };
+                    if hit(NetKey {
+                        v6: false,
+                        len: l as u8,
+                        bits: u128::from(a & m),
+                    }) {
+                        return true;
+                    }
+                }
+                false
+            }
+            IpAddr::V6(v6) => {
+                let a = u128::from(v6);
+                for (word, &bits) in self.lens.v6.iter().enumerate() {
+                    let mut lens = bits;
+                    while lens != 0 {
+                        let l = (word * 64) as u32 + lens.trailing_zeros();
+                        lens &= lens - 1;
+                        if hit(NetKey {
+                            v6: true,
+                            len: l as u8,
+                            bits: a & mask128(l as u8),
+                        }) {
+                            return true;
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+struct Master {
+    rules: HashMap<NetKey, Vec<DynamicRule>>,
+    /// Keys per prefix length (IPv4 0..=32, then IPv6 0..=128), for the published `Lens`.
+    per_len: [u32; 33 + 129],
+    expiry: BTreeSet<(u64, NetKey, Option<u16>)>,
+    base: Arc<Layer>,
+    delta: HashMap<NetKey, Arc<[DynamicRule]>>,
+}
+
+/// The `blockIp` entries of one proxy, shared (`Arc`) by every listener's engine.
+pub struct DynamicBlocks {
+    snap: ArcSwap<Snapshot>,
+    nonempty: AtomicBool,
+    master: Mutex<Master>,
+}
+
+impl Default for DynamicBlocks {
+    fn default() -> Self {
+        DynamicBlocks::new()
+    }
+}
+
+impl DynamicBlocks {
+    /// An empty set.
+    pub fn new() -> DynamicBlocks {
+        DynamicBlocks {
+            snap: ArcSwap::from_pointee(Snapshot::default()),
+            nonempty: AtomicBool::new(false),
+            master: Mutex::new(Master {
+                rules: HashMap::new(),
+                per_len: [0; 33 + 129],
+                expiry: BTreeSet::new(),
+                base: Arc::new(Layer::default()),
+                delta: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Master> {
+        self.master.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks `cidr` (parsed with the CIDR rules; a bare address is /32 or /128) for `ttl_ms`
+    /// (`None` = until unblocked; must be > 0) on listener `port` (`None` = every listener), from
+    /// `now_ns`. Returns the canonical network, or an error message for a bad CIDR or TTL.
+    pub fn block(
+        &self,
+        cidr: &str,
+        ttl_ms: Option<u64>,
+        reason: Option<String>,
+        port: Option<u16>,
+        now_ns: u64,
+    ) -> Result<IpNet, String> {
+        let net = parse_cidr(cidr)?;
+        if ttl_ms == Some(0) {
+            return Err("ttlMs must be > 0 (leave it out to block until unblockIp)".into());
+        }
+        let expires_ns = ttl_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000)));
+        let key = NetKey::of(&net);
+        let mut m = self.lock();
+        let mut changed = purge_locked(&mut m, now_ns);
+        changed.push(key);
+        if !m.rules.contains_key(&key) {
+            m.per_len[len_slot(&key)] += 1;
+        }
+        let rules = m.rules.entry(key).or_default();
+        let old_expiry = rules
+            .iter()
+            .position(|r| r.port == port)
+            .map(|i| rules.remove(i).expires_ns);
+        rules.push(DynamicRule {
+            net,
+            port,
+            expires_ns,
+            note: reason.map(Arc::from),
+        });
+        if let Some(Some(t)) = old_expiry {
+            m.expiry.remove(&(t, key, port));
+        }
+        if let Some(t) = expires_ns {
+            m.expiry.insert((t, key, port));
+        }
+        self.publish(&mut m, &changed);
+        Ok(net)
+    }
+
+    /// Removes the block on `cidr`: with `port`, only that listener's entry; without, the
+    /// every-listener entry and every per-port entry of that CIDR. Returns whether anything was
+    /// removed (an entry whose TTL passed since the last purge still counts), or an error message
+    /// for a bad CIDR.
+    pub fn unblock(&self, cidr: &str, port: Option<u16>) -> Result<bool, String> {
+        let net = parse_cidr(cidr)?;
+        let key = NetKey::of(&net);
+        let mut m = self.lock();
+        let Some(rules) = m.rules.get_mut(&key) else {
+            return Ok(false);
+        };
+        let mut gone = Vec::new();
+        rules.retain(|r| {
+            let hit = port.is_none() || r.port == port;
+            if hit {
+                gone.push((r.expires_ns, r.port));
+            }
+            !hit
+        });
+        if rules.is_empty() {
+            m.rules.remove(&key);
+            m.per_len[len_slot(&key)] -= 1;
+        }
+        for (t, p) in &gone {
+            if let Some(t) = t {
+                m.expiry.remove(&(*t, key, *p));
+            }
+        }
+        self.publish(&mut m, &[key]);
+        Ok(!gone.is_empty())
+    }
+
+    /// Whether `ip` (canonical: IPv4-mapped already converted) is blocked for listener `port` at
+    /// `now_ns`.
+    #[inline]
+    pub fn matches(&self, ip: IpAddr, port: u16, now_ns: u64) -> bool {
+        if !self.nonempty.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.snap.load().matches(ip, port, now_ns)
+    }
+
+    /// Drops entries whose TTL has passed; returns how many.
+    pub fn purge_expired(&self, now_ns: u64) -> usize {
+        if !self.nonempty.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let mut m = self.lock();
+        if m.expiry.first().is_none_or(|f| f.0 > now_ns) {
+            return 0;
+        }
+        let keys = purge_locked(&mut m, now_ns);
+        let n = keys.len();
+        self.publish(&mut m, &keys);
+        n
+    }
+
+    /// Live entries applying to listener `port` (`None`: all entries), unsorted.
+    pub fn rules(&self, port: Option<u16>, now_ns: u64) -> Vec<DynamicRule> {
+        let m = self.lock();
+        m.rules
+            .values()
+            .flatten()
+            .filter(|r| r.live(now_ns) && (port.is_none() || r.port.is_none() || r.port == port))
+            .cloned()
+            .collect()
+    }
+
+    /// Live entries for listener `port` as blocked-view entries (`dynamic_blocked`).
+    pub fn entries(&self, port: Option<u16>, now_ns: u64) -> Vec<BlockedEntry> {
+        self.rules(port, now_ns)
+            .into_iter()
+            .map(|r| BlockedEntry {
+                ip: r.net.to_string(),
+                reason: BlockReason::DynamicBlocked,
+                remaining_ms: r
+                    .expires_ns
+                    .map(|t| t.saturating_sub(now_ns).div_ceil(1_000_000)),
+                note: r.note.as_deref().map(str::to_string),
+            })
+            .collect()
+    }
+
+    /// Number of entries (including expired ones not yet purged).
+    pub fn len(&self) -> usize {
+        self.lock().rules.values().map(Vec::len).sum()
+    }
+
+    /// True when there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn publish(&self, m: &mut Master, changed: &[NetKey]) {
+        for k in changed {
+            let rules: Arc<[DynamicRule]> =
+                m.rules.get(k).map(|v| v[..].into()).unwrap_or_default();
+            m.delta.insert(*k, rules);
+        }
+        if m.delta.len() > 64usize.max(m.rules.len().isqrt()) {
+            m.base = Arc::new(Layer {
+                map: m.rules.iter().map(|(k, v)| (*k, v[..].into())).collect(),
+            });
+            m.delta.clear();
+        }
+        let mut lens = Lens::default();
+        for (slot, &n) in m.per_len.iter().enumerate() {
+            if n > 0 {
+                lens.add(slot);
+            }
+        }
+        let snap = Snapshot {
+            base: Arc::clone(&m.base),
+            delta: Arc::new(Layer {
+                map: m.delta.clone(),
+            }),
+            lens,
+        };
+        self.snap.store(Arc::new(snap));
+        self.nonempty.store(!m.rules.is_empty(), Ordering::Release);
+    }
+}
+
+/// Removes expired rules from the master; returns the keys touched.
+fn purge_locked(m: &mut Master, now_ns: u64) -> Vec<NetKey> {
+    let mut touched = Vec::new();
+    while let Some(&(t, key, port)) = m.expiry.first() {
+        if t > now_ns {
+            break;
+        }
+        m.expiry.pop_first();
+        if let Some(rules) = m.rules.get_mut(&key) {
+            rules.retain(|r| !(r.port == port && r.expires_ns == Some(t)));
+            if rules.is_empty() {
+                m.rules.remove(&key);
+                m.per_len[len_slot(&key)] -= 1;
+            }
+        }
+        touched.push(key);
+    }
+    touched
+}

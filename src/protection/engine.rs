@@ -1,0 +1,557 @@
+//! The protection engine of one listener: every admission decision, in the documented order.
+//!
+//! At accept, before reading a byte ([`Engine::admit`]): allowlist (skips every check) →
+//! `blocklist`, then dynamic blocks → penalty box → `rateLimit` and `sustained` (GCRA) →
+//! `maxConcurrentPerIp`. After the ClientHello peek ([`Engine::check_hello`]): an incomplete
+//! ClientHello while a fingerprint list is set → `requireSni` → `ja3Blocklist` → `ja4Blocklist`.
+//! During the pre-TLS phase ([`Engine::pending_handshake`]): `slowHandshake.maxPendingPerIp`.
+//!
+//! Cost of an admission with a policy: one CIDR binary search per list, one relaxed load for the
+//! dynamic blocks (plus O(prefix lengths) lookups when any exist), then one shard-lock hold during
+//! which the table probe finds the entry (one cache line) and the whole decision — box, both GCRA
+//! limits, concurrency count — is made and recorded on it. Dropping the guard takes the lock once
+//! more. No allocation once the table is warm. Time is always the caller's `now_ns`
+//! (CLOCK_MONOTONIC ns).
+//!
+//! `mode: 'observe'`: the same decisions, the same state changes (boxes, blocked lists), but the
+//! connection is admitted and counted; the verdict says `observed`. This applies to every check of
+//! the listener, dynamic blocks included (a handshake over `maxPendingPerIp` goes on uncounted).
+//! Without a policy only dynamic blocks apply (enforced).
+//!
+//! When the table is at `maxTrackedIps` and no entry can be evicted (every candidate holds
+//! connections), a client is admitted untracked (fail-open, as a full stick table does) and counted
+//! in [`Engine::untracked_admissions`].
+
+use super::blocked::{BlockedEntry, BlockedView};
+use super::dynamic::DynamicBlocks;
+use super::key::{canonical_ip, IpKey};
+use super::penalty;
+use super::policy::{Mode, ProtectionPolicy};
+use super::reason::BlockReason;
+pub use super::table::{ConnGuard, PendingGuard};
+use super::table::{Ctx, Entry, Table, FLAG_BOX, FLAG_CONC, FLAG_RATE};
+use arc_swap::ArcSwapOption;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the ClientHello peek learned, for [`Engine::check_hello`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HelloFacts<'a> {
+    /// The whole ClientHello was read and parsed.
+    pub complete: bool,
+    /// It carried a server_name extension.
+    pub has_sni: bool,
+    /// JA3 MD5 (32 hex, any case), if computed.
+    pub ja3: Option<&'a str>,
+    /// JA4 string (36 chars, any case), if computed.
+    pub ja4: Option<&'a str>,
+}
+
+/// A refusal decision. With `observed` (observe mode) the connection is admitted anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Why.
+    pub reason: BlockReason,
+    /// True in observe mode: report, but admit.
+    pub observed: bool,
+}
+
+/// The outcome of [`Engine::admit`]. Admitted iff `verdict` is `None` or observed; keep `guard`
+/// for the connection's lifetime (it holds the per-IP active count).
+#[derive(Debug)]
+pub struct Admission {
+    /// `None`: admitted cleanly.
+    pub verdict: Option<Verdict>,
+    /// The per-IP connection count (none for allowlisted or untracked clients, or without a
+    /// policy).
+    pub guard: Option<ConnGuard>,
+}
+
+impl Admission {
+    /// Whether the connection may proceed.
+    pub fn admitted(&self) -> bool {
+        self.verdict.is_none_or(|v| v.observed)
+    }
+
+    fn open(guard: Option<ConnGuard>) -> Admission {
+        Admission {
+            verdict: None,
+            guard,
+        }
+    }
+}
+
+/// Called with the client key and its new deadline (CLOCK_MONOTONIC ns) whenever a client is
+/// boxed or its deadline moves forward (XDP ban-map sync). Runs on the admission path: keep it
+/// cheap (e.g. push to a channel).
+pub type BoxListener = dyn Fn(IpKey, u64) + Send + Sync;
+
+struct ListenerCell(Arc<BoxListener>);
+
+/// The protection engine of one listener. Per-IP state lives as long as the engine and survives
+/// every policy swap.
+pub struct Engine {
+    port: u16,
+    dynamic: Arc<DynamicBlocks>,
+    policy: ArcSwapOption<ProtectionPolicy>,
+    swap: Mutex<u32>,
+    epoch: AtomicU32,
+    table: Table,
+    box_listener: ArcSwapOption<ListenerCell>,
+    untracked: AtomicU64,
+}
+
+const SWAP_EVICT_BUDGET: usize = 4096;
+
+impl Engine {
+    /// An engine for the listener on `port`, with no policy (only `dynamic` blocks apply).
+    pub fn new(port: u16, dynamic: Arc<DynamicBlocks>) -> Engine {
+        Engine {
+            port,
+            dynamic,
+            policy: ArcSwapOption::empty(),
+            swap: Mutex::new(0),
+            epoch: AtomicU32::new(0),
+            table: Table::new(),
+            box_listener: ArcSwapOption::empty(),
+            untracked: AtomicU64::new(0),
+        }
+    }
+
+    /// The listener port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Installs a policy (`None` removes protection) with one atomic pointer store. Per-IP state
+    /// survives: TATs, active and pending counts, and penalty deadlines while the new policy keeps
+    /// a penalty box. Turning the box off and on again starts a new box epoch, so old deadlines
+    /// are not resurrected. If the new `maxTrackedIps` is below the tracked count, a bounded
+    /// eviction pass runs at `now_ns` (the rest is left to [`Engine::evict_tick`]).
+    pub fn set_policy(&self, p: Option<Arc<ProtectionPolicy>>, now_ns: u64) {
+        let mut last_epoch = self.swap.lock().unwrap_or_else(|e| e.into_inner());
+        let box_on = p.as_ref().is_some_and(|p| p.penalty_box());
+        let current = self.epoch.load(Ordering::Acquire);
+        if box_on && current == 0 {
+            *last_epoch = penalty::next_epoch(*last_epoch);
+            self.epoch.store(*last_epoch, Ordering::Release);
+        } else if !box_on {
+            self.epoch.store(0, Ordering::Release);
+        }
+        let cap = p.as_ref().map(|p| p.max_tracked_ips());
+        self.policy.store(p);
+        drop(last_epoch);
+        if cap.is_some_and(|c| self.table.len() > c) {
+            self.evict_tick(now_ns, SWAP_EVICT_BUDGET);
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Option<Arc<ProtectionPolicy>> {
+        self.policy.load_full()
+    }
+
+    /// Sets (or clears) the box listener.
+    pub fn set_box_listener(&self, f: Option<Arc<BoxListener>>) {
+        self.box_listener
+            .store(f.map(|f| Arc::new(ListenerCell(f))));
+    }
+
+    fn ctx(&self, p: &ProtectionPolicy, now: u64, epoch: u32) -> Ctx {
+        Ctx {
+            now,
+            epoch,
+            cap: p.max_tracked_ips(),
+        }
+    }
+
+    /// Admission at accept, before reading a byte (see the module doc for the order).
+    pub fn admit(&self, ip: IpAddr, now_ns: u64) -> Admission {
+        let ip = canonical_ip(ip);
+        let loaded = self.policy.load();
+        let Some(p) = loaded.as_deref() else {
+            if self.dynamic.matches(ip, self.port, now_ns) {
+                return refused(BlockReason::DynamicBlocked);
+            }
+            return Admission::open(None);
+        };
+        if p.allowlist().contains(ip) {
+            return Admission::open(None);
+        }
+        let observe = p.mode() == Mode::Observe;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let ctx = self.ctx(p, now_ns, epoch);
+        let key = IpKey::new(ip, p.ipv6_prefix_length());
+        let listed = if p.blocklist().contains(ip) {
+            Some(BlockReason::CidrBlocked)
+        } else if self.dynamic.matches(ip, self.port, now_ns) {
+            Some(BlockReason::DynamicBlocked)
+        } else {
+            None
+        };
+        if let Some(reason) = listed {
+            if !observe {
+                return refused(reason);
+            }
+            let guard = self
+                .table
+                .with(key, &ctx, |e| e.active = e.active.saturating_add(1))
+                .map(|(_, slot)| slot.conn_guard());
+            return Admission {
+                verdict: Some(observed(reason)),
+                guard,
+            };
+        }
+        let Some((out, slot)) = self
+            .table
+            .with(key, &ctx, |e| decide(p, e, epoch, now_ns, observe))
+        else {
+            self.untracked.fetch_add(1, Ordering::Relaxed);
+            return Admission::open(None);
+        };
+        for flag in [FLAG_RATE, FLAG_CONC, FLAG_BOX] {
+            if out.new_flags & flag != 0 {
+                self.table.lists.add(flag, key);
+            }
+        }
+        if let Some(deadline_ns) = out.boxed_ns {
+            if let Some(l) = self.box_listener.load().as_ref() {
+                (l.0)(key, deadline_ns);
+            }
+        }
+        Admission {
+            verdict: out.reason.map(|reason| Verdict {
+                reason,
+                observed: observe,
+            }),
+            guard: out.counted.then(|| slot.conn_guard()),
+        }
+    }
+
+    /// Checks after the ClientHello peek: an incomplete ClientHello while a fingerprint list is
+    /// set (`incomplete_handshake`), then `requireSni` (`no_sni`), `ja3Blocklist`
+    /// (`ja3_blocked`), `ja4Blocklist` (`ja4_blocked`). `None`: go on. Allowlisted clients and
+    /// listeners without a policy always pass.
+    ///
+    /// `_now_ns` is unused today (these checks are stateless); it keeps every decision's signature
+    /// uniform for the caller.
+    pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>, _now_ns: u64) -> Option<Verdict> {
+        let loaded = self.policy.load();
+        let p = loaded.as_deref()?;
+        let ip = canonical_ip(ip);
+        if p.allowlist().contains(ip) {
+            return None;
+        }
+        let reason = if !facts.complete && p.has_fingerprint_lists() {
+            BlockReason::IncompleteHandshake
+        } else if p.require_sni() && !facts.has_sni {
+            BlockReason::NoSni
+        } else if facts.ja3.is_some_and(|j| p.ja3_blocklist().contains(j)) {
+            BlockReason::Ja3Blocked
+        } else if facts.ja4.is_some_and(|j| p.ja4_blocklist().contains(j)) {
+            BlockReason::Ja4Blocked
+        } else {
+            return None;
+        };
+        Some(Verdict {
+            reason,
+            observed: p.mode() == Mode::Observe,
+        })
+    }
+
+    /// Counts one handshake in progress for `ip` against `slowHandshake.maxPendingPerIp`; keep
+    /// the guard until the handshake ends. `Err(slow_handshake)` when the client already has that
+    /// many; in observe mode the verdict is `observed` and the handshake goes on uncounted. An
+    /// allowlisted or untracked client, or a listener without a policy, gets an empty guard.
+    pub fn pending_handshake(&self, ip: IpAddr, now_ns: u64) -> Result<PendingGuard, Verdict> {
+        let loaded = self.policy.load();
+        let Some(p) = loaded.as_deref() else {
+            return Ok(PendingGuard::empty());
+        };
+        let ip = canonical_ip(ip);
+        if p.allowlist().contains(ip) {
+            return Ok(PendingGuard::empty());
+        }
+        let max = p.slow_handshake().max_pending_per_ip;
+        let ctx = self.ctx(p, now_ns, self.epoch.load(Ordering::Acquire));
+        let key = IpKey::new(ip, p.ipv6_prefix_length());
+        let counted = self.table.with(key, &ctx, |e| {
+            let ok = u64::from(e.pending) < max;
+            if ok {
+                e.pending += 1;
+            }
+            ok
+        });
+        match counted {
+            None => Ok(PendingGuard::empty()),
+            Some((true, slot)) => Ok(slot.pending_guard()),
+            Some((false, _)) => Err(Verdict {
+                reason: BlockReason::SlowHandshake,
+                observed: p.mode() == Mode::Observe,
+            }),
+        }
+    }
+
+    /// Every boxed client with its deadline (CLOCK_MONOTONIC ns), in O(number boxed): for
+    /// syncing the XDP ban map when it is attached.
+    pub fn boxed(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        for key in self.table.lists.snapshot(FLAG_BOX) {
+            let deadline = self.table.inspect(key, |e| {
+                let e = e?;
+                penalty::remaining_ms(e.penalty, epoch, now_ns)?;
+                penalty::deadline_ms(e.penalty, epoch).map(|ms| ms.saturating_mul(1_000_000))
+            });
+            if let Some(d) = deadline {
+                out.push((key, d));
+            }
+        }
+        out
+    }
+
+    /// Blocked clients and networks at `now_ns`, in O(number blocked) (see [`super::blocked`]).
+    pub fn blocked(&self, now_ns: u64) -> BlockedView {
+        let loaded = self.policy.load();
+        let p = loaded.as_deref();
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let mut view = BlockedView {
+            dynamic_blocklist: self.dynamic.entries(Some(self.port), now_ns),
+            ..BlockedView::default()
+        };
+        if let Some(p) = p {
+            view.cidr_blocklist = p
+                .blocklist()
+                .nets()
+                .iter()
+                .map(|n| BlockedEntry {
+                    ip: n.to_string(),
+                    reason: BlockReason::CidrBlocked,
+                    remaining_ms: None,
+                    note: None,
+                })
+                .collect();
+        }
+        view.rate_limited = self.collect(FLAG_RATE, BlockReason::RateLimited, |e| {
+            let p = p?;
+            let wait = [
+                p.rate_limit()
+                    .map(|r| r.gcra.retry_after_ns(e.tat_rate, now_ns)),
+                p.sustained()
+                    .map(|r| r.gcra.retry_after_ns(e.tat_sustained, now_ns)),
+            ]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(0);
+            (wait > 0).then(|| Some(wait.div_ceil(1_000_000)))
+        });
+        view.concurrency_limited = self.collect(FLAG_CONC, BlockReason::TooManyConnections, |e| {
+            let max = p?.max_concurrent_per_ip();
+            (max > 0 && u64::from(e.active) >= max).then_some(None)
+        });
+        view.penalty_boxed = self.collect(FLAG_BOX, BlockReason::PenaltyBoxed, |e| {
+            p?.penalty_duration_ns()?;
+            penalty::remaining_ms(e.penalty, epoch, now_ns).map(Some)
+        });
+        view.sort();
+        view
+    }
+
+    /// Walks one side set: `still` says whether an entry is still blocked (and its remaining ms);
+    /// stale keys are removed and their flag cleared.
+    fn collect(
+        &self,
+        flag: u8,
+        reason: BlockReason,
+        still: impl Fn(&Entry) -> Option<Option<u64>>,
+    ) -> Vec<BlockedEntry> {
+        let mut out = Vec::new();
+        for key in self.table.lists.snapshot(flag) {
+            let hit = self.table.inspect(key, |e| {
+                let hit = e.as_deref().and_then(&still);
+                if hit.is_none() {
+                    if let Some(e) = e {
+                        e.flags &= !flag;
+                    }
+                    self.table.lists.remove(flag, key);
+                }
+                hit
+            });
+            if let Some(remaining_ms) = hit {
+                out.push(BlockedEntry {
+                    ip: key.to_string(),
+                    reason,
+                    remaining_ms,
+                    note: None,
+                });
+            }
+        }
+        out
+    }
+
+    /// Number of tracked clients (entries in the per-IP table).
+    pub fn tracked_ips(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Background eviction: examines at most `budget` table slots (bounded work, short lock
+    /// holds) and drops expired dynamic blocks. Returns the number of entries evicted. Call it
+    /// periodically (e.g. every 100 ms with a budget of 10_000).
+    pub fn evict_tick(&self, now_ns: u64, budget: usize) -> usize {
+        self.dynamic.purge_expired(now_ns);
+        let loaded = self.policy.load();
+        let ctx = Ctx {
+            now: now_ns,
+            epoch: self.epoch.load(Ordering::Acquire),
+            cap: loaded
+                .as_deref()
+                .map_or(usize::MAX, |p| p.max_tracked_ips()),
+        };
+        self.table.evict_tick(&ctx, budget)
+    }
+
+    /// The client's (active connections, pending handshakes) as counted by its guards; `(0, 0)`
+    /// when it is not tracked or there is no policy.
+    pub fn counts(&self, ip: IpAddr) -> (u64, u64) {
+        let loaded = self.policy.load();
+        let Some(p) = loaded.as_deref() else {
+            return (0, 0);
+        };
+        let key = IpKey::new(ip, p.ipv6_prefix_length());
+        self.table.inspect(key, |e| {
+            e.map_or((0, 0), |e| (u64::from(e.active), u64::from(e.pending)))
+        })
+    }
+
+    /// Whether `ip`'s client has an entry in the per-IP table.
+    pub fn is_tracked(&self, ip: IpAddr) -> bool {
+        let loaded = self.policy.load();
+        let Some(p) = loaded.as_deref() else {
+            return false;
+        };
+        let key = IpKey::new(ip, p.ipv6_prefix_length());
+        self.table.inspect(key, |e| e.is_some())
+    }
+
+    /// Clients admitted without an entry because the table was full of connected clients.
+    pub fn untracked_admissions(&self) -> u64 {
+        self.untracked.load(Ordering::Relaxed)
+    }
+
+    /// Heap bytes held by the per-IP table (entries, index, free lists).
+    pub fn table_memory_bytes(&self) -> usize {
+        self.table.memory_bytes()
+    }
+
+    /// The shared dynamic blocks.
+    pub fn dynamic(&self) -> &Arc<DynamicBlocks> {
+        &self.dynamic
+    }
+}
+
+/// What one admission decided, made under the entry's shard lock.
+#[derive(Default)]
+struct Outcome {
+    /// Refusal reason (`None`: admitted).
+    reason: Option<BlockReason>,
+    /// An active connection was counted (admitted, or observe mode): make a guard.
+    counted: bool,
+    /// Side-set flags newly set: add the key to those sets.
+    new_flags: u8,
+    /// The box deadline moved to this (ns): tell the box listener.
+    boxed_ns: Option<u64>,
+}
+
+/// The per-entry part of [`Engine::admit`]: penalty box, then both GCRA limits, then
+/// `maxConcurrentPerIp`. A refused attempt changes no limit; a boxed attempt that would conform
+/// is debited, one that would not moves the deadline to `now + durationMs`.
+#[inline]
+fn decide(p: &ProtectionPolicy, e: &mut Entry, epoch: u32, now: u64, observe: bool) -> Outcome {
+    let mut out = Outcome::default();
+    let conforms = p
+        .rate_limit()
+        .is_none_or(|r| r.gcra.conforms(e.tat_rate, now))
+        && p.sustained()
+            .is_none_or(|r| r.gcra.conforms(e.tat_sustained, now));
+    let boxed = p.penalty_box() && penalty::is_boxed(e.penalty, epoch, now);
+    let max = p.max_concurrent_per_ip();
+    if boxed {
+        out.reason = Some(BlockReason::PenaltyBoxed);
+        if conforms {
+            debit(p, e, now);
+        } else {
+            exhausted(p, e, epoch, now, &mut out, false);
+        }
+    } else if !conforms {
+        out.reason = Some(BlockReason::RateLimited);
+        exhausted(p, e, epoch, now, &mut out, true);
+    } else if max != 0 && u64::from(e.active) >= max {
+        out.reason = Some(BlockReason::TooManyConnections);
+        set_flag(e, FLAG_CONC, &mut out);
+    } else {
+        debit(p, e, now);
+    }
+    if out.reason.is_none() || observe {
+        e.active = e.active.saturating_add(1);
+        out.counted = true;
+    }
+    out
+}
+
+#[inline]
+fn debit(p: &ProtectionPolicy, e: &mut Entry, now: u64) {
+    if let Some(r) = p.rate_limit() {
+        r.gcra.admit(&mut e.tat_rate, now);
+    }
+    if let Some(r) = p.sustained() {
+        r.gcra.admit(&mut e.tat_sustained, now);
+    }
+}
+
+/// A limit is exhausted: list the client as rate-limited (for the exhausting attempt) and box it
+/// (or move its deadline) when the penalty box is on.
+fn exhausted(
+    p: &ProtectionPolicy,
+    e: &mut Entry,
+    epoch: u32,
+    now: u64,
+    out: &mut Outcome,
+    list: bool,
+) {
+    if list {
+        set_flag(e, FLAG_RATE, out);
+    }
+    if let (Some(duration), true) = (p.penalty_duration_ns(), epoch != 0) {
+        let deadline = penalty::deadline_for(now, duration);
+        if let Some(ns) = penalty::extend(&mut e.penalty, epoch, deadline) {
+            out.boxed_ns = Some(ns);
+            set_flag(e, FLAG_BOX, out);
+        }
+    }
+}
+
+fn set_flag(e: &mut Entry, flag: u8, out: &mut Outcome) {
+    if e.flags & flag == 0 {
+        e.flags |= flag;
+        out.new_flags |= flag;
+    }
+}
+
+fn refused(reason: BlockReason) -> Admission {
+    Admission {
+        verdict: Some(Verdict {
+            reason,
+            observed: false,
+        }),
+        guard: None,
+    }
+}
+
+fn observed(reason: BlockReason) -> Verdict {
+    Verdict {
+        reason,
+        observed: true,
+    }
+}

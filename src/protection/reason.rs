@@ -1,0 +1,84 @@
+//! Block reasons: why a connection was refused (the `'blocked'` event's `reason` and the metrics
+//! label). The strings are the contract shared with Harper's TLS proxy and must not change.
+
+use std::fmt;
+
+/// Why a connection was refused (or, in observe mode, would have been).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockReason {
+    /// The source matched the policy's `blocklist`.
+    CidrBlocked,
+    /// The source matched a `blockIp` entry.
+    DynamicBlocked,
+    /// The source is in the penalty box.
+    PenaltyBoxed,
+    /// The attempt exceeded `rateLimit` or `sustained` (GCRA).
+    RateLimited,
+    /// The source already holds `maxConcurrentPerIp` connections.
+    TooManyConnections,
+    /// The listener already holds `maxConnections` connections (listener-level, not this engine).
+    MaxConnections,
+    /// `requireSni` and the ClientHello had no server_name.
+    NoSni,
+    /// The ClientHello's JA3 is in `ja3Blocklist`.
+    Ja3Blocked,
+    /// The ClientHello's JA4 is in `ja4Blocklist`.
+    Ja4Blocked,
+    /// A fingerprint list is set and the ClientHello could not be fully read.
+    IncompleteHandshake,
+    /// The TLS handshake did not finish within `tlsHandshakeTimeoutMs`.
+    HandshakeTimeout,
+    /// Too many pending handshakes from the source, or it sent below `minBytesPerSecond`.
+    SlowHandshake,
+    /// Dropped in the kernel by the XDP program (metrics only, never an event).
+    XdpDropped,
+}
+
+impl BlockReason {
+    /// Every reason, in the documented order.
+    pub const ALL: [BlockReason; 13] = [
+        BlockReason::CidrBlocked,
+        BlockReason::DynamicBlocked,
+        BlockReason::PenaltyBoxed,
+        BlockReason::RateLimited,
+        BlockReason::TooManyConnections,
+        BlockReason::MaxConnections,
+        BlockReason::NoSni,
+        BlockReason::Ja3Blocked,
+        BlockReason::Ja4Blocked,
+        BlockReason::IncompleteHandshake,
+        BlockReason::HandshakeTimeout,
+        BlockReason::SlowHandshake,
+        BlockReason::XdpDropped,
+    ];
+
+    /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockReason::CidrBlocked => "cidr_blocked",
+            BlockReason::DynamicBlocked => "dynamic_blocked",
+            BlockReason::PenaltyBoxed => "penalty_boxed",
+            BlockReason::RateLimited => "rate_limited",
+            BlockReason::TooManyConnections => "too_many_connections",
+            BlockReason::MaxConnections => "max_connections",
+            BlockReason::NoSni => "no_sni",
+            BlockReason::Ja3Blocked => "ja3_blocked",
+            BlockReason::Ja4Blocked => "ja4_blocked",
+            BlockReason::IncompleteHandshake => "incomplete_handshake",
+            BlockReason::HandshakeTimeout => "handshake_timeout",
+            BlockReason::SlowHandshake => "slow_handshake",
+            BlockReason::XdpDropped => "xdp_dropped",
+        }
+    }
+
+    /// Position in [`BlockReason::ALL`] (for per-reason counter arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for BlockReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,786 @@
+//! The per-IP table: one small fixed-size entry per tracked client, sharded, with a hard cap and
+//! incremental eviction.
+//!
+//! **Entry** (48 bytes): the key (128 bits + prefix length), the two GCRA TATs (`rateLimit`,
+//! `sustained`, ns), the penalty-box word, the active-connection count (released by
+//! [`ConnGuard`]), the pending-handshake count (released by [`PendingGuard`]) and the flags saying
+//! which blocked-list side sets hold the key.
+//!
+//! **Layout**: 256 shards, each a `Mutex` around an open-addressing table that holds the entries
+//! *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a lookup reads the
+//! control bytes (1 byte per slot, cache-resident) and then touches one entry — one memory miss
+//! per decision at a million clients. Linear probing from `fastrange(hash, capacity)`, at most 7/8
+//! full, growing by 1.5× (so the load stays between 58 % and 88 %), backward-shift deletion (no
+//! tombstones). Memory per tracked client: 49 bytes / load = 56–84 bytes.
+//!
+//! **Why admission and eviction never split a client's state**: an entry is only read or written
+//! with its shard lock held — the lookup, the whole admission decision (penalty box, both limits,
+//! concurrency), a guard's release, and eviction are each one critical section. Eviction removes
+//! only entries with no active connection and no pending handshake, so the entry an admitted
+//! connection counts against is the entry the next connection from that client finds. Guards
+//! re-find their entry by key when released (entries move when the table grows or shifts). A
+//! critical section is one probe plus a few integer operations on one cache line; at the cap an
+//! insert adds a victim scan of at most 32 live entries.
+//!
+//! **Eviction** (lazy projection: nothing is refilled or reset on a timer): an entry is *idle*
+//! when it is projected to a never-seen client at `now` — both TATs ≤ now, no running box, no
+//! active or pending count — and removing it is then invisible. [`Table::evict_tick`] removes idle
+//! entries, a bounded number of slots per call and at most 64 per lock hold. At the
+//! `maxTrackedIps` cap an insert replaces a victim found by a scan of at most 32 live entries
+//! from its shard's clock hand: idle first, then *limited* (a TAT in the future; the one closest
+//! to idle), *boxed* last (the earliest deadline). Before giving up a boxed entry it looks at up to
+//! 8 other non-empty shards (try-lock only) for anything less valuable; a shard with no candidate
+//! at all (small tables) looks at every shard. The priority is thus exact for small tables and
+//! sampled for large ones. When every candidate holds connections the client is admitted
+//! untracked.
+
+use super::blocked::SideLists;
+use super::key::IpKey;
+use super::penalty;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Side-set flag: the key is in the rate-limited list.
+pub(crate) const FLAG_RATE: u8 = 1;
+/// Side-set flag: the key is in the concurrency-limited list.
+pub(crate) const FLAG_CONC: u8 = 2;
+/// Side-set flag: the key is in the penalty-boxed list.
+pub(crate) const FLAG_BOX: u8 = 4;
+
+/// One tracked client. Only ever accessed under its shard lock.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Entry {
+    key_lo: u64,
+    key_hi: u64,
+    /// GCRA TAT of `rateLimit` (ns; 0 = never).
+    pub tat_rate: u64,
+    /// GCRA TAT of `sustained` (ns; 0 = never).
+    pub tat_sustained: u64,
+    /// Penalty-box word (see `penalty`).
+    pub penalty: u64,
+    /// Admitted connections still open.
+    pub active: u32,
+    /// Handshakes in progress.
+    pub pending: u16,
+    len: u8,
+    /// Which side sets hold this key (`FLAG_*`).
+    pub flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 48);
+
+/// Largest per-client pending count (`slowHandshake.maxPendingPerIp` is validated below it).
+pub const MAX_PENDING: u64 = u16::MAX as u64;
+
+impl Entry {
+    fn key(&self) -> IpKey {
+        IpKey::from_raw(
+            (u128::from(self.key_hi) << 64) | u128::from(self.key_lo),
+            self.len,
+        )
+    }
+
+    fn is(&self, key: IpKey) -> bool {
+        let (bits, len) = key.raw();
+        self.key_lo == bits as u64 && self.key_hi == (bits >> 64) as u64 && self.len == len
+    }
+
+    fn fresh(key: IpKey) -> Entry {
+        let (bits, len) = key.raw();
+        Entry {
+            key_lo: bits as u64,
+            key_hi: (bits >> 64) as u64,
+            len,
+            ..Entry::default()
+        }
+    }
+}
+
+/// What an entry is worth keeping, at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Worth {
+    /// Projected to a never-seen client: evicting it changes nothing.
+    Idle,
+    /// A TAT in the future (ns): it remembers recent arrivals.
+    Limited(u64),
+    /// A running penalty box (deadline word).
+    Boxed(u64),
+}
+
+/// What eviction needs to project an entry to `now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx {
+    /// CLOCK_MONOTONIC ns.
+    pub now: u64,
+    /// Current penalty-box epoch (0 = box off).
+    pub epoch: u32,
+    /// `maxTrackedIps`.
+    pub cap: usize,
+}
+
+/// `None` when the entry holds connections or handshakes (never evictable).
+fn worth(e: &Entry, ctx: &Ctx) -> Option<Worth> {
+    if e.active != 0 || e.pending != 0 {
+        return None;
+    }
+    if penalty::is_boxed(e.penalty, ctx.epoch, ctx.now) {
+        return Some(Worth::Boxed(e.penalty));
+    }
+    let tat = e.tat_rate.max(e.tat_sustained);
+    Some(if tat > ctx.now {
+        Worth::Limited(tat)
+    } else {
+        Worth::Idle
+    })
+}
+
+/// Lower is evicted first: limited by TAT (closest to idle first), then boxed by deadline.
+fn rank(w: Worth) -> (u8, u64) {
+    match w {
+        Worth::Idle => (0, 0),
+        Worth::Limited(tat) => (1, tat),
+        Worth::Boxed(word) => (2, word & ((1 << 44) - 1)),
+    }
+}
+
+// ---- hashing -----------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+struct Hasher4([u64; 4]);
+
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl Hasher4 {
+    fn random() -> Hasher4 {
+        let rs = RandomState::new();
+        let mut seeds = [0u64; 4];
+        for (i, s) in seeds.iter_mut().enumerate() {
+            let mut h = rs.build_hasher();
+            h.write_usize(i);
+            *s = h.finish() | 1;
+        }
+        Hasher4(seeds)
+    }
+
+    /// Keyed folded-multiply hash (wyhash-style) of a key: bits 56.. pick the shard, bits 0..32
+    /// the home slot, bits 32..39 the control tag.
+    #[inline]
+    fn hash(&self, key: IpKey) -> u64 {
+        let (bits, len) = key.raw();
+        let h = fold((bits as u64) ^ self.0[0], ((bits >> 64) as u64) ^ self.0[1]);
+        fold(h ^ self.0[2], u64::from(len) ^ self.0[3])
+    }
+}
+
+#[inline]
+fn tag(h: u64) -> u8 {
+    0x80 | ((h >> 32) as u8 & 0x7f)
+}
+
+#[inline]
+fn home(h: u64, cap: usize) -> usize {
+    ((u64::from(h as u32) * cap as u64) >> 32) as usize
+}
+
+// ---- shard -------------------------------------------------------------------------------------
+
+const SHARDS: usize = 256;
+const MIN_CAP: usize = 16;
+const VICTIM_SCAN: usize = 32;
+const OTHER_SHARDS: usize = 8;
+const TICK_BATCH: usize = 64;
+
+/// One shard. Guards hold an `Arc<Shard>` so they can be released after the engine is gone.
+pub(crate) struct Shard {
+    inner: Mutex<ShardInner>,
+}
+
+struct ShardInner {
+    ctrl: Vec<u8>,
+    slots: Vec<Entry>,
+    count: usize,
+    hand: usize,
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, ShardInner> {
+        // Every mutation leaves the table consistent between statements that can panic, so a
+        // poisoned lock is safe to keep using.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ShardInner {
+    fn new() -> ShardInner {
+        ShardInner {
+            ctrl: Vec::new(),
+            slots: Vec::new(),
+            count: 0,
+            hand: 0,
+        }
+    }
+
+    #[inline]
+    fn find(&self, key: IpKey, h: u64) -> Option<usize> {
+        let cap = self.ctrl.len();
+        if cap == 0 {
+            return None;
+        }
+        let t = tag(h);
+        let mut pos = home(h, cap);
+        loop {
+            let c = self.ctrl[pos];
+            if c == 0 {
+                return None;
+            }
+            if c == t && self.slots[pos].is(key) {
+                return Some(pos);
+            }
+            pos += 1;
+            if pos == cap {
+                pos = 0;
+            }
+        }
+    }
+
+    /// Inserts a fresh entry for `key` (absent) and returns its slot.
+    fn insert(&mut self, hasher: &Hasher4, key: IpKey, h: u64) -> usize {
+        if (self.count + 1) * 8 > self.ctrl.len() * 7 {
+            self.grow(hasher);
+        }
+        let cap = self.ctrl.len();
+        let mut pos = home(h, cap);
+        while self.ctrl[pos] != 0 {
+            pos += 1;
+            if pos == cap {
+                pos = 0;
+            }
+        }
+        self.ctrl[pos] = tag(h);
+        self.slots[pos] = Entry::fresh(key);
+        self.count += 1;
+        pos
+    }
+
+    fn grow(&mut self, hasher: &Hasher4) {
+        let cap = (self.ctrl.len() * 3 / 2).max(MIN_CAP);
+        let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
+        let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
+        for (c, e) in ctrl.into_iter().zip(slots) {
+            if c != 0 {
+                let h = hasher.hash(e.key());
+                let mut pos = home(h, cap);
+                while self.ctrl[pos] != 0 {
+                    pos += 1;
+                    if pos == cap {
+                        pos = 0;
+                    }
+                }
+                self.ctrl[pos] = c;
+                self.slots[pos] = e;
+            }
+        }
+        self.hand = 0;
+    }
+
+    /// Backward-shift deletion of slot `pos`.
+    fn remove(&mut self, hasher: &Hasher4, pos: usize) {
+        let cap = self.ctrl.len();
+        let mut hole = pos;
+        let mut j = pos;
+        loop {
+            j = if j + 1 == cap { 0 } else { j + 1 };
+            if self.ctrl[j] == 0 {
+                break;
+            }
+            let k = home(hasher.hash(self.slots[j].key()), cap);
+            // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
+            let stays = if hole <= j {
+                hole < k && k <= j
+            } else {
+                hole < k || k <= j
+            };
+            if !stays {
+                self.ctrl[hole] = self.ctrl[j];
+                self.slots[hole] = self.slots[j];
+                hole = j;
+            }
+        }
+        self.ctrl[hole] = 0;
+        self.slots[hole] = Entry::default();
+        self.count -= 1;
+    }
+
+    /// Scans from the clock hand for the least valuable evictable entry, looking at up to `n`
+    /// live entries (empty slots are skipped). An idle entry is returned at once.
+    fn scan_victim(&mut self, ctx: &Ctx, n: usize) -> Option<(usize, Worth)> {
+        let cap = self.ctrl.len();
+        if self.count == 0 {
+            return None;
+        }
+        let mut best: Option<(usize, Worth)> = None;
+        let mut live = 0;
+        for _ in 0..cap {
+            let pos = self.hand % cap;
+            self.hand = pos + 1;
+            if self.ctrl[pos] == 0 {
+                continue;
+            }
+            live += 1;
+            if let Some(w) = worth(&self.slots[pos], ctx) {
+                if w == Worth::Idle {
+                    return Some((pos, w));
+                }
+                if best.is_none_or(|(_, b)| rank(w) < rank(b)) {
+                    best = Some((pos, w));
+                }
+            }
+            if live == n {
+                break;
+            }
+        }
+        best
+    }
+}
+
+// ---- guards ------------------------------------------------------------------------------------
+
+/// A handle on a client's entry from which guards are made (the caller has counted them in the
+/// entry under the lock).
+pub(crate) struct Slot<'a> {
+    shard: &'a Arc<Shard>,
+    key: IpKey,
+    hash: u64,
+}
+
+impl Slot<'_> {
+    /// A guard for one active connection already counted in the entry.
+    pub fn conn_guard(&self) -> ConnGuard {
+        ConnGuard(Release::new(self, Counter::Active))
+    }
+
+    /// A guard for one pending handshake already counted in the entry.
+    pub fn pending_guard(&self) -> PendingGuard {
+        PendingGuard(Some(Release::new(self, Counter::Pending)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Counter {
+    Active,
+    Pending,
+}
+
+struct Release {
+    shard: Arc<Shard>,
+    key: IpKey,
+    hash: u64,
+    counter: Counter,
+}
+
+impl Release {
+    fn new(slot: &Slot<'_>, counter: Counter) -> Release {
+        Release {
+            shard: Arc::clone(slot.shard),
+            key: slot.key,
+            hash: slot.hash,
+            counter,
+        }
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let mut inner = self.shard.lock();
+        // The entry cannot have been evicted while this count was held.
+        if let Some(pos) = inner.find(self.key, self.hash) {
+            let e = &mut inner.slots[pos];
+            match self.counter {
+                Counter::Active => e.active = e.active.saturating_sub(1),
+                Counter::Pending => e.pending = e.pending.saturating_sub(1),
+            }
+        }
+    }
+}
+
+/// RAII count of one admitted connection on its client's entry: dropping it decrements the
+/// per-IP active count (what `maxConcurrentPerIp` compares against). While any guard is alive the
+/// entry cannot be evicted.
+pub struct ConnGuard(Release);
+
+impl std::fmt::Debug for ConnGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConnGuard({})", self.0.key)
+    }
+}
+
+/// RAII count of one handshake in progress (`slowHandshake.maxPendingPerIp`); dropping it
+/// decrements the per-IP pending count. A guard for an untracked or allowlisted client is empty.
+pub struct PendingGuard(Option<Release>);
+
+impl PendingGuard {
+    /// A guard that counts nothing (allowlisted or untracked client, no policy).
+    pub fn empty() -> PendingGuard {
+        PendingGuard(None)
+    }
+}
+
+impl std::fmt::Debug for PendingGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(r) => write!(f, "PendingGuard({})", r.key),
+            None => f.write_str("PendingGuard(empty)"),
+        }
+    }
+}
+
+// ---- table -------------------------------------------------------------------------------------
+
+struct TickState {
+    shard: usize,
+    pos: usize,
+    /// Complete sweeps in a row that ended above the cap: from 1 on, boxed entries may go.
+    over_cap_sweeps: u32,
+}
+
+/// The sharded per-IP table of one engine.
+pub(crate) struct Table {
+    shards: Box<[Arc<Shard>]>,
+    hasher: Hasher4,
+    len: AtomicUsize,
+    tick: Mutex<TickState>,
+    /// Side sets of the blocked view (keys flagged in their entries).
+    pub lists: SideLists,
+}
+
+impl Table {
+    /// An empty table (no entry memory until the first client).
+    pub fn new() -> Table {
+        let hasher = Hasher4::random();
+        Table {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Arc::new(Shard {
+                        inner: Mutex::new(ShardInner::new()),
+                    })
+                })
+                .collect(),
+            hasher,
+            len: AtomicUsize::new(0),
+            tick: Mutex::new(TickState {
+                shard: 0,
+                pos: 0,
+                over_cap_sweeps: 0,
+            }),
+            lists: SideLists::default(),
+        }
+    }
+
+    /// Number of tracked clients.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    fn reserve(&self, cap: usize) -> bool {
+        self.len
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |l| {
+                (l < cap).then_some(l + 1)
+            })
+            .is_ok()
+    }
+
+    /// Runs `f` on `key`'s entry under its shard lock, creating the entry if needed (evicting a
+    /// victim at the cap). `None` when the table is full of connected clients: the caller admits
+    /// untracked. The returned [`Slot`] makes guards for counts `f` added.
+    #[inline]
+    pub fn with<R>(
+        &self,
+        key: IpKey,
+        ctx: &Ctx,
+        f: impl FnOnce(&mut Entry) -> R,
+    ) -> Option<(R, Slot<'_>)> {
+        let h = self.hasher.hash(key);
+        let si = (h >> 56) as usize % SHARDS;
+        let shard = &self.shards[si];
+        let mut inner = shard.lock();
+        let pos = match inner.find(key, h) {
+            Some(pos) => pos,
+            None => self.insert(si, &mut inner, key, h, ctx)?,
+        };
+        let r = f(&mut inner.slots[pos]);
+        drop(inner);
+        Some((
+            r,
+            Slot {
+                shard,
+                key,
+                hash: h,
+            },
+        ))
+    }
+
+    /// Runs `f` on `key`'s entry (or `None`) under its shard lock; no insert.
+    pub fn inspect<R>(&self, key: IpKey, f: impl FnOnce(Option<&mut Entry>) -> R) -> R {
+        let h = self.hasher.hash(key);
+        let shard = &self.shards[(h >> 56) as usize % SHARDS];
+        let mut inner = shard.lock();
+        match inner.find(key, h) {
+            Some(pos) => f(Some(&mut inner.slots[pos])),
+            None => f(None),
+        }
+    }
+
+    #[cold]
+    fn insert(
+        &self,
+        si: usize,
+        inner: &mut ShardInner,
+        key: IpKey,
+        h: u64,
+        ctx: &Ctx,
+    ) -> Option<usize> {
+        if !self.reserve(ctx.cap) {
+            // At the cap: replace the least valuable entry (the count stays the same).
+            match inner.scan_victim(ctx, VICTIM_SCAN) {
+                Some((pos, Worth::Idle | Worth::Limited(_))) => self.evict_at(inner, pos),
+                Some((pos, Worth::Boxed(_))) => {
+                    // Keep boxed clients if a few other shards have anything less valuable.
+                    if !(self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
+                        && self.reserve(ctx.cap))
+                    {
+                        self.evict_at(inner, pos);
+                    }
+                }
+                None => {
+                    // Nothing evictable here (small table, or all connected): look everywhere.
+                    let found = self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
+                        || self.evict_elsewhere(si, ctx, SHARDS, true);
+                    if !(found && self.reserve(ctx.cap)) {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(inner.insert(&self.hasher, key, h))
+    }
+
+    /// Evicts the least valuable entry found in up to `shards` other non-empty shards (try-lock
+    /// only, so it never waits while holding the caller's shard lock); boxed entries only with
+    /// `allow_boxed`. Decrements `len` on success.
+    fn evict_elsewhere(&self, si: usize, ctx: &Ctx, shards: usize, allow_boxed: bool) -> bool {
+        let mut best: Option<(usize, IpKey, Worth)> = None;
+        let mut visited = 0;
+        for j in 1..SHARDS {
+            if visited == shards {
+                break;
+            }
+            let oi = (si + j) % SHARDS;
+            let Ok(mut inner) = self.shards[oi].inner.try_lock() else {
+                continue;
+            };
+            if inner.count == 0 {
+                continue;
+            }
+            visited += 1;
+            let Some((pos, w)) = inner.scan_victim(ctx, VICTIM_SCAN) else {
+                continue;
+            };
+            if matches!(w, Worth::Boxed(_)) && !allow_boxed {
+                continue;
+            }
+            if w == Worth::Idle {
+                self.evict_at(&mut inner, pos);
+                self.len.fetch_sub(1, Ordering::AcqRel);
+                return true;
+            }
+            if best.is_none_or(|(_, _, b)| rank(w) < rank(b)) {
+                best = Some((oi, inner.slots[pos].key(), w));
+            }
+        }
+        let Some((oi, key, _)) = best else {
+            return false;
+        };
+        let Ok(mut inner) = self.shards[oi].inner.try_lock() else {
+            return false;
+        };
+        let Some(pos) = inner.find(key, self.hasher.hash(key)) else {
+            return false;
+        };
+        match worth(&inner.slots[pos], ctx) {
+            Some(Worth::Boxed(_)) if !allow_boxed => false,
+            Some(_) => {
+                self.evict_at(&mut inner, pos);
+                self.len.fetch_sub(1, Ordering::AcqRel);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the entry at `pos` (evictable: checked by the caller under the lock). Does not
+    /// touch `len`.
+    fn evict_at(&self, inner: &mut ShardInner, pos: usize) {
+        let e = inner.slots[pos];
+        inner.remove(&self.hasher, pos);
+        if e.flags != 0 {
+            self.lists.forget(e.key(), e.flags);
+        }
+    }
+
+    /// Incremental eviction: examines at most `budget` slots (at most 64 per lock hold) from
+    /// where the last call stopped, removing idle entries, and — while the table is above `cap`
+    /// (after a swap lowered `maxTrackedIps`) — limited ones, then boxed ones once a whole sweep
+    /// ended still above the cap. Returns how many entries it removed.
+    pub fn evict_tick(&self, ctx: &Ctx, budget: usize) -> usize {
+        let mut tick = self.tick.lock().unwrap_or_else(|p| p.into_inner());
+        let mut left = budget;
+        let mut evicted = 0;
+        while left > 0 {
+            let shard = &self.shards[tick.shard];
+            let mut inner = shard.lock();
+            let cap = inner.ctrl.len();
+            let mut pos = tick.pos.min(cap);
+            let mut examined = 0;
+            while pos < cap && examined < TICK_BATCH.min(left) {
+                examined += 1;
+                if inner.ctrl[pos] != 0 {
+                    if let Some(w) = worth(&inner.slots[pos], ctx) {
+                        let over = self.len.load(Ordering::Relaxed) > ctx.cap;
+                        let go = match w {
+                            Worth::Idle => true,
+                            Worth::Limited(_) => over,
+                            Worth::Boxed(_) => over && tick.over_cap_sweeps > 0,
+                        };
+                        if go {
+                            self.evict_at(&mut inner, pos);
+                            self.len.fetch_sub(1, Ordering::AcqRel);
+                            evicted += 1;
+                            // The shift may have moved another entry into `pos`: look again.
+                            continue;
+                        }
+                    }
+                }
+                pos += 1;
+            }
+            left -= examined.max(1);
+            if pos >= cap {
+                drop(inner);
+                tick.pos = 0;
+                tick.shard += 1;
+                if tick.shard == SHARDS {
+                    tick.shard = 0;
+                    tick.over_cap_sweeps = if self.len.load(Ordering::Relaxed) > ctx.cap {
+                        tick.over_cap_sweeps.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+            } else {
+                tick.pos = pos;
+            }
+        }
+        evicted
+    }
+
+    /// Heap bytes held by the table's shards (control bytes and entries; not the side sets).
+    pub fn memory_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let inner = s.lock();
+                inner.ctrl.capacity()
+                    + inner.slots.capacity() * std::mem::size_of::<Entry>()
+                    + std::mem::size_of::<Shard>()
+            })
+            .sum()
+    }
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn key(i: u32) -> IpKey {
+        IpKey::new(IpAddr::V4(Ipv4Addr::from(i)), 64)
+    }
+
+    fn ctx(now: u64, cap: usize) -> Ctx {
+        Ctx { now, epoch: 0, cap }
+    }
+
+    #[test]
+    fn insert_find_remove_many() {
+        let t = Table::new();
+        for i in 0..20_000 {
+            t.with(key(i), &ctx(0, 1_000_000), |e| e.tat_rate = 5)
+                .unwrap();
+        }
+        assert_eq!(t.len(), 20_000);
+        assert_eq!(t.evict_tick(&ctx(4, 1_000_000), 1_000_000), 0);
+        assert_eq!(t.evict_tick(&ctx(5, 1_000_000), 1_000_000), 20_000);
+        assert_eq!(t.len(), 0);
+        for i in 0..20_000 {
+            assert!(t.inspect(key(i), |e| e.is_none()));
+        }
+    }
+
+    #[test]
+    fn guards_block_eviction() {
+        let t = Table::new();
+        let (_, slot) = t.with(key(1), &ctx(0, 10), |e| e.active += 1).unwrap();
+        let g = slot.conn_guard();
+        assert_eq!(t.evict_tick(&ctx(0, 10), 1_000), 0);
+        drop(g);
+        assert_eq!(t.evict_tick(&ctx(0, 10), 1_000), 1);
+    }
+
+    /// Random inserts, evictions at the cap and ticks keep every live entry findable.
+    #[test]
+    fn index_stays_consistent() {
+        let t = Table::new();
+        let mut x: u64 = 12345;
+        for step in 0..200_000u64 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let i = ((x >> 33) % 5000) as u32;
+            let c = ctx(step, 3000);
+            t.with(key(i), &c, |e| e.tat_rate = step + 1 + (x % 50))
+                .unwrap();
+            if step % 1000 == 0 {
+                t.evict_tick(&c, 500);
+                let mut live = 0;
+                let mut seen = HashSet::new();
+                for s in t.shards.iter() {
+                    let inner = s.lock();
+                    assert_eq!(inner.count, inner.ctrl.iter().filter(|&&c| c != 0).count());
+                    for pos in 0..inner.ctrl.len() {
+                        if inner.ctrl[pos] != 0 {
+                            live += 1;
+                            let k = inner.slots[pos].key();
+                            assert!(seen.insert(k));
+                            assert_eq!(inner.find(k, t.hasher.hash(k)), Some(pos), "step {step}");
+                        }
+                    }
+                }
+                assert_eq!(live, t.len(), "step {step}");
+                assert!(live <= 3000);
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Dynamic blocks (`blockIp` / `unblockIp`): TTL, port scope, replacement, CIDR rules.
+
+use rampart::protection::DynamicBlocks;
+use std::net::IpAddr;
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 5_000_000 * MS;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn block_parses_with_the_cidr_rules() {
+    let d = DynamicBlocks::new();
+    assert_eq!(
+        d.block("192.0.2.7", None, None, None, T0)
+            .unwrap()
+            .to_string(),
+        "192.0.2.7/32"
+    );
+    assert_eq!(
+        d.block("::ffff:198.51.100.0/120", None, None, None, T0)
+            .unwrap()
+            .to_string(),
+        "198.51.100.0/24"
+    );
+    assert_eq!(
+        d.block("10.1.2.3/8", None, None, None, T0).unwrap_err(),
+        r#"host bits are set in "10.1.2.3/8"; did you mean 10.0.0.0/8?"#
+    );
+    assert_eq!(
+        d.block("10.0.0.0/8", Some(0), None, None, T0).unwrap_err(),
+        "ttlMs must be > 0 (leave it out to block until unblockIp)"
+    );
+    assert!(d.matches(ip("198.51.100.200"), 443, T0));
+    assert!(!d.matches(ip("198.51.101.1"), 443, T0));
+    assert!(!d.matches(ip("10.1.2.3"), 443, T0));
+}
+
+#[test]
+fn ttl_expires_exactly() {
+    let d = DynamicBlocks::new();
+    d.block("203.0.113.0/24", Some(250), None, None, T0)
+        .unwrap();
+    assert!(d.matches(ip("203.0.113.1"), 1, T0 + 250 * MS - 1));
+    assert!(!d.matches(ip("203.0.113.1"), 1, T0 + 250 * MS));
+    assert_eq!(d.len(), 1);
+    assert_eq!(d.purge_expired(T0 + 250 * MS), 1);
+    assert!(d.is_empty());
+}
+
+#[test]
+fn blocking_again_replaces_ttl_and_note() {
+    let d = DynamicBlocks::new();
+    d.block("203.0.113.9", Some(100), Some("first".into()), None, T0)
+        .unwrap();
+    d.block("203.0.113.9", None, Some("second".into()), None, T0)
+        .unwrap();
+    assert_eq!(d.len(), 1);
+    assert!(d.matches(ip("203.0.113.9"), 1, T0 + 3_600_000 * MS));
+    let e = d.entries(None, T0);
+    assert_eq!(
+        (e[0].remaining_ms, e[0].note.as_deref()),
+        (None, Some("second"))
+    );
+    // Purging the old TTL does not remove the replacement.
+    assert_eq!(d.purge_expired(T0 + 200 * MS), 0);
+    assert_eq!(d.len(), 1);
+}
+
+#[test]
+fn port_scope_and_unblock() {
+    let d = DynamicBlocks::new();
+    d.block("192.0.2.0/24", None, None, Some(443), T0).unwrap();
+    d.block("192.0.2.0/24", None, None, Some(8443), T0).unwrap();
+    d.block("198.51.100.0/24", None, None, None, T0).unwrap();
+    assert!(d.matches(ip("192.0.2.1"), 443, T0));
+    assert!(d.matches(ip("192.0.2.1"), 8443, T0));
+    assert!(!d.matches(ip("192.0.2.1"), 80, T0));
+    assert!(d.matches(ip("198.51.100.1"), 80, T0));
+    assert_eq!(d.entries(Some(80), T0).len(), 1);
+    assert_eq!(d.entries(Some(443), T0).len(), 2);
+    // With a port: only that listener's entry.
+    assert_eq!(d.unblock("192.0.2.0/24", Some(443)), Ok(true));
+    assert!(!d.matches(ip("192.0.2.1"), 443, T0));
+    assert!(d.matches(ip("192.0.2.1"), 8443, T0));
+    assert_eq!(d.unblock("192.0.2.0/24", Some(443)), Ok(false));
+    // A global entry cannot be carved per port.
+    assert_eq!(d.unblock("198.51.100.0/24", Some(80)), Ok(false));
+    // Without a port: every entry of that CIDR.
+    d.block("192.0.2.0/24", None, None, None, T0).unwrap();
+    assert_eq!(d.unblock("192.0.2.0/24", None), Ok(true));
+    assert!(!d.matches(ip("192.0.2.1"), 8443, T0));
+    assert_eq!(d.unblock("192.0.2.0/25", None), Ok(false));
+    assert!(d.unblock("192.0.2.0/33", None).is_err());
+}
+
+#[test]
+fn families_and_prefix_lengths() {
+    let d = DynamicBlocks::new();
+    d.block("::/0", None, None, None, T0).unwrap();
+    assert!(d.matches(ip("2001:db8::1"), 1, T0));
+    assert!(!d.matches(ip("192.0.2.1"), 1, T0));
+    d.unblock("::/0", None).unwrap();
+    d.block("2001:db8:1::/48", None, None, None, T0).unwrap();
+    d.block("10.0.0.0/8", None, None, None, T0).unwrap();
+    d.block("10.20.30.40", None, None, None, T0).unwrap();
+    assert!(d.matches(ip("2001:db8:1:ffff::1"), 1, T0));
+    assert!(!d.matches(ip("2001:db8:2::1"), 1, T0));
+    assert!(d.matches(ip("10.99.0.1"), 1, T0));
+    d.unblock("10.0.0.0/8", None).unwrap();
+    assert!(!d.matches(ip("10.99.0.1"), 1, T0));
+    assert!(d.matches(ip("10.20.30.40"), 1, T0));
+}
+
+#[test]
+fn twenty_thousand_blocks_one_by_one() {
+    let d = DynamicBlocks::new();
+    for i in 0..20_000u32 {
+        let a = std::net::Ipv4Addr::from(0x0a00_0000 + i * 2);
+        d.block(&a.to_string(), None, None, None, T0).unwrap();
+    }
+    assert_eq!(d.len(), 20_000);
+    for i in 0..20_000u32 {
+        assert!(d.matches(IpAddr::V4((0x0a00_0000 + i * 2).into()), 1, T0));
+        assert!(!d.matches(IpAddr::V4((0x0a00_0000 + i * 2 + 1).into()), 1, T0));
+    }
+    for i in (0..20_000u32).step_by(2) {
+        let a = std::net::Ipv4Addr::from(0x0a00_0000 + i * 2);
+        assert_eq!(d.unblock(&a.to_string(), None), Ok(true));
+    }
+    assert_eq!(d.len(), 10_000);
+    assert!(!d.matches(IpAddr::V4(0x0a00_0000.into()), 1, T0));
+    assert!(d.matches(IpAddr::V4((0x0a00_0000 + 2).into()), 1, T0));
+}
