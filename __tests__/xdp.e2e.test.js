@@ -88,7 +88,7 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
     port: PORT,
     plainPort: PLAIN,
     protection: {
-      rateLimit: { connectionsPerSecond: 1, burst: 2 },
+      rateLimit: { connectionsPerSecond: 1, burst: 3 },
       penaltyBox: { durationMs: 4000 },
       xdp: { synPerSecond: 5, synBurst: 5 },
     },
@@ -105,7 +105,8 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
   assert.equal(attached.interface, VP);
 
   assert.equal(await client('tls', LEGIT), 'ok');
-  // Push BOXED into the penalty box in userspace: burst 2, the third is rate_limited.
+  // Push BOXED into the penalty box in userspace: burst 3, the fourth is rate_limited.
+  assert.equal(await client('tls', BOXED), 'ok');
   assert.equal(await client('tls', BOXED), 'ok');
   assert.equal(await client('tls', BOXED), 'ok');
   assert.notEqual(await client('tls', BOXED), 'ok');
@@ -122,11 +123,11 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
 
   // A SYN flood from a third address, bounded: 200 SYNs at 1 per ms.
   const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-c', '200', '-i', 'u1000', '-a', FLOOD, PROXY], { timeoutMs: 20000 });
-  const legitDuring = [];
-  for (let i = 0; i < 3; i++) legitDuring.push(await client('tls', LEGIT, PORT, 3000));
+  // The legit address stays within its own limit (burst 3 at 1/s) and is served during the flood.
+  const legitDuring = await client('tls', LEGIT, PORT, 3000);
   const fr = await flood;
-  assert.equal(fr.code === 0 || fr.code === 1, true, `hping3 exit ${fr.code}: ${fr.stderr}`);
-  assert.deepEqual(legitDuring, ['ok', 'ok', 'ok']);
+  assert.equal(legitDuring, 'ok');
+  assert.match(fr.stderr.toString(), /200 packets transmitted/);
   const st = await p.call('status');
   assert.ok(st.counters.dropped.synFlood >= 150, `synFlood drops: ${st.counters.dropped.synFlood}`);
   assert.ok(st.bannedIps.includes(FLOOD), `banned: ${st.bannedIps}`);
