@@ -17,7 +17,7 @@ test('npm start serves curl -k --resolve', async () => {
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
   try {
-    await h.waitFor(() => out.includes('listening on'), { timeoutMs: 20000, what: `the demo to start; output: ${out}` });
+    await h.waitFor(() => out.includes('Ctrl-C stops'), { timeoutMs: 20000, what: 'the demo to print its instructions' });
     assert.match(out, new RegExp(`curl -k --resolve localhost:${port}:127\\.0\\.0\\.1 https://localhost:${port}/`));
     const r = await h.run('curl', ['-sk', '--max-time', '5', '--resolve', `localhost:${port}:127.0.0.1`, `https://localhost:${port}/ping`]);
     assert.equal(r.code, 0, r.stderr.toString());
