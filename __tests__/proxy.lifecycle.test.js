@@ -169,3 +169,37 @@ test("an unreachable upstream is an 'error' event, never an exception", async (t
   assert.match(errors[0].message, new RegExp(`upstream 127\\.0\\.0\\.1:${dead}: .*refused`, 'i'));
   assert.equal(proxy.metrics().listeners[0].errorsByReason.upstream_connect_failed, 1);
 });
+
+test('idleTimeoutMs closes a connection with no bytes either way, and only then', async (t) => {
+  const echo = await h.echoServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, idleTimeoutMs: 400, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(echo), terminateTls: true }],
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(echo);
+  });
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
+  c.on('error', () => {});
+  let got = '';
+  c.on('data', (d) => (got += d));
+  await new Promise((r) => c.once('secureConnect', r));
+  const opened = Date.now();
+  // Traffic every 150 ms keeps it open past the timeout...
+  for (let i = 0; i < 5; i++) {
+    c.write('k');
+    await h.waitFor(() => got.length === i + 1, { what: 'echo' });
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  assert.ok(Date.now() - opened > 600);
+  // ...then silence closes it.
+  const quietFrom = Date.now();
+  await new Promise((r) => c.once('close', r));
+  const quiet = Date.now() - quietFrom;
+  assert.ok(quiet >= 200 && quiet < 2000, `closed after ${quiet} ms of silence`);
+  await h.waitFor(() => proxy.metrics().listeners[0].errorsByReason.idle_timeout === 1, { what: 'idle_timeout count' });
+  assert.equal(proxy.metrics().activeConnections, 0);
+});
