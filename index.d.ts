@@ -30,9 +30,9 @@ export interface RouteConfig {
   forwardFingerprint?: 'none' | 'ja3' | 'ja4';
   /** Upstream connect timeout, ms. Default 5000. */
   connectTimeoutMs?: number;
-  /** Not supported yet: throws ConfigError. Use protection.rateLimit. */
+  /** Route-wide new-connection limit over all clients (GCRA), connections/s; excess → 'rate_limited'. */
   maxConnectionsPerSecond?: number;
-  /** Not supported yet: throws ConfigError. */
+  /** Burst for maxConnectionsPerSecond; defaults to the rate rounded up. */
   burst?: number;
 }
 

@@ -66,3 +66,28 @@ test('SNI routing picks the right upstream', async (t) => {
     assert.equal(proxy.metrics().listeners[0].errorsByReason.no_route, 0);
   });
 });
+
+test('a route-wide maxConnectionsPerSecond limits all clients together', async (t) => {
+  const echo = await h.echoServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [
+      { sni: 'limited.test', maxConnectionsPerSecond: 0.5, burst: 2, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] },
+      { sni: '', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] },
+    ],
+  });
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(echo);
+  });
+  assert.equal(await h.admitted(port, '127.0.0.2', { servername: 'limited.test' }), true);
+  assert.equal(await h.admitted(port, '127.0.0.3', { servername: 'limited.test' }), true);
+  assert.equal(await h.admitted(port, '127.0.0.4', { servername: 'limited.test' }), false);
+  assert.equal(await h.admitted(port, '127.0.0.4', { servername: 'other.test' }), true);
+  await h.waitFor(() => events.length === 1, { what: 'blocked event' });
+  assert.deepEqual([events[0].ip, events[0].reason], ['127.0.0.4', 'rate_limited']);
+});

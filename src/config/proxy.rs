@@ -125,6 +125,8 @@ pub struct RouteConfig {
     pub forward_fingerprint: ForwardFingerprint,
     /// Upstream connect timeout, ms.
     pub connect_timeout_ms: u64,
+    /// Route-wide new-connection limit (all clients together): `(connections/s, burst)`.
+    pub rate_limit: Option<(f64, u64)>,
 }
 
 fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
@@ -294,14 +296,20 @@ fn parse_route(
         path,
         issues,
     );
-    for unsupported in ["maxConnectionsPerSecond", "burst"] {
-        if field(obj, unsupported).is_some() {
-            issues.push(
-                join(path, unsupported),
-                "is not supported yet: use the listener's protection.rateLimit (per client IP)",
-            );
+    let rate = field(obj, "maxConnectionsPerSecond").and_then(|n| {
+        let p = join(path, "maxConnectionsPerSecond");
+        let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
+        if r <= 0.0 {
+            issues.push(p, "must be > 0 (leave it out for no route limit), got 0");
+            return None;
         }
+        Some(r)
+    });
+    let burst = field(obj, "burst").and_then(|n| v::count(n, &join(path, "burst"), 1, issues));
+    if burst.is_some() && field(obj, "maxConnectionsPerSecond").is_none() {
+        issues.push(join(path, "burst"), "needs maxConnectionsPerSecond");
     }
+    let rate_limit = rate.map(|r| (r, burst.unwrap_or_else(|| r.ceil().max(1.0) as u64)));
     let sni = match obj.get("sni") {
         Some(Value::String(s)) => match parse_sni(s) {
             Ok(p) => Some(p),
@@ -419,6 +427,7 @@ fn parse_route(
         source_address_header: sah,
         forward_fingerprint: ff,
         connect_timeout_ms,
+        rate_limit,
     })
 }
 

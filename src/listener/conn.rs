@@ -224,6 +224,18 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         return;
     };
     drop(routes);
+    if !route.admit(clock::now_ns()) {
+        shared.report_block(
+            li,
+            ip,
+            BlockReason::RateLimited,
+            false,
+            &ja3,
+            &ja4,
+            clock::now_ns(),
+        );
+        return;
+    }
     let rc = &route.config;
     let local = sock
         .local_addr()

@@ -5,10 +5,11 @@
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
 use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
+use crate::protection::gcra::Gcra;
 use crate::tls::certs::server_config;
 use rustls::ServerConfig;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A route ready to serve.
@@ -21,12 +22,22 @@ pub struct CompiledRoute {
     pub tls: Vec<Option<Arc<ServerConfig>>>,
     /// Round-robin cursor over `config.upstreams`.
     pub next_upstream: AtomicUsize,
+    /// Route-wide GCRA (`maxConnectionsPerSecond`, `burst`) and its theoretical arrival time.
+    pub limit: Option<(Gcra, AtomicU64)>,
 }
 
 impl CompiledRoute {
     /// Index of the upstream to try first for a new connection.
     pub fn pick(&self) -> usize {
         self.next_upstream.fetch_add(1, Ordering::Relaxed) % self.config.upstreams.len()
+    }
+
+    /// Route-wide limit: true when a new connection at `now_ns` conforms (and is debited).
+    pub fn admit(&self, now_ns: u64) -> bool {
+        match &self.limit {
+            Some((g, tat)) => g.try_debit(tat, now_ns).is_ok(),
+            None => true,
+        }
     }
 }
 
@@ -57,6 +68,12 @@ impl RouteTable {
                 config: r.clone(),
                 tls,
                 next_upstream: AtomicUsize::new(0),
+                limit: r.rate_limit.map(|(rate, burst)| {
+                    (
+                        Gcra::per_period(rate, 1_000_000_000, burst),
+                        AtomicU64::new(0),
+                    )
+                }),
             });
             match &r.sni {
                 SniPattern::Exact(h) => {
@@ -117,6 +134,7 @@ mod tests {
             source_address_header: SourceAddressHeader::None,
             forward_fingerprint: ForwardFingerprint::None,
             connect_timeout_ms: 1000,
+            rate_limit: None,
         }
     }
 
