@@ -15,10 +15,9 @@ const CONFIG_ERROR_PREFIX = 'RAMPART_CONFIG_ERROR';
  */
 class ConfigError extends Error {
   constructor(errors) {
-    super(
-      `invalid config (${errors.length} problem${errors.length === 1 ? '' : 's'}): ` +
-        errors.map((e) => `${e.path}: ${e.message}`).join('; ')
-    );
+    const shown = errors.slice(0, 20).map((e) => `${e.path}: ${e.message}`);
+    if (errors.length > shown.length) shown.push(`... and ${errors.length - shown.length} more (see err.errors)`);
+    super(`invalid config (${errors.length} problem${errors.length === 1 ? '' : 's'}): ${shown.join('; ')}`);
     this.name = 'ConfigError';
     this.code = 'ERR_RAMPART_CONFIG';
     this.errors = errors;

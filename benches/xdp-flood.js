@@ -17,8 +17,9 @@
 // from xdpStatus().counters.dropped.cidr, both as deltas over the phase, divided by D.
 //
 // Options: --quick (D = 3), --duration S (default 5), --concurrency N (connector sockets in flight,
-// default 256), --connect-timeout MS (connector gives up a SYN after this, default 100),
-// --write (put the result into BENCHMARKS.md, section "## XDP vs userspace flood shedding").
+// default 256, split over --connectors N processes, default 2), --connect-timeout MS (connector
+// gives up a SYN after this, default 100), --write (put the result into BENCHMARKS.md,
+// section "## XDP vs userspace flood shedding").
 // Needs root (namespaces, XDP), iproute2, and hping3 for the hping rows (skipped without it).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -72,9 +73,14 @@ function roleConnector([host, port, local, concurrency, connectTimeoutMs, durati
       inFlight--;
       setImmediate(one);
     };
+    // Unconnected: destroy() closes the fd, which aborts SYN_SENT silently (resetAndDestroy
+    // would wait for a connect that never comes, leaving the kernel to retransmit the SYN).
     const giveUp = () => {
-      if (!connected) c.connectTimeouts++;
-      s.resetAndDestroy();
+      if (connected) s.resetAndDestroy();
+      else {
+        c.connectTimeouts++;
+        s.destroy();
+      }
       finish();
     };
     let t = setTimeout(giveUp, Number(connectTimeoutMs));
@@ -93,9 +99,10 @@ function roleConnector([host, port, local, concurrency, connectTimeoutMs, durati
   };
   for (let i = 0; i < Number(concurrency); i++) one();
   setTimeout(() => {
-    for (const s of live) s.resetAndDestroy();
+    for (const s of live) s.destroy();
     setTimeout(() => {
-      process.stdout.write(JSON.stringify({ ...c, inFlightAtEnd: inFlight }));
+      const u = process.cpuUsage();
+      process.stdout.write(JSON.stringify({ ...c, inFlightAtEnd: inFlight, cpuPct: Math.round((u.user + u.system) / 10 / Number(durationMs)) }));
       process.exit(0);
     }, 50);
   }, Number(durationMs));
@@ -224,7 +231,7 @@ async function main() {
     throw new Error(`unknown role ${role}`);
   }
   if (flag('--help') || flag('-h')) {
-    console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 22).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+    console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 24).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
     return;
   }
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) {
@@ -241,6 +248,7 @@ async function main() {
   const D = Number(opt('--duration', flag('--quick') ? 3 : 5));
   const CONC = Number(opt('--concurrency', 256));
   const CTO = Number(opt('--connect-timeout', 100));
+  const NCONN = Math.max(1, Number(opt('--connectors', 2)));
   const LEGIT_TIMEOUT = 2000;
   if (!(D > 0 && D <= 60)) throw new Error('--duration must be in (0, 60] seconds');
 
@@ -324,9 +332,14 @@ async function main() {
   const floods = {
     none: async () => null,
     conn: async () => {
-      const r = await inClients([process.execPath, __filename, '--role', 'connector', PROXY, String(PORT), FLOOD, String(CONC), String(CTO), String(D * 1000)], D * 1000 + 10000);
-      const j = JSON.parse(r.stdout || '{}');
-      return { sent: j.attempts, unit: 'connects', detail: j };
+      const per = Math.ceil(CONC / NCONN);
+      const rs = await Promise.all(
+        Array.from({ length: NCONN }, () => inClients([process.execPath, __filename, '--role', 'connector', PROXY, String(PORT), FLOOD, String(per), String(CTO), String(D * 1000)], D * 1000 + 10000)),
+      );
+      const js = rs.map((r) => JSON.parse(r.stdout || '{}'));
+      const sum = {};
+      for (const j of js) for (const [k, v] of Object.entries(j)) if (typeof v === 'number') sum[k] = (sum[k] || 0) + v;
+      return { sent: sum.attempts, unit: 'connects', detail: sum };
     },
     hping: async () => {
       // SIGINT makes hping3 print its statistics ("N packets transmitted").
@@ -376,11 +389,12 @@ async function main() {
       machineBusy: (1 - (b.cpu.idle - a.cpu.idle) / cpuTotal) * 100 * os.cpus().length,
       softirq: ((b.cpu.softirq - a.cpu.softirq) / cpuTotal) * 100 * os.cpus().length,
       kernel: {
-        passiveOpens: dt('TcpPassiveOpens'),
+        inSegs: dt('TcpInSegs'),
+        outSegs: dt('TcpOutSegs'),
+        inErrs: dt('TcpInErrs'),
         syncookiesSent: dt('TcpExtSyncookiesSent'),
         listenOverflows: dt('TcpExtListenOverflows'),
         listenDrops: dt('TcpExtListenDrops'),
-        outRsts: dt('TcpOutRsts'),
       },
       legit: lj,
       flood: f ? f.detail : undefined,
@@ -448,7 +462,7 @@ function render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter }) {
   const xHping = find('hping', true);
   const notes = [];
   if (uHping) {
-    notes.push(`Without XDP the SYN flood never reaches the engine (${int(uHping.refused)} refusals): the proxy's kernel answers each SYN (${int(uHping.kernel.passiveOpens)} passive opens, ${int(uHping.kernel.syncookiesSent)} SYN cookies sent, ${int(uHping.kernel.listenDrops)} listen drops) and the flooder's kernel resets the unexpected SYN-ACKs; the cost lands in softirq, not in the proxy process.`);
+    notes.push(`Without XDP the SYN flood never reaches the engine (${int(uHping.refused)} refusals): the proxy's kernel TCP stack takes the SYNs (TcpInSegs +${int(uHping.kernel.inSegs)}, TcpOutSegs +${int(uHping.kernel.outSegs)}: a SYN-ACK per SYN, ${int(uHping.kernel.syncookiesSent)} of them SYN cookies, ${int(uHping.kernel.listenDrops)} listen drops) and the flooder's kernel resets the unexpected SYN-ACKs; the cost lands in softirq, not in the proxy process.`);
   }
   if (xHping) {
     const pct = xHping.sent ? (100 * xHping.dropped) / xHping.sent : null;
