@@ -127,6 +127,13 @@ pub struct StartError {
     pub message: String,
 }
 
+fn one_issue(path: &str, message: String) -> ConfigError {
+    ConfigError::new(vec![crate::config::ConfigIssue {
+        path: path.into(),
+        message,
+    }])
+}
+
 fn errno_code(e: &std::io::Error) -> &'static str {
     match e.raw_os_error() {
         Some(libc::EADDRINUSE) => "EADDRINUSE",
@@ -187,6 +194,11 @@ impl Proxy {
         self.rt
             .as_ref()
             .expect("runtime lives as long as the proxy")
+    }
+
+    /// The XDP slot (`None` when not attached). Never held across an await.
+    fn xdp(&self) -> std::sync::MutexGuard<'_, Option<XdpManager>> {
+        self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Binds every listener (one SO_REUSEPORT socket per worker) and starts accepting. On any
@@ -379,7 +391,7 @@ impl Proxy {
             }
         }
         issues.finish(())?;
-        let xdp = self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        let xdp = self.xdp();
         if let Some(mgr) = xdp.as_ref() {
             let mut live: Vec<(u16, Option<Arc<ProtectionPolicy>>)> = self
                 .shared
@@ -391,10 +403,10 @@ impl Proxy {
                 live[*li].1 = p.clone();
             }
             if let Err(e) = mgr.stage(&build_policy(&live)) {
-                return Err(ConfigError::new(vec![crate::config::ConfigIssue {
-                    path: "protection".into(),
-                    message: format!("the XDP maps could not be updated, nothing changed: {e}"),
-                }]));
+                return Err(one_issue(
+                    "protection",
+                    format!("the XDP maps could not be updated, nothing changed: {e}"),
+                ));
             }
         }
         if let Some(r) = routes {
@@ -446,13 +458,7 @@ impl Proxy {
                 .1
                 .extend(b.dynamic_blocklist.into_iter().map(|e| (p, e)));
         }
-        if let Some(mgr) = self
-            .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(mgr) = self.xdp().as_ref() {
             for b in mgr.bans() {
                 if b.deadline_ns <= now {
                     continue;
@@ -521,19 +527,8 @@ impl Proxy {
             .shared
             .dynamic
             .block(cidr, ttl, reason, port, now)
-            .map_err(|m| {
-                ConfigError::new(vec![crate::config::ConfigIssue {
-                    path: "cidr".into(),
-                    message: m,
-                }])
-            })?;
-        if let Some(mgr) = self
-            .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+            .map_err(|m| one_issue("cidr", m))?;
+        if let Some(mgr) = self.xdp().as_ref() {
             let deadline = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1_000_000)));
             let _ = mgr.block_dynamic(&dynamic_block(net, port, deadline));
         }
@@ -545,19 +540,12 @@ impl Proxy {
         let mut issues = Issues::default();
         let (_, _, port) = self.parse_block_opts(opts, false, &mut issues);
         issues.finish(())?;
-        let removed = self.shared.dynamic.unblock(cidr, port).map_err(|m| {
-            ConfigError::new(vec![crate::config::ConfigIssue {
-                path: "cidr".into(),
-                message: m,
-            }])
-        })?;
-        if let Some(mgr) = self
+        let removed = self
             .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+            .dynamic
+            .unblock(cidr, port)
+            .map_err(|m| one_issue("cidr", m))?;
+        if let Some(mgr) = self.xdp().as_ref() {
             if let Ok(net) = crate::protection::parse_cidr(cidr) {
                 let _ = mgr.unblock_dynamic(net, port);
             }
@@ -569,7 +557,7 @@ impl Proxy {
     /// policy of every listener, every `blockIp` entry and every IP already boxed. Blocking
     /// (~100 ms); call it off the JS thread.
     pub fn attach_xdp(&self, interface: &str, mode: XdpMode) -> Result<XdpStatus, String> {
-        let mut slot = self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.xdp();
         if let Some(m) = slot.as_ref() {
             return Err(format!(
                 "XDP is already attached to {}; detachXdp() first",
@@ -608,12 +596,7 @@ impl Proxy {
 
     /// `detachXdp()`: removes the program and its pinned maps (no-op when not attached).
     pub fn detach_xdp(&self) -> Result<(), String> {
-        let mgr = self
-            .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let mgr = self.xdp().take();
         match mgr {
             Some(m) => m.detach().map_err(|e| e.to_string()),
             None => Ok(()),
@@ -622,13 +605,7 @@ impl Proxy {
 
     /// `xdpStatus()`.
     pub fn xdp_status(&self) -> XdpStatus {
-        match self
-            .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        match self.xdp().as_ref() {
             Some(m) => m.status(),
             None => XdpStatus::not_attached(),
         }
@@ -683,13 +660,7 @@ impl Proxy {
             })
             .collect();
         let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
-        if let Some(mgr) = self
-            .shared
-            .xdp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(mgr) = self.xdp().as_ref() {
             m.xdp = Some(crate::xdp_sync::status_json(&mgr.status()));
         }
         m
