@@ -24,9 +24,37 @@ class ConfigError extends Error {
   }
 }
 
+/** True when plain JSON.stringify would lose nothing (no NaN/Infinity, Buffer or bigint inside). */
+function jsonSafe(root) {
+  const stack = [root];
+  while (stack.length) {
+    const v = stack.pop();
+    if (v === null) continue;
+    const t = typeof v;
+    if (t === 'number') {
+      if (!Number.isFinite(v)) return false;
+    } else if (t === 'bigint') {
+      return false;
+    } else if (t === 'object') {
+      if (Buffer.isBuffer(v) || v instanceof Uint8Array || typeof v.toJSON === 'function') return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          const x = v[i];
+          if (typeof x !== 'string') stack.push(x);
+        }
+      } else {
+        for (const k in v) stack.push(v[k]);
+      }
+    }
+  }
+  return true;
+}
+
 /** JSON.stringify that keeps what JSON loses: non-finite numbers and Buffers (see src/config). */
 function encode(value) {
-  return JSON.stringify(value === undefined ? null : value, function replacer(key, v) {
+  const v0 = value === undefined ? null : value;
+  if (jsonSafe(v0)) return JSON.stringify(v0);
+  return JSON.stringify(v0, function replacer(key, v) {
     const raw = this[key];
     if (typeof raw === 'number' && !Number.isFinite(raw)) return { $nonFinite: String(raw) };
     if (Buffer.isBuffer(raw) || raw instanceof Uint8Array) {
