@@ -195,9 +195,12 @@ function rampartConfig(ctx, protection) {
     defaultCert: { certChain: { file: ctx.certFile }, privateKey: { file: ctx.keyFile } },
   };
   if (protection) {
+    // HAProxy's config has no counterpart of Rampart's pending-handshake guard (default 64 per
+    // IP, which wrk's 512 simultaneous connects from 127.0.0.1 would hit): set to its maximum.
     listener.protection = {
       rateLimit: { connectionsPerSecond: protection.connectionsPerSecond, burst: protection.connectionsPerSecond },
       maxConcurrentPerIp: protection.maxConcurrentPerIp,
+      slowHandshake: { maxPendingPerIp: 65535 },
     };
   }
   return {
