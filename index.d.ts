@@ -149,7 +149,10 @@ export interface BlockedDetail {
   ip: string;
   port: number;
   reason: BlockReason;
+  /** Ms until let in again, when known. */
   remainingMs?: number;
+  /** The `reason` text given to blockIp, for dynamic blocks. */
+  note?: string;
 }
 
 export interface BlockedIpsDetail {

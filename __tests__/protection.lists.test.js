@@ -35,6 +35,7 @@ test('blockIp / unblockIp: dynamic blocks with TTL on every listener, with or wi
   const d = p.proxy.blockedIps({ detail: true }).dynamicBlocklist;
   assert.equal(d[0].ip, '127.0.0.6/32');
   assert.equal(d[0].reason, 'dynamic_blocked');
+  assert.equal(d[0].note, 'waf feed');
   assert.ok(d[0].remainingMs > 0 && d[0].remainingMs <= 800);
   assert.equal(d[1].remainingMs, undefined);
   assert.equal(p.proxy.unblockIp('127.0.7.0/24'), true);

@@ -502,6 +502,9 @@ impl Proxy {
                         if let Some(ms) = e.remaining_ms {
                             o["remainingMs"] = json!(ms);
                         }
+                        if let Some(note) = &e.note {
+                            o["note"] = json!(note);
+                        }
                         (e.ip, p, o)
                     })
                     .collect();
