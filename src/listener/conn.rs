@@ -25,6 +25,10 @@ use tokio::time::Instant;
 
 /// Default whole-handshake timeout when the listener has no protection config, ms.
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// A hello growing by fewer bytes than this per peek is "dribbling" ...
+pub const DRIBBLE_BYTES: usize = 512;
+/// ... and is parsed again only after this pause.
+pub const DRIBBLE_PAUSE: Duration = Duration::from_millis(2);
 
 enum Peeked {
     Hello(Box<ClientHello>),
@@ -64,6 +68,7 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
             Ok(0) => return Peeked::Closed,
             Ok(n) => {
                 if n != seen {
+                    let grew = n - seen.min(n);
                     seen = n;
                     match parse_client_hello(&buf[..n]) {
                         HelloParse::Complete(h) => return Peeked::Hello(Box::new(h)),
@@ -75,6 +80,14 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
                                 }
                                 let grown = (buf.len() * 2).min(MAX_HELLO_BYTES + 5);
                                 buf.resize(grown, 0);
+                                continue;
+                            }
+                            if grew < DRIBBLE_BYTES {
+                                // A hello trickling in tiny pieces: let the kernel coalesce
+                                // before parsing again, so a dribbling client costs O(timeout /
+                                // pause) parses instead of one per byte.
+                                let pause = (Instant::now() + DRIBBLE_PAUSE).min(deadline);
+                                tokio::time::sleep_until(pause).await;
                                 continue;
                             }
                         }
