@@ -179,8 +179,10 @@ export interface ListenerMetrics {
 
 export interface XdpStatus {
   attached: boolean;
+  /** '' when not attached. */
   interface: string;
-  mode: 'native' | 'generic';
+  /** 'none' when not attached. */
+  mode: 'native' | 'generic' | 'none';
   counters: {
     passed: number;
     dropped: { cidr: number; dynamic: number; penalty: number; synFlood: number; unparsed: number };

@@ -31,7 +31,9 @@ function jsonSafe(root) {
     const v = stack.pop();
     if (v === null) continue;
     const t = typeof v;
-    if (t === 'number') {
+    if (t === 'string') {
+      if (!v.isWellFormed()) return false;
+    } else if (t === 'number') {
       if (!Number.isFinite(v)) return false;
     } else if (t === 'bigint') {
       return false;
@@ -41,6 +43,7 @@ function jsonSafe(root) {
         for (let i = 0; i < v.length; i++) {
           const x = v[i];
           if (typeof x !== 'string') stack.push(x);
+          else if (!x.isWellFormed()) return false;
         }
       } else {
         for (const k in v) stack.push(v[k]);
@@ -61,6 +64,7 @@ function encode(value) {
       return { $buffer: Buffer.from(raw).toString('latin1') };
     }
     if (typeof raw === 'bigint') return { $nonFinite: `${raw}n` };
+    if (typeof raw === 'string' && !raw.isWellFormed()) return { $invalidString: raw.toWellFormed() };
     return v;
   });
 }
@@ -81,6 +85,19 @@ function call(fn) {
   }
 }
 
+/** The native event callback: holds the proxy weakly (built outside the class so it closes over nothing else). */
+function dispatcher(ref) {
+  return (...args) => {
+    // napi delivers the (name, json) tuple as one array argument
+    const [name, json] = Array.isArray(args[0]) ? args[0] : args;
+    const proxy = ref.deref();
+    if (proxy) proxy._dispatch(name, json);
+  };
+}
+
+/** Started proxies, kept reachable until stopped (like the event loop keeps a listening server). */
+const RUNNING = new Set();
+
 /**
  * The proxy. Events: `'blocked'` ({ ip, port, listener, reason, ja3, ja4, observed }),
  * `'blockedSummary'` ({ intervalMs, total, byReason, topIps }), `'error'` ({ code, message, ip,
@@ -94,14 +111,17 @@ class RampartProxy extends EventEmitter {
   constructor(config) {
     super();
     this._keepAlive = null;
-    this._native = call(
-      () =>
-        new NativeProxy(encode(config), (...args) => {
-          // napi delivers the (name, json) tuple as one array argument
-          const [name, json] = Array.isArray(args[0]) ? args[0] : args;
-          this._dispatch(name, json);
-        })
-    );
+    this._running = false;
+    this._stopping = null;
+    // The native side holds the event callback strongly; the callback holds this proxy only
+    // weakly, so an unreferenced, stopped proxy (and its runtime threads) can be collected.
+    const json = encode(config);
+    const onEvent = dispatcher(new WeakRef(this));
+    try {
+      this._native = new NativeProxy(json, onEvent);
+    } catch (e) {
+      throw translate(e);
+    }
   }
 
   _dispatch(name, json) {
@@ -112,15 +132,24 @@ class RampartProxy extends EventEmitter {
       return;
     }
     if (name === 'error' && this.listenerCount('error') === 0) return; // never an unhandled 'error'
+    this._safeEmit(name, payload);
+  }
+
+  _safeEmit(name, ...args) {
     try {
-      this.emit(name, payload);
+      this.emit(name, ...args);
     } catch (e) {
       process.emitWarning(`rampart: a '${name}' listener threw: ${e && e.stack ? e.stack : e}`);
     }
   }
 
-  /** Binds every listener. Rejects with the OS error (`code` = 'EADDRINUSE', ...); then nothing is left listening. */
+  /**
+   * Binds every listener. Rejects with the OS error (`code` = 'EADDRINUSE', ...); then nothing is
+   * left listening. Waits for a `stop()` still draining. A started proxy stays alive (and keeps
+   * the process alive) until `stop()`, like a listening `net.Server`.
+   */
   async start() {
+    if (this._stopping) await this._stopping;
     try {
       this._native.start();
     } catch (e) {
@@ -130,28 +159,41 @@ class RampartProxy extends EventEmitter {
       if (bar > 0) err.code = msg.slice(0, bar);
       throw err;
     }
+    this._running = true;
+    RUNNING.add(this);
     // The native runtime does not hold Node's event loop open; this handle does, while serving.
     if (!this._keepAlive) this._keepAlive = setInterval(() => {}, 1 << 30);
-    this.emit('ready');
+    this._safeEmit('ready');
   }
 
   /**
    * Stops accepting at once; after `drainMs` (ms, default 0) closes the connections still open;
-   * resolves when every socket is closed.
+   * resolves when every socket is closed. Concurrent calls share one stop; on a proxy that is not
+   * running it resolves at once and emits nothing.
    */
   async stop(opts = {}) {
     const drainMs = opts && opts.drainMs !== undefined ? opts.drainMs : 0;
     if (typeof drainMs !== 'number' || !Number.isFinite(drainMs) || drainMs < 0) {
-      throw new ConfigError([
-        { path: 'drainMs', message: `must be a finite number >= 0, got ${String(drainMs)}` },
-      ]);
+      const shown = typeof drainMs === 'string' ? JSON.stringify(drainMs) : String(drainMs);
+      throw new ConfigError([{ path: 'drainMs', message: `must be a finite number >= 0, got ${shown}` }]);
     }
-    await this._native.stop(drainMs);
-    if (this._keepAlive) {
-      clearInterval(this._keepAlive);
-      this._keepAlive = null;
-    }
-    this.emit('close');
+    if (this._stopping) return this._stopping;
+    if (!this._running) return undefined;
+    this._stopping = (async () => {
+      try {
+        await this._native.stop(drainMs);
+      } finally {
+        this._running = false;
+        RUNNING.delete(this);
+        if (this._keepAlive) {
+          clearInterval(this._keepAlive);
+          this._keepAlive = null;
+        }
+        this._stopping = null;
+      }
+      this._safeEmit('close');
+    })();
+    return this._stopping;
   }
 
   /** All-or-nothing update of `routes` and/or per-port `protection` (null removes). Throws ConfigError. */
@@ -165,12 +207,15 @@ class RampartProxy extends EventEmitter {
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new ConfigError([{ path: 'opts.port', message: `must be a port number, got ${String(port)}` }]);
     }
+    if (port !== 0 && !this.metrics().listeners.some((l) => l.port === port)) {
+      throw new ConfigError([{ path: 'opts.port', message: `no listener on port ${port}` }]);
+    }
     return JSON.parse(this._native.blockedIps(port, Boolean(opts && opts.detail)));
   }
 
   /** Blocks a CIDR (or bare IP) for `ttlMs` ms (forever without), on `port` or every listener. */
   blockIp(cidr, opts = {}) {
-    if (typeof cidr !== 'string') {
+    if (typeof cidr !== 'string' || !cidr.isWellFormed()) {
       throw new ConfigError([{ path: 'cidr', message: `must be a string, got ${typeof cidr}` }]);
     }
     call(() => this._native.blockIp(cidr, encode(opts)));
@@ -178,7 +223,7 @@ class RampartProxy extends EventEmitter {
 
   /** Removes a `blockIp` entry; returns true when one was removed. */
   unblockIp(cidr, opts = {}) {
-    if (typeof cidr !== 'string') {
+    if (typeof cidr !== 'string' || !cidr.isWellFormed()) {
       throw new ConfigError([{ path: 'cidr', message: `must be a string, got ${typeof cidr}` }]);
     }
     return call(() => this._native.unblockIp(cidr, encode(opts)));

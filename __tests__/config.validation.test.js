@@ -98,3 +98,21 @@ test('updateConfig with unknown ports and bad routes throws and changes nothing'
     { path: 'protection[1].port', message: 'must be an integer in [1, 65535], got "x"' },
   ]);
 });
+
+test('lone surrogates, a zero event cap and unknown blockedIps ports are ConfigErrors with paths', async () => {
+  const port = await h.freePort();
+  const errs = errorsOf(
+    () =>
+      new RampartProxy({
+        listeners: [{ host: '127.0.0.1', port }],
+        routes: [{ sni: 'a\ud800', terminateTls: false, upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }],
+        blockedEvents: { maxPerSecond: 0 },
+      })
+  );
+  assert.deepEqual(errs.map((e) => e.path), ['routes[0].sni', 'blockedEvents.maxPerSecond']);
+  assert.match(errs[0].message, /lone UTF-16 surrogate/);
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [] });
+  assert.deepEqual(errorsOf(() => proxy.blockIp('127.0.0.9', { reason: 'x\ud800' })).map((e) => e.path), ['opts.reason']);
+  assert.deepEqual(errorsOf(() => proxy.blockedIps({ port: 1 })), [{ path: 'opts.port', message: 'no listener on port 1' }]);
+  assert.deepEqual(proxy.blockedIps({ port }).dynamicBlocklist, []);
+});

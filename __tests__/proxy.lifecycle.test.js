@@ -203,3 +203,101 @@ test('idleTimeoutMs closes a connection with no bytes either way, and only then'
   await h.waitFor(() => proxy.metrics().listeners[0].errorsByReason.idle_timeout === 1, { what: 'idle_timeout count' });
   assert.equal(proxy.metrics().activeConnections, 0);
 });
+
+test('concurrent stop() calls share one stop; start() waits for a draining stop', async () => {
+  const echo = await h.echoServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(echo), terminateTls: true }],
+  });
+  await proxy.start();
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
+  c.on('error', () => {});
+  await new Promise((r) => c.once('secureConnect', r));
+  const clientClosed = new Promise((r) => c.once('close', r));
+  let closes = 0;
+  proxy.on('close', () => closes++);
+  const t0 = Date.now();
+  const first = proxy.stop({ drainMs: 400 });
+  const second = proxy.stop();
+  await second;
+  assert.ok(Date.now() - t0 >= 350, `second stop resolved after ${Date.now() - t0} ms, during the drain`);
+  await first;
+  await clientClosed;
+  assert.equal(closes, 1);
+  // stop() on a stopped proxy: resolves, emits nothing
+  await proxy.stop();
+  assert.equal(closes, 1);
+  // start() right after a stop() that is still draining waits for it, then serves.
+  await proxy.start();
+  const c2 = tls.connect({ port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
+  c2.on('error', () => {});
+  await new Promise((r) => c2.once('secureConnect', r));
+  const stopping = proxy.stop({ drainMs: 200 });
+  const restarted = proxy.start();
+  await stopping;
+  await restarted;
+  const r = await h.tlsRoundTrip({ port, servername: 'x', payload: Buffer.from('again') });
+  assert.equal(r.data.toString(), 'again');
+  await proxy.stop();
+  await h.closeServer(echo);
+});
+
+test("a throwing 'ready' or 'close' listener neither rejects start()/stop() nor crashes", async () => {
+  const port = await h.freePort();
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [] });
+  proxy.on('ready', () => {
+    throw new Error('ready listener bug');
+  });
+  proxy.on('close', () => {
+    throw new Error('close listener bug');
+  });
+  const warnings = [];
+  const onWarn = (w) => warnings.push(w.message);
+  process.on('warning', onWarn);
+  await proxy.start();
+  await proxy.stop();
+  await h.waitFor(() => warnings.length === 2, { what: 'two warnings' });
+  process.off('warning', onWarn);
+  assert.match(warnings[0], /'ready' listener threw: Error: ready listener bug/);
+  assert.match(warnings[1], /'close' listener threw: Error: close listener bug/);
+});
+
+test('unreferenced stopped proxies are garbage-collected with their runtime threads', async () => {
+  const v8 = require('node:v8');
+  const vm = require('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const threads = () => Number(/Threads:\s+(\d+)/.exec(require('node:fs').readFileSync('/proc/self/status', 'utf8'))[1]);
+  const port = await h.freePort();
+  {
+    // warm up libuv's thread pool (stop() runs there), so it is part of the baseline
+    const w = new RampartProxy({ workerThreads: 1, listeners: [{ host: '127.0.0.1', port }], routes: [] });
+    await w.start();
+    await w.stop();
+  }
+  for (let k = 0; k < 5; k++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const before = threads();
+  let finalized = 0;
+  const registry = new FinalizationRegistry(() => finalized++);
+  for (let i = 0; i < 20; i++) {
+    const p = new RampartProxy({ workerThreads: 2, listeners: [{ host: '127.0.0.1', port }], routes: [] });
+    if (i % 2 === 0) {
+      await p.start();
+      await p.stop();
+    }
+    registry.register(p, i);
+  }
+  assert.ok(threads() > before + 10, `threads ${before} -> ${threads()}`);
+  for (let k = 0; k < 100 && !(finalized >= 19 && threads() <= before + 4); k++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // The last proxy made can stay reachable from the loop's own frame; every other one is freed.
+  assert.ok(finalized >= 19, `finalized ${finalized} of 20`);
+  assert.ok(threads() <= before + 4, `threads ${before} -> ${threads()}`);
+});

@@ -509,6 +509,7 @@ impl Proxy {
                     })
                     .collect();
                 items.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+                items.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1 && a.2["reason"] == b.2["reason"]);
                 Value::Array(items.into_iter().map(|x| x.2).collect())
             } else {
                 let set: std::collections::BTreeSet<String> =

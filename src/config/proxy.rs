@@ -568,7 +568,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         if let Some(o) = v::object(be, "blockedEvents", &mut issues) {
             v::reject_unknown(o, &["maxPerSecond"], "blockedEvents", &mut issues);
             if let Some(n) = field(o, "maxPerSecond") {
-                if let Some(n) = v::count(n, "blockedEvents.maxPerSecond", 0, &mut issues) {
+                if let Some(n) = v::count(n, "blockedEvents.maxPerSecond", 1, &mut issues) {
                     blocked_events_per_second = n;
                 }
             }

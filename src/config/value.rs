@@ -33,6 +33,8 @@ pub fn describe(v: &Value) -> String {
         Value::Object(o) => {
             if let Some(Value::String(s)) = o.get("$nonFinite") {
                 s.clone()
+            } else if let Some(Value::String(s)) = o.get("$invalidString") {
+                format!("{s:?} (a string with a lone UTF-16 surrogate, not valid Unicode)")
             } else if o.contains_key("$buffer") {
                 "a Buffer".into()
             } else {
@@ -63,7 +65,13 @@ pub fn as_number(v: &Value) -> Option<f64> {
 /// Requires `v` to be an object; records "must be an object" otherwise.
 pub fn object<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Map<String, Value>> {
     match v {
-        Value::Object(o) if !o.contains_key("$nonFinite") && !o.contains_key("$buffer") => Some(o),
+        Value::Object(o)
+            if !o.contains_key("$nonFinite")
+                && !o.contains_key("$buffer")
+                && !o.contains_key("$invalidString") =>
+        {
+            Some(o)
+        }
         other => {
             issues.push(path, format!("must be an object, got {}", describe(other)));
             None

@@ -263,6 +263,11 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         match tokio::time::timeout_at(deadline, acceptor.accept(sock)).await {
             Ok(Ok(s)) => Client::Tls(Box::new(s)),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                // The client hung up mid-handshake: not a server-side failure.
+                l.metrics.error(ErrorReason::ClientClosed);
+                return;
+            }
             Ok(Err(e)) => {
                 l.metrics.error(ErrorReason::HandshakeFailed);
                 shared.report_error(li, Some(ip), ErrorReason::HandshakeFailed, e.to_string());
