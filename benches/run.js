@@ -443,17 +443,22 @@ function table(rows, results) {
   return lines.join('\n');
 }
 
+/**
+ * Protection cost per paired row and proxy: the change of the median req/s and of the median
+ * proxy CPU per request against the baseline row (positive = protection costs that much).
+ */
 function protectionCost(rows, results) {
   const out = [];
   for (const row of rows) {
     if (!row.baseline || !results[row.id] || !results[row.baseline]) continue;
     for (const kind of ['rampart', 'haproxy']) {
-      const on = L.median(results[row.id][kind].map((x) => x.rps));
-      const off = L.median(results[row.baseline][kind].map((x) => x.rps));
-      out.push(`${row.id} ${kind}: ${(((off - on) / off) * 100).toFixed(1)}% fewer req/s than ${row.baseline}`);
+      const med = (id, m) => L.median(results[id][kind].map((x) => x[m]));
+      const rps = (1 - med(row.id, 'rps') / med(row.baseline, 'rps')) * 100;
+      const cpu = (med(row.id, 'cpuUsPerReq') / med(row.baseline, 'cpuUsPerReq') - 1) * 100;
+      out.push(`| ${row.baseline} → ${row.id} | ${kind === 'rampart' ? 'Rampart' : 'HAProxy'} | ${rps.toFixed(1)}% | ${cpu.toFixed(1)}% |`);
     }
   }
-  return out;
+  return out.length ? ['| rows | proxy | req/s lost | CPU µs/req added |', '|---|---|---|---|', ...out] : [];
 }
 
 // ---------- main ----------
@@ -515,18 +520,28 @@ async function main() {
   log(`negotiated: Rampart ${tlsInfo.rampart}; HAProxy ${tlsInfo.haproxy}`);
 
   const rows = ROWS.filter((r) => (!ONLY || ONLY.includes(r.id)) && !(r.noResume && !ctx.shim));
-  const results = {};
+  // A protection row runs in the same rounds as its baseline row (off, on, off, on, ...), so
+  // drifting background load hits both alike and their difference is the protection's cost.
+  const groups = [];
   for (const row of rows) {
-    results[row.id] = { rampart: [], haproxy: [] };
+    const g = row.baseline && groups.find((x) => x[0].id === row.baseline);
+    if (g) g.push(row);
+    else groups.push([row]);
+  }
+  const results = {};
+  for (const row of rows) results[row.id] = { rampart: [], haproxy: [] };
+  for (const group of groups) {
     for (let round = 0; round < ROUNDS; round++) {
-      for (const kind of ['rampart', 'haproxy']) {
-        let r;
-        if (row.flood) r = await measureFlood(ctx, kind);
-        else if (row.idle) r = await measureIdle(ctx, kind, row);
-        else r = await measureWrk(ctx, kind, row);
-        results[row.id][kind].push(r);
-        const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
-        log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}`);
+      for (const row of group) {
+        for (const kind of ['rampart', 'haproxy']) {
+          let r;
+          if (row.flood) r = await measureFlood(ctx, kind);
+          else if (row.idle) r = await measureIdle(ctx, kind, row);
+          else r = await measureWrk(ctx, kind, row);
+          results[row.id][kind].push(r);
+          const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
+          log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}`);
+        }
       }
     }
   }
@@ -545,7 +560,7 @@ async function main() {
   out.push(table(rows, results));
   out.push('');
   const pc = protectionCost(rows, results);
-  if (pc.length) out.push(`protection cost (medians): ${pc.join('; ')}`);
+  if (pc.length) out.push('protection cost (medians, same rounds):', '', ...pc, '');
   for (const id of ['idle', 'idle-req']) {
     const idle = results[id];
     if (!idle) continue;
