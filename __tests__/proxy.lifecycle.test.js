@@ -301,3 +301,32 @@ test('unreferenced stopped proxies are garbage-collected with their runtime thre
   assert.ok(finalized >= 19, `finalized ${finalized} of 20`);
   assert.ok(threads() <= before + 4, `threads ${before} -> ${threads()}`);
 });
+
+test('half-close: the client ends its side, the upstream still answers, then closes', async (t) => {
+  const net = require('node:net');
+  const server = net.createServer({ allowHalfOpen: true }, (s) => {
+    let got = '';
+    s.on('data', (d) => (got += d));
+    s.on('end', () => s.end(`got:${got}`));
+    s.on('error', () => {});
+  });
+  await h.listen(server);
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(server), terminateTls: true }],
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(server);
+  });
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false, allowHalfOpen: true });
+  c.on('error', () => {});
+  let reply = '';
+  c.on('data', (d) => (reply += d));
+  await new Promise((r) => c.once('secureConnect', r));
+  c.end('request');
+  await new Promise((r) => c.once('end', r));
+  assert.equal(reply, 'got:request');
+});

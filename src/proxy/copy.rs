@@ -1,12 +1,17 @@
 //! Bidirectional byte copy with half-close, byte counters and a true idle timeout.
 //!
-//! Both directions run through tokio's `copy_bidirectional` (an EOF on one side becomes a
-//! `shutdown` of the other side's write half, and copying continues the other way). Each side is
+//! Each direction is a [`Pump`]: read into a buffer, write it all to the other side, repeat; an EOF
+//! becomes a `shutdown` of the other side's write half while copying continues the other way.
+//! A pump holds its buffer (16 KiB client → upstream, 64 KiB upstream → client, so a bulk
+//! response is a few large TLS records and syscalls) only while bytes move: when its read side
+//! has nothing to give, the buffer goes back to a small per-thread pool, so an idle connection
+//! holds no copy buffer at all. Each side is
 //! wrapped in [`Metered`], which stamps the last-activity time (CLOCK_MONOTONIC ms) and adds the
 //! bytes to the listener counters; a watchdog closes the pair once no byte moved in either
 //! direction for `idle_timeout`.
 
 use crate::clock;
+use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +85,164 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
     }
 }
 
+/// Copy buffer for client → upstream bytes.
+pub const CLIENT_TO_UPSTREAM_BUF: usize = 16 * 1024;
+/// Copy buffer for upstream → client bytes.
+pub const UPSTREAM_TO_CLIENT_BUF: usize = 64 * 1024;
+/// Idle buffers kept per worker thread for reuse.
+const POOL_MAX: usize = 16;
+
+thread_local! {
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_buf(size: usize) -> Box<[u8]> {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        match p.iter().position(|b| b.len() == size) {
+            Some(i) => p.swap_remove(i),
+            None => vec![0u8; size].into_boxed_slice(),
+        }
+    })
+}
+
+fn give_buf(b: Box<[u8]>) {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(b);
+        }
+    });
+}
+
+/// One direction of a proxied pair.
+struct Pump {
+    size: usize,
+    buf: Option<Box<[u8]>>,
+    pos: usize,
+    cap: usize,
+    need_flush: bool,
+    read_done: bool,
+    done: bool,
+}
+
+impl Pump {
+    fn new(size: usize) -> Pump {
+        Pump {
+            size,
+            buf: None,
+            pos: 0,
+            cap: 0,
+            need_flush: false,
+            read_done: false,
+            done: false,
+        }
+    }
+
+    fn release(&mut self) {
+        if let Some(b) = self.buf.take() {
+            give_buf(b);
+        }
+    }
+
+    /// Moves bytes `r` → `w` until `r` has none ready (Pending), `r` ended and `w` was shut down
+    /// (Ready(Ok)), or an error.
+    fn poll_pump<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: &mut R,
+        w: &mut W,
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            if self.pos < self.cap {
+                let Some(buf) = self.buf.as_ref() else {
+                    return Poll::Ready(Err(io::Error::other("copy buffer lost")));
+                };
+                match Pin::new(&mut *w).poll_write(cx, &buf[self.pos..self.cap]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        self.pos += n;
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if self.read_done {
+                match Pin::new(&mut *w).poll_shutdown(cx) {
+                    Poll::Ready(_) => {
+                        self.done = true;
+                        self.release();
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            let size = self.size;
+            let buf = self.buf.get_or_insert_with(|| take_buf(size));
+            let mut rb = ReadBuf::new(buf);
+            match Pin::new(&mut *r).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    if n == 0 {
+                        self.read_done = true;
+                    } else {
+                        self.pos = 0;
+                        self.cap = n;
+                        self.need_flush = true;
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if self.need_flush {
+                        match Pin::new(&mut *w).poll_flush(cx) {
+                            Poll::Ready(Ok(())) => self.need_flush = false,
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                    // Nothing to move: an idle direction holds no buffer.
+                    self.release();
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Copies both ways until both directions ended (EOF, shutdown) or one failed.
+async fn copy_pair<C, U>(c: &mut C, u: &mut U) -> io::Result<()>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut up = Pump::new(CLIENT_TO_UPSTREAM_BUF);
+    let mut down = Pump::new(UPSTREAM_TO_CLIENT_BUF);
+    std::future::poll_fn(|cx| {
+        let a = up.poll_pump(cx, c, u);
+        let b = down.poll_pump(cx, u, c);
+        match (a, b) {
+            (Poll::Ready(Err(e)), _) | (_, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
+            (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// How a proxied pair ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CopyEnd {
@@ -129,7 +292,7 @@ where
         }
     };
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut c, &mut u) => CopyEnd::Closed,
+        _ = copy_pair(&mut c, &mut u) => CopyEnd::Closed,
         _ = watchdog => CopyEnd::Idle,
     }
 }
