@@ -100,3 +100,14 @@ test('IPv6 clients in one /64 share state; IPv4 on a :: listener is reported as 
     ['127.0.0.5', 'rate_limited'],
   ]);
 });
+
+test('raising a rate limit with updateConfig readmits a limited client at once', async (t) => {
+  const p = await h.protectedProxy({ protection: { rateLimit: { connectionsPerSecond: 0.1, burst: 1 } } });
+  t.after(() => p.close());
+  assert.equal(await h.admitted(p.port, '127.0.0.2'), true);
+  assert.equal(await h.admitted(p.port, '127.0.0.2'), false);
+  assert.deepEqual(p.proxy.blockedIps().rateLimited, ['127.0.0.2']);
+  p.proxy.updateConfig({ protection: [{ port: p.port, protection: { rateLimit: { connectionsPerSecond: 1000, burst: 1000 } } }] });
+  assert.equal(await h.admitted(p.port, '127.0.0.2'), true);
+  assert.deepEqual(p.proxy.blockedIps().rateLimited, []);
+});

@@ -13,6 +13,11 @@
 //! more. No allocation once the table is warm. Time is always the caller's `now_ns`
 //! (CLOCK_MONOTONIC ns).
 //!
+//! Policy swaps: the policy and its rate-limit generation are published together (one pointer
+//! store). The first decision on an entry after a swap that changed a limit's interval, or switched
+//! a limit on or off, rescales its TATs so that its usage carries over in connections
+//! ([`super::rescale`]); penalty deadlines, active and pending counts carry over unchanged.
+//!
 //! `mode: 'observe'`: the same decisions, the same state changes (boxes, blocked lists), but the
 //! connection is admitted and counted; the verdict says `observed`. This applies to every check of
 //! the listener, dynamic blocks included (a handshake over `maxPendingPerIp` goes on uncounted).
@@ -28,9 +33,10 @@ use super::key::{canonical_ip, IpKey};
 use super::penalty;
 use super::policy::{Mode, ProtectionPolicy};
 use super::reason::BlockReason;
+use super::rescale::Installed;
 pub use super::table::{ConnGuard, PendingGuard};
 use super::table::{Ctx, Entry, Table, FLAG_BOX, FLAG_CONC, FLAG_RATE};
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,7 +100,7 @@ struct ListenerCell(Arc<BoxListener>);
 pub struct Engine {
     port: u16,
     dynamic: Arc<DynamicBlocks>,
-    policy: ArcSwapOption<ProtectionPolicy>,
+    installed: ArcSwap<Installed>,
     swap: Mutex<u32>,
     epoch: AtomicU32,
     table: Table,
@@ -110,7 +116,7 @@ impl Engine {
         Engine {
             port,
             dynamic,
-            policy: ArcSwapOption::empty(),
+            installed: ArcSwap::from_pointee(Installed::initial()),
             swap: Mutex::new(0),
             epoch: AtomicU32::new(0),
             table: Table::new(),
@@ -124,11 +130,15 @@ impl Engine {
         self.port
     }
 
-    /// Installs a policy (`None` removes protection) with one atomic pointer store. Per-IP state
-    /// survives: TATs, active and pending counts, and penalty deadlines while the new policy keeps
-    /// a penalty box. Turning the box off and on again starts a new box epoch, so old deadlines
-    /// are not resurrected. If the new `maxTrackedIps` is below the tracked count, a bounded
-    /// eviction pass runs at `now_ns` (the rest is left to [`Engine::evict_tick`]).
+    /// Installs a policy (`None` removes protection) at `now_ns` (CLOCK_MONOTONIC ns) with one
+    /// atomic pointer store; O(1) whatever the number of tracked clients. Per-IP state survives:
+    /// active and pending counts, penalty deadlines while the new policy keeps a penalty box
+    /// (turning the box off and on again starts a new box epoch, so old deadlines are not
+    /// resurrected), and each limit's usage in connections, taken at `now_ns`: a changed
+    /// interval rescales a client's TAT lazily, on its next decision; a limit switched on starts
+    /// fresh, one switched off drops its state ([`super::rescale`]). If the new `maxTrackedIps`
+    /// is below the tracked count, a bounded eviction pass runs at `now_ns` (the rest is left to
+    /// [`Engine::evict_tick`]).
     pub fn set_policy(&self, p: Option<Arc<ProtectionPolicy>>, now_ns: u64) {
         let mut last_epoch = self.swap.lock().unwrap_or_else(|e| e.into_inner());
         let box_on = p.as_ref().is_some_and(|p| p.penalty_box());
@@ -140,7 +150,9 @@ impl Engine {
             self.epoch.store(0, Ordering::Release);
         }
         let cap = p.as_ref().map(|p| p.max_tracked_ips());
-        self.policy.store(p);
+        // Serialised by the swap lock: each installation is derived from the previous one.
+        let next = self.installed.load().next(p, now_ns);
+        self.installed.store(Arc::new(next));
         drop(last_epoch);
         if cap.is_some_and(|c| self.table.len() > c) {
             self.evict_tick(now_ns, SWAP_EVICT_BUDGET);
@@ -149,7 +161,7 @@ impl Engine {
 
     /// The policy in force.
     pub fn policy(&self) -> Option<Arc<ProtectionPolicy>> {
-        self.policy.load_full()
+        self.installed.load().policy.clone()
     }
 
     /// Sets (or clears) the box listener.
@@ -158,19 +170,21 @@ impl Engine {
             .store(f.map(|f| Arc::new(ListenerCell(f))));
     }
 
-    fn ctx(&self, p: &ProtectionPolicy, now: u64, epoch: u32) -> Ctx {
+    fn ctx(&self, inst: &Installed, p: &ProtectionPolicy, now: u64, epoch: u32) -> Ctx<'_> {
         Ctx {
             now,
             epoch,
             cap: p.max_tracked_ips(),
+            tag: inst.tag(),
+            latest: Some(&self.installed),
         }
     }
 
     /// Admission at accept, before reading a byte (see the module doc for the order).
     pub fn admit(&self, ip: IpAddr, now_ns: u64) -> Admission {
         let ip = canonical_ip(ip);
-        let loaded = self.policy.load();
-        let Some(p) = loaded.as_deref() else {
+        let inst = self.installed.load();
+        let Some(p) = inst.policy.as_deref() else {
             if self.dynamic.matches(ip, self.port, now_ns) {
                 return refused(BlockReason::DynamicBlocked);
             }
@@ -181,7 +195,7 @@ impl Engine {
         }
         let observe = p.mode() == Mode::Observe;
         let epoch = self.epoch.load(Ordering::Acquire);
-        let ctx = self.ctx(p, now_ns, epoch);
+        let ctx = self.ctx(&inst, p, now_ns, epoch);
         let key = IpKey::new(ip, p.ipv6_prefix_length());
         let listed = if p.blocklist().contains(ip) {
             Some(BlockReason::CidrBlocked)
@@ -203,10 +217,13 @@ impl Engine {
                 guard,
             };
         }
-        let Some((out, slot)) = self
-            .table
-            .with(key, &ctx, |e| decide(p, e, epoch, now_ns, observe))
-        else {
+        let Some((out, slot)) = self.table.with(key, &ctx, |e| {
+            if e.tag() == inst.tag() {
+                decide(p, &inst, e, epoch, now_ns, observe)
+            } else {
+                self.decide_rescaled(p, e, epoch, now_ns, observe)
+            }
+        }) else {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return Admission::open(None);
         };
@@ -229,6 +246,24 @@ impl Engine {
         }
     }
 
+    /// [`decide`] on an entry written in another rate-limit generation than the caller's snapshot:
+    /// under the entry's lock, load the generation in force (never older than the entry's),
+    /// rescale the entry to it and decide with its limits.
+    #[cold]
+    #[inline(never)]
+    fn decide_rescaled(
+        &self,
+        p: &ProtectionPolicy,
+        e: &mut Entry,
+        epoch: u32,
+        now: u64,
+        observe: bool,
+    ) -> Outcome {
+        let latest = self.installed.load();
+        latest.rescale(e);
+        decide(p, &latest, e, epoch, now, observe)
+    }
+
     /// Checks after the ClientHello peek: an incomplete ClientHello while a fingerprint list is
     /// set (`incomplete_handshake`), then `requireSni` (`no_sni`), `ja3Blocklist`
     /// (`ja3_blocked`), `ja4Blocklist` (`ja4_blocked`). `None`: go on. Allowlisted clients and
@@ -237,8 +272,8 @@ impl Engine {
     /// `_now_ns` is unused today (these checks are stateless); it keeps every decision's signature
     /// uniform for the caller.
     pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>, _now_ns: u64) -> Option<Verdict> {
-        let loaded = self.policy.load();
-        let p = loaded.as_deref()?;
+        let inst = self.installed.load();
+        let p = inst.policy.as_deref()?;
         let ip = canonical_ip(ip);
         if p.allowlist().contains(ip) {
             return None;
@@ -265,8 +300,8 @@ impl Engine {
     /// many; in observe mode the verdict is `observed` and the handshake goes on uncounted. An
     /// allowlisted or untracked client, or a listener without a policy, gets an empty guard.
     pub fn pending_handshake(&self, ip: IpAddr, now_ns: u64) -> Result<PendingGuard, Verdict> {
-        let loaded = self.policy.load();
-        let Some(p) = loaded.as_deref() else {
+        let inst = self.installed.load();
+        let Some(p) = inst.policy.as_deref() else {
             return Ok(PendingGuard::empty());
         };
         let ip = canonical_ip(ip);
@@ -274,7 +309,7 @@ impl Engine {
             return Ok(PendingGuard::empty());
         }
         let max = p.slow_handshake().max_pending_per_ip;
-        let ctx = self.ctx(p, now_ns, self.epoch.load(Ordering::Acquire));
+        let ctx = self.ctx(&inst, p, now_ns, self.epoch.load(Ordering::Acquire));
         let key = IpKey::new(ip, p.ipv6_prefix_length());
         let counted = self.table.with(key, &ctx, |e| {
             let ok = u64::from(e.pending) < max;
@@ -313,8 +348,8 @@ impl Engine {
 
     /// Blocked clients and networks at `now_ns`, in O(number blocked) (see [`super::blocked`]).
     pub fn blocked(&self, now_ns: u64) -> BlockedView {
-        let loaded = self.policy.load();
-        let p = loaded.as_deref();
+        let inst = self.installed.load();
+        let p = inst.policy.as_deref();
         let epoch = self.epoch.load(Ordering::Acquire);
         let mut view = BlockedView {
             dynamic_blocklist: self.dynamic.entries(Some(self.port), now_ns),
@@ -333,13 +368,12 @@ impl Engine {
                 })
                 .collect();
         }
-        view.rate_limited = self.collect(FLAG_RATE, BlockReason::RateLimited, |e| {
-            let p = p?;
+        view.rate_limited = self.collect(FLAG_RATE, BlockReason::RateLimited, |e, lim| {
+            p?;
             let wait = [
-                p.rate_limit()
-                    .map(|r| r.gcra.retry_after_ns(e.tat_rate, now_ns)),
-                p.sustained()
-                    .map(|r| r.gcra.retry_after_ns(e.tat_sustained, now_ns)),
+                lim.rate.map(|g| g.retry_after_ns(e.tat_rate, now_ns)),
+                lim.sustained
+                    .map(|g| g.retry_after_ns(e.tat_sustained, now_ns)),
             ]
             .into_iter()
             .flatten()
@@ -347,11 +381,12 @@ impl Engine {
             .unwrap_or(0);
             (wait > 0).then(|| Some(wait.div_ceil(1_000_000)))
         });
-        view.concurrency_limited = self.collect(FLAG_CONC, BlockReason::TooManyConnections, |e| {
-            let max = p?.max_concurrent_per_ip();
-            (max > 0 && u64::from(e.active) >= max).then_some(None)
-        });
-        view.penalty_boxed = self.collect(FLAG_BOX, BlockReason::PenaltyBoxed, |e| {
+        view.concurrency_limited =
+            self.collect(FLAG_CONC, BlockReason::TooManyConnections, |e, _| {
+                let max = p?.max_concurrent_per_ip();
+                (max > 0 && u64::from(e.active) >= max).then_some(None)
+            });
+        view.penalty_boxed = self.collect(FLAG_BOX, BlockReason::PenaltyBoxed, |e, _| {
             p?.penalty_duration_ns()?;
             penalty::remaining_ms(e.penalty, epoch, now_ns).map(Some)
         });
@@ -359,18 +394,23 @@ impl Engine {
         view
     }
 
-    /// Walks one side set: `still` says whether an entry is still blocked (and its remaining ms);
-    /// stale keys are removed and their flag cleared.
+    /// Walks one side set: `still` says whether an entry is still blocked (and its remaining ms),
+    /// given the entry rescaled to the generation in force and that generation; stale keys are
+    /// removed and their flag cleared.
     fn collect(
         &self,
         flag: u8,
         reason: BlockReason,
-        still: impl Fn(&Entry) -> Option<Option<u64>>,
+        still: impl Fn(&Entry, &Installed) -> Option<Option<u64>>,
     ) -> Vec<BlockedEntry> {
         let mut out = Vec::new();
         for key in self.table.lists.snapshot(flag) {
-            let hit = self.table.inspect(key, |e| {
-                let hit = e.as_deref().and_then(&still);
+            let hit = self.table.inspect(key, |mut e| {
+                let latest = self.installed.load();
+                if let Some(e) = e.as_deref_mut() {
+                    latest.rescale(e);
+                }
+                let hit = e.as_deref().and_then(|e| still(e, &latest));
                 if hit.is_none() {
                     if let Some(e) = e {
                         e.flags &= !flag;
@@ -401,13 +441,16 @@ impl Engine {
     /// periodically (e.g. every 100 ms with a budget of 10_000).
     pub fn evict_tick(&self, now_ns: u64, budget: usize) -> usize {
         self.dynamic.purge_expired(now_ns);
-        let loaded = self.policy.load();
+        let inst = self.installed.load();
         let ctx = Ctx {
             now: now_ns,
             epoch: self.epoch.load(Ordering::Acquire),
-            cap: loaded
+            cap: inst
+                .policy
                 .as_deref()
                 .map_or(usize::MAX, |p| p.max_tracked_ips()),
+            tag: inst.tag(),
+            latest: Some(&self.installed),
         };
         self.table.evict_tick(&ctx, budget)
     }
@@ -415,8 +458,8 @@ impl Engine {
     /// The client's (active connections, pending handshakes) as counted by its guards; `(0, 0)`
     /// when it is not tracked or there is no policy.
     pub fn counts(&self, ip: IpAddr) -> (u64, u64) {
-        let loaded = self.policy.load();
-        let Some(p) = loaded.as_deref() else {
+        let inst = self.installed.load();
+        let Some(p) = inst.policy.as_deref() else {
             return (0, 0);
         };
         let key = IpKey::new(ip, p.ipv6_prefix_length());
@@ -427,8 +470,8 @@ impl Engine {
 
     /// Whether `ip`'s client has an entry in the per-IP table.
     pub fn is_tracked(&self, ip: IpAddr) -> bool {
-        let loaded = self.policy.load();
-        let Some(p) = loaded.as_deref() else {
+        let inst = self.installed.load();
+        let Some(p) = inst.policy.as_deref() else {
             return false;
         };
         let key = IpKey::new(ip, p.ipv6_prefix_length());
@@ -464,23 +507,30 @@ struct Outcome {
     boxed_ns: Option<u64>,
 }
 
-/// The per-entry part of [`Engine::admit`]: penalty box, then both GCRA limits, then
-/// `maxConcurrentPerIp`. A refused attempt changes no limit; a boxed attempt that would conform
-/// is debited, one that would not moves the deadline to `now + durationMs`.
+/// The per-entry part of [`Engine::admit`]: penalty box, then both GCRA limits (those of `lim`,
+/// the generation `e` is written in), then `maxConcurrentPerIp`. A refused attempt changes no
+/// limit; a boxed attempt that would conform is debited, one that would not moves the deadline to
+/// `now + durationMs`.
 #[inline]
-fn decide(p: &ProtectionPolicy, e: &mut Entry, epoch: u32, now: u64, observe: bool) -> Outcome {
+fn decide(
+    p: &ProtectionPolicy,
+    lim: &Installed,
+    e: &mut Entry,
+    epoch: u32,
+    now: u64,
+    observe: bool,
+) -> Outcome {
     let mut out = Outcome::default();
-    let conforms = p
-        .rate_limit()
-        .is_none_or(|r| r.gcra.conforms(e.tat_rate, now))
-        && p.sustained()
-            .is_none_or(|r| r.gcra.conforms(e.tat_sustained, now));
+    let conforms = lim.rate.is_none_or(|g| g.conforms(e.tat_rate, now))
+        && lim
+            .sustained
+            .is_none_or(|g| g.conforms(e.tat_sustained, now));
     let boxed = p.penalty_box() && penalty::is_boxed(e.penalty, epoch, now);
     let max = p.max_concurrent_per_ip();
     if boxed {
         out.reason = Some(BlockReason::PenaltyBoxed);
         if conforms {
-            debit(p, e, now);
+            debit(lim, e, now);
         } else {
             exhausted(p, e, epoch, now, &mut out, false);
         }
@@ -491,7 +541,7 @@ fn decide(p: &ProtectionPolicy, e: &mut Entry, epoch: u32, now: u64, observe: bo
         out.reason = Some(BlockReason::TooManyConnections);
         set_flag(e, FLAG_CONC, &mut out);
     } else {
-        debit(p, e, now);
+        debit(lim, e, now);
     }
     if out.reason.is_none() || observe {
         e.active = e.active.saturating_add(1);
@@ -501,12 +551,12 @@ fn decide(p: &ProtectionPolicy, e: &mut Entry, epoch: u32, now: u64, observe: bo
 }
 
 #[inline]
-fn debit(p: &ProtectionPolicy, e: &mut Entry, now: u64) {
-    if let Some(r) = p.rate_limit() {
-        r.gcra.admit(&mut e.tat_rate, now);
+fn debit(lim: &Installed, e: &mut Entry, now: u64) {
+    if let Some(g) = lim.rate {
+        g.admit(&mut e.tat_rate, now);
     }
-    if let Some(r) = p.sustained() {
-        r.gcra.admit(&mut e.tat_sustained, now);
+    if let Some(g) = lim.sustained {
+        g.admit(&mut e.tat_sustained, now);
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
 //! - [`policy`]: `ProtectionConfig` validation and compilation;
+//! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
 
@@ -23,6 +24,7 @@ pub mod key;
 pub mod penalty;
 pub mod policy;
 pub mod reason;
+pub mod rescale;
 pub mod table;
 
 pub use blocked::{BlockedEntry, BlockedView};

@@ -3,8 +3,9 @@
 //!
 //! **Entry** (48 bytes): the key (128 bits + prefix length), the two GCRA TATs (`rateLimit`,
 //! `sustained`, ns), the penalty-box word, the active-connection count (released by
-//! [`ConnGuard`]), the pending-handshake count (released by [`PendingGuard`]) and the flags saying
-//! which blocked-list side sets hold the key.
+//! [`ConnGuard`]), the pending-handshake count (released by [`PendingGuard`]) and one flag byte:
+//! 3 bits saying which blocked-list side sets hold the key, 5 bits of the rate-limit generation
+//! the TATs are written in (see [`super::rescale`]).
 //!
 //! **Layout**: 256 shards, each a `Mutex` around an open-addressing table that holds the entries
 //! *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a lookup reads the
@@ -22,7 +23,9 @@
 //! critical section is one probe plus a few integer operations on one cache line; at the cap an
 //! insert adds a victim scan of at most 32 live entries.
 //!
-//! **Eviction** (lazy projection: nothing is refilled or reset on a timer): an entry is *idle*
+//! **Eviction** (lazy projection: nothing is refilled or reset on a timer): every entry an
+//! eviction pass looks at is first brought to the current rate-limit generation (rescaled TATs,
+//! see [`super::rescale`]), so its worth is judged under the limits in force. An entry is *idle*
 //! when it is projected to a never-seen client at `now` — both TATs ≤ now, no running box, no
 //! active or pending count — and removing it is then invisible. [`Table::evict_tick`] removes idle
 //! entries, a bounded number of slots per call and at most 64 per lock hold. At the
@@ -37,6 +40,8 @@
 use super::blocked::SideLists;
 use super::key::IpKey;
 use super::penalty;
+use super::rescale::{Installed, TAG_BITS};
+use arc_swap::ArcSwap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,6 +53,10 @@ pub(crate) const FLAG_RATE: u8 = 1;
 pub(crate) const FLAG_CONC: u8 = 2;
 /// Side-set flag: the key is in the penalty-boxed list.
 pub(crate) const FLAG_BOX: u8 = 4;
+/// The side-set bits of [`Entry::flags`]; the bits above hold the generation tag.
+pub(crate) const SIDE_FLAGS: u8 = FLAG_RATE | FLAG_CONC | FLAG_BOX;
+const TAG_SHIFT: u32 = 3;
+const _: () = assert!(SIDE_FLAGS >> TAG_SHIFT == 0 && TAG_SHIFT + TAG_BITS == 8);
 
 /// One tracked client. Only ever accessed under its shard lock.
 #[repr(C)]
@@ -66,7 +75,8 @@ pub(crate) struct Entry {
     /// Handshakes in progress.
     pub pending: u16,
     len: u8,
-    /// Which side sets hold this key (`FLAG_*`).
+    /// Bits 0..3: which side sets hold this key (`FLAG_*`); bits 3..8: the rate-limit generation
+    /// tag (read and written through [`Entry::tag`] and [`Entry::set_tag`]).
     pub flags: u8,
 }
 
@@ -88,14 +98,28 @@ impl Entry {
         self.key_lo == bits as u64 && self.key_hi == (bits >> 64) as u64 && self.len == len
     }
 
-    fn fresh(key: IpKey) -> Entry {
+    fn fresh(key: IpKey, tag: u8) -> Entry {
         let (bits, len) = key.raw();
-        Entry {
+        let mut e = Entry {
             key_lo: bits as u64,
             key_hi: (bits >> 64) as u64,
             len,
             ..Entry::default()
-        }
+        };
+        e.set_tag(tag);
+        e
+    }
+
+    /// The rate-limit generation (mod 32) the TATs are written in.
+    #[inline]
+    pub fn tag(&self) -> u8 {
+        self.flags >> TAG_SHIFT
+    }
+
+    /// Records the generation tag (`< 32`), keeping the side-set flags.
+    #[inline]
+    pub fn set_tag(&mut self, tag: u8) {
+        self.flags = (self.flags & SIDE_FLAGS) | (tag << TAG_SHIFT);
     }
 }
 
@@ -111,18 +135,35 @@ enum Worth {
 }
 
 /// What eviction needs to project an entry to `now`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ctx {
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
     /// CLOCK_MONOTONIC ns.
     pub now: u64,
     /// Current penalty-box epoch (0 = box off).
     pub epoch: u32,
     /// `maxTrackedIps`.
     pub cap: usize,
+    /// Generation tag of the caller's snapshot: new entries get it.
+    pub tag: u8,
+    /// Where the generation in force is published: entries of another generation are rescaled
+    /// before eviction judges them (`None`: no rescaling, for table-only tests).
+    pub latest: Option<&'a ArcSwap<Installed>>,
 }
 
-/// `None` when the entry holds connections or handshakes (never evictable).
-fn worth(e: &Entry, ctx: &Ctx) -> Option<Worth> {
+/// Brings `e` to the generation in force (loaded under the shard lock the caller holds).
+#[inline]
+fn normalize(e: &mut Entry, ctx: &Ctx) {
+    if let Some(latest) = ctx.latest {
+        if e.tag() != ctx.tag {
+            latest.load().rescale(e);
+        }
+    }
+}
+
+/// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
+/// to the current generation first.
+fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
+    normalize(e, ctx);
     if e.active != 0 || e.pending != 0 {
         return None;
     }
@@ -251,7 +292,7 @@ impl ShardInner {
     }
 
     /// Inserts a fresh entry for `key` (absent) and returns its slot.
-    fn insert(&mut self, hasher: &Hasher4, key: IpKey, h: u64) -> usize {
+    fn insert(&mut self, hasher: &Hasher4, key: IpKey, h: u64, generation_tag: u8) -> usize {
         if (self.count + 1) * 8 > self.ctrl.len() * 7 {
             self.grow(hasher);
         }
@@ -264,7 +305,7 @@ impl ShardInner {
             }
         }
         self.ctrl[pos] = tag(h);
-        self.slots[pos] = Entry::fresh(key);
+        self.slots[pos] = Entry::fresh(key, generation_tag);
         self.count += 1;
         pos
     }
@@ -334,7 +375,7 @@ impl ShardInner {
                 continue;
             }
             live += 1;
-            if let Some(w) = worth(&self.slots[pos], ctx) {
+            if let Some(w) = worth(&mut self.slots[pos], ctx) {
                 if w == Worth::Idle {
                     return Some((pos, w));
                 }
@@ -568,7 +609,7 @@ impl Table {
                 }
             }
         }
-        Some(inner.insert(&self.hasher, key, h))
+        Some(inner.insert(&self.hasher, key, h, ctx.tag))
     }
 
     /// Evicts the least valuable entry found in up to `shards` other non-empty shards (try-lock
@@ -613,7 +654,7 @@ impl Table {
         let Some(pos) = inner.find(key, self.hasher.hash(key)) else {
             return false;
         };
-        match worth(&inner.slots[pos], ctx) {
+        match worth(&mut inner.slots[pos], ctx) {
             Some(Worth::Boxed(_)) if !allow_boxed => false,
             Some(_) => {
                 self.evict_at(&mut inner, pos);
@@ -629,8 +670,8 @@ impl Table {
     fn evict_at(&self, inner: &mut ShardInner, pos: usize) {
         let e = inner.slots[pos];
         inner.remove(&self.hasher, pos);
-        if e.flags != 0 {
-            self.lists.forget(e.key(), e.flags);
+        if e.flags & SIDE_FLAGS != 0 {
+            self.lists.forget(e.key(), e.flags & SIDE_FLAGS);
         }
     }
 
@@ -651,7 +692,7 @@ impl Table {
             while pos < cap && examined < TICK_BATCH.min(left) {
                 examined += 1;
                 if inner.ctrl[pos] != 0 {
-                    if let Some(w) = worth(&inner.slots[pos], ctx) {
+                    if let Some(w) = worth(&mut inner.slots[pos], ctx) {
                         let over = self.len.load(Ordering::Relaxed) > ctx.cap;
                         let go = match w {
                             Worth::Idle => true,
@@ -719,8 +760,14 @@ mod tests {
         IpKey::new(IpAddr::V4(Ipv4Addr::from(i)), 64)
     }
 
-    fn ctx(now: u64, cap: usize) -> Ctx {
-        Ctx { now, epoch: 0, cap }
+    fn ctx(now: u64, cap: usize) -> Ctx<'static> {
+        Ctx {
+            now,
+            epoch: 0,
+            cap,
+            tag: 0,
+            latest: None,
+        }
     }
 
     #[test]
