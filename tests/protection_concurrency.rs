@@ -82,20 +82,27 @@ fn admission_racing_eviction_never_exceeds_max_concurrent() {
     let peak = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let clock = Arc::new(AtomicU64::new(T0));
+    // Entries evicted by the background ticks so far: the admitters keep going until there were
+    // some, so the race is exercised however the threads happen to be scheduled.
+    let evicted_so_far = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     // Two admitters on the hot client, each keeping up to two connections open (four wanted,
     // three allowed), releasing the oldest as it goes: the entry almost always holds connections.
     for _ in 0..2 {
-        let (e, held, peak, clock) = (
+        let (e, held, peak, clock, evicted_so_far) = (
             Arc::clone(&e),
             Arc::clone(&held),
             Arc::clone(&peak),
             Arc::clone(&clock),
+            Arc::clone(&evicted_so_far),
         );
         handles.push(thread::spawn(move || {
             let mut admitted = 0usize;
             let mut open = std::collections::VecDeque::new();
-            for i in 0..20_000usize {
+            for i in 0..20_000_000usize {
+                if i >= 20_000 && evicted_so_far.load(Ordering::Relaxed) >= 100 {
+                    break;
+                }
                 let a = e.admit(hot, clock.load(Ordering::Relaxed));
                 if let Some(v) = a.verdict {
                     assert_eq!(v.reason, BlockReason::TooManyConnections);
@@ -136,12 +143,18 @@ fn admission_racing_eviction_never_exceeds_max_concurrent() {
     }
     // Background ticks with time moving on.
     {
-        let (e, stop, clock) = (Arc::clone(&e), Arc::clone(&stop), Arc::clone(&clock));
+        let (e, stop, clock, evicted_so_far) = (
+            Arc::clone(&e),
+            Arc::clone(&stop),
+            Arc::clone(&clock),
+            Arc::clone(&evicted_so_far),
+        );
         handles.push(thread::spawn(move || {
             let mut evicted = 0;
             while !stop.load(Ordering::Relaxed) {
                 let now = clock.fetch_add(1_000_000, Ordering::Relaxed);
                 evicted += e.evict_tick(now, 512);
+                evicted_so_far.store(evicted, Ordering::Relaxed);
             }
             evicted
         }));
