@@ -148,36 +148,7 @@ async function roleLegit([host, port, local, timeoutMs, durationMs]) {
 
 // ---------- orchestration (root namespace) ----------
 
-/** Runs a command: `{ code, stdout, stderr }` (strings); never rejects; killed after timeoutMs. */
-function run(cmd, args, { timeoutMs = 30000 } = {}) {
-  return new Promise((resolve) => {
-    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const out = [];
-    const err = [];
-    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
-    p.stdout.on('data', (d) => out.push(d));
-    p.stderr.on('data', (d) => err.push(d));
-    p.on('error', (e) => {
-      clearTimeout(t);
-      resolve({ code: -1, stdout: '', stderr: String(e) });
-    });
-    p.on('close', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
-    });
-  });
-}
-
-function haveTool(name) {
-  return (process.env.PATH || '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => {
-    try {
-      fs.accessSync(path.join(d, name), fs.constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
+const { run, haveTool } = require('./lib');
 
 /** utime + stime of a process, in clock ticks (USER_HZ = 100). */
 function procTicks(pid) {
