@@ -147,6 +147,23 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
     }
 }
 
+/// JA3/JA4 of the connection's ClientHello, computed on first use (a fingerprint blocklist, a
+/// `'blocked'` event, `forwardFingerprint`) and never otherwise; `('', '')` without a hello.
+#[derive(Default)]
+struct LazyFingerprints {
+    pair: Option<(String, String)>,
+}
+
+impl LazyFingerprints {
+    fn get(&mut self, hello: Option<&ClientHello>) -> (&str, &str) {
+        let p = self.pair.get_or_insert_with(|| match hello {
+            Some(h) => (h.ja3(), h.ja4()),
+            None => (String::new(), String::new()),
+        });
+        (&p.0, &p.1)
+    }
+}
+
 /// Serves one admitted connection to the end.
 pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr, ip: IpAddr) {
     let l = &shared.listeners[li];
@@ -204,20 +221,22 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         }
         Peeked::NotTls | Peeked::Closed => None,
     };
-    let (ja3, ja4) = match &hello {
-        Some(h) => (h.ja3(), h.ja4()),
-        None => (String::new(), String::new()),
-    };
+    let mut fp = LazyFingerprints::default();
+    let lists = policy.as_ref().is_some_and(|p| p.has_fingerprint_lists());
     // Blocklists hold lower case; JA4's ALPN characters keep the client's case.
-    let ja4_lc = ja4.to_ascii_lowercase();
+    let ja4_lc = match (&hello, lists) {
+        (Some(h), true) => Some(fp.get(Some(h)).1.to_ascii_lowercase()),
+        _ => None,
+    };
     let facts = HelloFacts {
         complete: hello.is_some(),
         has_sni: hello.as_ref().is_some_and(|h| h.sni.is_some()),
-        ja3: hello.as_ref().map(|_| ja3.as_str()),
-        ja4: hello.as_ref().map(|_| ja4_lc.as_str()),
+        ja3: fp.pair.as_ref().map(|p| p.0.as_str()),
+        ja4: ja4_lc.as_deref(),
     };
     if let Some(v) = l.engine.check_hello(ip, &facts, clock::now_ns()) {
-        shared.report_block(li, ip, v.reason, v.observed, &ja3, &ja4, clock::now_ns());
+        let (ja3, ja4) = fp.get(hello.as_deref());
+        shared.report_block(li, ip, v.reason, v.observed, ja3, ja4, clock::now_ns());
         if !v.observed {
             return;
         }
@@ -238,13 +257,14 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
     };
     drop(routes);
     if !route.admit(clock::now_ns()) {
+        let (ja3, ja4) = fp.get(Some(&hello));
         shared.report_block(
             li,
             ip,
             BlockReason::RateLimited,
             false,
-            &ja3,
-            &ja4,
+            ja3,
+            ja4,
             clock::now_ns(),
         );
         return;
@@ -274,13 +294,14 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
                 return;
             }
             Err(_) => {
+                let (ja3, ja4) = fp.get(Some(&hello));
                 shared.report_block(
                     li,
                     ip,
                     BlockReason::HandshakeTimeout,
                     false,
-                    &ja3,
-                    &ja4,
+                    ja3,
+                    ja4,
                     clock::now_ns(),
                 );
                 return;
@@ -311,8 +332,8 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         SourceAddressHeader::ProxyV2 => {
             let tlv: Vec<(u8, &[u8])> = match rc.forward_fingerprint {
                 ForwardFingerprint::None => vec![],
-                ForwardFingerprint::Ja3 => vec![(TLV_JA3, ja3.as_bytes())],
-                ForwardFingerprint::Ja4 => vec![(TLV_JA4, ja4.as_bytes())],
+                ForwardFingerprint::Ja3 => vec![(TLV_JA3, fp.get(Some(&hello)).0.as_bytes())],
+                ForwardFingerprint::Ja4 => vec![(TLV_JA4, fp.get(Some(&hello)).1.as_bytes())],
             };
             Some(v2_header(peer, local, &tlv))
         }
@@ -330,6 +351,7 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         }
     }
     drop(hello);
+    drop(fp);
     let idle = Duration::from_millis(l.config.idle_timeout_ms);
     let end = match client {
         Client::Tls(s) => {
