@@ -8,6 +8,8 @@
 //! - random hellos encoded in random record framings decode to exactly their fields, and their
 //!   JA3 / JA4 pass the blocklist validators.
 
+mod common;
+use common::hello::{u16_vec, with_u16_len, with_u8_len};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fs;
@@ -82,22 +84,6 @@ fn parse_checked(buf: &[u8]) -> HelloParse {
 
 // ---------------------------------------------------------------------------------------------
 // Seed hellos: the reference fixtures plus built ones (so the properties run without fixtures)
-
-fn u16_vec(values: &[u16]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_be_bytes()).collect()
-}
-
-fn with_u16_len(body: &[u8]) -> Vec<u8> {
-    let mut out = (body.len() as u16).to_be_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
-fn with_u8_len(body: &[u8]) -> Vec<u8> {
-    let mut out = vec![body.len() as u8];
-    out.extend_from_slice(body);
-    out
-}
 
 /// Frames `payload` into handshake records whose sizes cycle through `sizes` (each >= 1).
 fn records(payload: &[u8], sizes: &[usize]) -> Vec<u8> {

@@ -3,6 +3,8 @@
 //! byte at a time, and re-framed into other record sizes), and hand-built hellos for the framing
 //! rules (1-byte records, trailing bytes, plain HTTP, SSLv2, bad lengths, the 16 KiB cap).
 
+mod common;
+use common::hello::{u16_vec, with_u16_len, with_u8_len};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -16,23 +18,6 @@ use serde_json::Value;
 
 /// One extension: type and raw body.
 type Ext = (u16, Vec<u8>);
-
-fn u16_vec(values: &[u16]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_be_bytes()).collect()
-}
-
-/// `len(2) || body`.
-fn with_u16_len(body: &[u8]) -> Vec<u8> {
-    let mut out = (body.len() as u16).to_be_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
-fn with_u8_len(body: &[u8]) -> Vec<u8> {
-    let mut out = vec![body.len() as u8];
-    out.extend_from_slice(body);
-    out
-}
 
 fn sni_ext(host: &[u8]) -> Ext {
     let mut entry = vec![0u8];

@@ -1,21 +1,19 @@
 //! Concurrency: threads hammering one client never get more than the GCRA allows, and admission
 //! racing eviction (ticks and cap pressure) never admits past `maxConcurrentPerIp`.
 
-use rampart::protection::{BlockReason, DynamicBlocks, Engine, ProtectionPolicy};
+mod common;
+use common::engine::T0;
+use rampart::protection::{BlockReason, Engine};
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-const S: u64 = 1_000_000_000;
-const T0: u64 = 1_000 * S;
 const THREADS: usize = 4;
 
 fn engine(v: Value) -> Arc<Engine> {
-    let e = Engine::new(443, Arc::new(DynamicBlocks::new()));
-    e.set_policy(Some(Arc::new(ProtectionPolicy::from_json(&v).unwrap())), T0);
-    Arc::new(e)
+    Arc::new(common::engine::engine(v))
 }
 
 /// Every thread makes `per_thread` attempts from `ip` at `now(thread, i)`; returns the number

@@ -1,28 +1,14 @@
 //! Engine behaviour with injected time: GCRA limits, penalty box, swaps, keys, observe mode,
 //! concurrency and pending guards, ClientHello checks, blocked view.
 
+mod common;
+use common::engine::*;
 use rampart::protection::{
     Admission, BlockReason, BlockedEntry, DynamicBlocks, Engine, HelloFacts, IpKey,
-    ProtectionPolicy,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-/// A start time far from 0, as CLOCK_MONOTONIC would be.
-const T0: u64 = 1_000 * S;
-
-fn policy(v: Value) -> Arc<ProtectionPolicy> {
-    Arc::new(ProtectionPolicy::from_json(&v).expect("valid policy"))
-}
-
-fn engine(v: Value) -> Engine {
-    let e = Engine::new(443, Arc::new(DynamicBlocks::new()));
-    e.set_policy(Some(policy(v)), T0);
-    e
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -2,27 +2,14 @@
 //! limit readmits at once, lowering one bites at once, swaps compose, a limit switched on starts
 //! fresh and one switched off drops its state; penalty deadlines are untouched. Injected time.
 
-use rampart::protection::{BlockReason, BlockedEntry, DynamicBlocks, Engine, ProtectionPolicy};
+mod common;
+use common::engine::*;
+use rampart::protection::{BlockReason, BlockedEntry, Engine};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-/// A start time far from 0, as CLOCK_MONOTONIC would be.
-const T0: u64 = 1_000 * S;
-
-fn policy(v: Value) -> Arc<ProtectionPolicy> {
-    Arc::new(ProtectionPolicy::from_json(&v).expect("valid policy"))
-}
-
-fn engine(v: Value) -> Engine {
-    let e = Engine::new(443, Arc::new(DynamicBlocks::new()));
-    e.set_policy(Some(policy(v)), T0);
-    e
-}
 
 fn rate(per_second: f64, burst: u64) -> Value {
     json!({"rateLimit": {"connectionsPerSecond": per_second, "burst": burst}})

@@ -1,21 +1,13 @@
 //! The per-IP table through the engine: lazy projection, eviction invariants, the cap and its
 //! priority, and a 2M-address flood.
 
-use rampart::protection::{BlockReason, DynamicBlocks, Engine, ProtectionPolicy};
-use serde_json::{json, Value};
+mod common;
+use common::engine::*;
+use rampart::protection::{BlockReason, Engine, ProtectionPolicy};
+use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
-
-const MS: u64 = 1_000_000;
-const S: u64 = 1_000_000_000;
-const T0: u64 = 1_000 * S;
-
-fn engine(v: Value) -> Engine {
-    let e = Engine::new(443, Arc::new(DynamicBlocks::new()));
-    e.set_policy(Some(Arc::new(ProtectionPolicy::from_json(&v).unwrap())), T0);
-    e
-}
 
 fn v4(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(i))

@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests (each test crate uses what it needs).
+
+pub mod engine;
+pub mod hello;
