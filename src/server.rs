@@ -73,7 +73,7 @@ impl Shared {
         let l = &self.listeners[li];
         l.metrics.blocked(reason);
         let ev = BlockedEvent {
-            ip: ip.to_string(),
+            ip,
             port: l.config.port,
             listener: &l.label,
             reason: reason.as_str(),

@@ -25,8 +25,9 @@ pub type EventSink = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 /// Payload of `'blocked'` (DESIGN.md §2).
 #[derive(Debug, Serialize)]
 pub struct BlockedEvent<'a> {
-    /// Client IP (IPv4 bare, IPv4-mapped normalised) or IPv6 address.
-    pub ip: String,
+    /// Client IP (IPv4 bare, IPv4-mapped normalised) or IPv6 address; formatted only when the
+    /// event is actually emitted, so a capped flood costs no allocation per refusal.
+    pub ip: IpAddr,
     /// Listener port.
     pub port: u16,
     /// Listener `host:port`.
@@ -204,7 +205,7 @@ mod tests {
         let hub = EventHub::new(Arc::new(move |k, j| g.lock().unwrap().push((k, j))), 2);
         let ip: IpAddr = "127.0.0.2".parse().unwrap();
         let ev = BlockedEvent {
-            ip: ip.to_string(),
+            ip,
             port: 1,
             listener: "x",
             reason: "rate_limited",

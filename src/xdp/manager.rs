@@ -270,13 +270,7 @@ impl XdpManager {
         let mode = match attach {
             None => "none",
             Some(mode) => {
-                let program: &mut Xdp = state
-                    .ebpf
-                    .program_mut(abi::PROGRAM_NAME)
-                    .ok_or_else(|| XdpError::Load("program missing".to_string()))?
-                    .try_into()
-                    .map_err(|e: ProgramError| classify("program type", &e))?;
-                let (link, mode) = attach_program(program, name, mode)?;
+                let (link, mode) = attach_program(xdp_program(&mut state.ebpf)?, name, mode)?;
                 state.link = Some(link);
                 mode
             }
@@ -306,13 +300,7 @@ impl XdpManager {
         } = self;
         let mut state = state.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(link) = state.link.take() {
-            let program: &mut Xdp = state
-                .ebpf
-                .program_mut(abi::PROGRAM_NAME)
-                .ok_or_else(|| XdpError::Load("program missing".to_string()))?
-                .try_into()
-                .map_err(|e: ProgramError| classify("program type", &e))?;
-            program
+            xdp_program(&mut state.ebpf)?
                 .detach(link)
                 .map_err(|e| classify("detaching the XDP link", &e))?;
         }
@@ -929,4 +917,12 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The loaded XDP program of the object (`abi::PROGRAM_NAME`).
+fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, XdpError> {
+    ebpf.program_mut(abi::PROGRAM_NAME)
+        .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+        .try_into()
+        .map_err(|e: ProgramError| classify("program type", &e))
 }
