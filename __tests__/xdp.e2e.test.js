@@ -6,9 +6,8 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
-const readline = require('node:readline');
 const h = require('./helpers');
+const { startXdpProxy } = require('./helpers/xdp-child');
 
 const id = process.pid % 100000;
 const NS_P = `rampart-p${id}`;
@@ -54,27 +53,7 @@ async function setup(t) {
 }
 
 function startProxy(opts) {
-  const child = spawn('ip', ['netns', 'exec', NS_P, process.execPath, path.join(__dirname, 'helpers', 'xdp-proxy.js'), JSON.stringify(opts)], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const rl = readline.createInterface({ input: child.stdout });
-  const waiting = new Map();
-  let ready;
-  const readyP = new Promise((r) => (ready = r));
-  rl.on('line', (line) => {
-    const msg = JSON.parse(line);
-    if (msg.ready || msg.fatal) return ready(msg);
-    const w = waiting.get(msg.id);
-    waiting.delete(msg.id);
-    if (msg.error) w.reject(new Error(msg.error));
-    else w.resolve(msg.result);
-  });
-  let n = 0;
-  const call = (cmd, args) =>
-    new Promise((resolve, reject) => {
-      const mid = ++n;
-      waiting.set(mid, { resolve, reject });
-      child.stdin.write(`${JSON.stringify({ id: mid, cmd, args })}\n`);
-    });
-  return { child, call, ready: readyP };
+  return startXdpProxy(NS_P, opts);
 }
 
 test('XDP drops a boxed client and a SYN flood in the kernel while others are served', async (t) => {

@@ -26,8 +26,7 @@ const os = require('node:os');
 const net = require('node:net');
 const tls = require('node:tls');
 const path = require('node:path');
-const readline = require('node:readline');
-const { spawn, execFileSync } = require('node:child_process');
+const { execFileSync } = require('node:child_process');
 
 const PROXY = '198.18.0.1';
 const LEGIT = '198.18.0.3';
@@ -149,6 +148,7 @@ async function roleLegit([host, port, local, timeoutMs, durationMs]) {
 // ---------- orchestration (root namespace) ----------
 
 const { run, haveTool } = require('./lib');
+const { startXdpProxy } = require('../__tests__/helpers/xdp-child');
 
 /** utime + stime of a process, in clock ticks (USER_HZ = 100). */
 function procTicks(pid) {
@@ -272,27 +272,8 @@ async function main() {
   await run('ip', ['netns', 'exec', NS_C, 'sysctl', '-qw', 'net.ipv4.ip_local_port_range=1024 65000']);
 
   // The proxy child of the e2e spec, with a policy that blocklists the flooder only.
-  const helper = path.join(__dirname, '..', '__tests__', 'helpers', 'xdp-proxy.js');
   const opts = { port: PORT, plainPort: PLAIN, protection: { blocklist: [`${FLOOD}/32`] } };
-  const child = spawn('ip', ['netns', 'exec', NS_P, process.execPath, helper, JSON.stringify(opts)], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const waiting = new Map();
-  let ready;
-  const readyP = new Promise((r) => (ready = r));
-  readline.createInterface({ input: child.stdout }).on('line', (line) => {
-    const msg = JSON.parse(line);
-    if (msg.ready || msg.fatal) return ready(msg);
-    const w = waiting.get(msg.id);
-    waiting.delete(msg.id);
-    if (msg.error) w.reject(new Error(msg.error));
-    else w.resolve(msg.result);
-  });
-  let n = 0;
-  const call = (cmd, args) =>
-    new Promise((resolve, reject) => {
-      const mid = ++n;
-      waiting.set(mid, { resolve, reject });
-      child.stdin.write(`${JSON.stringify({ id: mid, cmd, args })}\n`);
-    });
+  const { child, call, ready: readyP } = startXdpProxy(NS_P, opts);
   proxy = { child, call };
   const r0 = await Promise.race([readyP, sleep(20000).then(() => ({ fatal: 'proxy child not ready after 20 s' }))]);
   if (r0.fatal) throw new Error(r0.fatal);
