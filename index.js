@@ -7,7 +7,8 @@ const { EventEmitter } = require('node:events');
 const binding = require('./binding.js');
 const { NativeProxy, generateSelfSignedCert } = binding;
 
-const CONFIG_ERROR_PREFIX = 'RAMPART_CONFIG_ERROR';
+/** `code` of the native error that carries a config problem list (its message is the JSON list). */
+const CONFIG_ERROR_CODE = 'ERR_RAMPART_CONFIG';
 
 /**
  * Thrown by the constructor, `updateConfig`, `blockIp` and `unblockIp` when input is invalid.
@@ -70,11 +71,19 @@ function encode(value) {
 }
 
 function translate(err) {
-  const msg = String(err && err.message);
-  if (msg.startsWith(CONFIG_ERROR_PREFIX)) {
-    return new ConfigError(JSON.parse(msg.slice(CONFIG_ERROR_PREFIX.length)));
-  }
+  if (err && err.code === CONFIG_ERROR_CODE) return new ConfigError(JSON.parse(err.message));
   return err;
+}
+
+/** The XDP task's JSON answer: the status, or an Error with the native `code`. */
+function xdpResult(json) {
+  const r = JSON.parse(json);
+  if (r.error) {
+    const err = new Error(r.error.message);
+    err.code = r.error.code;
+    throw err;
+  }
+  return r.status;
 }
 
 function call(fn) {
@@ -150,15 +159,8 @@ class RampartProxy extends EventEmitter {
    */
   async start() {
     if (this._stopping) await this._stopping;
-    try {
-      this._native.start();
-    } catch (e) {
-      const msg = String(e.message);
-      const bar = msg.indexOf('|');
-      const err = new Error(bar > 0 ? msg.slice(bar + 1) : msg);
-      if (bar > 0) err.code = msg.slice(0, bar);
-      throw err;
-    }
+    // Throws an Error whose `code` is the OS code ('EADDRINUSE', ...).
+    this._native.start();
     this._running = true;
     RUNNING.add(this);
     // The native runtime does not hold Node's event loop open; this handle does, while serving.
@@ -252,15 +254,15 @@ class RampartProxy extends EventEmitter {
     const mode = o.mode === undefined ? 'auto' : o.mode;
     if (!['auto', 'native', 'generic'].includes(mode)) errs.push({ path: 'mode', message: `must be one of 'auto', 'native', 'generic', got ${String(o.mode)}` });
     if (errs.length) throw new ConfigError(errs);
-    return JSON.parse(await this._native.attachXdp(o.interface, mode));
+    return xdpResult(await this._native.attachXdp(o.interface, mode));
   }
 
   /** Removes the XDP program and its pinned maps (a no-op when not attached). */
   async detachXdp() {
-    await this._native.detachXdp();
+    xdpResult(await this._native.detachXdp());
   }
 
-  /** `{ attached, interface, mode, counters: { passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed } }, bannedIps }`. */
+  /** `{ attached, interface, mode, counters: { passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed }, banned, banExtended }, bannedIps, errors, banQueueOverflow }`. */
   xdpStatus() {
     return JSON.parse(this._native.xdpStatus());
   }

@@ -10,7 +10,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
-use rampart::protection::{DynamicBlocks, Engine, ProtectionPolicy};
+use rampart::config::protection::policy_from_json;
+use rampart::protection::{DynamicBlocks, Engine};
 use serde_json::json;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -68,7 +69,7 @@ fn fixture() -> &'static Fixture {
             let j = (splitmix(&mut seed) % (i as u64 + 1)) as usize;
             keys.swap(i, j);
         }
-        let policy = ProtectionPolicy::from_json(&json!({
+        let policy = policy_from_json(&json!({
             "rateLimit": {"connectionsPerSecond": 1000, "burst": 1000},
             "sustained": {"connectionsPerMinute": 60000, "burst": 60000},
             "penaltyBox": {"durationMs": 600000},

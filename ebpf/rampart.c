@@ -586,7 +586,8 @@ static __always_inline int decide_syn(__u32 set, struct rampart_port_policy *pol
 		struct rampart_ban fresh = {
 			.deadline_ns = sat_add(now, pol->penalty_ns),
 			.reason = RAMPART_BAN_SYNFLOOD,
-			.pad = 0,
+			.port = p->dport,
+			.prefix_len = (p->is_v6 && !is_v4_mapped(p->src.addr)) ? pol->ipv6_prefix_len : 32,
 		};
 
 		bpf_map_update_elem(&rampart_bans, &id, &fresh, BPF_ANY);

@@ -21,7 +21,7 @@
 
 #include <linux/types.h>
 
-#define RAMPART_ABI_VERSION 1
+#define RAMPART_ABI_VERSION 2
 
 /* Parser bounds. */
 #define RAMPART_MAX_VLAN 3     /* 802.1Q / 802.1ad tags walked before the L3 header */
@@ -118,7 +118,8 @@ struct rampart_ip {
 struct rampart_ban {
 	__u64 deadline_ns; /* CLOCK_MONOTONIC ns; the ban is live while now < deadline_ns */
 	__u32 reason;      /* RAMPART_BAN_* */
-	__u32 pad;
+	__u16 port;        /* listener port the ban was made for (blockedIps lists it there) */
+	__u16 prefix_len;  /* bits of the source the key holds: 32 (IPv4) or the port's IPv6 prefix */
 };
 
 /* Key of the per-source SYN GCRA state: one limit per (source, listener port). */

@@ -13,6 +13,6 @@ pub mod napi;
 pub mod protection;
 pub mod proxy;
 pub mod server;
+pub mod shared;
 pub mod tls;
 pub mod xdp;
-pub mod xdp_sync;

@@ -4,23 +4,22 @@
 //! Plain Rust: the napi layer only converts values and calls these methods.
 
 use crate::clock;
-use crate::config::error::Issues;
-use crate::config::proxy::{parse_routes, ListenerConfig, ProxyConfig};
-use crate::config::value::{self as v, field};
-use crate::config::ConfigError;
-use crate::events::{BlockedEvent, ErrorEvent, EventHub, EventSink};
+use crate::config::proxy::ProxyConfig;
+use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
+use crate::config::{ConfigError, ConfigIssue};
+use crate::events::{EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
-use crate::metrics::{ErrorReason, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
+use crate::metrics::{ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    parse_protection, BlockReason, BlockedEntry, DynamicBlocks, Engine, ProtectionPolicy,
+    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, Engine, Listed, ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
-use crate::xdp::{XdpManager, XdpMode, XdpStatus};
-use crate::xdp_sync::{build_policy, dynamic_block, push_bans, BanQueue};
+use crate::shared::{ListenerRt, Shared};
+use crate::xdp::sync::{build_policy, BoxedClient, XdpSlot};
+use crate::xdp::{BanReason, XdpError, XdpManager, XdpMode, XdpStatus};
 use arc_swap::ArcSwap;
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -28,79 +27,6 @@ use tokio_util::task::TaskTracker;
 
 /// Entries examined per listener per eviction tick (every 100 ms).
 pub const EVICTION_BUDGET: usize = 4096;
-
-/// Runtime state of one listener.
-pub struct ListenerRt {
-    /// Config (the protection field is only the initial policy; the engine holds the live one).
-    pub config: ListenerConfig,
-    /// `host:port`.
-    pub label: String,
-    /// Protection engine (always present; with no policy only dynamic blocks apply).
-    pub engine: Engine,
-    /// Counters.
-    pub metrics: ListenerMetrics,
-}
-
-/// State shared by every task of one proxy.
-pub struct Shared {
-    /// Listeners, in config order.
-    pub listeners: Vec<ListenerRt>,
-    /// Live route table; swapped whole by `updateConfig`.
-    pub routes: ArcSwap<RouteTable>,
-    /// `blockIp` entries.
-    pub dynamic: Arc<DynamicBlocks>,
-    /// Events.
-    pub events: EventHub,
-    /// The XDP filter, when attached.
-    pub xdp: Mutex<Option<XdpManager>>,
-    /// Penalty boxes waiting to be mirrored as kernel bans.
-    pub bans: Arc<BanQueue>,
-}
-
-impl Shared {
-    /// Counts and reports one refusal (or observe-mode decision).
-    #[allow(clippy::too_many_arguments)]
-    pub fn report_block(
-        &self,
-        li: usize,
-        ip: IpAddr,
-        reason: BlockReason,
-        observed: bool,
-        ja3: &str,
-        ja4: &str,
-        now_ns: u64,
-    ) {
-        let l = &self.listeners[li];
-        l.metrics.blocked(reason);
-        let ev = BlockedEvent {
-            ip,
-            port: l.config.port,
-            listener: &l.label,
-            reason: reason.as_str(),
-            ja3,
-            ja4,
-            observed,
-        };
-        self.events.blocked(&ev, ip, reason, now_ns);
-    }
-
-    /// Reports a runtime error as an `'error'` event (already counted by the caller).
-    pub fn report_error(&self, li: usize, ip: Option<IpAddr>, code: ErrorReason, message: String) {
-        let l = &self.listeners[li];
-        let ev = ErrorEvent {
-            code: code.as_str(),
-            message,
-            ip: ip.map(|i| i.to_string()),
-            port: l.config.port,
-            listener: &l.label,
-        };
-        self.events.error(&ev, clock::now_ns());
-    }
-
-    fn listener_index(&self, port: u16) -> Option<usize> {
-        self.listeners.iter().position(|l| l.config.port == port)
-    }
-}
 
 struct Running {
     accept_stop: CancellationToken,
@@ -128,11 +54,36 @@ pub struct StartError {
 }
 
 fn one_issue(path: &str, message: String) -> ConfigError {
-    ConfigError::new(vec![crate::config::ConfigIssue {
+    ConfigError::new(vec![ConfigIssue {
         path: path.into(),
         message,
     }])
 }
+
+/// Why `attachXdp` failed.
+#[derive(Debug)]
+pub enum AttachError {
+    /// A program is already attached (by this proxy) to the named interface.
+    AlreadyAttached(String),
+    /// Loading or attaching failed ([`XdpError`] names the cause).
+    Xdp(XdpError),
+    /// Attached, but writing the policy failed; the program was detached again.
+    PolicySync(XdpError),
+}
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::AlreadyAttached(i) => {
+                write!(f, "XDP is already attached to {i}; detachXdp() first")
+            }
+            Self::Xdp(e) => write!(f, "{e}"),
+            Self::PolicySync(e) => write!(f, "XDP policy sync failed, detached again: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AttachError {}
 
 fn errno_code(e: &std::io::Error) -> &'static str {
     match e.raw_os_error() {
@@ -156,7 +107,7 @@ impl Proxy {
             .enable_all()
             .build()?;
         let dynamic = Arc::new(DynamicBlocks::new());
-        let bans = Arc::new(BanQueue::default());
+        let xdp = XdpSlot::default();
         let now = clock::now_ns();
         let listeners = cfg
             .listeners
@@ -164,7 +115,7 @@ impl Proxy {
             .map(|lc| {
                 let engine = Engine::new(lc.port, dynamic.clone());
                 engine.set_policy(lc.protection.clone(), now);
-                bans.listen(&engine);
+                xdp.bans.listen(&engine);
                 ListenerRt {
                     label: lc.label(),
                     config: lc.clone(),
@@ -179,8 +130,7 @@ impl Proxy {
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
-            xdp: Mutex::new(None),
-            bans,
+            xdp,
         });
         Ok(Proxy {
             rt: Some(rt),
@@ -198,7 +148,16 @@ impl Proxy {
 
     /// The XDP slot (`None` when not attached). Never held across an await.
     fn xdp(&self) -> std::sync::MutexGuard<'_, Option<XdpManager>> {
-        self.shared.xdp.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.xdp.lock()
+    }
+
+    /// Every listener's `(port, live policy)`, in listener order (for the kernel policy).
+    fn live_policies(&self) -> Vec<(u16, Option<Arc<ProtectionPolicy>>)> {
+        self.shared
+            .listeners
+            .iter()
+            .map(|l| (l.config.port, l.engine.policy()))
+            .collect()
     }
 
     /// Binds every listener (one SO_REUSEPORT socket per worker) and starts accepting. On any
@@ -277,13 +236,12 @@ impl Proxy {
                 for l in &shared.listeners {
                     l.engine.evict_tick(now, EVICTION_BUDGET);
                 }
-                let boxed = shared.bans.drain();
-                if let Ok(guard) = shared.xdp.lock() {
-                    if let Some(mgr) = guard.as_ref() {
-                        push_bans(mgr, &boxed);
-                        if n.is_multiple_of(10) {
-                            mgr.sweep(now);
-                        }
+                let boxed = shared.xdp.bans.drain();
+                if let Some(mgr) = shared.xdp.lock().as_ref() {
+                    push_bans(&shared, mgr, &boxed);
+                    sync_dynamic(&shared, mgr, false);
+                    if n.is_multiple_of(10) {
+                        mgr.sweep(now);
                     }
                 }
                 n += 1;
@@ -317,292 +275,162 @@ impl Proxy {
         });
     }
 
-    /// `updateConfig({ routes, protection })`: validates everything, then swaps (routes first,
-    /// then each listener's policy). On error nothing changes.
-    pub fn update_config(&self, u: &Value) -> Result<(), ConfigError> {
-        let mut issues = Issues::default();
-        let Some(obj) = v::object(u, "update", &mut issues) else {
-            return Err(ConfigError::new(issues.0));
-        };
-        v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
-        let listener_cfgs: Vec<ListenerConfig> = self
-            .shared
-            .listeners
-            .iter()
-            .map(|l| l.config.clone())
-            .collect();
-        let routes = field(obj, "routes")
-            .and_then(|r| parse_routes(r, "routes", &listener_cfgs, &mut issues));
-        let mut policies: Vec<(usize, Option<Arc<ProtectionPolicy>>)> = Vec::new();
-        if let Some(p) = field(obj, "protection") {
-            if let Some(arr) = v::array(p, "protection", &mut issues) {
-                for (i, item) in arr.iter().enumerate() {
-                    let path = v::index("protection", i);
-                    let Some(o) = v::object(item, &path, &mut issues) else {
-                        continue;
-                    };
-                    v::reject_unknown(o, &["port", "protection"], &path, &mut issues);
-                    let port_path = v::join(&path, "port");
-                    let li = match field(o, "port") {
-                        Some(pv) => v::number_in(pv, &port_path, 1.0, 65535.0, true, &mut issues)
-                            .and_then(|port| {
-                                let li = self.shared.listener_index(port as u16);
-                                if li.is_none() {
-                                    let known: Vec<String> = self
-                                        .shared
-                                        .listeners
-                                        .iter()
-                                        .map(|l| l.config.port.to_string())
-                                        .collect();
-                                    issues.push(
-                                        &port_path,
-                                        format!(
-                                            "no listener on port {port}; listeners: {}",
-                                            known.join(", ")
-                                        ),
-                                    );
-                                }
-                                li
-                            }),
-                        None => {
-                            issues.push(&port_path, "is required");
-                            None
-                        }
-                    };
-                    let pol_path = v::join(&path, "protection");
-                    let policy = match o.get("protection") {
-                        None => {
-                            issues.push(&pol_path, "is required (null removes protection)");
-                            continue;
-                        }
-                        Some(Value::Null) => None,
-                        Some(pv) => match parse_protection(pv, &pol_path, &mut issues) {
-                            Some(p) => Some(Arc::new(p)),
-                            None => continue,
-                        },
-                    };
-                    if let Some(li) = li {
-                        if policies.iter().any(|(x, _)| *x == li) {
-                            issues.push(&port_path, "the same port appears twice in this update");
-                        }
-                        policies.push((li, policy));
+    /// `updateConfig({ routes, protection })`, validated already ([`crate::config::update`]).
+    /// With XDP attached the kernel's policy is staged into the idle map set and flipped first;
+    /// if either fails the update throws and nothing changes. Then the routes and each
+    /// listener's policy are swapped (pointer stores, which cannot fail).
+    pub fn update_config(&self, u: ConfigUpdate) -> Result<(), ConfigError> {
+        let xdp = self.xdp();
+        if let Some(mgr) = xdp.as_ref() {
+            let mut live = self.live_policies();
+            for p in &u.protection {
+                for (port, policy) in live.iter_mut() {
+                    if *port == p.port {
+                        *policy = p.policy.clone();
                     }
                 }
             }
-        }
-        issues.finish(())?;
-        let xdp = self.xdp();
-        if let Some(mgr) = xdp.as_ref() {
-            let mut live: Vec<(u16, Option<Arc<ProtectionPolicy>>)> = self
-                .shared
-                .listeners
-                .iter()
-                .map(|l| (l.config.port, l.engine.policy()))
-                .collect();
-            for (li, p) in &policies {
-                live[*li].1 = p.clone();
-            }
-            if let Err(e) = mgr.stage(&build_policy(&live)) {
+            let flipped = mgr.stage(&build_policy(&live)).and_then(|()| mgr.commit());
+            if let Err(e) = flipped {
                 return Err(one_issue(
                     "protection",
                     format!("the XDP maps could not be updated, nothing changed: {e}"),
                 ));
             }
         }
-        if let Some(r) = routes {
+        if let Some(r) = u.routes {
+            let listener_cfgs: Vec<_> = self
+                .shared
+                .listeners
+                .iter()
+                .map(|l| l.config.clone())
+                .collect();
             self.shared
                 .routes
                 .store(Arc::new(RouteTable::build(&r, &listener_cfgs)));
         }
         let now = clock::now_ns();
-        for (li, p) in policies {
-            self.shared.listeners[li].engine.set_policy(p, now);
-        }
-        if let Some(mgr) = xdp.as_ref() {
-            // The staged set was fully written; the flip is a single index store.
-            let _ = mgr.commit();
+        for p in u.protection {
+            for li in self.shared.listeners_on(p.port) {
+                self.shared.listeners[li]
+                    .engine
+                    .set_policy(p.policy.clone(), now);
+            }
         }
         Ok(())
     }
 
-    /// `blockedIps({ port, detail })` as JSON.
-    pub fn blocked_ips(&self, port: Option<u16>, detail: bool) -> Value {
+    /// The running listeners' configs (what `updateConfig`, `blockIp` and `unblockIp` are
+    /// validated against).
+    pub fn listener_configs(&self) -> Vec<crate::config::proxy::ListenerConfig> {
+        self.shared
+            .listeners
+            .iter()
+            .map(|l| l.config.clone())
+            .collect()
+    }
+
+    /// `blockedIps({ port, detail })`: every listener's view (or those on `port`), plus the
+    /// kernel's own SYN-limit bans under the port they were made for.
+    pub fn blocked_ips(&self, port: Option<u16>) -> BlockedIps {
         let now = clock::now_ns();
-        type Lists = [(&'static str, Vec<(u16, BlockedEntry)>); 5];
-        let mut lists: Lists = [
-            ("rateLimited", vec![]),
-            ("concurrencyLimited", vec![]),
-            ("cidrBlocklist", vec![]),
-            ("penaltyBoxed", vec![]),
-            ("dynamicBlocklist", vec![]),
-        ];
+        let mut out = BlockedIps::default();
         for l in &self.shared.listeners {
-            if port.is_some_and(|p| p != l.config.port) {
-                continue;
+            if port.is_none_or(|p| p == l.config.port) {
+                out.add(l.config.port, l.engine.blocked(now));
             }
-            let b = l.engine.blocked(now);
-            let p = l.config.port;
-            lists[0]
-                .1
-                .extend(b.rate_limited.into_iter().map(|e| (p, e)));
-            lists[1]
-                .1
-                .extend(b.concurrency_limited.into_iter().map(|e| (p, e)));
-            lists[2]
-                .1
-                .extend(b.cidr_blocklist.into_iter().map(|e| (p, e)));
-            lists[3]
-                .1
-                .extend(b.penalty_boxed.into_iter().map(|e| (p, e)));
-            lists[4]
-                .1
-                .extend(b.dynamic_blocklist.into_iter().map(|e| (p, e)));
         }
         if let Some(mgr) = self.xdp().as_ref() {
             for b in mgr.bans() {
-                if b.deadline_ns <= now {
+                // Userspace boxes and blockIp entries are listed from the engines already.
+                if b.deadline_ns <= now
+                    || b.reason != BanReason::SynFlood
+                    || port.is_some_and(|p| p != b.port)
+                {
                     continue;
-                }
-                let reason = match b.reason {
-                    crate::xdp::BanReason::SynFlood => BlockReason::XdpDropped,
-                    crate::xdp::BanReason::Dynamic => BlockReason::DynamicBlocked,
-                    crate::xdp::BanReason::Penalty => BlockReason::PenaltyBoxed,
-                };
-                if reason == BlockReason::DynamicBlocked {
-                    continue; // already listed from the userspace dynamic blocks
                 }
                 let ip = b.display();
-                let port_of = self
-                    .shared
-                    .listeners
-                    .first()
-                    .map(|l| l.config.port)
-                    .unwrap_or(0);
-                if lists[3].1.iter().any(|(_, e)| e.ip == ip) {
+                if out
+                    .penalty_boxed
+                    .iter()
+                    .any(|x| x.entry.ip == ip && x.port == b.port)
+                {
                     continue;
                 }
-                lists[3].1.push((
-                    port_of,
-                    BlockedEntry {
+                out.penalty_boxed.push(Listed {
+                    entry: BlockedEntry {
                         ip,
-                        reason,
+                        reason: BlockReason::PenaltyBoxed,
                         remaining_ms: Some((b.deadline_ns - now).div_ceil(1_000_000)),
-                        note: None,
+                        note: Some(KERNEL_SYN_BAN_NOTE.to_string()),
                     },
-                ));
+                    port: b.port,
+                });
             }
         }
-        let mut out = serde_json::Map::new();
-        for (name, entries) in lists {
-            let v = if detail {
-                let mut items: Vec<(String, u16, Value)> = entries
-                    .into_iter()
-                    .map(|(p, e)| {
-                        let mut o = json!({ "ip": e.ip, "port": p, "reason": e.reason.as_str() });
-                        if let Some(ms) = e.remaining_ms {
-                            o["remainingMs"] = json!(ms);
-                        }
-                        if let Some(note) = &e.note {
-                            o["note"] = json!(note);
-                        }
-                        (e.ip, p, o)
-                    })
-                    .collect();
-                items.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-                items.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1 && a.2["reason"] == b.2["reason"]);
-                Value::Array(items.into_iter().map(|x| x.2).collect())
-            } else {
-                let set: std::collections::BTreeSet<String> =
-                    entries.into_iter().map(|(_, e)| e.ip).collect();
-                json!(set.into_iter().collect::<Vec<_>>())
-            };
-            out.insert(name.into(), v);
-        }
-        Value::Object(out)
+        out.finish();
+        out
     }
 
-    /// `blockIp(cidr, { ttlMs, reason, port })`.
-    pub fn block_ip(&self, cidr: &str, opts: &Value) -> Result<(), ConfigError> {
-        let mut issues = Issues::default();
-        let (ttl, reason, port) = self.parse_block_opts(opts, true, &mut issues);
-        issues.finish(())?;
+    /// `blockIp(cidr, { ttlMs, reason, port })`, validated already: the engine's set, then
+    /// the kernel's trie derived from it (a failed kernel write is counted and emitted as
+    /// `'error'`; userspace enforces the block either way).
+    pub fn block_ip(&self, req: BlockRequest) {
         let now = clock::now_ns();
-        let net = self
-            .shared
+        self.shared
             .dynamic
-            .block(cidr, ttl, reason, port, now)
-            .map_err(|m| one_issue("cidr", m))?;
+            .block(req.net, req.ttl_ms, req.reason, req.port, now);
         if let Some(mgr) = self.xdp().as_ref() {
-            let deadline = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1_000_000)));
-            let _ = mgr.block_dynamic(&dynamic_block(net, port, deadline));
+            sync_dynamic(&self.shared, mgr, true);
         }
-        Ok(())
     }
 
-    /// `unblockIp(cidr, { port })`: true when an entry was removed.
-    pub fn unblock_ip(&self, cidr: &str, opts: &Value) -> Result<bool, ConfigError> {
-        let mut issues = Issues::default();
-        let (_, _, port) = self.parse_block_opts(opts, false, &mut issues);
-        issues.finish(())?;
-        let removed = self
-            .shared
-            .dynamic
-            .unblock(cidr, port)
-            .map_err(|m| one_issue("cidr", m))?;
+    /// `unblockIp(cidr, { port })`, validated already: true when an entry was removed.
+    pub fn unblock_ip(&self, req: UnblockRequest) -> bool {
+        let removed = self.shared.dynamic.unblock(req.net, req.port);
         if let Some(mgr) = self.xdp().as_ref() {
-            if let Ok(net) = crate::protection::parse_cidr(cidr) {
-                let _ = mgr.unblock_dynamic(net, port);
-            }
+            sync_dynamic(&self.shared, mgr, true);
         }
-        Ok(removed)
+        removed
     }
 
     /// `attachXdp({ interface, mode })`: loads and attaches the XDP program, then syncs the
-    /// policy of every listener, every `blockIp` entry and every IP already boxed. Blocking
+    /// policy of every listener, every `blockIp` entry and every client already boxed. Blocking
     /// (~100 ms); call it off the JS thread.
-    pub fn attach_xdp(&self, interface: &str, mode: XdpMode) -> Result<XdpStatus, String> {
+    pub fn attach_xdp(&self, interface: &str, mode: XdpMode) -> Result<XdpStatus, AttachError> {
         let mut slot = self.xdp();
         if let Some(m) = slot.as_ref() {
-            return Err(format!(
-                "XDP is already attached to {}; detachXdp() first",
-                m.status().interface
-            ));
+            return Err(AttachError::AlreadyAttached(m.status().interface));
         }
-        let mgr = XdpManager::attach(interface, mode).map_err(|e| e.to_string())?;
-        let live: Vec<(u16, Option<Arc<ProtectionPolicy>>)> = self
-            .shared
-            .listeners
-            .iter()
-            .map(|l| (l.config.port, l.engine.policy()))
-            .collect();
-        if let Err(e) = mgr.apply(&build_policy(&live)) {
-            let _ = mgr.detach();
-            return Err(format!("XDP policy sync failed, detached again: {e}"));
+        let mgr = XdpManager::attach(interface, mode).map_err(AttachError::Xdp)?;
+        if let Err(e) = mgr.apply(&build_policy(&self.live_policies())) {
+            if let Err(d) = mgr.detach() {
+                self.shared
+                    .report_xdp_failure("detach after a failed attach", &d);
+            }
+            return Err(AttachError::PolicySync(e));
         }
+        sync_dynamic(&self.shared, &mgr, true);
         let now = clock::now_ns();
-        let blocks: Vec<_> = self
-            .shared
-            .dynamic
-            .rules(None, now)
-            .into_iter()
-            .map(|r| dynamic_block(r.net, r.port, r.expires_ns))
-            .collect();
-        let _ = mgr.set_dynamic(&blocks);
         let mut boxed = Vec::new();
         for l in &self.shared.listeners {
-            boxed.extend(l.engine.boxed(now).into_iter().map(|(k, d)| (k.addr(), d)));
+            boxed.extend(l.engine.boxed(now).into_iter().map(|(k, d)| BoxedClient {
+                ip: k.addr(),
+                port: l.config.port,
+                deadline_ns: d,
+            }));
         }
-        push_bans(&mgr, &boxed);
-        let st = mgr.status();
+        push_bans(&self.shared, &mgr, &boxed);
+        let st = self.status_of(&mgr);
         *slot = Some(mgr);
         Ok(st)
     }
 
     /// `detachXdp()`: removes the program and its pinned maps (no-op when not attached).
-    pub fn detach_xdp(&self) -> Result<(), String> {
+    pub fn detach_xdp(&self) -> Result<(), XdpError> {
         let mgr = self.xdp().take();
         match mgr {
-            Some(m) => m.detach().map_err(|e| e.to_string()),
+            Some(m) => m.detach(),
             None => Ok(()),
         }
     }
@@ -610,42 +438,16 @@ impl Proxy {
     /// `xdpStatus()`.
     pub fn xdp_status(&self) -> XdpStatus {
         match self.xdp().as_ref() {
-            Some(m) => m.status(),
+            Some(m) => self.status_of(m),
             None => XdpStatus::not_attached(),
         }
     }
 
-    fn parse_block_opts(
-        &self,
-        opts: &Value,
-        full: bool,
-        issues: &mut Issues,
-    ) -> (Option<u64>, Option<String>, Option<u16>) {
-        if opts.is_null() {
-            return (None, None, None);
-        }
-        let Some(o) = v::object(opts, "opts", issues) else {
-            return (None, None, None);
-        };
-        let known: &[&str] = if full {
-            &["ttlMs", "reason", "port"]
-        } else {
-            &["port"]
-        };
-        v::reject_unknown(o, known, "opts", issues);
-        let ttl = field(o, "ttlMs").and_then(|t| v::duration_ms(t, "opts.ttlMs", 1, issues));
-        let reason = field(o, "reason")
-            .and_then(|r| v::string(r, "opts.reason", issues))
-            .map(|s| s.chars().take(200).collect());
-        let port = field(o, "port").and_then(|p| {
-            let port = v::number_in(p, "opts.port", 1.0, 65535.0, true, issues)? as u16;
-            if self.shared.listener_index(port).is_none() {
-                issues.push("opts.port", format!("no listener on port {port}"));
-                return None;
-            }
-            Some(port)
-        });
-        (ttl, reason, port)
+    fn status_of(&self, mgr: &XdpManager) -> XdpStatus {
+        let mut st = mgr.status();
+        st.errors = self.shared.xdp.errors.load(Ordering::Relaxed);
+        st.ban_queue_overflow = self.shared.xdp.bans.overflow.load(Ordering::Relaxed);
+        st
     }
 
     /// `metrics()`.
@@ -660,32 +462,51 @@ impl Proxy {
                     l.config.port,
                     &l.metrics,
                     l.engine.tracked_ips() as u64,
+                    l.engine.untracked_admissions(),
                 )
             })
             .collect();
         let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
-        if let Some(mgr) = self.xdp().as_ref() {
-            m.xdp = Some(crate::xdp_sync::status_json(&mgr.status()));
-        }
+        m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
         m
     }
+}
 
-    /// Ports of the listeners, in config order.
-    pub fn ports(&self) -> Vec<u16> {
-        self.shared
-            .listeners
-            .iter()
-            .map(|l| l.config.port)
-            .collect()
+/// `note` of a kernel SYN-limit ban in `blockedIps({ detail: true })`.
+pub const KERNEL_SYN_BAN_NOTE: &str = "banned in the kernel by xdp.synPerSecond";
+
+/// Writes penalty boxes as kernel bans; each failure is counted and reported.
+fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {
+    let now = clock::now_ns();
+    for b in bans.iter().filter(|b| b.deadline_ns > now) {
+        if let Err(e) = mgr.ban(b.ip, b.port, b.deadline_ns, BanReason::Penalty) {
+            shared.report_xdp_failure(&format!("kernel ban of {}", b.ip), &e);
+        }
     }
+}
 
-    /// Per-reason counts by listener (for tests and dashboards).
-    pub fn blocked_by_reason(&self) -> BTreeMap<u16, BTreeMap<&'static str, u64>> {
-        self.metrics()
-            .listeners
-            .into_iter()
-            .map(|l| (l.port, l.blocked_by_reason))
-            .collect()
+/// Rewrites the kernel's dynamic-block trie from the engine's set when it changed since the
+/// last write (or always, with `force`); a failure is counted and reported, and retried at the
+/// next tick.
+fn sync_dynamic(shared: &Shared, mgr: &XdpManager, force: bool) {
+    let generation = shared.dynamic.generation();
+    let written = shared.xdp.dynamic_generation.load(Ordering::Acquire);
+    if !force && generation == written {
+        return;
+    }
+    let rules = shared.dynamic.rules(None, clock::now_ns());
+    match mgr.sync_dynamic(&rules) {
+        Ok(()) => shared
+            .xdp
+            .dynamic_generation
+            .store(generation, Ordering::Release),
+        Err(e) => {
+            shared
+                .xdp
+                .dynamic_generation
+                .store(generation.wrapping_sub(1), Ordering::Release);
+            shared.report_xdp_failure("dynamic blocks", &e);
+        }
     }
 }
 

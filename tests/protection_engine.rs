@@ -335,7 +335,13 @@ fn allowlist_skips_every_check_and_tracks_nothing() {
         }))),
         T0,
     );
-    dynamic.block("10.1.2.3", None, None, None, T0).unwrap();
+    dynamic.block(
+        rampart::protection::parse_cidr("10.1.2.3").unwrap(),
+        None,
+        None,
+        None,
+        T0,
+    );
     let mut held = Vec::new();
     for _ in 0..10 {
         let a = e.admit(ip("10.1.2.3"), T0);
@@ -344,7 +350,7 @@ fn allowlist_skips_every_check_and_tracks_nothing() {
     }
     assert_eq!(e.tracked_ips(), 0);
     let facts = HelloFacts::default();
-    assert_eq!(e.check_hello(ip("10.1.2.3"), &facts, T0), None);
+    assert_eq!(e.check_hello(ip("10.1.2.3"), &facts), None);
     assert_eq!(
         try_admit(&e, "10.2.0.1", T0),
         Some(BlockReason::CidrBlocked)
@@ -380,7 +386,13 @@ fn check_order_blocklist_before_box_before_rate_before_concurrency() {
     // Concurrency full and the rate exhausted: rate_limited wins, and boxes.
     assert_eq!(try_admit(&e, a, T0), Some(BlockReason::RateLimited));
     assert_eq!(try_admit(&e, a, T0), Some(BlockReason::PenaltyBoxed));
-    dynamic.block(a, Some(10), None, None, T0).unwrap();
+    dynamic.block(
+        rampart::protection::parse_cidr(a).unwrap(),
+        Some(10),
+        None,
+        None,
+        T0,
+    );
     assert_eq!(try_admit(&e, a, T0), Some(BlockReason::DynamicBlocked));
     assert_eq!(
         try_admit(&e, a, T0 + 10 * MS),
@@ -446,7 +458,7 @@ fn observe_mode_decides_reports_and_admits() {
         ja3: None,
         ja4: None,
     };
-    let v = e.check_hello(ip(a), &facts, T0).unwrap();
+    let v = e.check_hello(ip(a), &facts).unwrap();
     assert_eq!((v.reason, v.observed), (BlockReason::NoSni, true));
     drop(held);
     drop(cidr);
@@ -469,7 +481,7 @@ fn hello_checks_in_order() {
         ja3: j3,
         ja4: j4,
     };
-    let reason = |facts: HelloFacts<'_>| e.check_hello(a, &facts, T0).map(|v| v.reason);
+    let reason = |facts: HelloFacts<'_>| e.check_hello(a, &facts).map(|v| v.reason);
     assert_eq!(
         reason(f(
             true,
@@ -498,10 +510,10 @@ fn hello_checks_in_order() {
     );
     // Without fingerprint lists an incomplete ClientHello is not refused for that.
     let e2 = engine(json!({}));
-    assert_eq!(e2.check_hello(a, &f(false, false, None, None), T0), None);
+    assert_eq!(e2.check_hello(a, &f(false, false, None, None)), None);
     let e3 = engine(json!({"requireSni": true}));
     assert_eq!(
-        e3.check_hello(a, &f(false, false, None, None), T0)
+        e3.check_hello(a, &f(false, false, None, None))
             .map(|v| v.reason),
         Some(BlockReason::NoSni)
     );
@@ -562,9 +574,13 @@ fn no_policy_applies_only_dynamic_blocks() {
     let e = Engine::new(8443, Arc::clone(&dynamic));
     assert_eq!(try_admit(&e, "192.0.2.1", T0), None);
     assert_eq!(e.tracked_ips(), 0);
-    dynamic
-        .block("192.0.2.0/24", None, Some("incident 42".into()), None, T0)
-        .unwrap();
+    dynamic.block(
+        rampart::protection::parse_cidr("192.0.2.0/24").unwrap(),
+        None,
+        Some("incident 42".into()),
+        None,
+        T0,
+    );
     assert_eq!(
         try_admit(&e, "192.0.2.1", T0),
         Some(BlockReason::DynamicBlocked)
@@ -573,10 +589,7 @@ fn no_policy_applies_only_dynamic_blocks() {
     assert_eq!(v.dynamic_blocklist.len(), 1);
     assert_eq!(v.dynamic_blocklist[0].ip, "192.0.2.0/24");
     assert_eq!(v.dynamic_blocklist[0].note.as_deref(), Some("incident 42"));
-    assert_eq!(
-        e.check_hello(ip("192.0.2.1"), &HelloFacts::default(), T0),
-        None
-    );
+    assert_eq!(e.check_hello(ip("192.0.2.1"), &HelloFacts::default()), None);
 }
 
 #[test]
@@ -584,9 +597,13 @@ fn dynamic_blocks_respect_ttl_and_port() {
     let dynamic = Arc::new(DynamicBlocks::new());
     let e443 = Engine::new(443, Arc::clone(&dynamic));
     let e8443 = Engine::new(8443, Arc::clone(&dynamic));
-    dynamic
-        .block("203.0.113.0/24", Some(1_500), None, Some(443), T0)
-        .unwrap();
+    dynamic.block(
+        rampart::protection::parse_cidr("203.0.113.0/24").unwrap(),
+        Some(1_500),
+        None,
+        Some(443),
+        T0,
+    );
     assert_eq!(
         try_admit(&e443, "203.0.113.4", T0),
         Some(BlockReason::DynamicBlocked)
@@ -648,7 +665,6 @@ fn block_reason_strings() {
             "incomplete_handshake",
             "handshake_timeout",
             "slow_handshake",
-            "xdp_dropped",
         ]
     );
 }

@@ -2,7 +2,8 @@
 //! all issues at once.
 
 use rampart::config::error::Issues;
-use rampart::protection::{parse_protection, Mode, ProtectionPolicy};
+use rampart::config::protection::parse_protection;
+use rampart::protection::{Mode, ProtectionPolicy};
 use rampart::tls::ja3::validate_ja3;
 use rampart::tls::ja4::validate_ja4;
 use serde_json::{json, Value};

@@ -3,7 +3,8 @@
 
 mod common;
 use common::engine::*;
-use rampart::protection::{BlockReason, Engine, ProtectionPolicy};
+use rampart::config::protection::policy_from_json;
+use rampart::protection::{BlockReason, Engine};
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -118,7 +119,7 @@ fn lowering_the_cap_evicts_down_to_it() {
     }
     e.set_policy(
         Some(Arc::new(
-            ProtectionPolicy::from_json(&json!({
+            policy_from_json(&json!({
                 "rateLimit": {"connectionsPerSecond": 1, "burst": 1},
                 "maxTrackedIps": 1000
             }))

@@ -15,11 +15,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use rampart::clock::now_ns;
+use rampart::protection::DynamicBlocks;
 use rampart::xdp::abi::counter;
 use rampart::xdp::manager::{XDP_DROP, XDP_PASS};
 use rampart::xdp::{
-    object_available, BanReason, XdpCounters, XdpDynamicBlock, XdpError, XdpManager, XdpPolicy,
-    XdpPortPolicy,
+    object_available, BanReason, XdpCounters, XdpError, XdpManager, XdpPolicy, XdpPortPolicy,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -184,6 +184,7 @@ fn port(p: u16) -> XdpPortPolicy {
         penalty_ns: 600 * SEC,
         allow: Vec::new(),
         block: Vec::new(),
+        ipv6_prefix_len: 64,
     }
 }
 
@@ -273,14 +274,19 @@ fn bans_drop_until_their_deadline() {
     };
     m.apply_policy(&[port(443)]).unwrap();
     let now = now_ns();
-    m.ban(ip("198.51.100.7"), now + 60 * SEC, BanReason::Penalty)
+    m.ban(ip("198.51.100.7"), 443, now + 60 * SEC, BanReason::Penalty)
         .unwrap();
-    m.ban(ip("198.51.100.8"), now - 1, BanReason::Penalty)
+    m.ban(ip("198.51.100.8"), 443, now - 1, BanReason::Penalty)
         .unwrap();
-    m.ban(ip("198.51.100.9"), now + 60 * SEC, BanReason::Dynamic)
+    m.ban(ip("198.51.100.9"), 443, now + 60 * SEC, BanReason::Dynamic)
         .unwrap();
-    m.ban(ip("2001:db8:1:2::5"), now + 60 * SEC, BanReason::SynFlood)
-        .unwrap();
+    m.ban(
+        ip("2001:db8:1:2::5"),
+        443,
+        now + 60 * SEC,
+        BanReason::SynFlood,
+    )
+    .unwrap();
 
     assert_eq!(verdict(run(&m, &syn("198.51.100.7", 443))), "drop");
     assert_eq!(verdict(run(&m, &syn("198.51.100.8", 443))), "pass"); // deadline passed
@@ -307,7 +313,7 @@ fn bans_drop_until_their_deadline() {
         vec!["198.51.100.7", "198.51.100.9", "2001:db8:1:2::/64"]
     );
     // A ban never shortens; unban lifts it.
-    m.ban(ip("198.51.100.7"), now + SEC, BanReason::Penalty)
+    m.ban(ip("198.51.100.7"), 443, now + SEC, BanReason::Penalty)
         .unwrap();
     let kept = m
         .bans()
@@ -315,8 +321,8 @@ fn bans_drop_until_their_deadline() {
         .find(|b| b.ip == ip("198.51.100.7"))
         .unwrap();
     assert_eq!(kept.deadline_ns, now + 60 * SEC);
-    assert!(m.unban(ip("198.51.100.7")).unwrap());
-    assert!(!m.unban(ip("198.51.100.7")).unwrap());
+    assert!(m.unban(ip("198.51.100.7"), 443).unwrap());
+    assert!(!m.unban(ip("198.51.100.7"), 443).unwrap());
     assert_eq!(verdict(run(&m, &syn("198.51.100.7", 443))), "pass");
     // Sweep removes exactly the expired ban.
     assert_eq!(m.sweep(now), 1);
@@ -460,7 +466,7 @@ fn a_boxed_source_is_debited_by_conforming_syns_and_extended_by_excess() {
 
     // Boxed by userspace until now + 10 s.
     let boxed_until = now_ns() + 10 * SEC;
-    m.ban(ip("203.0.113.60"), boxed_until, BanReason::Penalty)
+    m.ban(ip("203.0.113.60"), 443, boxed_until, BanReason::Penalty)
         .unwrap();
     // Three conforming attempts: dropped (boxed), debited, deadline unchanged.
     for i in 0..3 {
@@ -494,8 +500,13 @@ fn unreadable_ports_from_blocked_sources_are_dropped() {
     let mut p = port(443);
     p.block = vec![net("192.0.2.0/24"), net("2001:db8:bad::/48")];
     m.apply_policy(&[p]).unwrap();
-    m.ban(ip("198.51.100.77"), now_ns() + 60 * SEC, BanReason::Penalty)
-        .unwrap();
+    m.ban(
+        ip("198.51.100.77"),
+        443,
+        now_ns() + 60 * SEC,
+        BanReason::Penalty,
+    )
+    .unwrap();
 
     let frag4 = |src: &str| eth(&[], 0x0800, &ipv4(v4(src), 6, 185, &[0u8; 24]));
     assert_eq!(verdict(run(&m, &frag4("192.0.2.1"))), "drop"); // blocklisted
@@ -607,19 +618,14 @@ fn dynamic_blocks_cover_listeners_until_their_deadline() {
         ipv6_prefix_len: 64,
     })
     .unwrap();
+    // The kernel's trie is derived from the engine's one set of `blockIp` entries.
     let now = now_ns();
-    let block = |n: &str, port: Option<u16>, deadline: Option<u64>| XdpDynamicBlock {
-        net: net(n),
-        port,
-        deadline_ns: deadline,
-    };
-    m.set_dynamic(&[
-        block("192.0.2.0/24", None, Some(now + 60 * SEC)),
-        block("198.51.100.0/24", Some(8080), None),
-        block("203.0.113.0/24", None, Some(now - 1)),
-        block("2001:db8:d::/48", None, None),
-    ])
-    .unwrap();
+    let blocks = DynamicBlocks::new();
+    blocks.block(net("192.0.2.0/24"), Some(60_000), None, None, now);
+    blocks.block(net("198.51.100.0/24"), None, None, Some(8080), now);
+    blocks.block(net("203.0.113.0/24"), Some(1), None, None, now - 2_000_000); // expired
+    blocks.block(net("2001:db8:d::/48"), None, None, None, now);
+    m.sync_dynamic(&blocks.rules(None, now)).unwrap();
 
     assert_eq!(verdict(run(&m, &syn("192.0.2.1", 443))), "drop");
     assert_eq!(verdict(run(&m, &syn("192.0.2.1", 8080))), "drop"); // unprotected listener
@@ -634,13 +640,20 @@ fn dynamic_blocks_cover_listeners_until_their_deadline() {
     assert_eq!(verdict(run(&m, &frag)), "drop");
 
     // A nested shorter deadline does not hide the longer one.
-    m.block_dynamic(&block("192.0.2.1/32", None, Some(now - 1)))
-        .unwrap();
+    blocks.block(net("192.0.2.1/32"), Some(1), None, None, now);
+    m.sync_dynamic(&blocks.rules(None, now)).unwrap();
     assert_eq!(verdict(run(&m, &syn("192.0.2.1", 443))), "drop");
-    assert!(m.unblock_dynamic(net("192.0.2.0/24"), None).unwrap());
+    assert!(blocks.unblock(net("192.0.2.0/24"), None));
+    // The /32 expired 1 ms after `now`: at `now + 2 ms` only two rules are live.
+    let later = now + 2_000_000;
+    assert_eq!(blocks.rules(None, later).len(), 2);
+    m.sync_dynamic(&blocks.rules(None, later)).unwrap();
     assert_eq!(verdict(run(&m, &syn("192.0.2.1", 443))), "pass");
-    assert_eq!(m.sweep(now), 2); // the two expired blocks
-    assert_eq!(m.dynamic_blocks().len(), 2);
+    // Keys: 198.51.100.0/24 at scope 8080 and 0, 2001:db8:d::/48 at scope 0 (+ IPv4 marker
+    // for neither: no IPv6 rule covers the mapped range).
+    assert_eq!(m.dynamic_keys(), 3);
+    m.sync_dynamic(&[]).unwrap();
+    assert_eq!(m.dynamic_keys(), 0);
 
     let c = m.status().counters;
     assert_eq!((c.dropped_dynamic, c.dropped_unparsed), (5, 1));
@@ -722,11 +735,11 @@ fn ipv6_sources_share_bans_by_the_configured_prefix() {
             ipv6_prefix_len: prefix,
         })
         .unwrap();
-        m.ban(ip(banned), later, BanReason::Penalty).unwrap();
+        m.ban(ip(banned), 443, later, BanReason::Penalty).unwrap();
         // The kernel masks the packet's source exactly as the loader masked the ban key.
         assert_eq!(verdict(run(&m, &syn(same, 443))), "drop", "/{prefix}");
         assert_eq!(verdict(run(&m, &syn(other, 443))), "pass", "/{prefix}");
-        assert!(m.unban(ip(same)).unwrap(), "/{prefix}");
+        assert!(m.unban(ip(same), 443).unwrap(), "/{prefix}");
     }
     assert_eq!(m.status().counters.dropped_penalty, 3);
 }

@@ -7,7 +7,9 @@
 //! at the first one, so a [`ConfigError`] names every offending field at once.
 
 pub mod error;
+pub mod protection;
 pub mod proxy;
+pub mod update;
 pub mod value;
 
 pub use error::{ConfigError, ConfigIssue};

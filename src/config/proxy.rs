@@ -4,8 +4,9 @@
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
 
 use super::error::{ConfigError, Issues};
+use super::protection::parse_protection;
 use super::value::{self as v, field, join};
-use crate::protection::{parse_protection, ProtectionPolicy};
+use crate::protection::ProtectionPolicy;
 use crate::tls::certs::{load_certified_key, CertifiedKey};
 use serde_json::Value;
 use std::net::IpAddr;

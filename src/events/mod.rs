@@ -51,10 +51,10 @@ pub struct ErrorEvent<'a> {
     pub message: String,
     /// Client IP, when there is one.
     pub ip: Option<String>,
-    /// Listener port.
-    pub port: u16,
-    /// Listener `host:port`.
-    pub listener: &'a str,
+    /// Listener port (`null` for proxy-wide errors such as `xdp_sync_failed`).
+    pub port: Option<u16>,
+    /// Listener `host:port` (`null` for proxy-wide errors).
+    pub listener: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]

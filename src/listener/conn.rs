@@ -1,5 +1,8 @@
-//! One admitted connection: ClientHello peek (not consumed), post-hello checks, routing, TLS
-//! termination or passthrough, upstream connect, PROXY header, byte copy.
+//! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
+//! (post-hello checks) → route and terminate (rustls, or passthrough) → connect (upstream and
+//! PROXY header) → pump (byte copy). Each phase returns `Result<_, Refusal>`; [`serve`] reports
+//! a refusal in one place, with the connection's fingerprints when its ClientHello was read. A
+//! new guard is a check inside a phase, or a new phase.
 //!
 //! The ClientHello is read with `MSG_PEEK` until the parser has the whole message (it may span
 //! TCP segments and TLS records; at most 16 KiB), so a passthrough upstream receives the client's
@@ -10,14 +13,16 @@
 use crate::clock;
 use crate::config::proxy::{ForwardFingerprint, SourceAddressHeader};
 use crate::metrics::ErrorReason;
-use crate::protection::{BlockReason, HelloFacts};
+use crate::protection::{BlockReason, HelloFacts, PendingGuard, Verdict};
 use crate::proxy::copy::{proxy_pair, CopyEnd};
 use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
-use crate::proxy::upstream;
-use crate::server::Shared;
+use crate::proxy::routes::CompiledRoute as Route;
+use crate::proxy::upstream::{self, UpstreamStream};
+use crate::shared::Shared;
 use crate::tls::clienthello::{parse_client_hello, ClientHello, HelloParse, MAX_HELLO_BYTES};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
@@ -147,235 +152,262 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
     }
 }
 
-/// JA3/JA4 of the connection's ClientHello, computed on first use (a fingerprint blocklist, a
-/// `'blocked'` event, `forwardFingerprint`) and never otherwise; `('', '')` without a hello.
-#[derive(Default)]
-struct LazyFingerprints {
-    pair: Option<(String, String)>,
+/// Why a connection ends before it is proxied, reported once by [`serve`].
+#[derive(Debug)]
+enum Refusal {
+    /// A protection decision (`'blocked'` event, `blockedByReason`).
+    Blocked(BlockReason),
+    /// A runtime failure (`errorsByReason`); with a message it is also an `'error'` event.
+    Failed(ErrorReason, Option<String>),
 }
 
-impl LazyFingerprints {
-    fn get(&mut self, hello: Option<&ClientHello>) -> (&str, &str) {
-        let p = self.pair.get_or_insert_with(|| match hello {
+/// The client side after the route-and-terminate phase.
+enum Client {
+    /// TLS terminated here.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// Passthrough: the client's bytes go to the upstream untouched.
+    Raw(TcpStream),
+}
+
+/// One connection's facts, gathered phase by phase.
+struct Conn<'a> {
+    shared: &'a Shared,
+    li: usize,
+    peer: SocketAddr,
+    ip: IpAddr,
+    /// The ClientHello, once peeked.
+    hello: Option<Box<ClientHello>>,
+    /// JA3/JA4 of `hello`, computed on first use (a fingerprint list, a `'blocked'` event,
+    /// `forwardFingerprint`) and never otherwise.
+    fingerprints: Option<(String, String)>,
+}
+
+impl Conn<'_> {
+    /// `(ja3, ja4)`, `("", "")` without a ClientHello.
+    fn fingerprints(&mut self) -> (&str, &str) {
+        let hello = self.hello.as_deref();
+        let p = self.fingerprints.get_or_insert_with(|| match hello {
             Some(h) => (h.ja3(), h.ja4()),
             None => (String::new(), String::new()),
         });
         (&p.0, &p.1)
     }
-}
 
-/// Serves one admitted connection to the end.
-pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr, ip: IpAddr) {
-    let l = &shared.listeners[li];
-    let accepted_at = Instant::now();
-    let _ = sock.set_nodelay(true);
-    let policy = l.engine.policy();
-    let timeout_ms = policy
-        .as_ref()
-        .map(|p| p.tls_handshake_timeout_ms())
-        .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS);
-    let min_bps = policy
-        .as_ref()
-        .map(|p| p.min_bytes_per_second())
-        .unwrap_or(0);
-    let deadline = accepted_at + Duration::from_millis(timeout_ms);
+    /// Reports a verdict (the one place refusals are reported).
+    fn report(&mut self, v: Verdict) {
+        let (shared, li, ip) = (self.shared, self.li, self.ip);
+        shared.report_block(li, ip, v, self.fingerprints());
+    }
 
-    let pending = match l.engine.pending_handshake(ip, clock::now_ns()) {
-        Ok(g) => Some(g),
-        Err(v) => {
-            shared.report_block(li, ip, v.reason, v.observed, "", "", clock::now_ns());
-            if !v.observed {
-                return;
+    /// An engine verdict: enforced → a refusal; observed → reported, and the connection goes on.
+    fn enforce(&mut self, v: Option<Verdict>) -> Result<(), Refusal> {
+        match v {
+            Some(v) if v.observed => {
+                self.report(v);
+                Ok(())
             }
-            None
-        }
-    };
-
-    let peeked = peek_hello(&sock, deadline, min_bps).await;
-    let closed = matches!(peeked, Peeked::Closed);
-    let hello = match peeked {
-        Peeked::Hello(h) => Some(h),
-        Peeked::TimedOut => {
-            shared.report_block(
-                li,
-                ip,
-                BlockReason::HandshakeTimeout,
-                false,
-                "",
-                "",
-                clock::now_ns(),
-            );
-            return;
-        }
-        Peeked::TooSlow => {
-            shared.report_block(
-                li,
-                ip,
-                BlockReason::SlowHandshake,
-                false,
-                "",
-                "",
-                clock::now_ns(),
-            );
-            return;
-        }
-        Peeked::NotTls | Peeked::Closed => None,
-    };
-    let mut fp = LazyFingerprints::default();
-    let lists = policy.as_ref().is_some_and(|p| p.has_fingerprint_lists());
-    // Blocklists hold lower case; JA4's ALPN characters keep the client's case.
-    let ja4_lc = match (&hello, lists) {
-        (Some(h), true) => Some(fp.get(Some(h)).1.to_ascii_lowercase()),
-        _ => None,
-    };
-    let facts = HelloFacts {
-        complete: hello.is_some(),
-        has_sni: hello.as_ref().is_some_and(|h| h.sni.is_some()),
-        ja3: fp.pair.as_ref().map(|p| p.0.as_str()),
-        ja4: ja4_lc.as_deref(),
-    };
-    if let Some(v) = l.engine.check_hello(ip, &facts, clock::now_ns()) {
-        let (ja3, ja4) = fp.get(hello.as_deref());
-        shared.report_block(li, ip, v.reason, v.observed, ja3, ja4, clock::now_ns());
-        if !v.observed {
-            return;
+            Some(v) => Err(Refusal::Blocked(v.reason)),
+            None => Ok(()),
         }
     }
-    let Some(hello) = hello else {
-        let reason = if closed {
-            ErrorReason::ClientClosed
-        } else {
-            ErrorReason::BadClientHello
+
+    /// Phase 1 (before a byte is read): a pending-handshake slot (`slowHandshake
+    /// .maxPendingPerIp`); then the ClientHello peek within the handshake deadline.
+    async fn peek(
+        &mut self,
+        sock: &TcpStream,
+        deadline: Instant,
+        min_bps: u64,
+    ) -> Result<(PendingGuard, bool), Refusal> {
+        let l = &self.shared.listeners[self.li];
+        let pending = match l.engine.pending_handshake(self.ip, clock::now_ns()) {
+            Ok(g) => g,
+            Err(v) => {
+                self.enforce(Some(v))?;
+                PendingGuard::empty()
+            }
         };
-        l.metrics.error(reason);
-        return;
-    };
-    let routes = shared.routes.load_full();
-    let Some(route) = routes.lookup(hello.sni.as_deref()).cloned() else {
-        l.metrics.error(ErrorReason::NoRoute);
-        return;
-    };
-    drop(routes);
-    if !route.admit(clock::now_ns()) {
-        let (ja3, ja4) = fp.get(Some(&hello));
-        shared.report_block(
-            li,
-            ip,
-            BlockReason::RateLimited,
-            false,
-            ja3,
-            ja4,
-            clock::now_ns(),
-        );
-        return;
+        let closed = match peek_hello(sock, deadline, min_bps).await {
+            Peeked::Hello(h) => {
+                self.hello = Some(h);
+                false
+            }
+            Peeked::TimedOut => return Err(Refusal::Blocked(BlockReason::HandshakeTimeout)),
+            Peeked::TooSlow => return Err(Refusal::Blocked(BlockReason::SlowHandshake)),
+            Peeked::Closed => true,
+            Peeked::NotTls => false,
+        };
+        Ok((pending, closed))
     }
-    let rc = &route.config;
-    let local = sock
-        .local_addr()
-        .unwrap_or(SocketAddr::new(l.config.host, l.config.port));
 
-    // Terminate TLS here, or keep the raw stream for passthrough.
-    enum Client {
-        Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
-        Raw(TcpStream),
+    /// Phase 2: the post-hello checks (`requireSni`, JA3, JA4, incomplete hello), then a hello
+    /// is required to go on.
+    fn admit(&mut self, closed: bool) -> Result<(), Refusal> {
+        let l = &self.shared.listeners[self.li];
+        let lists = l.engine.policy().is_some_and(|p| p.has_fingerprint_lists());
+        let complete = self.hello.is_some();
+        let has_sni = self.hello.as_ref().is_some_and(|h| h.sni.is_some());
+        // Blocklists hold lower case; JA4's ALPN characters keep the client's case.
+        let (ja3, ja4_lc) = if lists && complete {
+            let (ja3, ja4) = self.fingerprints();
+            (Some(ja3.to_string()), Some(ja4.to_ascii_lowercase()))
+        } else {
+            (None, None)
+        };
+        let facts = HelloFacts {
+            complete,
+            has_sni,
+            ja3: ja3.as_deref(),
+            ja4: ja4_lc.as_deref(),
+        };
+        let v = l.engine.check_hello(self.ip, &facts);
+        self.enforce(v)?;
+        if self.hello.is_none() {
+            let reason = if closed {
+                ErrorReason::ClientClosed
+            } else {
+                ErrorReason::BadClientHello
+            };
+            return Err(Refusal::Failed(reason, None));
+        }
+        Ok(())
     }
-    let client = if let Some(tls) = route.tls.get(li).cloned().flatten() {
+
+    /// Phase 3: the route for the SNI and its rate limit; then TLS termination (within the
+    /// handshake deadline) or passthrough.
+    async fn terminate(
+        &mut self,
+        sock: TcpStream,
+        deadline: Instant,
+    ) -> Result<(Arc<Route>, Client), Refusal> {
+        let sni = self.hello.as_ref().and_then(|h| h.sni.as_deref());
+        let route = self
+            .shared
+            .routes
+            .load()
+            .lookup(sni)
+            .cloned()
+            .ok_or(Refusal::Failed(ErrorReason::NoRoute, None))?;
+        if !route.admit(clock::now_ns()) {
+            return Err(Refusal::Blocked(BlockReason::RateLimited));
+        }
+        let Some(tls) = route.tls.get(self.li).cloned().flatten() else {
+            return Ok((route, Client::Raw(sock)));
+        };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         match tokio::time::timeout_at(deadline, acceptor.accept(sock)).await {
-            Ok(Ok(s)) => Client::Tls(Box::new(s)),
+            Ok(Ok(s)) => Ok((route, Client::Tls(Box::new(s)))),
+            // The client hung up mid-handshake: not a server-side failure.
             Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                // The client hung up mid-handshake: not a server-side failure.
-                l.metrics.error(ErrorReason::ClientClosed);
-                return;
+                Err(Refusal::Failed(ErrorReason::ClientClosed, None))
             }
-            Ok(Err(e)) => {
-                l.metrics.error(ErrorReason::HandshakeFailed);
-                shared.report_error(li, Some(ip), ErrorReason::HandshakeFailed, e.to_string());
-                return;
-            }
-            Err(_) => {
-                let (ja3, ja4) = fp.get(Some(&hello));
-                shared.report_block(
-                    li,
-                    ip,
-                    BlockReason::HandshakeTimeout,
-                    false,
-                    ja3,
-                    ja4,
-                    clock::now_ns(),
-                );
-                return;
-            }
-        }
-    } else {
-        Client::Raw(sock)
-    };
-    drop(pending);
-
-    let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
-    let mut up = match upstream::connect(&rc.upstreams, route.pick(), connect_timeout).await {
-        Ok(u) => u,
-        Err((which, e)) => {
-            l.metrics.error(ErrorReason::UpstreamConnectFailed);
-            shared.report_error(
-                li,
-                Some(ip),
-                ErrorReason::UpstreamConnectFailed,
-                format!("upstream {which}: {e}"),
-            );
-            return;
-        }
-    };
-    let header = match rc.source_address_header {
-        SourceAddressHeader::None => None,
-        SourceAddressHeader::ProxyV1 => Some(v1_header(peer, local)),
-        SourceAddressHeader::ProxyV2 => {
-            let tlv: Vec<(u8, &[u8])> = match rc.forward_fingerprint {
-                ForwardFingerprint::None => vec![],
-                ForwardFingerprint::Ja3 => vec![(TLV_JA3, fp.get(Some(&hello)).0.as_bytes())],
-                ForwardFingerprint::Ja4 => vec![(TLV_JA4, fp.get(Some(&hello)).1.as_bytes())],
-            };
-            Some(v2_header(peer, local, &tlv))
-        }
-    };
-    if let Some(h) = header {
-        if let Err(e) = up.write_all(&h).await {
-            l.metrics.error(ErrorReason::UpstreamWriteFailed);
-            shared.report_error(
-                li,
-                Some(ip),
-                ErrorReason::UpstreamWriteFailed,
-                e.to_string(),
-            );
-            return;
+            Ok(Err(e)) => Err(Refusal::Failed(
+                ErrorReason::HandshakeFailed,
+                Some(e.to_string()),
+            )),
+            Err(_) => Err(Refusal::Blocked(BlockReason::HandshakeTimeout)),
         }
     }
-    drop(hello);
-    drop(fp);
-    let idle = Duration::from_millis(l.config.idle_timeout_ms);
-    let end = match client {
-        Client::Tls(s) => {
-            proxy_pair(
-                *s,
-                up,
-                idle,
-                &l.metrics.bytes_received,
-                &l.metrics.bytes_sent,
-            )
+
+    /// Phase 4: the upstream connection and the route's source-address header.
+    async fn connect(
+        &mut self,
+        route: &Route,
+        local: SocketAddr,
+    ) -> Result<UpstreamStream, Refusal> {
+        let rc = &route.config;
+        let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
+        let mut up = upstream::connect(&rc.upstreams, route.pick(), connect_timeout)
             .await
+            .map_err(|(which, e)| {
+                Refusal::Failed(
+                    ErrorReason::UpstreamConnectFailed,
+                    Some(format!("upstream {which}: {e}")),
+                )
+            })?;
+        let header = match rc.source_address_header {
+            SourceAddressHeader::None => None,
+            SourceAddressHeader::ProxyV1 => Some(v1_header(self.peer, local)),
+            SourceAddressHeader::ProxyV2 => {
+                let (fp, peer) = (rc.forward_fingerprint, self.peer);
+                let (ja3, ja4) = self.fingerprints();
+                let tlv: Vec<(u8, &[u8])> = match fp {
+                    ForwardFingerprint::None => vec![],
+                    ForwardFingerprint::Ja3 => vec![(TLV_JA3, ja3.as_bytes())],
+                    ForwardFingerprint::Ja4 => vec![(TLV_JA4, ja4.as_bytes())],
+                };
+                Some(v2_header(peer, local, &tlv))
+            }
+        };
+        if let Some(h) = header {
+            up.write_all(&h).await.map_err(|e| {
+                Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
+            })?;
         }
-        Client::Raw(s) => {
-            proxy_pair(
-                s,
-                up,
-                idle,
-                &l.metrics.bytes_received,
-                &l.metrics.bytes_sent,
-            )
-            .await
+        Ok(up)
+    }
+
+    /// Phase 5: the byte copy until both sides close or the idle timeout.
+    async fn pump(&self, client: Client, up: UpstreamStream) -> Result<(), Refusal> {
+        let l = &self.shared.listeners[self.li];
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let end = match client {
+            Client::Tls(s) => proxy_pair(*s, up, idle, rx, tx).await,
+            Client::Raw(s) => proxy_pair(s, up, idle, rx, tx).await,
+        };
+        match end {
+            CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
+            _ => Ok(()),
         }
+    }
+
+    /// Runs the phases in order.
+    async fn run(&mut self, sock: TcpStream) -> Result<(), Refusal> {
+        let l = &self.shared.listeners[self.li];
+        let accepted_at = Instant::now();
+        let _ = sock.set_nodelay(true); // best effort: a socket that refuses it still works
+        let policy = l.engine.policy();
+        let timeout_ms = policy.as_ref().map_or(DEFAULT_HANDSHAKE_TIMEOUT_MS, |p| {
+            p.tls_handshake_timeout_ms()
+        });
+        let min_bps = policy.as_ref().map_or(0, |p| p.min_bytes_per_second());
+        drop(policy);
+        let deadline = accepted_at + Duration::from_millis(timeout_ms);
+        let local = sock
+            .local_addr()
+            .unwrap_or(SocketAddr::new(l.config.host, l.config.port));
+
+        let (pending, closed) = self.peek(&sock, deadline, min_bps).await?;
+        self.admit(closed)?;
+        let (route, client) = self.terminate(sock, deadline).await?;
+        drop(pending);
+        let up = self.connect(&route, local).await?;
+        // Neither the hello nor its fingerprints are kept for the connection's life.
+        self.hello = None;
+        self.fingerprints = None;
+        self.pump(client, up).await
+    }
+}
+
+/// Serves one admitted connection to the end; a refusal is reported here, once.
+pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr, ip: IpAddr) {
+    let mut c = Conn {
+        shared,
+        li,
+        peer,
+        ip,
+        hello: None,
+        fingerprints: None,
     };
-    if end == CopyEnd::Idle {
-        l.metrics.error(ErrorReason::IdleTimeout);
+    match c.run(sock).await {
+        Ok(()) => {}
+        Err(Refusal::Blocked(reason)) => c.report(Verdict {
+            reason,
+            observed: false,
+        }),
+        Err(Refusal::Failed(reason, message)) => {
+            shared.report_error(li, Some(ip), reason, message);
+        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Each listener gets one SO_REUSEPORT socket per tokio worker so the kernel spreads accepts
 //! across workers. A listener on `::` clears IPV6_V6ONLY and so also takes IPv4 clients, whose
-//! `::ffff:a.b.c.d` address is normalised to `a.b.c.d` before anything looks at it.
+//! `::ffff:a.b.c.d` address is made canonical (`a.b.c.d`, [`std::net::IpAddr::to_canonical`])
+//! before anything looks at it.
 //!
 //! Admission happens in the accept loop before a byte is read: the protection engine
 //! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency), then the
@@ -13,8 +14,8 @@ pub mod conn;
 
 use crate::clock;
 use crate::metrics::ErrorReason;
-use crate::protection::BlockReason;
-use crate::server::Shared;
+use crate::protection::{BlockReason, ConnGuard, Verdict};
+use crate::shared::{ActiveGuard, Shared};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -27,17 +28,6 @@ use tokio_util::task::TaskTracker;
 
 /// Listen backlog per socket.
 pub const BACKLOG: i32 = 4096;
-
-/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4; everything else is unchanged.
-pub fn normalize_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
-    }
-}
 
 /// Binds one SO_REUSEPORT listening socket (non-blocking, ready for tokio).
 pub fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -103,7 +93,7 @@ pub async fn accept_loop(
         };
         match accepted {
             Ok((sock, peer)) => {
-                let ip = normalize_ip(peer.ip());
+                let ip = peer.ip().to_canonical();
                 let Some((adm, active)) = admit(&shared, li, ip) else {
                     continue; // dropped: closed at once
                 };
@@ -119,8 +109,7 @@ pub async fn accept_loop(
                 });
             }
             Err(e) => {
-                let l = &shared.listeners[li];
-                l.metrics.error(ErrorReason::AcceptFailed);
+                shared.report_error(li, None, ErrorReason::AcceptFailed, None);
                 let pause = if is_resource_error(&e) { 100 } else { 5 };
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -131,45 +120,25 @@ pub async fn accept_loop(
     }
 }
 
-/// Decrements the listener's open-connection gauge when the connection ends.
-pub struct ActiveGuard {
-    shared: Arc<Shared>,
-    li: usize,
-}
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.shared.listeners[self.li]
-            .metrics
-            .active
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Admission at accept: the engine, then `maxConnections`. Returns the guards to hold for the
 /// connection's lifetime, or `None` when refused (already counted and reported).
-fn admit(
-    shared: &Arc<Shared>,
-    li: usize,
-    ip: IpAddr,
-) -> Option<(Option<crate::protection::ConnGuard>, ActiveGuard)> {
+fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuard>, ActiveGuard)> {
     let l = &shared.listeners[li];
-    let now = clock::now_ns();
-    let adm = l.engine.admit(ip, now);
+    let adm = l.engine.admit(ip, clock::now_ns());
     if let Some(v) = adm.verdict {
-        shared.report_block(li, ip, v.reason, v.observed, "", "", now);
+        shared.report_block(li, ip, v, ("", ""));
         if !v.observed {
             return None;
         }
     }
-    let prev = l.metrics.active.fetch_add(1, Ordering::Relaxed);
-    let active = ActiveGuard {
-        shared: shared.clone(),
-        li,
-    };
+    let (active, prev) = ActiveGuard::open(shared, li);
     if l.config.max_connections > 0 && prev >= l.config.max_connections as i64 {
         drop(active);
-        shared.report_block(li, ip, BlockReason::MaxConnections, false, "", "", now);
+        let v = Verdict {
+            reason: BlockReason::MaxConnections,
+            observed: false,
+        };
+        shared.report_block(li, ip, v, ("", ""));
         return None;
     }
     l.metrics.accepted.fetch_add(1, Ordering::Relaxed);

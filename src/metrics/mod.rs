@@ -2,6 +2,7 @@
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
 use crate::protection::BlockReason;
+use crate::xdp::XdpStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -53,13 +54,10 @@ impl ErrorReason {
             ErrorReason::IdleTimeout => "idle_timeout",
         }
     }
-    fn index(self) -> usize {
-        Self::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    /// Position in [`ErrorReason::ALL`] (the discriminant).
+    pub const fn index(self) -> usize {
+        self as usize
     }
-}
-
-fn reason_index(r: BlockReason) -> usize {
-    BlockReason::ALL.iter().position(|x| *x == r).unwrap_or(0)
 }
 
 /// Counters of one listener.
@@ -70,9 +68,9 @@ pub struct ListenerMetrics {
     /// Connections admitted.
     pub accepted: AtomicU64,
     /// Connections refused, per [`BlockReason`] index.
-    pub blocked_by_reason: [AtomicU64; 13],
+    pub blocked_by_reason: [AtomicU64; BlockReason::ALL.len()],
     /// Runtime failures, per [`ErrorReason`] index.
-    pub errors_by_reason: [AtomicU64; 8],
+    pub errors_by_reason: [AtomicU64; ErrorReason::ALL.len()],
     /// Bytes read from clients.
     pub bytes_received: AtomicU64,
     /// Bytes written to clients (read from upstreams).
@@ -82,7 +80,7 @@ pub struct ListenerMetrics {
 impl ListenerMetrics {
     /// Counts one refusal.
     pub fn blocked(&self, r: BlockReason) {
-        self.blocked_by_reason[reason_index(r)].fetch_add(1, Ordering::Relaxed);
+        self.blocked_by_reason[r.index()].fetch_add(1, Ordering::Relaxed);
     }
     /// Counts one runtime error.
     pub fn error(&self, r: ErrorReason) {
@@ -130,17 +128,26 @@ pub struct ListenerSnapshot {
     pub bytes_sent: u64,
     /// Per-IP entries tracked by this listener's engine.
     pub tracked_ips: u64,
+    /// Connections admitted without a per-IP entry because the table was at `maxTrackedIps`
+    /// and every candidate held connections (fail-open, as a full stick table does).
+    pub untracked_admissions: u64,
 }
 
 impl ListenerSnapshot {
     /// Reads `m`.
-    pub fn read(address: String, port: u16, m: &ListenerMetrics, tracked_ips: u64) -> Self {
+    pub fn read(
+        address: String,
+        port: u16,
+        m: &ListenerMetrics,
+        tracked_ips: u64,
+        untracked_admissions: u64,
+    ) -> Self {
         let blocked_by_reason = BlockReason::ALL
             .iter()
             .map(|r| {
                 (
                     r.as_str(),
-                    m.blocked_by_reason[reason_index(*r)].load(Ordering::Relaxed),
+                    m.blocked_by_reason[r.index()].load(Ordering::Relaxed),
                 )
             })
             .collect();
@@ -165,6 +172,7 @@ impl ListenerSnapshot {
             bytes_received: m.bytes_received.load(Ordering::Relaxed),
             bytes_sent: m.bytes_sent.load(Ordering::Relaxed),
             tracked_ips,
+            untracked_admissions,
         }
     }
 }
@@ -195,7 +203,7 @@ pub struct MetricsSnapshot {
     pub listeners: Vec<ListenerSnapshot>,
     /// XDP status when attached.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub xdp: Option<serde_json::Value>,
+    pub xdp: Option<XdpStatus>,
 }
 
 impl MetricsSnapshot {
@@ -226,7 +234,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 4] = [
+        let sections: [Section; 5] = [
             (
                 "accepted_connections_total",
                 "counter",
@@ -250,6 +258,12 @@ impl MetricsSnapshot {
                 "gauge",
                 "Per-IP entries tracked by the protection engine.",
                 |l| l.tracked_ips,
+            ),
+            (
+                "untracked_admissions_total",
+                "counter",
+                "Connections admitted without a per-IP entry (table at maxTrackedIps).",
+                |l| l.untracked_admissions,
             ),
         ];
         for (name, kind, help, get) in sections {
@@ -298,17 +312,51 @@ impl MetricsSnapshot {
             self.events_dropped
         );
         if let Some(x) = &self.xdp {
-            let c = &x["counters"];
+            let c = &x.counters;
             let _ = writeln!(
                 out,
                 "# HELP rampart_xdp_packets_total Packets seen by the XDP filter by action.\n# TYPE rampart_xdp_packets_total counter\nrampart_xdp_packets_total{{action=\"pass\"}} {}",
-                c["passed"].as_u64().unwrap_or(0)
+                c.passed
             );
-            for r in ["cidr", "dynamic", "penalty", "synFlood", "unparsed"] {
+            let dropped = [
+                ("cidr", c.dropped_cidr),
+                ("dynamic", c.dropped_dynamic),
+                ("penalty", c.dropped_penalty),
+                ("synFlood", c.dropped_syn_flood),
+                ("unparsed", c.dropped_unparsed),
+            ];
+            for (r, n) in dropped {
                 let _ = writeln!(
                     out,
-                    "rampart_xdp_packets_total{{action=\"drop\",reason=\"{r}\"}} {}",
-                    c["dropped"][r].as_u64().unwrap_or(0)
+                    "rampart_xdp_packets_total{{action=\"drop\",reason=\"{r}\"}} {n}"
+                );
+            }
+            let totals = [
+                (
+                    "xdp_banned_total",
+                    "Sources the kernel banned for SYN excess.",
+                    c.banned,
+                ),
+                (
+                    "xdp_ban_extended_total",
+                    "Kernel ban deadlines extended by continued SYN excess.",
+                    c.ban_extended,
+                ),
+                (
+                    "xdp_errors_total",
+                    "Failed kernel-map writes (each also an 'error' event).",
+                    x.errors,
+                ),
+                (
+                    "xdp_ban_queue_overflow_total",
+                    "Penalty boxes not mirrored as kernel bans (queue full).",
+                    x.ban_queue_overflow,
+                ),
+            ];
+            for (name, help, n) in totals {
+                let _ = writeln!(
+                    out,
+                    "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
                 );
             }
         }

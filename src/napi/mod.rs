@@ -2,37 +2,90 @@
 //!
 //! `index.js` passes configs as JSON text (with NaN/Infinity and Buffers encoded, see
 //! [`crate::config`]) and receives JSON text back, so this layer converts and delegates to
-//! [`crate::server::Proxy`]; no logic lives here. Errors: a config problem throws an `Error`
-//! whose message is `RAMPART_CONFIG_ERROR` + the JSON list of `{ path, message }` (index.js turns
-//! it into a `ConfigError`); a bind failure throws with `code` set (`EADDRINUSE`, ...).
+//! [`crate::server::Proxy`]; no logic lives here. Errors carry their JS `code` as napi 3's string
+//! status: a config problem throws `code: 'ERR_RAMPART_CONFIG'` with the JSON list of
+//! `{ path, message }` as its message (index.js turns it into a `ConfigError`); a bind failure
+//! throws with the OS code (`EADDRINUSE`, ...); an XDP failure rejects with the code of its
+//! [`XdpError`] variant. (`#[napi]` recognises only a literal `Result<T, S>` return type, so
+//! the status type `String` is spelled out at each method.)
 
 use crate::config::proxy::parse_proxy_config;
+use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
-use crate::server::Proxy;
+use crate::protection::BlockedIps;
+use crate::server::{AttachError, Proxy};
+use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Prefix of the message of a thrown config error (followed by JSON).
-pub const CONFIG_ERROR_PREFIX: &str = "RAMPART_CONFIG_ERROR";
+/// JS `code` of a thrown config error; its message is the JSON list of `{ path, message }`.
+pub const CONFIG_ERROR_CODE: &str = "ERR_RAMPART_CONFIG";
 
-fn config_error(e: ConfigError) -> Error {
+fn coded(code: &str, message: impl ToString) -> Error<String> {
+    Error::new(code.to_string(), message)
+}
+
+fn config_error(e: ConfigError) -> Error<String> {
     let list: Vec<Value> = e
         .issues
         .iter()
         .map(|i| serde_json::json!({ "path": i.path, "message": i.message }))
         .collect();
-    Error::new(
-        Status::InvalidArg,
-        format!("{CONFIG_ERROR_PREFIX}{}", Value::Array(list)),
-    )
+    coded(CONFIG_ERROR_CODE, Value::Array(list))
 }
 
-fn parse_json(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| Error::new(Status::InvalidArg, format!("bad JSON: {e}")))
+fn parse_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| coded("ERR_INVALID_ARG_VALUE", format!("bad JSON: {e}")))
+}
+
+/// The JS `code` of an XDP failure.
+fn xdp_code(e: &XdpError) -> &'static str {
+    match e {
+        XdpError::ObjectMissing(_) => "ERR_RAMPART_XDP_NOT_BUILT",
+        XdpError::PermissionDenied(_) => "EPERM",
+        XdpError::InterfaceMissing(_) => "ENODEV",
+        XdpError::BpfFs(_) => "ERR_RAMPART_BPFFS",
+        XdpError::StalePins(_) => "ERR_RAMPART_XDP_STALE_PINS",
+        XdpError::Busy(_) => "EBUSY",
+        XdpError::Load(_) => "ERR_RAMPART_XDP_LOAD",
+        XdpError::InvalidPolicy(_) => "ERR_RAMPART_XDP_POLICY",
+        XdpError::Map(_) => "ERR_RAMPART_XDP_MAP",
+    }
+}
+
+/// `blockedIps()` as JSON: bare `ip` lists, or `{ ip, port, reason, remainingMs?, note? }`
+/// objects with `detail` (DESIGN §2 "blockedIps()").
+fn blocked_json(b: &BlockedIps, detail: bool) -> Value {
+    let mut out = serde_json::Map::new();
+    for (name, list) in b.lists() {
+        let v = if detail {
+            list.iter()
+                .map(|l| {
+                    let mut o = serde_json::json!({
+                        "ip": l.entry.ip, "port": l.port, "reason": l.entry.reason.as_str()
+                    });
+                    if let Some(ms) = l.entry.remaining_ms {
+                        o["remainingMs"] = ms.into();
+                    }
+                    if let Some(note) = &l.entry.note {
+                        o["note"] = note.as_str().into();
+                    }
+                    o
+                })
+                .collect()
+        } else {
+            let mut ips: Vec<&str> = list.iter().map(|l| l.entry.ip.as_str()).collect();
+            ips.sort_unstable();
+            ips.dedup();
+            Value::from(ips)
+        };
+        out.insert(name.into(), v);
+    }
+    Value::Object(out)
 }
 
 type EventFn = ThreadsafeFunction<(String, String), (), (String, String), Status, false, true>;
@@ -49,7 +102,7 @@ impl NativeProxy {
     /// error listing every problem) and builds the runtime; binds nothing yet.
     /// `onEvent(name, payloadJson)` receives `'blocked'`, `'blockedSummary'` and `'error'`.
     #[napi(constructor)]
-    pub fn new(config_json: String, on_event: EventFn) -> Result<Self> {
+    pub fn new(config_json: String, on_event: EventFn) -> Result<Self, String> {
         let v = parse_json(&config_json)?;
         let cpus = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -62,7 +115,7 @@ impl NativeProxy {
                 ThreadsafeFunctionCallMode::NonBlocking,
             );
         });
-        let proxy = Proxy::new(cfg, sink).map_err(|e| Error::from_reason(e.to_string()))?;
+        let proxy = Proxy::new(cfg, sink).map_err(|e| coded("ERR_RAMPART_RUNTIME", e))?;
         Ok(NativeProxy {
             inner: Arc::new(proxy),
         })
@@ -71,10 +124,8 @@ impl NativeProxy {
     /// Binds every listener and starts serving. Throws with `code` (`EADDRINUSE`, ...) if any
     /// listener cannot bind; then nothing is left listening.
     #[napi]
-    pub fn start(&self) -> Result<()> {
-        self.inner
-            .start()
-            .map_err(|e| Error::new(Status::GenericFailure, format!("{}|{}", e.code, e.message)))
+    pub fn start(&self) -> Result<(), String> {
+        self.inner.start().map_err(|e| coded(&e.code, e.message))
     }
 
     /// Stops accepting, closes what is left after `drainMs` (ms), resolves when every socket is
@@ -93,30 +144,34 @@ impl NativeProxy {
 
     /// `updateConfig(JSON)`: all-or-nothing; throws a config error listing every problem.
     #[napi]
-    pub fn update_config(&self, update_json: String) -> Result<()> {
+    pub fn update_config(&self, update_json: String) -> Result<(), String> {
         let v = parse_json(&update_json)?;
-        self.inner.update_config(&v).map_err(config_error)
+        let u = parse_update(&v, &self.inner.listener_configs()).map_err(config_error)?;
+        self.inner.update_config(u).map_err(config_error)
     }
 
     /// `blockedIps` as JSON (`port` 0 = every listener).
     #[napi]
     pub fn blocked_ips(&self, port: u32, detail: bool) -> String {
         let p = (port > 0 && port <= 65535).then_some(port as u16);
-        self.inner.blocked_ips(p, detail).to_string()
+        blocked_json(&self.inner.blocked_ips(p), detail).to_string()
     }
 
     /// `blockIp(cidr, optsJson)`.
     #[napi]
-    pub fn block_ip(&self, cidr: String, opts_json: String) -> Result<()> {
+    pub fn block_ip(&self, cidr: String, opts_json: String) -> Result<(), String> {
         let v = parse_json(&opts_json)?;
-        self.inner.block_ip(&cidr, &v).map_err(config_error)
+        let req = parse_block(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
+        self.inner.block_ip(req);
+        Ok(())
     }
 
     /// `unblockIp(cidr, optsJson)` → whether an entry was removed.
     #[napi]
-    pub fn unblock_ip(&self, cidr: String, opts_json: String) -> Result<bool> {
+    pub fn unblock_ip(&self, cidr: String, opts_json: String) -> Result<bool, String> {
         let v = parse_json(&opts_json)?;
-        self.inner.unblock_ip(&cidr, &v).map_err(config_error)
+        let req = parse_unblock(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
+        Ok(self.inner.unblock_ip(req))
     }
 
     /// `metrics()` as JSON.
@@ -156,11 +211,13 @@ impl NativeProxy {
     /// `xdpStatus()` as JSON.
     #[napi]
     pub fn xdp_status(&self) -> String {
-        crate::xdp_sync::status_json(&self.inner.xdp_status()).to_string()
+        serde_json::to_string(&self.inner.xdp_status()).unwrap_or_else(|_| "{}".into())
     }
 }
 
-/// Background half of `attachXdp()` / `detachXdp()`.
+/// Background half of `attachXdp()` / `detachXdp()`. Resolves with JSON: `{ "status": XdpStatus }`
+/// or `{ "error": { "code", "message" } }` (index.js rejects with the latter: an async task's
+/// rejection cannot carry a string status).
 pub struct XdpTask {
     proxy: Arc<Proxy>,
     attach: Option<(String, String)>,
@@ -170,24 +227,32 @@ impl Task for XdpTask {
     type Output = String;
     type JsValue = String;
     fn compute(&mut self) -> Result<String> {
-        match &self.attach {
+        let failure = |code: &str, message: String| {
+            serde_json::json!({ "error": { "code": code, "message": message } }).to_string()
+        };
+        Ok(match &self.attach {
             Some((iface, mode)) => {
                 let mode = match mode.as_str() {
-                    "native" => crate::xdp::XdpMode::Native,
-                    "generic" => crate::xdp::XdpMode::Generic,
-                    _ => crate::xdp::XdpMode::Auto,
+                    "native" => XdpMode::Native,
+                    "generic" => XdpMode::Generic,
+                    _ => XdpMode::Auto,
                 };
-                self.proxy
-                    .attach_xdp(iface, mode)
-                    .map(|st| crate::xdp_sync::status_json(&st).to_string())
-                    .map_err(Error::from_reason)
+                match self.proxy.attach_xdp(iface, mode) {
+                    Ok(st) => serde_json::json!({ "status": st }).to_string(),
+                    Err(e) => {
+                        let code = match &e {
+                            AttachError::AlreadyAttached(_) => "ERR_RAMPART_XDP_ATTACHED",
+                            AttachError::Xdp(x) | AttachError::PolicySync(x) => xdp_code(x),
+                        };
+                        failure(code, e.to_string())
+                    }
+                }
             }
-            None => self
-                .proxy
-                .detach_xdp()
-                .map(|_| String::new())
-                .map_err(Error::from_reason),
-        }
+            None => match self.proxy.detach_xdp() {
+                Ok(()) => serde_json::json!({ "status": null }).to_string(),
+                Err(e) => failure(xdp_code(&e), e.to_string()),
+            },
+        })
     }
     fn resolve(&mut self, _env: Env, out: String) -> Result<String> {
         Ok(out)

@@ -19,9 +19,9 @@
 //! whose flag is clear (a refusal racing a query); the query re-checks every key, so the view is
 //! always exact at its `now`.
 
+use super::entry::{FLAG_BOX, FLAG_CONC, FLAG_RATE};
 use super::key::IpKey;
 use super::reason::BlockReason;
-use super::table::{FLAG_BOX, FLAG_CONC, FLAG_RATE};
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -64,6 +64,75 @@ impl BlockedView {
             &mut self.dynamic_blocklist,
         ] {
             list.sort_by(|a, b| a.ip.cmp(&b.ip));
+        }
+    }
+}
+
+/// One listed client or network with the listener port it is listed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The entry.
+    pub entry: BlockedEntry,
+    /// The listener port.
+    pub port: u16,
+}
+
+/// `blockedIps()`: the union over the listeners asked for, each list sorted by `(ip, port)` with
+/// exact duplicates (same ip, port and reason) removed. Serialised at the JS boundary (bare `ip`
+/// lists by default, `{ ip, port, reason, remainingMs?, note? }` with `detail`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockedIps {
+    /// `rateLimited`.
+    pub rate_limited: Vec<Listed>,
+    /// `concurrencyLimited`.
+    pub concurrency_limited: Vec<Listed>,
+    /// `cidrBlocklist`.
+    pub cidr_blocklist: Vec<Listed>,
+    /// `penaltyBoxed` (userspace boxes and kernel bans).
+    pub penalty_boxed: Vec<Listed>,
+    /// `dynamicBlocklist`.
+    pub dynamic_blocklist: Vec<Listed>,
+}
+
+impl BlockedIps {
+    /// The five lists with their JS names, in the documented order.
+    pub fn lists(&self) -> [(&'static str, &[Listed]); 5] {
+        [
+            ("rateLimited", &self.rate_limited),
+            ("concurrencyLimited", &self.concurrency_limited),
+            ("cidrBlocklist", &self.cidr_blocklist),
+            ("penaltyBoxed", &self.penalty_boxed),
+            ("dynamicBlocklist", &self.dynamic_blocklist),
+        ]
+    }
+
+    /// Adds one listener's view.
+    pub fn add(&mut self, port: u16, view: BlockedView) {
+        let pairs = [
+            (&mut self.rate_limited, view.rate_limited),
+            (&mut self.concurrency_limited, view.concurrency_limited),
+            (&mut self.cidr_blocklist, view.cidr_blocklist),
+            (&mut self.penalty_boxed, view.penalty_boxed),
+            (&mut self.dynamic_blocklist, view.dynamic_blocklist),
+        ];
+        for (list, entries) in pairs {
+            list.extend(entries.into_iter().map(|entry| Listed { entry, port }));
+        }
+    }
+
+    /// Sorts every list by `(ip, port)` and removes exact duplicates.
+    pub fn finish(&mut self) {
+        for list in [
+            &mut self.rate_limited,
+            &mut self.concurrency_limited,
+            &mut self.cidr_blocklist,
+            &mut self.penalty_boxed,
+            &mut self.dynamic_blocklist,
+        ] {
+            list.sort_by(|a, b| (&a.entry.ip, a.port).cmp(&(&b.entry.ip, b.port)));
+            list.dedup_by(|a, b| {
+                a.entry.ip == b.entry.ip && a.port == b.port && a.entry.reason == b.entry.reason
+            });
         }
     }
 }

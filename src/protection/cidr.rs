@@ -166,6 +166,22 @@ mod num_like {
     }
 }
 
+/// A network with IPv4-mapped IPv6 (`::ffff:a.b.c.d/N`, N ≥ 96) folded into IPv4 and host bits
+/// cleared: the form [`parse_cidr`] returns, for networks built in code (kernel map keys).
+pub fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => IpNet::V4(
+                Ipv4Net::new(v4, v6.prefix_len() - 96)
+                    .expect("prefix 0..=32")
+                    .trunc(),
+            ),
+            None => IpNet::V6(v6.trunc()),
+        },
+        other => other.trunc(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

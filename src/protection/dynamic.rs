@@ -15,14 +15,14 @@
 //! next write. Blocking the same CIDR and port again replaces its TTL and note.
 
 use super::blocked::BlockedEntry;
-use super::cidr::parse_cidr;
 use super::key::mask128;
 use super::reason::BlockReason;
+use crate::clock::ms_to_ns;
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One `blockIp` entry.
@@ -178,6 +178,7 @@ struct Master {
 pub struct DynamicBlocks {
     snap: ArcSwap<Snapshot>,
     nonempty: AtomicBool,
+    generation: AtomicU64,
     master: Mutex<Master>,
 }
 
@@ -193,6 +194,7 @@ impl DynamicBlocks {
         DynamicBlocks {
             snap: ArcSwap::from_pointee(Snapshot::default()),
             nonempty: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
             master: Mutex::new(Master {
                 rules: HashMap::new(),
                 per_len: [0; 33 + 129],
@@ -207,22 +209,18 @@ impl DynamicBlocks {
         self.master.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Blocks `cidr` (parsed with the CIDR rules; a bare address is /32 or /128) for `ttl_ms`
-    /// (`None` = until unblocked; must be > 0) on listener `port` (`None` = every listener), from
-    /// `now_ns`. Returns the canonical network, or an error message for a bad CIDR or TTL.
+    /// Blocks `net` (canonical, as `crate::config::update::parse_block` gives it) for `ttl_ms`
+    /// (`None` = until unblocked) on listener `port` (`None` = every listener), from `now_ns`.
+    /// Blocking the same network and port again replaces its TTL and note.
     pub fn block(
         &self,
-        cidr: &str,
+        net: IpNet,
         ttl_ms: Option<u64>,
         reason: Option<String>,
         port: Option<u16>,
         now_ns: u64,
-    ) -> Result<IpNet, String> {
-        let net = parse_cidr(cidr)?;
-        if ttl_ms == Some(0) {
-            return Err("ttlMs must be > 0 (leave it out to block until unblockIp)".into());
-        }
-        let expires_ns = ttl_ms.map(|ms| now_ns.saturating_add(ms.saturating_mul(1_000_000)));
+    ) {
+        let expires_ns = ttl_ms.map(|ms| now_ns.saturating_add(ms_to_ns(ms)));
         let key = NetKey::of(&net);
         let mut m = self.lock();
         let mut changed = purge_locked(&mut m, now_ns);
@@ -248,19 +246,16 @@ impl DynamicBlocks {
             m.expiry.insert((t, key, port));
         }
         self.publish(&mut m, &changed);
-        Ok(net)
     }
 
-    /// Removes the block on `cidr`: with `port`, only that listener's entry; without, the
-    /// every-listener entry and every per-port entry of that CIDR. Returns whether anything was
-    /// removed (an entry whose TTL passed since the last purge still counts), or an error message
-    /// for a bad CIDR.
-    pub fn unblock(&self, cidr: &str, port: Option<u16>) -> Result<bool, String> {
-        let net = parse_cidr(cidr)?;
+    /// Removes the block on `net`: with `port`, only that listener's entry; without, the
+    /// every-listener entry and every per-port entry of that network. Returns whether anything
+    /// was removed (an entry whose TTL passed since the last purge still counts).
+    pub fn unblock(&self, net: IpNet, port: Option<u16>) -> bool {
         let key = NetKey::of(&net);
         let mut m = self.lock();
         let Some(rules) = m.rules.get_mut(&key) else {
-            return Ok(false);
+            return false;
         };
         let mut gone = Vec::new();
         rules.retain(|r| {
@@ -280,7 +275,7 @@ impl DynamicBlocks {
             }
         }
         self.publish(&mut m, &[key]);
-        Ok(!gone.is_empty())
+        !gone.is_empty()
     }
 
     /// Whether `ip` (canonical: IPv4-mapped already converted) is blocked for listener `port` at
@@ -371,6 +366,13 @@ impl DynamicBlocks {
         };
         self.snap.store(Arc::new(snap));
         self.nonempty.store(!m.rules.is_empty(), Ordering::Release);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Counts changes (block, unblock, expiry purge): the kernel's copy is rewritten when it
+    /// moves.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 }
 

@@ -29,13 +29,14 @@
 
 use super::blocked::{BlockedEntry, BlockedView};
 use super::dynamic::DynamicBlocks;
+use super::entry::{Entry, FLAG_BOX, FLAG_CONC, FLAG_RATE};
 use super::key::{canonical_ip, IpKey};
 use super::penalty;
 use super::policy::{Mode, ProtectionPolicy};
 use super::reason::BlockReason;
 use super::rescale::Installed;
 pub use super::table::{ConnGuard, PendingGuard};
-use super::table::{Ctx, Entry, Table, FLAG_BOX, FLAG_CONC, FLAG_RATE};
+use super::table::{Ctx, Table};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -271,7 +272,7 @@ impl Engine {
     ///
     /// `_now_ns` is unused today (these checks are stateless); it keeps every decision's signature
     /// uniform for the caller.
-    pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>, _now_ns: u64) -> Option<Verdict> {
+    pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>) -> Option<Verdict> {
         let inst = self.installed.load();
         let p = inst.policy.as_deref()?;
         let ip = canonical_ip(ip);

@@ -7,10 +7,11 @@
 //! - [`key`]: what one client is (IPv4 address, IPv6 prefix, IPv4-mapped = IPv4);
 //! - [`gcra`]: the exact one-word rate limiter;
 //! - [`penalty`]: the penalty-box deadline word and its epochs;
+//! - [`entry`]: one client's fixed-size state (TATs, box word, counts, flags);
 //! - [`table`]: the sharded per-IP table, guards, cap and incremental eviction;
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
-//! - [`policy`]: `ProtectionConfig` validation and compilation;
+//! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
@@ -19,6 +20,7 @@ pub mod blocked;
 pub mod cidr;
 pub mod dynamic;
 pub mod engine;
+pub mod entry;
 pub mod gcra;
 pub mod key;
 pub mod penalty;
@@ -27,10 +29,10 @@ pub mod reason;
 pub mod rescale;
 pub mod table;
 
-pub use blocked::{BlockedEntry, BlockedView};
+pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed};
 pub use cidr::{parse_cidr, CidrSet};
 pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::{Admission, BoxListener, ConnGuard, Engine, HelloFacts, PendingGuard, Verdict};
 pub use key::{canonical_ip, IpKey};
-pub use policy::{parse_protection, Mode, ProtectionPolicy, RateLimit, SlowHandshake, XdpSyn};
+pub use policy::{Mode, ProtectionPolicy, RateLimit, SlowHandshake, XdpSyn};
 pub use reason::BlockReason;

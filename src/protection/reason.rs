@@ -30,13 +30,11 @@ pub enum BlockReason {
     HandshakeTimeout,
     /// Too many pending handshakes from the source, or it sent below `minBytesPerSecond`.
     SlowHandshake,
-    /// Dropped in the kernel by the XDP program (metrics only, never an event).
-    XdpDropped,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 13] = [
+    pub const ALL: [BlockReason; 12] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -49,7 +47,6 @@ impl BlockReason {
         BlockReason::IncompleteHandshake,
         BlockReason::HandshakeTimeout,
         BlockReason::SlowHandshake,
-        BlockReason::XdpDropped,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -67,15 +64,23 @@ impl BlockReason {
             BlockReason::IncompleteHandshake => "incomplete_handshake",
             BlockReason::HandshakeTimeout => "handshake_timeout",
             BlockReason::SlowHandshake => "slow_handshake",
-            BlockReason::XdpDropped => "xdp_dropped",
         }
     }
 
     /// Position in [`BlockReason::ALL`] (for per-reason counter arrays).
-    pub fn index(self) -> usize {
+    pub const fn index(self) -> usize {
         self as usize
     }
 }
+
+// `index()` is the discriminant: `ALL` must list the variants in declaration order.
+const _: () = {
+    let mut i = 0;
+    while i < BlockReason::ALL.len() {
+        assert!(BlockReason::ALL[i].index() == i);
+        i += 1;
+    }
+};
 
 impl fmt::Display for BlockReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -43,13 +43,10 @@
 //! older snapshot while a swap is published is redone with the loaded generation's limits
 //! (see `Engine::admit`). Penalty-box deadlines are absolute times and are not touched here.
 
+use super::entry::{Entry, TAG_BITS};
 use super::gcra::Gcra;
 use super::policy::ProtectionPolicy;
-use super::table::Entry;
 use std::sync::Arc;
-
-/// Bits of the generation kept in each entry.
-pub(crate) const TAG_BITS: u32 = 5;
 /// Number of past swaps remembered (and of distinct entry tags).
 pub(crate) const WINDOW: usize = 1 << TAG_BITS;
 
@@ -193,19 +190,25 @@ fn slot(generation: u64) -> usize {
 mod tests {
     use super::*;
     use crate::protection::gcra::NS_PER_SEC;
-    use serde_json::json;
+    use crate::protection::policy::RateLimit;
 
     const S: u64 = NS_PER_SEC;
 
+    fn limits(
+        rate: Option<(u64, u64)>,
+        sustained: Option<(u64, u64)>,
+        require_sni: bool,
+    ) -> Option<Arc<ProtectionPolicy>> {
+        Some(Arc::new(ProtectionPolicy {
+            rate_limit: rate.map(|(r, b)| RateLimit::per_second(r as f64, b)),
+            sustained: sustained.map(|(r, b)| RateLimit::per_minute(r as f64, b)),
+            require_sni,
+            ..ProtectionPolicy::default()
+        }))
+    }
+
     fn policy(per_sec: Option<u64>, per_min: Option<u64>) -> Option<Arc<ProtectionPolicy>> {
-        let mut v = json!({});
-        if let Some(r) = per_sec {
-            v["rateLimit"] = json!({"connectionsPerSecond": r, "burst": 1});
-        }
-        if let Some(r) = per_min {
-            v["sustained"] = json!({"connectionsPerMinute": r, "burst": 1});
-        }
-        Some(Arc::new(ProtectionPolicy::from_json(&v).unwrap()))
+        limits(per_sec.map(|r| (r, 1)), per_min.map(|r| (r, 1)), false)
     }
 
     fn entry(inst: &Installed, tat_rate: u64, tat_sustained: u64) -> Entry {
@@ -237,19 +240,10 @@ mod tests {
     #[test]
     fn burst_only_and_unrelated_changes_keep_the_generation() {
         let g1 = Installed::initial().next(policy(Some(10), Some(60)), 0);
-        let mut v = json!({"rateLimit": {"connectionsPerSecond": 10, "burst": 3},
-                           "sustained": {"connectionsPerMinute": 60, "burst": 9},
-                           "requireSni": true});
-        let g2 = g1.next(
-            Some(Arc::new(ProtectionPolicy::from_json(&v).unwrap())),
-            5 * S,
-        );
+        let g2 = g1.next(limits(Some((10, 3)), Some((60, 9)), true), 5 * S);
         assert_eq!(g2.generation, g1.generation);
-        v["sustained"] = json!({"connectionsPerMinute": 30});
-        let g3 = g2.next(
-            Some(Arc::new(ProtectionPolicy::from_json(&v).unwrap())),
-            6 * S,
-        );
+        // `sustained` without a burst: the burst defaults to the rate.
+        let g3 = g2.next(limits(Some((10, 3)), Some((30, 30)), true), 6 * S);
         assert_eq!(g3.generation, g1.generation + 1);
     }
 

@@ -38,90 +38,15 @@
 //! untracked.
 
 use super::blocked::SideLists;
+use super::entry::{Entry, SIDE_FLAGS};
 use super::key::IpKey;
 use super::penalty;
-use super::rescale::{Installed, TAG_BITS};
+use super::rescale::Installed;
 use arc_swap::ArcSwap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// Side-set flag: the key is in the rate-limited list.
-pub(crate) const FLAG_RATE: u8 = 1;
-/// Side-set flag: the key is in the concurrency-limited list.
-pub(crate) const FLAG_CONC: u8 = 2;
-/// Side-set flag: the key is in the penalty-boxed list.
-pub(crate) const FLAG_BOX: u8 = 4;
-/// The side-set bits of [`Entry::flags`]; the bits above hold the generation tag.
-pub(crate) const SIDE_FLAGS: u8 = FLAG_RATE | FLAG_CONC | FLAG_BOX;
-const TAG_SHIFT: u32 = 3;
-const _: () = assert!(SIDE_FLAGS >> TAG_SHIFT == 0 && TAG_SHIFT + TAG_BITS == 8);
-
-/// One tracked client. Only ever accessed under its shard lock.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Entry {
-    key_lo: u64,
-    key_hi: u64,
-    /// GCRA TAT of `rateLimit` (ns; 0 = never).
-    pub tat_rate: u64,
-    /// GCRA TAT of `sustained` (ns; 0 = never).
-    pub tat_sustained: u64,
-    /// Penalty-box word (see `penalty`).
-    pub penalty: u64,
-    /// Admitted connections still open.
-    pub active: u32,
-    /// Handshakes in progress.
-    pub pending: u16,
-    len: u8,
-    /// Bits 0..3: which side sets hold this key (`FLAG_*`); bits 3..8: the rate-limit generation
-    /// tag (read and written through [`Entry::tag`] and [`Entry::set_tag`]).
-    pub flags: u8,
-}
-
-const _: () = assert!(std::mem::size_of::<Entry>() == 48);
-
-/// Largest per-client pending count (`slowHandshake.maxPendingPerIp` is validated below it).
-pub const MAX_PENDING: u64 = u16::MAX as u64;
-
-impl Entry {
-    fn key(&self) -> IpKey {
-        IpKey::from_raw(
-            (u128::from(self.key_hi) << 64) | u128::from(self.key_lo),
-            self.len,
-        )
-    }
-
-    fn is(&self, key: IpKey) -> bool {
-        let (bits, len) = key.raw();
-        self.key_lo == bits as u64 && self.key_hi == (bits >> 64) as u64 && self.len == len
-    }
-
-    fn fresh(key: IpKey, tag: u8) -> Entry {
-        let (bits, len) = key.raw();
-        let mut e = Entry {
-            key_lo: bits as u64,
-            key_hi: (bits >> 64) as u64,
-            len,
-            ..Entry::default()
-        };
-        e.set_tag(tag);
-        e
-    }
-
-    /// The rate-limit generation (mod 32) the TATs are written in.
-    #[inline]
-    pub fn tag(&self) -> u8 {
-        self.flags >> TAG_SHIFT
-    }
-
-    /// Records the generation tag (`< 32`), keeping the side-set flags.
-    #[inline]
-    pub fn set_tag(&mut self, tag: u8) {
-        self.flags = (self.flags & SIDE_FLAGS) | (tag << TAG_SHIFT);
-    }
-}
 
 /// What an entry is worth keeping, at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// `RAMPART_ABI_VERSION`: layout version shared with the C program.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// `RAMPART_MAX_VLAN`: VLAN tags (802.1Q / 802.1ad) walked before the L3 header.
 pub const MAX_VLAN: usize = 3;
@@ -212,11 +212,15 @@ pub struct RampartBan {
     pub deadline_ns: u64,
     /// `BAN_*`.
     pub reason: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Listener port the ban was made for.
+    pub port: u16,
+    /// Bits of the source the key holds: 32 for IPv4, the port's IPv6 prefix length for IPv6.
+    pub prefix_len: u16,
 }
 const _: () = assert!(size_of::<RampartBan>() == 16);
 const _: () = assert!(offset_of!(RampartBan, reason) == 8);
+const _: () = assert!(offset_of!(RampartBan, port) == 12);
+const _: () = assert!(offset_of!(RampartBan, prefix_len) == 14);
 
 /// `struct rampart_syn_key`: one SYN GCRA state per (source, listener port).
 #[repr(C)]

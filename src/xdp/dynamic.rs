@@ -1,5 +1,8 @@
 //! Dynamic blocks (`blockIp`) as the kernel sees them: one LPM trie, `rampart_dyn`, with
-//! deadlines, shared by every policy set (a config swap does not touch it).
+//! deadlines, shared by every policy set (a config swap does not touch it). There is no second
+//! record of the blocks here: [`kernel_entries`] derives the trie's exact contents from the
+//! engine's set (`crate::protection::DynamicBlocks::rules`), and the manager writes the
+//! difference from what the trie holds.
 //!
 //! Each block is `(CIDR, port or every listener port, deadline or none)`. Blocks for one port
 //! live at scope = port; blocks for every port at scope 0. The kernel looks up a SYN's source
@@ -20,134 +23,68 @@ use ipnet::IpNet;
 
 use super::abi::RampartDynValue;
 use super::lpm::{self, LpmKey};
+use crate::protection::cidr::canonical_net;
+use crate::protection::DynamicRule;
 
-/// One dynamic block, as `blockIp(cidr, { ttlMs, port })` gives it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct XdpDynamicBlock {
-    /// Blocked CIDR (a bare address is /32 or /128); host bits are ignored.
-    pub net: IpNet,
-    /// Listener port it applies to; `None` = every listener port (protected or not).
-    pub port: Option<u16>,
-    /// CLOCK_MONOTONIC deadline in ns (`now_ns + ttlMs × 1e6`); `None` = until unblocked.
-    pub deadline_ns: Option<u64>,
-}
-
-/// The userspace record of dynamic blocks: `(scope, canonical CIDR) → deadline ns`.
-#[derive(Debug, Default)]
-pub struct DynamicBlocks {
-    entries: BTreeMap<(u16, IpNet), u64>,
-}
-
-impl DynamicBlocks {
-    /// Adds or replaces a block (same CIDR and port → the new deadline wins).
-    pub fn insert(&mut self, block: &XdpDynamicBlock) {
-        let scope = block.port.unwrap_or(0);
-        self.entries.insert(
-            (scope, lpm::canonical(block.net)),
-            block.deadline_ns.unwrap_or(u64::MAX),
-        );
+/// Every key of the kernel trie with its effective deadlines, for the live `rules` (a rule's
+/// `port: None` is scope 0; `expires_ns: None` is stored as `u64::MAX`). Pure: O(rules × 129).
+pub fn kernel_entries(rules: &[DynamicRule]) -> BTreeMap<LpmKey, RampartDynValue> {
+    // Per scope and across scopes, the own deadline of each CIDR.
+    let mut own: HashMap<(u16, IpNet), u64> = HashMap::with_capacity(rules.len());
+    let mut any: HashMap<IpNet, u64> = HashMap::with_capacity(rules.len());
+    for r in rules {
+        let (scope, net) = (r.port.unwrap_or(0), canonical_net(r.net));
+        let deadline = r.expires_ns.unwrap_or(u64::MAX);
+        let slot = own.entry((scope, net)).or_insert(0);
+        *slot = (*slot).max(deadline);
+        let slot = any.entry(net).or_insert(0);
+        *slot = (*slot).max(deadline);
     }
-
-    /// Removes a block; true if it was present.
-    pub fn remove(&mut self, net: IpNet, port: Option<u16>) -> bool {
-        self.entries
-            .remove(&(port.unwrap_or(0), lpm::canonical(net)))
-            .is_some()
-    }
-
-    /// Replaces every block.
-    pub fn replace(&mut self, blocks: &[XdpDynamicBlock]) {
-        self.entries.clear();
-        for b in blocks {
-            self.insert(b);
-        }
-    }
-
-    /// Drops blocks whose deadline is `<= now_ns`; returns how many.
-    pub fn expire(&mut self, now_ns: u64) -> usize {
-        let before = self.entries.len();
-        self.entries.retain(|_, deadline| *deadline > now_ns);
-        before - self.entries.len()
-    }
-
-    /// Number of blocks.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether there are no blocks.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The blocks, as given (canonical CIDRs).
-    pub fn blocks(&self) -> Vec<XdpDynamicBlock> {
-        self.entries
-            .iter()
-            .map(|(&(scope, net), &deadline)| XdpDynamicBlock {
-                net,
-                port: (scope != 0).then_some(scope),
-                deadline_ns: (deadline != u64::MAX).then_some(deadline),
-            })
-            .collect()
-    }
-
-    /// Every key of the kernel trie with its effective deadlines.
-    pub fn kernel_entries(&self) -> BTreeMap<LpmKey, RampartDynValue> {
-        // Per scope and across scopes, the own deadline of each CIDR.
-        let mut own: HashMap<(u16, IpNet), u64> = HashMap::with_capacity(self.entries.len());
-        let mut any: HashMap<IpNet, u64> = HashMap::with_capacity(self.entries.len());
-        for (&(scope, net), &deadline) in &self.entries {
-            own.insert((scope, net), deadline);
-            let slot = any.entry(net).or_insert(0);
-            *slot = (*slot).max(deadline);
-        }
-        let covering = |net: IpNet, lookup: &dyn Fn(IpNet) -> Option<u64>| -> u64 {
-            let mut best = 0;
-            for len in 0..=net.prefix_len() {
-                let ancestor = IpNet::new(net.network(), len)
-                    .expect("len within the family")
-                    .trunc();
-                if let Some(d) = lookup(ancestor) {
-                    best = best.max(d);
-                }
-            }
-            best
-        };
-
-        let mut out = BTreeMap::new();
-        // Per-port scopes.
-        let mut scopes: BTreeMap<u16, Vec<IpNet>> = BTreeMap::new();
-        for &(scope, net) in self.entries.keys() {
-            if scope != 0 {
-                scopes.entry(scope).or_default().push(net);
+    let covering = |net: IpNet, lookup: &dyn Fn(IpNet) -> Option<u64>| -> u64 {
+        let mut best = 0;
+        for len in 0..=net.prefix_len() {
+            let ancestor = IpNet::new(net.network(), len)
+                .expect("len within the family")
+                .trunc();
+            if let Some(d) = lookup(ancestor) {
+                best = best.max(d);
             }
         }
-        for (&scope, nets) in &scopes {
-            for net in with_marker(nets) {
-                let all = covering(net, &|a| own.get(&(scope, a)).copied());
-                out.insert(
-                    lpm::key(scope, net),
-                    RampartDynValue {
-                        all_deadline_ns: all,
-                        any_deadline_ns: all,
-                    },
-                );
-            }
+        best
+    };
+
+    let mut out = BTreeMap::new();
+    // Per-port scopes.
+    let mut scopes: BTreeMap<u16, Vec<IpNet>> = BTreeMap::new();
+    for &(scope, net) in own.keys() {
+        if scope != 0 {
+            scopes.entry(scope).or_default().push(net);
         }
-        // Scope 0: every CIDR of every scope.
-        let all_nets: Vec<IpNet> = any.keys().copied().collect();
-        for net in with_marker(&all_nets) {
+    }
+    for (&scope, nets) in &scopes {
+        for net in with_marker(nets) {
+            let all = covering(net, &|a| own.get(&(scope, a)).copied());
             out.insert(
-                lpm::key(0, net),
+                lpm::key(scope, net),
                 RampartDynValue {
-                    all_deadline_ns: covering(net, &|a| own.get(&(0, a)).copied()),
-                    any_deadline_ns: covering(net, &|a| any.get(&a).copied()),
+                    all_deadline_ns: all,
+                    any_deadline_ns: all,
                 },
             );
         }
-        out
     }
+    // Scope 0: every CIDR of every scope.
+    let all_nets: Vec<IpNet> = any.keys().copied().collect();
+    for net in with_marker(&all_nets) {
+        out.insert(
+            lpm::key(0, net),
+            RampartDynValue {
+                all_deadline_ns: covering(net, &|a| own.get(&(0, a)).copied()),
+                any_deadline_ns: covering(net, &|a| any.get(&a).copied()),
+            },
+        );
+    }
+    out
 }
 
 /// `nets` plus the IPv4 `/0` marker when an IPv6 CIDR covers the IPv4-mapped range.
@@ -163,49 +100,55 @@ fn with_marker(nets: &[IpNet]) -> Vec<IpNet> {
 mod tests {
     use super::*;
 
-    fn block(net: &str, port: Option<u16>, deadline: Option<u64>) -> XdpDynamicBlock {
-        XdpDynamicBlock {
+    fn rule(net: &str, port: Option<u16>, deadline: Option<u64>) -> DynamicRule {
+        DynamicRule {
             net: net.parse().unwrap(),
             port,
-            deadline_ns: deadline,
+            expires_ns: deadline,
+            note: None,
         }
     }
 
-    fn value(d: &DynamicBlocks, scope: u16, net: &str) -> RampartDynValue {
-        d.kernel_entries()[&lpm::key(scope, net.parse().unwrap())]
+    fn value(rules: &[DynamicRule], scope: u16, net: &str) -> RampartDynValue {
+        kernel_entries(rules)[&lpm::key(scope, net.parse().unwrap())]
     }
 
     #[test]
     fn a_longer_prefix_inherits_a_later_shorter_deadline() {
-        let mut d = DynamicBlocks::default();
-        d.insert(&block("192.0.2.0/24", None, Some(2_000)));
-        d.insert(&block("192.0.2.7/32", None, Some(1_000)));
-        assert_eq!(value(&d, 0, "192.0.2.7/32").all_deadline_ns, 2_000);
-        assert_eq!(value(&d, 0, "192.0.2.0/24").all_deadline_ns, 2_000);
-        assert_eq!(d.expire(1_000), 1);
-        assert_eq!(d.kernel_entries().len(), 1);
+        let rules = [
+            rule("192.0.2.0/24", None, Some(2_000)),
+            rule("192.0.2.7/32", None, Some(1_000)),
+        ];
+        assert_eq!(value(&rules, 0, "192.0.2.7/32").all_deadline_ns, 2_000);
+        assert_eq!(value(&rules, 0, "192.0.2.0/24").all_deadline_ns, 2_000);
+        assert_eq!(kernel_entries(&rules[..1]).len(), 1);
     }
 
     #[test]
     fn port_blocks_reach_scope_zero_only_as_any() {
-        let mut d = DynamicBlocks::default();
-        d.insert(&block("198.51.100.0/24", Some(443), None));
-        assert_eq!(value(&d, 443, "198.51.100.0/24").all_deadline_ns, u64::MAX);
-        let zero = value(&d, 0, "198.51.100.0/24");
+        let rules = [rule("198.51.100.0/24", Some(443), None)];
+        assert_eq!(
+            value(&rules, 443, "198.51.100.0/24").all_deadline_ns,
+            u64::MAX
+        );
+        let zero = value(&rules, 0, "198.51.100.0/24");
         assert_eq!(zero.all_deadline_ns, 0);
         assert_eq!(zero.any_deadline_ns, u64::MAX);
-        assert!(d.remove("198.51.100.0/24".parse().unwrap(), Some(443)));
-        assert!(d.kernel_entries().is_empty());
+        assert!(kernel_entries(&[]).is_empty());
     }
 
     #[test]
     fn ipv6_any_does_not_block_ipv4() {
-        let mut d = DynamicBlocks::default();
-        d.insert(&block("::/0", None, Some(5)));
-        let marker = value(&d, 0, "0.0.0.0/0");
+        let rules = [rule("::/0", None, Some(5))];
+        let marker = value(&rules, 0, "0.0.0.0/0");
         assert_eq!(marker.all_deadline_ns, 0);
         assert_eq!(marker.any_deadline_ns, 0);
-        assert_eq!(value(&d, 0, "::/0").all_deadline_ns, 5);
-        assert_eq!(d.blocks(), vec![block("::/0", None, Some(5))]);
+        assert_eq!(value(&rules, 0, "::/0").all_deadline_ns, 5);
+    }
+
+    #[test]
+    fn ipv4_mapped_rules_are_ipv4_keys() {
+        let rules = [rule("::ffff:192.0.2.0/120", None, None)];
+        assert_eq!(value(&rules, 0, "192.0.2.0/24").all_deadline_ns, u64::MAX);
     }
 }

@@ -23,28 +23,14 @@ use std::net::Ipv4Addr;
 use ipnet::{IpNet, Ipv4Net};
 
 use super::abi::{addr16, RampartCidrKey, RampartLpmData};
+use crate::protection::cidr::canonical_net;
 
 /// One LPM key: `(prefixlen, data)`; ordered so sets diff deterministically.
 pub type LpmKey = (u32, RampartLpmData);
 
-/// A CIDR with IPv4-mapped IPv6 folded into IPv4 and host bits cleared.
-pub fn canonical(net: IpNet) -> IpNet {
-    match net {
-        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
-            Some(v4) => IpNet::V4(
-                Ipv4Net::new(v4, v6.prefix_len() - 96)
-                    .expect("prefix 0..=32")
-                    .trunc(),
-            ),
-            None => IpNet::V6(v6.trunc()),
-        },
-        other => other.trunc(),
-    }
-}
-
 /// The LPM key of `net` (canonical) in `scope`.
 pub fn key(scope: u16, net: IpNet) -> LpmKey {
-    let net = canonical(net);
+    let net = canonical_net(net);
     let prefixlen = match net {
         IpNet::V4(n) => 16 + 96 + u32::from(n.prefix_len()),
         IpNet::V6(n) => 16 + u32::from(n.prefix_len()),
@@ -74,7 +60,7 @@ pub fn covers_mapped_range(net: &IpNet) -> bool {
 
 /// The allow/block key of `net`: `prefixlen` 96 + N (IPv4) or N (IPv6), network address.
 pub fn cidr_key(net: IpNet) -> RampartCidrKey {
-    let net = canonical(net);
+    let net = canonical_net(net);
     let prefixlen = match net {
         IpNet::V4(n) => 96 + u32::from(n.prefix_len()),
         IpNet::V6(n) => u32::from(n.prefix_len()),
@@ -95,7 +81,10 @@ pub fn list_entries(entries: &[(IpNet, u64)]) -> Vec<(RampartCidrKey, u64)> {
             IpNet::V6(n) => (6, u128::from(n.network()), n.prefix_len()),
         }
     }
-    let mut nets: Vec<(IpNet, u64)> = entries.iter().map(|&(n, b)| (canonical(n), b)).collect();
+    let mut nets: Vec<(IpNet, u64)> = entries
+        .iter()
+        .map(|&(n, b)| (canonical_net(n), b))
+        .collect();
     if nets.iter().any(|(n, _)| covers_mapped_range(n)) {
         nets.push((ipv4_any(), 0));
     }

@@ -31,18 +31,19 @@ use aya::maps::lpm_trie::Key;
 use aya::maps::{Array, HashMap, IterableMap, LpmTrie, Map, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use aya::{Ebpf, EbpfLoader};
-use ipnet::IpNet;
 
 use super::abi::{
     self, map_name, RampartBan, RampartCidrKey, RampartDynValue, RampartIp, RampartLpmData,
     RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
 };
-use super::dynamic::{DynamicBlocks, XdpDynamicBlock};
+use super::dynamic::kernel_entries;
 use super::lpm::LpmKey;
 use super::pins::{check_pins, remove_pins};
 use super::policy::{self, SetContents, XdpPolicy, XdpPortPolicy};
 use super::sys::{self, BatchError, RcuSync};
 use super::{object, BanReason, XdpCounters, XdpError, XdpMode, XdpStatus};
+use crate::protection::key::DEFAULT_IPV6_PREFIX;
+use crate::protection::DynamicRule;
 
 /// Default pin root; the maps live in `<root>/v<ABI>/<interface>/`.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/rampart";
@@ -59,6 +60,8 @@ pub struct XdpBan {
     pub ip: IpAddr,
     /// 32 for IPv4; the IPv6 prefix length sources are banned by.
     pub prefix_len: u8,
+    /// The listener port the ban was made for.
+    pub port: u16,
     /// CLOCK_MONOTONIC deadline in ns (the kernel may have extended it).
     pub deadline_ns: u64,
     /// Why.
@@ -107,7 +110,6 @@ struct State {
     /// That grace period, started in the background at the flip.
     grace: Option<JoinHandle<std::io::Result<()>>>,
     rcu: Option<Arc<RcuSync>>,
-    dynamic: DynamicBlocks,
     /// What the dynamic trie holds in the kernel.
     dyn_kernel: BTreeMap<LpmKey, RampartDynValue>,
 }
@@ -263,7 +265,6 @@ impl XdpManager {
             needs_grace: false,
             grace: None,
             rcu: None,
-            dynamic: DynamicBlocks::default(),
             dyn_kernel: BTreeMap::new(),
         };
         state.check_meta()?;
@@ -351,12 +352,19 @@ impl XdpManager {
             .map_err(|e| map_err(map_name::ACTIVE, "read", e))
     }
 
-    /// Bans `ip` until `deadline_ns` (CLOCK_MONOTONIC). IPv6 sources are banned by the live
-    /// policy's IPv6 prefix. A live ban with a later deadline keeps it (bans never shorten;
-    /// [`unban`](Self::unban) first to shorten).
-    pub fn ban(&self, ip: IpAddr, deadline_ns: u64, reason: BanReason) -> Result<(), XdpError> {
+    /// Bans `ip` until `deadline_ns` (CLOCK_MONOTONIC) on behalf of listener `port`. IPv6
+    /// sources are banned by that port's `ipv6PrefixLength` in the live policy. A live ban with
+    /// a later deadline keeps it (bans never shorten; [`unban`](Self::unban) first to shorten).
+    pub fn ban(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        deadline_ns: u64,
+        reason: BanReason,
+    ) -> Result<(), XdpError> {
         let mut state = self.lock();
-        let key = abi::source_id(ip, state.ipv6_prefix_len());
+        let prefix = state.ipv6_prefix_len(port);
+        let key = abi::source_id(ip, prefix);
         let deadline = match state.maps.bans.get(&key, 0) {
             Ok(old) if old.deadline_ns > deadline_ns => old.deadline_ns,
             _ => deadline_ns,
@@ -364,7 +372,12 @@ impl XdpManager {
         let value = RampartBan {
             deadline_ns: deadline,
             reason: reason.code(),
-            pad: 0,
+            port,
+            prefix_len: if abi::ip_from16(key.addr).is_ipv4() {
+                32
+            } else {
+                u16::from(prefix)
+            },
         };
         state
             .maps
@@ -373,10 +386,11 @@ impl XdpManager {
             .map_err(|e| map_err(map_name::BANS, "insert", e))
     }
 
-    /// Lifts the ban on `ip` (its prefix for IPv6); true if there was one.
-    pub fn unban(&self, ip: IpAddr) -> Result<bool, XdpError> {
+    /// Lifts the ban on `ip` (its prefix under listener `port`'s policy for IPv6); true if
+    /// there was one.
+    pub fn unban(&self, ip: IpAddr, port: u16) -> Result<bool, XdpError> {
         let mut state = self.lock();
-        let key = abi::source_id(ip, state.ipv6_prefix_len());
+        let key = abi::source_id(ip, state.ipv6_prefix_len(port));
         match state.maps.bans.remove(&key) {
             Ok(()) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
@@ -390,7 +404,8 @@ impl XdpManager {
         state.bans()
     }
 
-    /// Removes bans and dynamic blocks whose deadline is `<= now_ns`; returns how many. The
+    /// Removes bans whose deadline is `<= now_ns`; returns how many. (Expired dynamic blocks
+    /// leave the trie at the next [`sync_dynamic`](Self::sync_dynamic).) The
     /// kernel ignores expired entries anyway; this frees their slots. O(bans).
     pub fn sweep(&self, now_ns: u64) -> usize {
         let mut state = self.lock();
@@ -412,39 +427,20 @@ impl XdpManager {
                 }
             }
         }
-        let dyn_removed = state.dynamic.expire(now_ns);
-        if dyn_removed > 0 && state.sync_dynamic().is_ok() {
-            removed += dyn_removed;
-        }
         removed
     }
 
-    /// Adds or replaces a dynamic block (`blockIp`): drops SYNs from `block.net` to
-    /// `block.port` (every listener port when `None`) until `block.deadline_ns`.
-    pub fn block_dynamic(&self, block: &XdpDynamicBlock) -> Result<(), XdpError> {
-        let mut state = self.lock();
-        state.dynamic.insert(block);
-        state.sync_dynamic()
+    /// Makes the dynamic-block trie hold exactly `rules` (the engine's live `blockIp` entries,
+    /// [`crate::protection::DynamicBlocks::rules`]): computes the trie's contents and writes only
+    /// the keys that changed. On a failed write the mirror keeps what was written, so the next
+    /// call retries the rest.
+    pub fn sync_dynamic(&self, rules: &[DynamicRule]) -> Result<(), XdpError> {
+        self.lock().write_dynamic(kernel_entries(rules))
     }
 
-    /// Removes the dynamic block for exactly `net` and `port` (`unblockIp`); true if present.
-    pub fn unblock_dynamic(&self, net: IpNet, port: Option<u16>) -> Result<bool, XdpError> {
-        let mut state = self.lock();
-        let found = state.dynamic.remove(net, port);
-        state.sync_dynamic()?;
-        Ok(found)
-    }
-
-    /// Replaces every dynamic block (resynchronisation).
-    pub fn set_dynamic(&self, blocks: &[XdpDynamicBlock]) -> Result<(), XdpError> {
-        let mut state = self.lock();
-        state.dynamic.replace(blocks);
-        state.sync_dynamic()
-    }
-
-    /// The dynamic blocks the kernel enforces (expired ones until the next sweep).
-    pub fn dynamic_blocks(&self) -> Vec<XdpDynamicBlock> {
-        self.lock().dynamic.blocks()
+    /// Number of keys the dynamic-block trie holds (family markers included).
+    pub fn dynamic_keys(&self) -> usize {
+        self.lock().dyn_kernel.len()
     }
 
     /// Counters (summed over CPUs) and live bans at `crate::clock::now_ns()`.
@@ -475,8 +471,12 @@ impl XdpManager {
                 dropped_penalty: c(abi::counter::DROP_PENALTY),
                 dropped_syn_flood: c(abi::counter::DROP_SYNFLOOD),
                 dropped_unparsed: c(abi::counter::DROP_UNPARSED),
+                banned: c(abi::counter::BANNED),
+                ban_extended: c(abi::counter::BAN_EXTENDED),
             },
             banned_ips: banned,
+            errors: 0,
+            ban_queue_overflow: 0,
         }
     }
 
@@ -488,7 +488,7 @@ impl XdpManager {
     /// The SYN GCRA theoretical arrival time (ns) of `ip` on `port`, if tracked.
     pub fn syn_tat(&self, ip: IpAddr, port: u16) -> Option<u64> {
         let state = self.lock();
-        let id = abi::source_id(ip, state.ipv6_prefix_len());
+        let id = abi::source_id(ip, state.ipv6_prefix_len(port));
         let key = RampartSynKey {
             addr: id.addr,
             port,
@@ -682,12 +682,15 @@ fn write_trie(
 }
 
 impl State {
-    fn ipv6_prefix_len(&self) -> u8 {
-        self.sets[self.live as usize]
-            .ports
-            .get(&0)
+    /// The IPv6 prefix of listener `port` in the live set (the set header's when the port has
+    /// no entry).
+    fn ipv6_prefix_len(&self, port: u16) -> u8 {
+        let ports = &self.sets[self.live as usize].ports;
+        ports
+            .get(&port)
+            .or_else(|| ports.get(&0))
             .map(|h| h.ipv6_prefix_len.min(128) as u8)
-            .unwrap_or(64)
+            .unwrap_or(DEFAULT_IPV6_PREFIX)
     }
 
     fn counter(&self, slot: u32) -> u64 {
@@ -699,20 +702,17 @@ impl State {
     }
 
     fn bans(&self) -> Vec<XdpBan> {
-        let prefix = self.ipv6_prefix_len();
         let mut out: Vec<XdpBan> = self
             .maps
             .bans
             .iter()
             .filter_map(Result::ok)
-            .map(|(key, ban)| {
-                let ip = abi::ip_from16(key.addr);
-                XdpBan {
-                    ip,
-                    prefix_len: if ip.is_ipv4() { 32 } else { prefix },
-                    deadline_ns: ban.deadline_ns,
-                    reason: BanReason::from_code(ban.reason),
-                }
+            .map(|(key, ban)| XdpBan {
+                ip: abi::ip_from16(key.addr),
+                prefix_len: ban.prefix_len.min(128) as u8,
+                port: ban.port,
+                deadline_ns: ban.deadline_ns,
+                reason: BanReason::from_code(ban.reason),
             })
             .collect();
         out.sort_by_key(|b| (b.ip, b.deadline_ns));
@@ -763,7 +763,7 @@ impl State {
             .filter_map(Result::ok)
             .map(|(k, v)| ((k.prefix_len(), k.data()), v))
             .collect();
-        self.sync_dynamic()?;
+        self.write_dynamic(BTreeMap::new())?;
         // Empty the idle set, flip to it, then empty the other after a grace period.
         self.stage(SetContents::default())?;
         self.commit()?;
@@ -897,8 +897,7 @@ impl State {
 
     /// Writes the differences between the dynamic blocks and the kernel trie (upserts first:
     /// a changing block never opens a gap).
-    fn sync_dynamic(&mut self) -> Result<(), XdpError> {
-        let wanted = self.dynamic.kernel_entries();
+    fn write_dynamic(&mut self, wanted: BTreeMap<LpmKey, RampartDynValue>) -> Result<(), XdpError> {
         let d = policy::diff(&self.dyn_kernel, &wanted);
         for (key, value) in d.upsert {
             self.maps

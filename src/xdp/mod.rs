@@ -9,7 +9,9 @@
 //!
 //! - [`abi`]: `#[repr(C)]` twins of `ebpf/rampart.h` with compile-time layout assertions;
 //! - [`policy`]: per-port policy → the exact contents of one policy set;
-//! - [`lpm`] / [`dynamic`]: CIDRs as LPM-trie keys, dynamic blocks with deadlines;
+//! - [`lpm`] / [`dynamic`]: CIDRs as LPM-trie keys, the dynamic-block trie derived from the
+//!   engine's `blockIp` set;
+//! - [`sync`]: userspace → kernel: policy mapping, the ban queue, the XDP slot;
 //! - [`manager`]: [`XdpManager`], which owns the program, the link and the maps;
 //! - [`object`]: the embedded object (or why it was not built);
 //! - [`pins`]: the pin directory, its compatibility check and removal;
@@ -26,11 +28,12 @@ pub mod manager;
 pub mod object;
 pub mod pins;
 pub mod policy;
+pub mod sync;
 pub mod sys;
 
+use serde::{Serialize, Serializer};
 use std::fmt;
 
-pub use dynamic::XdpDynamicBlock;
 pub use manager::{XdpBan, XdpManager, DEFAULT_PIN_ROOT};
 pub use object::object_available;
 pub use policy::{XdpPolicy, XdpPortPolicy};
@@ -78,7 +81,7 @@ impl BanReason {
     }
 }
 
-/// Kernel counters, summed over CPUs (packets).
+/// Kernel counters, summed over CPUs (packets, except the two ban counters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct XdpCounters {
     /// Packets passed (every XDP_PASS, any port).
@@ -93,10 +96,51 @@ pub struct XdpCounters {
     pub dropped_syn_flood: u64,
     /// Packets whose port could not be read, from a blocked or banned source.
     pub dropped_unparsed: u64,
+    /// Sources the kernel banned for SYN excess (`xdp.synPerSecond`).
+    pub banned: u64,
+    /// Ban deadlines the kernel moved forward because a banned source kept flooding.
+    pub ban_extended: u64,
 }
 
-/// `xdpStatus()`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+impl Serialize for XdpCounters {
+    /// `{ passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed }, banned, banExtended }`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Dropped {
+            cidr: u64,
+            dynamic: u64,
+            penalty: u64,
+            syn_flood: u64,
+            unparsed: u64,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Shape {
+            passed: u64,
+            dropped: Dropped,
+            banned: u64,
+            ban_extended: u64,
+        }
+        Shape {
+            passed: self.passed,
+            dropped: Dropped {
+                cidr: self.dropped_cidr,
+                dynamic: self.dropped_dynamic,
+                penalty: self.dropped_penalty,
+                syn_flood: self.dropped_syn_flood,
+                unparsed: self.dropped_unparsed,
+            },
+            banned: self.banned,
+            ban_extended: self.ban_extended,
+        }
+        .serialize(s)
+    }
+}
+
+/// `xdpStatus()` (and `metrics().xdp`), serialised as the JS API shapes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct XdpStatus {
     /// Whether the program is attached to `interface`.
     pub attached: bool,
@@ -108,6 +152,11 @@ pub struct XdpStatus {
     pub counters: XdpCounters,
     /// Live bans, sorted: bare IPv4 addresses, IPv6 as their prefix (`2001:db8:1:2::/64`).
     pub banned_ips: Vec<String>,
+    /// Failed kernel-map writes (bans, dynamic blocks) since start; each was also an `'error'`
+    /// event `xdp_sync_failed`.
+    pub errors: u64,
+    /// Penalty boxes not mirrored as kernel bans because the ban queue was full.
+    pub ban_queue_overflow: u64,
 }
 
 impl XdpStatus {
@@ -119,6 +168,8 @@ impl XdpStatus {
             mode: "none",
             counters: XdpCounters::default(),
             banned_ips: Vec::new(),
+            errors: 0,
+            ban_queue_overflow: 0,
         }
     }
 }

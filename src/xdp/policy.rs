@@ -39,6 +39,9 @@ pub struct XdpPortPolicy {
     pub allow: Vec<IpNet>,
     /// Blocklist CIDRs: SYNs dropped (`cidr`).
     pub block: Vec<IpNet>,
+    /// IPv6 sources share bans and SYN state on this port by this prefix (its listener's
+    /// `ipv6PrefixLength`, 0..=128).
+    pub ipv6_prefix_len: u8,
 }
 
 /// Everything one policy swap carries to the kernel.
@@ -49,8 +52,8 @@ pub struct XdpPolicy {
     /// Listener ports without protection: only dynamic blocks apply there (`blockIp` without
     /// a port covers every listener). Must not repeat a protected port.
     pub listener_ports: Vec<u16>,
-    /// IPv6 sources share bans and SYN state by this prefix (`ipv6PrefixLength`, 0..=128;
-    /// default 64).
+    /// The prefix IPv6 sources are judged by where the port cannot be read (the set header, for
+    /// fragments and unparsed packets) and on unprotected listener ports (0..=128; default 64).
     pub ipv6_prefix_len: u8,
 }
 
@@ -139,9 +142,15 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
     let mut block = Vec::new();
     let mut next_bit = 0u32;
     for p in &policy.ports {
+        if p.ipv6_prefix_len > 128 {
+            return invalid(format!(
+                "port {}: ipv6_prefix_len must be 0..=128, got {}",
+                p.port, p.ipv6_prefix_len
+            ));
+        }
         let mut entry = RampartPortPolicy {
             flags: PORT_PROTECTED,
-            ipv6_prefix_len: prefix,
+            ipv6_prefix_len: u32::from(p.ipv6_prefix_len),
             ..Default::default()
         };
         if let Some(rate) = p.syn_per_second {
@@ -276,6 +285,7 @@ mod tests {
             penalty_ns: 600_000_000_000,
             allow: vec!["192.0.2.1/32".parse().unwrap()],
             block: vec!["192.0.2.0/24".parse().unwrap()],
+            ipv6_prefix_len: 64,
         }
     }
 

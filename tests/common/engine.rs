@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use rampart::config::protection::policy_from_json;
 use rampart::protection::{DynamicBlocks, Engine, ProtectionPolicy};
 use serde_json::Value;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ pub const T0: u64 = 1_000 * S;
 
 /// A compiled policy from JSON; panics on an invalid one.
 pub fn policy(v: Value) -> Arc<ProtectionPolicy> {
-    Arc::new(ProtectionPolicy::from_json(&v).expect("valid policy"))
+    Arc::new(policy_from_json(&v).expect("valid policy"))
 }
 
 /// An engine for port 443 with policy `v` set at `T0`.

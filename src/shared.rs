@@ -1,0 +1,141 @@
+//! The state every task of one proxy shares: listeners (config, engine, counters), the live
+//! route table, the `blockIp` set, the event hub and the XDP slot, and the one place refusals and
+//! runtime errors are counted and reported.
+//!
+//! [`crate::server::Proxy`] builds it and drives its lifecycle; the accept loops and connection
+//! tasks ([`crate::listener`]) read it. Nothing here waits on I/O.
+
+use crate::clock;
+use crate::config::proxy::ListenerConfig;
+use crate::events::{BlockedEvent, ErrorEvent, EventHub};
+use crate::metrics::{ErrorReason, ListenerMetrics};
+use crate::protection::{DynamicBlocks, Engine, Verdict};
+use crate::proxy::routes::RouteTable;
+use crate::xdp::sync::XdpSlot;
+use arc_swap::ArcSwap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Runtime state of one listener.
+pub struct ListenerRt {
+    /// Config (the protection field is only the initial policy; the engine holds the live one).
+    pub config: ListenerConfig,
+    /// `host:port` (`[::]:8443` for IPv6), as events and metrics label it.
+    pub label: String,
+    /// Protection engine (always present; with no policy only dynamic blocks apply).
+    pub engine: Engine,
+    /// Counters.
+    pub metrics: ListenerMetrics,
+}
+
+/// State shared by every task of one proxy.
+pub struct Shared {
+    /// Listeners, in config order (a listener is named by its index).
+    pub listeners: Vec<ListenerRt>,
+    /// Live route table; swapped whole by `updateConfig`.
+    pub routes: ArcSwap<RouteTable>,
+    /// `blockIp` entries: the one set every engine reads and the kernel's map derives from.
+    pub dynamic: Arc<DynamicBlocks>,
+    /// Events.
+    pub events: EventHub,
+    /// The XDP filter (when attached), its ban queue and its failure count.
+    pub xdp: XdpSlot,
+}
+
+impl Shared {
+    /// Counts and reports one refusal (or observe-mode decision) on listener `li`, with the
+    /// connection's JA3/JA4 (`""` when the ClientHello was not read).
+    pub fn report_block(&self, li: usize, ip: IpAddr, v: Verdict, (ja3, ja4): (&str, &str)) {
+        let l = &self.listeners[li];
+        l.metrics.blocked(v.reason);
+        let ev = BlockedEvent {
+            ip,
+            port: l.config.port,
+            listener: &l.label,
+            reason: v.reason.as_str(),
+            ja3,
+            ja4,
+            observed: v.observed,
+        };
+        self.events.blocked(&ev, ip, v.reason, clock::now_ns());
+    }
+
+    /// Counts one runtime error on listener `li`; with a `message`, also emits it as `'error'`.
+    pub fn report_error(
+        &self,
+        li: usize,
+        ip: Option<IpAddr>,
+        code: ErrorReason,
+        message: Option<String>,
+    ) {
+        let l = &self.listeners[li];
+        l.metrics.error(code);
+        if let Some(message) = message {
+            let ev = ErrorEvent {
+                code: code.as_str(),
+                message,
+                ip: ip.map(|i| i.to_string()),
+                port: Some(l.config.port),
+                listener: Some(&l.label),
+            };
+            self.events.error(&ev, clock::now_ns());
+        }
+    }
+
+    /// Counts one failed XDP map write (`metrics().xdp.errors`) and emits it as `'error'`
+    /// (`xdp_sync_failed`, no listener: the kernel maps serve every listener).
+    pub fn report_xdp_failure(&self, what: &str, err: &crate::xdp::XdpError) {
+        self.xdp.errors.fetch_add(1, Ordering::Relaxed);
+        let ev = ErrorEvent {
+            code: crate::xdp::sync::XDP_SYNC_FAILED,
+            message: format!("{what}: {err}"),
+            ip: None,
+            port: None,
+            listener: None,
+        };
+        self.events.error(&ev, clock::now_ns());
+    }
+
+    /// Indexes of the listeners on `port` (a port names every listener bound to it).
+    pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
+        self.listeners
+            .iter()
+            .enumerate()
+            .filter(move |(_, l)| l.config.port == port)
+            .map(|(i, _)| i)
+    }
+}
+
+/// Holds one open connection in its listener's gauge (`activeConnections`); released on drop.
+pub struct ActiveGuard {
+    shared: Arc<Shared>,
+    li: usize,
+}
+
+impl ActiveGuard {
+    /// Counts a connection on listener `li` and returns the guard with the gauge's previous
+    /// value (for the `maxConnections` check).
+    pub fn open(shared: &Arc<Shared>, li: usize) -> (ActiveGuard, i64) {
+        let prev = shared.listeners[li]
+            .metrics
+            .active
+            .fetch_add(1, Ordering::Relaxed);
+        (
+            ActiveGuard {
+                shared: shared.clone(),
+                li,
+            },
+            prev,
+        )
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.shared.listeners[self.li]
+            .metrics
+            .active
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
