@@ -678,3 +678,36 @@ fn engine_and_guards_cross_threads() {
     send_sync::<rampart::protection::PendingGuard>();
     send_sync::<Admission>();
 }
+
+#[test]
+fn a_decision_read_under_the_lock_never_refuses_a_conforming_client_decided_out_of_order() {
+    // 1e8/s, burst 1: one connection per 10 ns. Two workers accept connections 1 µs apart from
+    // one client; the first reads the clock, is descheduled, and reaches the engine after the
+    // second was decided.
+    let e = engine(json!({"rateLimit": {"connectionsPerSecond": 1e8, "burst": 1}}));
+    let a = ip("198.51.100.20");
+    assert!(e.admit(a, T0 + 1_000).verdict.is_none());
+    // Its pre-lock read is stale (T0); the read under the lock is after the second decision.
+    let reads = std::cell::Cell::new(0u32);
+    let clock = || {
+        reads.set(reads.get() + 1);
+        if reads.get() == 1 {
+            T0
+        } else {
+            T0 + 1_050
+        }
+    };
+    let late = e.admit_clocked(a, clock);
+    assert_eq!(late.verdict, None);
+    assert_eq!(reads.get(), 2);
+    // A stale injected time is clamped to the latest decision time of the shard: with burst 2
+    // an arrival "before" the last one is judged at the last one's time and conforms.
+    let e2 = engine(json!({"rateLimit": {"connectionsPerSecond": 1e8, "burst": 2}}));
+    assert!(e2.admit(a, T0 + 1_000).verdict.is_none());
+    assert!(e2.admit(a, T0).verdict.is_none());
+    // The two used the burst at T0 + 1000: the next one at that instant is refused.
+    assert_eq!(
+        e2.admit(a, T0 + 1_000).verdict.map(|v| v.reason),
+        Some(BlockReason::RateLimited)
+    );
+}

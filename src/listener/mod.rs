@@ -124,7 +124,7 @@ pub async fn accept_loop(
 /// connection's lifetime, or `None` when refused (already counted and reported).
 fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuard>, ActiveGuard)> {
     let l = &shared.listeners[li];
-    let adm = l.engine.admit(ip, clock::now_ns());
+    let adm = l.engine.admit_clocked(ip, clock::now_ns);
     if let Some(v) = adm.verdict {
         shared.report_block(li, ip, v, ("", ""));
         if !v.observed {

@@ -181,8 +181,18 @@ impl Engine {
         }
     }
 
-    /// Admission at accept, before reading a byte (see the module doc for the order).
+    /// Admission at accept, before reading a byte (see the module doc for the order), at
+    /// `now_ns` (CLOCK_MONOTONIC ns; tests inject it).
     pub fn admit(&self, ip: IpAddr, now_ns: u64) -> Admission {
+        self.admit_clocked(ip, || now_ns)
+    }
+
+    /// [`Engine::admit`] with a clock: `clock()` is read once for the list and TTL checks and
+    /// once more under the client's shard lock for the rate decision, so concurrent decisions
+    /// use times in the order they are made (see `Table::with`). The accept loop passes
+    /// [`crate::clock::now_ns`].
+    pub fn admit_clocked(&self, ip: IpAddr, clock: impl Fn() -> u64) -> Admission {
+        let now_ns = clock();
         let ip = canonical_ip(ip);
         let inst = self.installed.load();
         let Some(p) = inst.policy.as_deref() else {
@@ -211,18 +221,23 @@ impl Engine {
             }
             let guard = self
                 .table
-                .with(key, &ctx, |e| e.active = e.active.saturating_add(1))
+                .with(
+                    key,
+                    &ctx,
+                    || now_ns,
+                    |e, _| e.active = e.active.saturating_add(1),
+                )
                 .map(|(_, slot)| slot.conn_guard());
             return Admission {
                 verdict: Some(observed(reason)),
                 guard,
             };
         }
-        let Some((out, slot)) = self.table.with(key, &ctx, |e| {
+        let Some((out, slot)) = self.table.with(key, &ctx, &clock, |e, now| {
             if e.tag() == inst.tag() {
-                decide(p, &inst, e, epoch, now_ns, observe)
+                decide(p, &inst, e, epoch, now, observe)
             } else {
-                self.decide_rescaled(p, e, epoch, now_ns, observe)
+                self.decide_rescaled(p, e, epoch, now, observe)
             }
         }) else {
             self.untracked.fetch_add(1, Ordering::Relaxed);
@@ -269,9 +284,6 @@ impl Engine {
     /// set (`incomplete_handshake`), then `requireSni` (`no_sni`), `ja3Blocklist`
     /// (`ja3_blocked`), `ja4Blocklist` (`ja4_blocked`). `None`: go on. Allowlisted clients and
     /// listeners without a policy always pass.
-    ///
-    /// `_now_ns` is unused today (these checks are stateless); it keeps every decision's signature
-    /// uniform for the caller.
     pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>) -> Option<Verdict> {
         let inst = self.installed.load();
         let p = inst.policy.as_deref()?;
@@ -312,13 +324,18 @@ impl Engine {
         let max = p.slow_handshake().max_pending_per_ip;
         let ctx = self.ctx(&inst, p, now_ns, self.epoch.load(Ordering::Acquire));
         let key = IpKey::new(ip, p.ipv6_prefix_length());
-        let counted = self.table.with(key, &ctx, |e| {
-            let ok = u64::from(e.pending) < max;
-            if ok {
-                e.pending += 1;
-            }
-            ok
-        });
+        let counted = self.table.with(
+            key,
+            &ctx,
+            || now_ns,
+            |e, _| {
+                let ok = u64::from(e.pending) < max;
+                if ok {
+                    e.pending += 1;
+                }
+                ok
+            },
+        );
         match counted {
             None => Ok(PendingGuard::empty()),
             Some((true, slot)) => Ok(slot.pending_guard()),

@@ -37,11 +37,13 @@ use super::abi::{
     RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
 };
 use super::dynamic::kernel_entries;
+use super::error::XdpError;
 use super::lpm::LpmKey;
+use super::object;
 use super::pins::{check_pins, remove_pins};
 use super::policy::{self, SetContents, XdpPolicy, XdpPortPolicy};
+use super::status::{BanReason, XdpCounters, XdpMode, XdpStatus};
 use super::sys::{self, BatchError, RcuSync};
-use super::{object, BanReason, XdpCounters, XdpError, XdpMode, XdpStatus};
 use crate::protection::key::DEFAULT_IPV6_PREFIX;
 use crate::protection::DynamicRule;
 

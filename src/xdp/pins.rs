@@ -15,7 +15,8 @@ use super::abi::{
     self, map_name, RampartBan, RampartCidrKey, RampartDynValue, RampartIp, RampartLpmKey,
     RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
 };
-use super::{sys, XdpError};
+use super::error::XdpError;
+use super::sys;
 
 /// One pinned map as this build defines it.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -20,8 +20,8 @@ use super::abi::{
     self, RampartCidrKey, RampartPortPolicy, PORT_HAS_ALLOW, PORT_HAS_BLOCK, PORT_PROTECTED,
     PORT_SET_HEADER, PORT_SYN_LIMIT,
 };
+use super::error::XdpError;
 use super::lpm;
-use super::XdpError;
 
 /// Kernel protection for one listener port (from its `ProtectionConfig`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,8 @@
 //! Nothing is swallowed: a failed write is counted in [`XdpSlot::errors`] and reported by the
 //! caller as an `'error'` event with code [`XDP_SYNC_FAILED`].
 
-use super::{XdpManager, XdpPolicy, XdpPortPolicy};
+use super::manager::XdpManager;
+use super::policy::{XdpPolicy, XdpPortPolicy};
 use crate::clock::ms_to_ns;
 use crate::protection::{Engine, Mode, ProtectionPolicy};
 use std::net::IpAddr;

@@ -1,16 +1,12 @@
 //! The per-IP table: one small fixed-size entry per tracked client, sharded, with a hard cap and
 //! incremental eviction.
 //!
-//! **Entry** (48 bytes): the key (128 bits + prefix length), the two GCRA TATs (`rateLimit`,
-//! `sustained`, ns), the penalty-box word, the active-connection count (released by
-//! [`ConnGuard`]), the pending-handshake count (released by [`PendingGuard`]) and one flag byte:
-//! 3 bits saying which blocked-list side sets hold the key, 5 bits of the rate-limit generation
-//! the TATs are written in (see [`super::rescale`]).
+//! **Entry**: one fixed-size [`Entry`] per client (48 bytes; see [`super::entry`]).
 //!
-//! **Layout**: 256 shards, each a `Mutex` around an open-addressing table that holds the entries
-//! *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a lookup reads the
-//! control bytes (1 byte per slot, cache-resident) and then touches one entry — one memory miss
-//! per decision at a million clients. Linear probing from `fastrange(hash, capacity)`, at most 7/8
+//! **Layout** ([`shard`]): 256 shards, each a `Mutex` around an open-addressing table that holds
+//! the entries *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a
+//! lookup reads the control bytes (1 byte per slot, cache-resident) and then touches one entry —
+//! one memory miss per decision at a million clients. Linear probing from `fastrange(hash, capacity)`, at most 7/8
 //! full, growing by 1.5× (so the load stays between 58 % and 88 %), backward-shift deletion (no
 //! tombstones). Memory per tracked client: 49 bytes / load = 56–84 bytes.
 //!
@@ -37,377 +33,21 @@
 //! sampled for large ones. When every candidate holds connections the client is admitted
 //! untracked.
 
+mod guard;
+mod shard;
+
+pub(crate) use guard::Slot;
+pub use guard::{ConnGuard, PendingGuard};
+pub(crate) use shard::Ctx;
+
 use super::blocked::SideLists;
 use super::entry::{Entry, SIDE_FLAGS};
 use super::key::IpKey;
-use super::penalty;
-use super::rescale::Installed;
-use arc_swap::ArcSwap;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
+use shard::{
+    rank, worth, Hasher4, Shard, ShardInner, Worth, OTHER_SHARDS, SHARDS, TICK_BATCH, VICTIM_SCAN,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-/// What an entry is worth keeping, at `now`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Worth {
-    /// Projected to a never-seen client: evicting it changes nothing.
-    Idle,
-    /// A TAT in the future (ns): it remembers recent arrivals.
-    Limited(u64),
-    /// A running penalty box (deadline word).
-    Boxed(u64),
-}
-
-/// What eviction needs to project an entry to `now`.
-#[derive(Clone, Copy)]
-pub(crate) struct Ctx<'a> {
-    /// CLOCK_MONOTONIC ns.
-    pub now: u64,
-    /// Current penalty-box epoch (0 = box off).
-    pub epoch: u32,
-    /// `maxTrackedIps`.
-    pub cap: usize,
-    /// Generation tag of the caller's snapshot: new entries get it.
-    pub tag: u8,
-    /// Where the generation in force is published: entries of another generation are rescaled
-    /// before eviction judges them (`None`: no rescaling, for table-only tests).
-    pub latest: Option<&'a ArcSwap<Installed>>,
-}
-
-/// Brings `e` to the generation in force (loaded under the shard lock the caller holds).
-#[inline]
-fn normalize(e: &mut Entry, ctx: &Ctx) {
-    if let Some(latest) = ctx.latest {
-        if e.tag() != ctx.tag {
-            latest.load().rescale(e);
-        }
-    }
-}
-
-/// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
-/// to the current generation first.
-fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
-    normalize(e, ctx);
-    if e.active != 0 || e.pending != 0 {
-        return None;
-    }
-    if penalty::is_boxed(e.penalty, ctx.epoch, ctx.now) {
-        return Some(Worth::Boxed(e.penalty));
-    }
-    let tat = e.tat_rate.max(e.tat_sustained);
-    Some(if tat > ctx.now {
-        Worth::Limited(tat)
-    } else {
-        Worth::Idle
-    })
-}
-
-/// Lower is evicted first: limited by TAT (closest to idle first), then boxed by deadline.
-fn rank(w: Worth) -> (u8, u64) {
-    match w {
-        Worth::Idle => (0, 0),
-        Worth::Limited(tat) => (1, tat),
-        Worth::Boxed(word) => (2, word & ((1 << 44) - 1)),
-    }
-}
-
-// ---- hashing -----------------------------------------------------------------------------------
-
-#[derive(Clone, Copy)]
-struct Hasher4([u64; 4]);
-
-#[inline]
-fn fold(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
-impl Hasher4 {
-    fn random() -> Hasher4 {
-        let rs = RandomState::new();
-        let mut seeds = [0u64; 4];
-        for (i, s) in seeds.iter_mut().enumerate() {
-            let mut h = rs.build_hasher();
-            h.write_usize(i);
-            *s = h.finish() | 1;
-        }
-        Hasher4(seeds)
-    }
-
-    /// Keyed folded-multiply hash (wyhash-style) of a key: bits 56.. pick the shard, bits 0..32
-    /// the home slot, bits 32..39 the control tag.
-    #[inline]
-    fn hash(&self, key: IpKey) -> u64 {
-        let (bits, len) = key.raw();
-        let h = fold((bits as u64) ^ self.0[0], ((bits >> 64) as u64) ^ self.0[1]);
-        fold(h ^ self.0[2], u64::from(len) ^ self.0[3])
-    }
-}
-
-#[inline]
-fn tag(h: u64) -> u8 {
-    0x80 | ((h >> 32) as u8 & 0x7f)
-}
-
-#[inline]
-fn home(h: u64, cap: usize) -> usize {
-    ((u64::from(h as u32) * cap as u64) >> 32) as usize
-}
-
-// ---- shard -------------------------------------------------------------------------------------
-
-const SHARDS: usize = 256;
-const MIN_CAP: usize = 16;
-const VICTIM_SCAN: usize = 32;
-const OTHER_SHARDS: usize = 8;
-const TICK_BATCH: usize = 64;
-
-/// One shard. Guards hold an `Arc<Shard>` so they can be released after the engine is gone.
-pub(crate) struct Shard {
-    inner: Mutex<ShardInner>,
-}
-
-struct ShardInner {
-    ctrl: Vec<u8>,
-    slots: Vec<Entry>,
-    count: usize,
-    hand: usize,
-}
-
-impl Shard {
-    fn lock(&self) -> MutexGuard<'_, ShardInner> {
-        // Every mutation leaves the table consistent between statements that can panic, so a
-        // poisoned lock is safe to keep using.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl ShardInner {
-    fn new() -> ShardInner {
-        ShardInner {
-            ctrl: Vec::new(),
-            slots: Vec::new(),
-            count: 0,
-            hand: 0,
-        }
-    }
-
-    #[inline]
-    fn find(&self, key: IpKey, h: u64) -> Option<usize> {
-        let cap = self.ctrl.len();
-        if cap == 0 {
-            return None;
-        }
-        let t = tag(h);
-        let mut pos = home(h, cap);
-        loop {
-            let c = self.ctrl[pos];
-            if c == 0 {
-                return None;
-            }
-            if c == t && self.slots[pos].is(key) {
-                return Some(pos);
-            }
-            pos += 1;
-            if pos == cap {
-                pos = 0;
-            }
-        }
-    }
-
-    /// Inserts a fresh entry for `key` (absent) and returns its slot.
-    fn insert(&mut self, hasher: &Hasher4, key: IpKey, h: u64, generation_tag: u8) -> usize {
-        if (self.count + 1) * 8 > self.ctrl.len() * 7 {
-            self.grow(hasher);
-        }
-        let cap = self.ctrl.len();
-        let mut pos = home(h, cap);
-        while self.ctrl[pos] != 0 {
-            pos += 1;
-            if pos == cap {
-                pos = 0;
-            }
-        }
-        self.ctrl[pos] = tag(h);
-        self.slots[pos] = Entry::fresh(key, generation_tag);
-        self.count += 1;
-        pos
-    }
-
-    fn grow(&mut self, hasher: &Hasher4) {
-        let cap = (self.ctrl.len() * 3 / 2).max(MIN_CAP);
-        let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
-        let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
-        for (c, e) in ctrl.into_iter().zip(slots) {
-            if c != 0 {
-                let h = hasher.hash(e.key());
-                let mut pos = home(h, cap);
-                while self.ctrl[pos] != 0 {
-                    pos += 1;
-                    if pos == cap {
-                        pos = 0;
-                    }
-                }
-                self.ctrl[pos] = c;
-                self.slots[pos] = e;
-            }
-        }
-        self.hand = 0;
-    }
-
-    /// Backward-shift deletion of slot `pos`.
-    fn remove(&mut self, hasher: &Hasher4, pos: usize) {
-        let cap = self.ctrl.len();
-        let mut hole = pos;
-        let mut j = pos;
-        loop {
-            j = if j + 1 == cap { 0 } else { j + 1 };
-            if self.ctrl[j] == 0 {
-                break;
-            }
-            let k = home(hasher.hash(self.slots[j].key()), cap);
-            // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
-            let stays = if hole <= j {
-                hole < k && k <= j
-            } else {
-                hole < k || k <= j
-            };
-            if !stays {
-                self.ctrl[hole] = self.ctrl[j];
-                self.slots[hole] = self.slots[j];
-                hole = j;
-            }
-        }
-        self.ctrl[hole] = 0;
-        self.slots[hole] = Entry::default();
-        self.count -= 1;
-    }
-
-    /// Scans from the clock hand for the least valuable evictable entry, looking at up to `n`
-    /// live entries (empty slots are skipped). An idle entry is returned at once.
-    fn scan_victim(&mut self, ctx: &Ctx, n: usize) -> Option<(usize, Worth)> {
-        let cap = self.ctrl.len();
-        if self.count == 0 {
-            return None;
-        }
-        let mut best: Option<(usize, Worth)> = None;
-        let mut live = 0;
-        for _ in 0..cap {
-            let pos = self.hand % cap;
-            self.hand = pos + 1;
-            if self.ctrl[pos] == 0 {
-                continue;
-            }
-            live += 1;
-            if let Some(w) = worth(&mut self.slots[pos], ctx) {
-                if w == Worth::Idle {
-                    return Some((pos, w));
-                }
-                if best.is_none_or(|(_, b)| rank(w) < rank(b)) {
-                    best = Some((pos, w));
-                }
-            }
-            if live == n {
-                break;
-            }
-        }
-        best
-    }
-}
-
-// ---- guards ------------------------------------------------------------------------------------
-
-/// A handle on a client's entry from which guards are made (the caller has counted them in the
-/// entry under the lock).
-pub(crate) struct Slot<'a> {
-    shard: &'a Arc<Shard>,
-    key: IpKey,
-    hash: u64,
-}
-
-impl Slot<'_> {
-    /// A guard for one active connection already counted in the entry.
-    pub fn conn_guard(&self) -> ConnGuard {
-        ConnGuard(Release::new(self, Counter::Active))
-    }
-
-    /// A guard for one pending handshake already counted in the entry.
-    pub fn pending_guard(&self) -> PendingGuard {
-        PendingGuard(Some(Release::new(self, Counter::Pending)))
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Counter {
-    Active,
-    Pending,
-}
-
-struct Release {
-    shard: Arc<Shard>,
-    key: IpKey,
-    hash: u64,
-    counter: Counter,
-}
-
-impl Release {
-    fn new(slot: &Slot<'_>, counter: Counter) -> Release {
-        Release {
-            shard: Arc::clone(slot.shard),
-            key: slot.key,
-            hash: slot.hash,
-            counter,
-        }
-    }
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let mut inner = self.shard.lock();
-        // The entry cannot have been evicted while this count was held.
-        if let Some(pos) = inner.find(self.key, self.hash) {
-            let e = &mut inner.slots[pos];
-            match self.counter {
-                Counter::Active => e.active = e.active.saturating_sub(1),
-                Counter::Pending => e.pending = e.pending.saturating_sub(1),
-            }
-        }
-    }
-}
-
-/// RAII count of one admitted connection on its client's entry: dropping it decrements the
-/// per-IP active count (what `maxConcurrentPerIp` compares against). While any guard is alive the
-/// entry cannot be evicted.
-pub struct ConnGuard(Release);
-
-impl std::fmt::Debug for ConnGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConnGuard({})", self.0.key)
-    }
-}
-
-/// RAII count of one handshake in progress (`slowHandshake.maxPendingPerIp`); dropping it
-/// decrements the per-IP pending count. A guard for an untracked or allowlisted client is empty.
-pub struct PendingGuard(Option<Release>);
-
-impl PendingGuard {
-    /// A guard that counts nothing (allowlisted or untracked client, no policy).
-    pub fn empty() -> PendingGuard {
-        PendingGuard(None)
-    }
-}
-
-impl std::fmt::Debug for PendingGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            Some(r) => write!(f, "PendingGuard({})", r.key),
-            None => f.write_str("PendingGuard(empty)"),
-        }
-    }
-}
-
-// ---- table -------------------------------------------------------------------------------------
+use std::sync::{Arc, Mutex};
 
 struct TickState {
     shard: usize,
@@ -465,12 +105,20 @@ impl Table {
     /// Runs `f` on `key`'s entry under its shard lock, creating the entry if needed (evicting a
     /// victim at the cap). `None` when the table is full of connected clients: the caller admits
     /// untracked. The returned [`Slot`] makes guards for counts `f` added.
+    ///
+    /// `f` gets the decision time: `read_now()` called with the shard lock held, clamped to the
+    /// latest time a decision under this lock used. A time read before the lock could reach it
+    /// out of order (two workers, one descheduled between its clock read and the lock), and an
+    /// older arrival compared against a TAT already advanced by a newer one refuses a conforming
+    /// client at the fastest allowed rates; read under the lock, decision times follow decision
+    /// order. The clamp keeps that true for injected clocks too.
     #[inline]
     pub fn with<R>(
         &self,
         key: IpKey,
         ctx: &Ctx,
-        f: impl FnOnce(&mut Entry) -> R,
+        read_now: impl FnOnce() -> u64,
+        f: impl FnOnce(&mut Entry, u64) -> R,
     ) -> Option<(R, Slot<'_>)> {
         let h = self.hasher.hash(key);
         let si = (h >> 56) as usize % SHARDS;
@@ -480,7 +128,9 @@ impl Table {
             Some(pos) => pos,
             None => self.insert(si, &mut inner, key, h, ctx)?,
         };
-        let r = f(&mut inner.slots[pos]);
+        let now = read_now().max(inner.now);
+        inner.now = now;
+        let r = f(&mut inner.slots[pos], now);
         drop(inner);
         Some((
             r,
@@ -699,7 +349,7 @@ mod tests {
     fn insert_find_remove_many() {
         let t = Table::new();
         for i in 0..20_000 {
-            t.with(key(i), &ctx(0, 1_000_000), |e| e.tat_rate = 5)
+            t.with(key(i), &ctx(0, 1_000_000), || 0, |e, _| e.tat_rate = 5)
                 .unwrap();
         }
         assert_eq!(t.len(), 20_000);
@@ -714,7 +364,9 @@ mod tests {
     #[test]
     fn guards_block_eviction() {
         let t = Table::new();
-        let (_, slot) = t.with(key(1), &ctx(0, 10), |e| e.active += 1).unwrap();
+        let (_, slot) = t
+            .with(key(1), &ctx(0, 10), || 0, |e, _| e.active += 1)
+            .unwrap();
         let g = slot.conn_guard();
         assert_eq!(t.evict_tick(&ctx(0, 10), 1_000), 0);
         drop(g);
@@ -732,8 +384,13 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             let i = ((x >> 33) % 5000) as u32;
             let c = ctx(step, 3000);
-            t.with(key(i), &c, |e| e.tat_rate = step + 1 + (x % 50))
-                .unwrap();
+            t.with(
+                key(i),
+                &c,
+                || c.now,
+                |e, _| e.tat_rate = step + 1 + (x % 50),
+            )
+            .unwrap();
             if step % 1000 == 0 {
                 t.evict_tick(&c, 500);
                 let mut live = 0;

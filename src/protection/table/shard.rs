@@ -1,0 +1,291 @@
+//! One shard of the per-client table: an open-addressing table holding entries inline behind
+//! one control byte per slot (0 = empty, else a 7-bit hash tag), the keyed hash that places a
+//! key, and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
+//! at most 7/8 full, growing by 1.5x, backward-shift deletion (no tombstones). Every method runs
+//! with the shard's lock held (see the table's module doc).
+
+use crate::protection::entry::Entry;
+use crate::protection::key::IpKey;
+use crate::protection::penalty;
+use crate::protection::rescale::Installed;
+use arc_swap::ArcSwap;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Mutex, MutexGuard};
+
+/// What an entry is worth keeping, at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Worth {
+    /// Projected to a never-seen client: evicting it changes nothing.
+    Idle,
+    /// A TAT in the future (ns): it remembers recent arrivals.
+    Limited(u64),
+    /// A running penalty box (deadline word).
+    Boxed(u64),
+}
+
+/// What eviction needs to project an entry to `now`.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    /// CLOCK_MONOTONIC ns.
+    pub now: u64,
+    /// Current penalty-box epoch (0 = box off).
+    pub epoch: u32,
+    /// `maxTrackedIps`.
+    pub cap: usize,
+    /// Generation tag of the caller's snapshot: new entries get it.
+    pub tag: u8,
+    /// Where the generation in force is published: entries of another generation are rescaled
+    /// before eviction judges them (`None`: no rescaling, for table-only tests).
+    pub latest: Option<&'a ArcSwap<Installed>>,
+}
+
+/// Brings `e` to the generation in force (loaded under the shard lock the caller holds).
+#[inline]
+pub(super) fn normalize(e: &mut Entry, ctx: &Ctx) {
+    if let Some(latest) = ctx.latest {
+        if e.tag() != ctx.tag {
+            latest.load().rescale(e);
+        }
+    }
+}
+
+/// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
+/// to the current generation first.
+pub(super) fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
+    normalize(e, ctx);
+    if e.active != 0 || e.pending != 0 {
+        return None;
+    }
+    if penalty::is_boxed(e.penalty, ctx.epoch, ctx.now) {
+        return Some(Worth::Boxed(e.penalty));
+    }
+    let tat = e.tat_rate.max(e.tat_sustained);
+    Some(if tat > ctx.now {
+        Worth::Limited(tat)
+    } else {
+        Worth::Idle
+    })
+}
+
+/// Lower is evicted first: limited by TAT (closest to idle first), then boxed by deadline.
+pub(super) fn rank(w: Worth) -> (u8, u64) {
+    match w {
+        Worth::Idle => (0, 0),
+        Worth::Limited(tat) => (1, tat),
+        Worth::Boxed(word) => (2, word & ((1 << 44) - 1)),
+    }
+}
+
+// ---- hashing
+
+#[derive(Clone, Copy)]
+pub(super) struct Hasher4([u64; 4]);
+
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl Hasher4 {
+    pub(super) fn random() -> Hasher4 {
+        let rs = RandomState::new();
+        let mut seeds = [0u64; 4];
+        for (i, s) in seeds.iter_mut().enumerate() {
+            let mut h = rs.build_hasher();
+            h.write_usize(i);
+            *s = h.finish() | 1;
+        }
+        Hasher4(seeds)
+    }
+
+    /// Keyed folded-multiply hash (wyhash-style) of a key: bits 56.. pick the shard, bits 0..32
+    /// the home slot, bits 32..39 the control tag.
+    #[inline]
+    pub(super) fn hash(&self, key: IpKey) -> u64 {
+        let (bits, len) = key.raw();
+        let h = fold((bits as u64) ^ self.0[0], ((bits >> 64) as u64) ^ self.0[1]);
+        fold(h ^ self.0[2], u64::from(len) ^ self.0[3])
+    }
+}
+
+#[inline]
+pub(super) fn tag(h: u64) -> u8 {
+    0x80 | ((h >> 32) as u8 & 0x7f)
+}
+
+#[inline]
+pub(super) fn home(h: u64, cap: usize) -> usize {
+    ((u64::from(h as u32) * cap as u64) >> 32) as usize
+}
+
+// ---- shard
+
+pub(super) const SHARDS: usize = 256;
+pub(super) const MIN_CAP: usize = 16;
+pub(super) const VICTIM_SCAN: usize = 32;
+pub(super) const OTHER_SHARDS: usize = 8;
+pub(super) const TICK_BATCH: usize = 64;
+
+/// One shard. Guards hold an `Arc<Shard>` so they can be released after the engine is gone.
+pub(crate) struct Shard {
+    pub(super) inner: Mutex<ShardInner>,
+}
+
+pub(super) struct ShardInner {
+    pub(super) ctrl: Vec<u8>,
+    pub(super) slots: Vec<Entry>,
+    pub(super) count: usize,
+    pub(super) hand: usize,
+    /// The latest decision time made under this lock (CLOCK_MONOTONIC ns): see [`Table::with`].
+    pub(super) now: u64,
+}
+
+impl Shard {
+    pub(super) fn lock(&self) -> MutexGuard<'_, ShardInner> {
+        // Every mutation leaves the table consistent between statements that can panic, so a
+        // poisoned lock is safe to keep using.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ShardInner {
+    pub(super) fn new() -> ShardInner {
+        ShardInner {
+            ctrl: Vec::new(),
+            slots: Vec::new(),
+            count: 0,
+            hand: 0,
+            now: 0,
+        }
+    }
+
+    #[inline]
+    pub(super) fn find(&self, key: IpKey, h: u64) -> Option<usize> {
+        let cap = self.ctrl.len();
+        if cap == 0 {
+            return None;
+        }
+        let t = tag(h);
+        let mut pos = home(h, cap);
+        loop {
+            let c = self.ctrl[pos];
+            if c == 0 {
+                return None;
+            }
+            if c == t && self.slots[pos].is(key) {
+                return Some(pos);
+            }
+            pos += 1;
+            if pos == cap {
+                pos = 0;
+            }
+        }
+    }
+
+    /// Inserts a fresh entry for `key` (absent) and returns its slot.
+    pub(super) fn insert(
+        &mut self,
+        hasher: &Hasher4,
+        key: IpKey,
+        h: u64,
+        generation_tag: u8,
+    ) -> usize {
+        if (self.count + 1) * 8 > self.ctrl.len() * 7 {
+            self.grow(hasher);
+        }
+        let cap = self.ctrl.len();
+        let mut pos = home(h, cap);
+        while self.ctrl[pos] != 0 {
+            pos += 1;
+            if pos == cap {
+                pos = 0;
+            }
+        }
+        self.ctrl[pos] = tag(h);
+        self.slots[pos] = Entry::fresh(key, generation_tag);
+        self.count += 1;
+        pos
+    }
+
+    pub(super) fn grow(&mut self, hasher: &Hasher4) {
+        let cap = (self.ctrl.len() * 3 / 2).max(MIN_CAP);
+        let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
+        let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
+        for (c, e) in ctrl.into_iter().zip(slots) {
+            if c != 0 {
+                let h = hasher.hash(e.key());
+                let mut pos = home(h, cap);
+                while self.ctrl[pos] != 0 {
+                    pos += 1;
+                    if pos == cap {
+                        pos = 0;
+                    }
+                }
+                self.ctrl[pos] = c;
+                self.slots[pos] = e;
+            }
+        }
+        self.hand = 0;
+    }
+
+    /// Backward-shift deletion of slot `pos`.
+    pub(super) fn remove(&mut self, hasher: &Hasher4, pos: usize) {
+        let cap = self.ctrl.len();
+        let mut hole = pos;
+        let mut j = pos;
+        loop {
+            j = if j + 1 == cap { 0 } else { j + 1 };
+            if self.ctrl[j] == 0 {
+                break;
+            }
+            let k = home(hasher.hash(self.slots[j].key()), cap);
+            // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
+            let stays = if hole <= j {
+                hole < k && k <= j
+            } else {
+                hole < k || k <= j
+            };
+            if !stays {
+                self.ctrl[hole] = self.ctrl[j];
+                self.slots[hole] = self.slots[j];
+                hole = j;
+            }
+        }
+        self.ctrl[hole] = 0;
+        self.slots[hole] = Entry::default();
+        self.count -= 1;
+    }
+
+    /// Scans from the clock hand for the least valuable evictable entry, looking at up to `n`
+    /// live entries (empty slots are skipped). An idle entry is returned at once.
+    pub(super) fn scan_victim(&mut self, ctx: &Ctx, n: usize) -> Option<(usize, Worth)> {
+        let cap = self.ctrl.len();
+        if self.count == 0 {
+            return None;
+        }
+        let mut best: Option<(usize, Worth)> = None;
+        let mut live = 0;
+        for _ in 0..cap {
+            let pos = self.hand % cap;
+            self.hand = pos + 1;
+            if self.ctrl[pos] == 0 {
+                continue;
+            }
+            live += 1;
+            if let Some(w) = worth(&mut self.slots[pos], ctx) {
+                if w == Worth::Idle {
+                    return Some((pos, w));
+                }
+                if best.is_none_or(|(_, b)| rank(w) < rank(b)) {
+                    best = Some((pos, w));
+                }
+            }
+            if live == n {
+                break;
+            }
+        }
+        best
+    }
+}
