@@ -305,7 +305,7 @@ impl ConnState {
     /// opened), which is what a client provokes with MadeYouReset.
     #[inline]
     fn upstream_reset(&mut self, stream: u32, now: u64) -> Check {
-        if stream % 2 == 0 || stream > self.last_stream_id {
+        if stream.is_multiple_of(2) || stream > self.last_stream_id {
             return Ok(());
         }
         if !self.resets_gcra.admit(&mut self.resets_tat, now) {
