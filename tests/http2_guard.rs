@@ -8,6 +8,38 @@ use rampart::http2::{
     ENHANCE_YOUR_CALM, PREFACE, PROTOCOL_ERROR,
 };
 
+/// Counts this thread's allocations, so a test can check that inspecting allocates nothing.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_allocation() {
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(|c| c.get())
+}
+
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_allocation();
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        count_allocation();
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000 * MS;
 
@@ -1456,4 +1488,34 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn inspecting_allocates_nothing() {
+    // An honest session and then 100 streams kept open, every chunk prepared beforehand.
+    let mut steps = honest_session(300);
+    for k in 0..100 {
+        steps.push((true, get(601 + 2 * k), 5 * SEC));
+    }
+    for k in 0..100 {
+        steps.push((false, response(601 + 2 * k, 10), 5 * SEC));
+    }
+    let mut g = guard();
+    let probe = allocations();
+    drop(std::hint::black_box(Box::new(1u8)));
+    assert_eq!(allocations(), probe + 1, "the counter counts");
+    let before = allocations();
+    for (from_client, bytes, now) in steps.iter_mut() {
+        for chunk in bytes.chunks_mut(7) {
+            let r = if *from_client {
+                g.inspect_client(chunk, *now)
+            } else {
+                g.inspect_upstream(chunk, *now)
+            };
+            assert_eq!(r, Inspect::Forward);
+        }
+    }
+    let _ = g.goaway();
+    assert_eq!(allocations(), before);
+    assert_eq!(g.state().open_streams(), 0);
 }

@@ -176,7 +176,7 @@ type Check = Result<(), End>;
 /// Per-connection state both directions update: the open client streams, the three GCRA words,
 /// the last stream forwarded, and whether (and why) the connection is ending.
 ///
-/// Memory: about 100 bytes plus 8 bytes per open stream, reserved once (see `streams.rs`).
+/// Memory: 128 bytes plus 8 bytes per open stream, reserved once (see `streams.rs`).
 #[derive(Debug)]
 pub struct ConnState {
     max_concurrent_streams: u32,
@@ -772,5 +772,20 @@ impl H2Guard {
     /// The upstream → client inspector (frame boundary, server preface, SETTINGS seen).
     pub fn upstream(&self) -> &UpstreamToClient {
         &self.upstream
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures the module doc gives (per connection, besides the stream buffer).
+    #[test]
+    fn per_connection_state_stays_small() {
+        assert!(std::mem::size_of::<ConnState>() <= 128);
+        assert!(std::mem::size_of::<ClientToUpstream>() <= 48);
+        assert!(std::mem::size_of::<UpstreamToClient>() <= 24);
+        assert!(std::mem::size_of::<H2Guard>() <= 200);
+        assert_eq!(std::mem::size_of::<Goaway>(), 27);
     }
 }

@@ -14,8 +14,9 @@
 //! | `max_continuation_frames` (16) | CONTINUATION frames in one header block | `continuation` |
 //! | `max_control_frames_per_second` (100) | client SETTINGS (ACK too), PING (ACK too), PRIORITY, WINDOW_UPDATE with increment 0, DATA of length 0 without END_STREAM; GCRA burst 2 × rate | `control_frames` |
 //!
-//! Checks run in that order on one frame, so a HEADERS that opens a 101st stream is
-//! `concurrent_streams` even if its rate is spent too. One exception names the attack: a
+//! A HEADERS that opens a stream is checked for concurrency, then stream rate, then size (so the
+//! HEADERS of a 101st stream is `concurrent_streams` even if its rate is spent too); a
+//! CONTINUATION for its count, then the block size. One exception names the attack: a
 //! stream-rate excess while the reset budget is also spent is reported `rapid_reset` (the
 //! CVE-2023-44487 pattern HEADERS, RST_STREAM, HEADERS, … spends both budgets at the same pair).
 //! The rates reuse [`Gcra`](crate::protection::gcra::Gcra)'s plain-word form (`admit` on a
@@ -62,8 +63,9 @@
 //! after a client-side violation the upstream direction runs to its next frame boundary.
 //!
 //! # Memory and cost
-//! Per connection: [`ConnState`] (about 100 bytes plus 8 bytes per open stream, reserved at
-//! construction; 0.9 KiB at the default 100) and two inspectors of about 32 bytes each. Neither
+//! Per connection: [`H2Guard`] is 200 bytes — [`ConnState`] 128, [`ClientToUpstream`] 48,
+//! [`UpstreamToClient`] 24 — plus the open-stream buffer, 8 bytes per stream reserved at
+//! construction (800 bytes at the default 100, so about 1 KiB in all). Nothing
 //! allocates after construction at the default cap (a larger cap grows the stream set at most
 //! when it reaches a new high-water mark). The only buffer is one partial 9-byte frame header per
 //! direction. Per frame: parse a 9-byte header, a few compares, at most one GCRA step; payload
