@@ -1,0 +1,104 @@
+//! HTTP/2 guard: per-connection flood limits read off frame headers, for terminated connections
+//! whose ALPN is `h2` (DESIGN §7.3).
+//!
+//! # What it counts
+//! Two pure state machines watch the decrypted bytes the copy loop moves, one per direction, and
+//! share one [`ConnState`]. Time is a parameter (`now_ns`, CLOCK_MONOTONIC ns); nothing sleeps.
+//!
+//! | limit ([`H2GuardConfig`]) | counted on | [`Violation`] |
+//! |---|---|---|
+//! | `max_concurrent_streams` (100) | client streams open at once: a stream opens at the client's first HEADERS on a new odd id above the last (RFC 9113 §5.1.1) and closes when both sides sent END_STREAM, or on RST_STREAM in either direction (§5.1) | `concurrent_streams` |
+//! | `max_streams_per_second` (200) | new client streams, GCRA with burst `max_concurrent_streams` | `stream_rate` |
+//! | `max_resets_per_second` (50) | RST_STREAM from the client (any stream) plus from the upstream on client streams (MadeYouReset), GCRA burst 2 × rate | `rapid_reset` |
+//! | `max_header_block_bytes` (65536) | payload bytes of one HEADERS and its CONTINUATIONs (§6.2, §6.10) | `header_block` |
+//! | `max_continuation_frames` (16) | CONTINUATION frames in one header block | `continuation` |
+//! | `max_control_frames_per_second` (100) | client SETTINGS (ACK too), PING (ACK too), PRIORITY, WINDOW_UPDATE with increment 0, DATA of length 0 without END_STREAM; GCRA burst 2 × rate | `control_frames` |
+//!
+//! A HEADERS that opens a stream is checked for concurrency, then stream rate, then size (so the
+//! HEADERS of a 101st stream is `concurrent_streams` even if its rate is spent too); a
+//! CONTINUATION for its count, then the block size. One exception names the attack: a
+//! stream-rate excess while the reset budget is also spent is reported `rapid_reset` (the
+//! CVE-2023-44487 pattern HEADERS, RST_STREAM, HEADERS, … spends both budgets at the same pair).
+//! The rates reuse [`Gcra`](crate::protection::gcra::Gcra)'s plain-word form (`admit` on a
+//! `u64`): exact, one compare and one store, and the state is owned by the connection, so no
+//! atomic is needed.
+//!
+//! # Choices
+//! - **Preface** (§3.4): the client's first 24 bytes must be the preface; anything else is
+//!   [`Inspect::ProtocolError`] with [`ProtocolError::BadPreface`] at the first differing byte —
+//!   not a violation, no `h2_flood`. The caller closes the connection (the upstream would answer
+//!   PROTOCOL_ERROR); a caller that prefers to let the upstream decide may stop inspecting and
+//!   forward, but then the guard protects nothing on that connection.
+//! - **Header blocks** must be contiguous (§4.3, §6.10): a frame other than CONTINUATION on the
+//!   same stream inside a block, or a CONTINUATION outside one, is a [`ProtocolError`] too, so
+//!   the block counters always have one meaning.
+//! - **Padding and priority fields count** as header-block bytes: the guard adds the HEADERS and
+//!   CONTINUATION payload lengths without reading the Pad Length byte (it overcounts a padded
+//!   block by at most 261 bytes, and the upstream does receive and parse those bytes).
+//! - **Empty DATA** means length 0. A padded DATA frame with no data is not "empty": padding is
+//!   flow-controlled (§6.1), so such frames are bounded by the upstream's window; length 0
+//!   frames are not, which is what makes them a flood.
+//! - **WINDOW_UPDATE** is the one client payload read: its first 4 bytes (the increment, reserved
+//!   bit ignored). A WINDOW_UPDATE shorter than 4 bytes (malformed) counts as a control frame.
+//! - **SETTINGS_MAX_CONCURRENT_STREAMS** in the upstream's non-ACK SETTINGS is lowered in place
+//!   to `max_concurrent_streams` (byte by byte as it passes, so any split works; no other byte is
+//!   ever changed). If the upstream sends no such setting, the client may believe streams are
+//!   unlimited (§5.1.2) and the guard still closes it at the cap: the guard never inserts bytes
+//!   (that would shift every later offset and the frame length), and RFC clients start at 100
+//!   anyway; [`UpstreamToClient::saw_max_concurrent_streams`] tells a caller that wants to log it.
+//! - **Stream-state bounds**: the open set holds at most `max_concurrent_streams` entries (the
+//!   stream that would exceed it is the violation), 8 bytes each, reserved once; no slack is
+//!   needed because the guard sees a close before the client does (the upstream's END_STREAM and
+//!   RST_STREAM pass through it on their way), so its count never exceeds the client's own.
+//! - **Upstream resets** count only on odd stream ids the client already opened; resets of
+//!   pushed (even) streams are the server's business.
+//!
+//! # Outcome offsets
+//! [`Inspect::Violation`]'s `at` is the offset in the chunk of the violating frame's first header
+//! byte: the caller forwards `chunk[..at]` and nothing after. When that header (or a
+//! WINDOW_UPDATE's increment) began in an earlier chunk, those bytes were already forwarded and
+//! `at` is 0: the upstream then holds a partial frame it cannot act on and sees the connection
+//! close. In the upstream → client direction the GOAWAY must follow a whole frame, so there the
+//! inspector never stops mid-frame: a violating frame whose header began earlier is finished, and
+//! after a client-side violation the upstream direction runs to its next frame boundary.
+//!
+//! # Memory and cost
+//! Per connection: [`H2Guard`] is 200 bytes — [`ConnState`] 128, [`ClientToUpstream`] 48,
+//! [`UpstreamToClient`] 24 — plus the open-stream buffer, 8 bytes per stream reserved at
+//! construction (800 bytes at the default 100, so about 1 KiB in all). Nothing
+//! allocates after construction at the default cap (a larger cap grows the stream set at most
+//! when it reaches a new high-water mark). The only buffer is one partial 9-byte frame header per
+//! direction. Per frame: parse a 9-byte header, a few compares, at most one GCRA step; payload
+//! bytes are skipped by length, except the 4 increment bytes of a WINDOW_UPDATE and the SETTINGS
+//! payload of the upstream (a few dozen bytes, read once). Stream opens append; stream closes are
+//! a binary search and a move of at most `max_concurrent_streams` 8-byte entries.
+//!
+//! # Use from the copy loop
+//! Both directions of `proxy::copy` are pumped in one task, so it holds one [`H2Guard`] (no lock)
+//! and, after each read of `n` bytes into `buf`:
+//! - client → upstream: `guard.inspect_client(&buf[..n], now_ns)`;
+//! - upstream → client: `guard.inspect_upstream(&mut buf[..n], now_ns)` (may rewrite bytes).
+//!
+//! On `Forward` the pump writes all `n` bytes. On `Violation { at, violation }` or
+//! `ProtocolError { at, .. }` it writes `buf[..at]` and reads no more from that side. The client
+//! side then stops reading the client and shuts the upstream; the upstream side keeps pumping
+//! until its own inspect returns the outcome (at most the rest of one frame), or does so at once
+//! when [`UpstreamToClient::at_frame_boundary`] already holds. Once the upstream side's bytes up
+//! to `at` are written, the pump writes [`H2Guard::goaway`]'s bytes (if `Some`) to the client,
+//! shuts both sides and the connection reports `h2_flood` with `violation.as_str()` (protocol
+//! errors are closed without the report). A caller that runs the two directions in two tasks
+//! keeps [`ClientToUpstream`] and [`UpstreamToClient`] in their tasks and the [`ConnState`] in a
+//! `Mutex`, locked once per chunk around `inspect`.
+
+mod frame;
+mod guard;
+mod streams;
+
+pub use frame::{
+    goaway_frame, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, FRAME_HEADER_LEN, NO_ERROR, PREFACE,
+    PROTOCOL_ERROR,
+};
+pub use guard::{
+    ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, ProtocolError,
+    UpstreamToClient, Violation,
+};
