@@ -22,28 +22,24 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use aya::maps::lpm_trie::Key;
-use aya::maps::{Array, HashMap, IterableMap, LpmTrie, Map, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp};
 use aya::{Ebpf, EbpfLoader};
 
-use super::abi::{
-    self, map_name, RampartBan, RampartCidrKey, RampartDynValue, RampartIp, RampartLpmData,
-    RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
-};
+use super::abi::{self, map_name, RampartBan, RampartDynValue, RampartIp, RampartSynKey};
 use super::dynamic::kernel_entries;
 use super::error::XdpError;
+use super::load::{attach_program, classify, interface_exists, load_error, xdp_program};
 use super::lpm::LpmKey;
+use super::maps::{is_not_found, map_err, take_maps, Maps};
 use super::object;
 use super::pins::{check_pins, remove_pins};
 use super::policy::{self, SetContents, XdpPolicy, XdpPortPolicy};
 use super::status::{BanReason, XdpCounters, XdpMode, XdpStatus};
-use super::sys::{self, BatchError, RcuSync};
+use super::sys::{self, RcuSync};
 use crate::protection::key::DEFAULT_IPV6_PREFIX;
 use crate::protection::DynamicRule;
 
@@ -80,40 +76,25 @@ impl XdpBan {
     }
 }
 
-type PortMap = HashMap<MapData, u16, RampartPortPolicy>;
-type ListTrie = LpmTrie<MapData, [u8; 16], u64>;
-
-struct Maps {
-    meta: Array<MapData, RampartMeta>,
-    active: Array<MapData, u32>,
-    ports: [PortMap; 2],
-    allow: [ListTrie; 2],
-    block: [ListTrie; 2],
-    dynamic: LpmTrie<MapData, RampartLpmData, RampartDynValue>,
-    bans: HashMap<MapData, RampartIp, RampartBan>,
-    syn: HashMap<MapData, RampartSynKey, RampartSynState>,
-    stats: PerCpuArray<MapData, u64>,
-}
-
-struct State {
-    ebpf: Ebpf,
-    link: Option<aya::programs::xdp::XdpLinkId>,
-    maps: Maps,
+pub(super) struct State {
+    pub(super) ebpf: Ebpf,
+    pub(super) link: Option<aya::programs::xdp::XdpLinkId>,
+    pub(super) maps: Maps,
     /// The live set (what `rampart_active` holds).
-    live: u32,
+    pub(super) live: u32,
     /// What each set holds in the kernel.
-    sets: [SetContents; 2],
+    pub(super) sets: [SetContents; 2],
     /// A write to this set failed: its mirror is re-read from the kernel before the next use.
-    dirty: [bool; 2],
+    pub(super) dirty: [bool; 2],
     /// The idle set holds a staged policy not yet committed.
-    staged: bool,
+    pub(super) staged: bool,
     /// The idle set was live until the last flip: wait a grace period before writing it.
-    needs_grace: bool,
+    pub(super) needs_grace: bool,
     /// That grace period, started in the background at the flip.
-    grace: Option<JoinHandle<std::io::Result<()>>>,
-    rcu: Option<Arc<RcuSync>>,
+    pub(super) grace: Option<JoinHandle<std::io::Result<()>>>,
+    pub(super) rcu: Option<Arc<RcuSync>>,
     /// What the dynamic trie holds in the kernel.
-    dyn_kernel: BTreeMap<LpmKey, RampartDynValue>,
+    pub(super) dyn_kernel: BTreeMap<LpmKey, RampartDynValue>,
 }
 
 // The napi layer shares one manager between threads.
@@ -141,38 +122,6 @@ impl std::fmt::Debug for XdpManager {
             .field("pin_dir", &self.pin_dir)
             .finish()
     }
-}
-
-fn classify(context: &str, err: &(dyn std::error::Error + 'static)) -> XdpError {
-    let text = format!("{context}: {}", sys::chain(err));
-    match sys::errno_of(err) {
-        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-        _ => XdpError::Load(text),
-    }
-}
-
-fn map_err(map: &str, op: &str, err: MapError) -> XdpError {
-    let text = format!("{map}: {op}: {}", sys::chain(&err));
-    match sys::errno_of(&err) {
-        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-        _ => XdpError::Map(text),
-    }
-}
-
-fn is_not_found(err: &MapError) -> bool {
-    matches!(err, MapError::KeyNotFound) || sys::errno_of(err) == Some(libc::ENOENT)
-}
-
-fn lpm(key: &LpmKey) -> Key<RampartLpmData> {
-    Key::new(key.0, key.1)
-}
-
-fn interface_exists(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated string.
-    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
 }
 
 impl XdpManager {
@@ -533,156 +482,6 @@ impl XdpManager {
     }
 }
 
-fn load_error(err: &ProgramError) -> XdpError {
-    if let ProgramError::LoadError {
-        io_error,
-        verifier_log,
-    } = err
-    {
-        let log = verifier_log.to_string();
-        let tail: String = log
-            .lines()
-            .rev()
-            .take(12)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
-        let text = format!("the verifier rejected the XDP program ({io_error}):\n{tail}");
-        return match io_error.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-            _ => XdpError::Load(text),
-        };
-    }
-    classify("loading the XDP program", err)
-}
-
-fn attach_program(
-    program: &mut Xdp,
-    interface: &str,
-    mode: XdpMode,
-) -> Result<(aya::programs::xdp::XdpLinkId, &'static str), XdpError> {
-    use aya::programs::xdp::XdpMode as AyaMode;
-    let tries: &[(AyaMode, &'static str)] = match mode {
-        XdpMode::Auto => &[(AyaMode::Driver, "native"), (AyaMode::Skb, "generic")],
-        XdpMode::Native => &[(AyaMode::Driver, "native")],
-        XdpMode::Generic => &[(AyaMode::Skb, "generic")],
-    };
-    let mut failures = Vec::new();
-    for &(aya_mode, label) in tries {
-        match program.attach(interface, aya_mode) {
-            Ok(link) => {
-                tracing::info!(interface, mode = label, "XDP program attached");
-                return Ok((link, label));
-            }
-            Err(ProgramError::UnknownInterface { name }) => {
-                return Err(XdpError::InterfaceMissing(name))
-            }
-            Err(e) => {
-                let errno = sys::errno_of(&e);
-                let text = format!("{label} attach to {interface}: {}", sys::chain(&e));
-                match errno {
-                    Some(libc::EPERM) | Some(libc::EACCES) => {
-                        return Err(XdpError::PermissionDenied(text))
-                    }
-                    Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                        return Err(XdpError::Busy(format!(
-                            "{text}: {interface} already has an XDP program (see `ip link show \
-                             {interface}`, `bpftool net`)"
-                        )))
-                    }
-                    Some(libc::ENODEV) => {
-                        return Err(XdpError::InterfaceMissing(interface.to_string()))
-                    }
-                    _ => {
-                        tracing::warn!(interface, mode = label, error = %text, "XDP attach failed");
-                        failures.push(text)
-                    }
-                }
-            }
-        }
-    }
-    Err(XdpError::Load(format!(
-        "could not attach XDP: {}",
-        failures.join("; ")
-    )))
-}
-
-fn take_maps(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
-    fn take<T: TryFrom<Map, Error = MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T, XdpError> {
-        let map = ebpf
-            .take_map(name)
-            .ok_or_else(|| XdpError::Load(format!("map {name} missing from the object")))?;
-        T::try_from(map).map_err(|e| map_err(name, "open", e))
-    }
-    Ok(Maps {
-        meta: take(ebpf, map_name::META)?,
-        active: take(ebpf, map_name::ACTIVE)?,
-        ports: [
-            take(ebpf, map_name::PORTS[0])?,
-            take(ebpf, map_name::PORTS[1])?,
-        ],
-        allow: [
-            take(ebpf, map_name::ALLOW[0])?,
-            take(ebpf, map_name::ALLOW[1])?,
-        ],
-        block: [
-            take(ebpf, map_name::BLOCK[0])?,
-            take(ebpf, map_name::BLOCK[1])?,
-        ],
-        dynamic: take(ebpf, map_name::DYNAMIC)?,
-        bans: take(ebpf, map_name::BANS)?,
-        syn: take(ebpf, map_name::SYN)?,
-        stats: take(ebpf, map_name::STATS)?,
-    })
-}
-
-/// Applies a diff to an allow/block trie: batched deletes then batched upserts
-/// (`BPF_MAP_*_BATCH`, 8192 per syscall), one syscall per element where the kernel has no
-/// batch operation for LPM tries.
-fn write_trie(
-    trie: &mut ListTrie,
-    name: &str,
-    d: policy::Diff<RampartCidrKey, u64>,
-) -> Result<(), XdpError> {
-    let batch_err = |op: &str, error: std::io::Error| {
-        let text = format!("{name}: {op}: {error}");
-        match error.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-            _ => XdpError::Map(text),
-        }
-    };
-    let key = |k: &RampartCidrKey| Key::new(k.prefixlen, k.addr);
-
-    let result = sys::delete_batch(trie.map().fd().as_fd(), &d.remove);
-    let from = match result {
-        Ok(()) => d.remove.len(),
-        Err(BatchError::Unsupported { done }) => done,
-        Err(BatchError::Failed { error, .. }) => return Err(batch_err("delete", error)),
-    };
-    for k in &d.remove[from..] {
-        match trie.remove(&key(k)) {
-            Ok(()) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(map_err(name, "remove", e)),
-        }
-    }
-
-    let (keys, values): (Vec<RampartCidrKey>, Vec<u64>) = d.upsert.into_iter().unzip();
-    let result = sys::update_batch(trie.map().fd().as_fd(), &keys, &values);
-    let from = match result {
-        Ok(()) => keys.len(),
-        Err(BatchError::Unsupported { done }) => done,
-        Err(BatchError::Failed { error, .. }) => return Err(batch_err("insert", error)),
-    };
-    for (k, v) in keys[from..].iter().zip(&values[from..]) {
-        trie.insert(&key(k), v, 0)
-            .map_err(|e| map_err(name, "insert", e))?;
-    }
-    Ok(())
-}
-
 impl State {
     /// The IPv6 prefix of listener `port` in the live set (the set header's when the port has
     /// no entry).
@@ -720,210 +519,4 @@ impl State {
         out.sort_by_key(|b| (b.ip, b.deadline_ns));
         out
     }
-
-    fn check_meta(&mut self) -> Result<(), XdpError> {
-        let meta = self
-            .maps
-            .meta
-            .get(&0, 0)
-            .map_err(|e| map_err(map_name::META, "read", e))?;
-        let ours = RampartMeta {
-            abi_version: abi::ABI_VERSION,
-            layout: abi::LAYOUT,
-        };
-        if meta != RampartMeta::default() && meta != ours {
-            return Err(XdpError::StalePins(format!(
-                "rampart_meta holds ABI {} layout {:#x}, this build is ABI {} layout {:#x}",
-                meta.abi_version,
-                meta.layout,
-                abi::ABI_VERSION,
-                abi::LAYOUT
-            )));
-        }
-        self.maps
-            .meta
-            .set(0, ours, 0)
-            .map_err(|e| map_err(map_name::META, "write", e))
-    }
-
-    /// Empties both policy sets and the dynamic trie, whatever a previous process left.
-    fn reset(&mut self) -> Result<(), XdpError> {
-        let live = self
-            .maps
-            .active
-            .get(&0, 0)
-            .map_err(|e| map_err(map_name::ACTIVE, "read", e))?
-            & 1;
-        self.live = live;
-        for set in 0..2 {
-            self.sets[set] = self.read_set(set)?;
-        }
-        self.dyn_kernel = self
-            .maps
-            .dynamic
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(k, v)| ((k.prefix_len(), k.data()), v))
-            .collect();
-        self.write_dynamic(BTreeMap::new())?;
-        // Empty the idle set, flip to it, then empty the other after a grace period.
-        self.stage(SetContents::default())?;
-        self.commit()?;
-        self.stage(SetContents::default())?;
-        self.staged = false;
-        Ok(())
-    }
-
-    fn read_set(&self, set: usize) -> Result<SetContents, XdpError> {
-        let ports = self.maps.ports[set]
-            .iter()
-            .collect::<Result<BTreeMap<_, _>, _>>()
-            .map_err(|e| map_err(map_name::PORTS[set], "read", e))?;
-        let read_trie = |trie: &ListTrie, name: &str| {
-            let mut entries = trie
-                .iter()
-                .map(|r| {
-                    r.map(|(k, v)| {
-                        let key = RampartCidrKey {
-                            prefixlen: k.prefix_len(),
-                            addr: k.data(),
-                        };
-                        (key, v)
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| map_err(name, "read", e))?;
-            entries.sort_unstable_by_key(|&(k, _)| k);
-            Ok::<_, XdpError>(entries)
-        };
-        Ok(SetContents {
-            ports,
-            allow: read_trie(&self.maps.allow[set], map_name::ALLOW[set])?,
-            block: read_trie(&self.maps.block[set], map_name::BLOCK[set])?,
-        })
-    }
-
-    fn rcu(&mut self) -> Result<Arc<RcuSync>, XdpError> {
-        if self.rcu.is_none() {
-            let rcu = RcuSync::new().map_err(|e| {
-                classify(
-                    "creating the grace-period map",
-                    &e as &dyn std::error::Error,
-                )
-            })?;
-            self.rcu = Some(Arc::new(rcu));
-        }
-        Ok(Arc::clone(self.rcu.as_ref().expect("just set")))
-    }
-
-    /// Waits until no packet can still be reading the idle set (it was live before the flip).
-    fn finish_grace(&mut self) -> Result<(), XdpError> {
-        if let Some(handle) = self.grace.take() {
-            if let Ok(Ok(())) = handle.join() {
-                self.needs_grace = false;
-            }
-        }
-        if self.needs_grace {
-            self.rcu()?
-                .wait()
-                .map_err(|e| classify("RCU grace period", &e as &dyn std::error::Error))?;
-            self.needs_grace = false;
-        }
-        Ok(())
-    }
-
-    fn stage(&mut self, target: SetContents) -> Result<(), XdpError> {
-        self.finish_grace()?;
-        let idle = (1 - self.live) as usize;
-        self.staged = false;
-        if self.dirty[idle] {
-            self.sets[idle] = self.read_set(idle)?;
-            self.dirty[idle] = false;
-        }
-        match self.write_set(idle, &target) {
-            Ok(()) => {
-                self.sets[idle] = target;
-                self.staged = true;
-                Ok(())
-            }
-            Err(e) => {
-                // The live set is untouched; the idle one is re-read before its next use.
-                self.dirty[idle] = true;
-                Err(e)
-            }
-        }
-    }
-
-    fn write_set(&mut self, idle: usize, target: &SetContents) -> Result<(), XdpError> {
-        let d = policy::diff(&self.sets[idle].ports, &target.ports);
-        let name = map_name::PORTS[idle];
-        for port in d.remove {
-            match self.maps.ports[idle].remove(&port) {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(map_err(name, "remove", e)),
-            }
-        }
-        for (port, value) in d.upsert {
-            self.maps.ports[idle]
-                .insert(port, value, 0)
-                .map_err(|e| map_err(name, "insert", e))?;
-        }
-        let d = policy::diff_sorted(&self.sets[idle].allow, &target.allow);
-        write_trie(&mut self.maps.allow[idle], map_name::ALLOW[idle], d)?;
-        let d = policy::diff_sorted(&self.sets[idle].block, &target.block);
-        write_trie(&mut self.maps.block[idle], map_name::BLOCK[idle], d)
-    }
-
-    fn commit(&mut self) -> Result<(), XdpError> {
-        if !self.staged {
-            return Ok(());
-        }
-        let idle = 1 - self.live;
-        self.maps
-            .active
-            .set(0, idle, 0)
-            .map_err(|e| map_err(map_name::ACTIVE, "write", e))?;
-        self.live = idle;
-        self.staged = false;
-        self.needs_grace = true;
-        // Start the grace period now so the next stage rarely waits for it.
-        if let Ok(rcu) = self.rcu() {
-            self.grace = std::thread::Builder::new()
-                .name("rampart-xdp-rcu".to_string())
-                .spawn(move || rcu.wait())
-                .ok();
-        }
-        Ok(())
-    }
-
-    /// Writes the differences between the dynamic blocks and the kernel trie (upserts first:
-    /// a changing block never opens a gap).
-    fn write_dynamic(&mut self, wanted: BTreeMap<LpmKey, RampartDynValue>) -> Result<(), XdpError> {
-        let d = policy::diff(&self.dyn_kernel, &wanted);
-        for (key, value) in d.upsert {
-            self.maps
-                .dynamic
-                .insert(&lpm(&key), value, 0)
-                .map_err(|e| map_err(map_name::DYNAMIC, "insert", e))?;
-            self.dyn_kernel.insert(key, value);
-        }
-        for key in d.remove {
-            match self.maps.dynamic.remove(&lpm(&key)) {
-                Ok(()) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(map_err(map_name::DYNAMIC, "remove", e)),
-            }
-            self.dyn_kernel.remove(&key);
-        }
-        Ok(())
-    }
-}
-
-/// The loaded XDP program of the object (`abi::PROGRAM_NAME`).
-fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, XdpError> {
-    ebpf.program_mut(abi::PROGRAM_NAME)
-        .ok_or_else(|| XdpError::Load("program missing".to_string()))?
-        .try_into()
-        .map_err(|e: ProgramError| classify("program type", &e))
 }

@@ -12,7 +12,9 @@
 //! - [`lpm`] / [`dynamic`]: CIDRs as LPM-trie keys, the dynamic-block trie derived from the
 //!   engine's `blockIp` set;
 //! - [`sync`]: userspace → kernel: policy mapping, the ban queue, the XDP slot;
-//! - [`manager`]: [`XdpManager`], which owns the program, the link and the maps;
+//! - [`manager`]: [`XdpManager`], which owns the program, the link and the maps; [`load`]
+//!   (verifier, attach), [`maps`] (typed map handles, batched writes) and [`sets`] (policy-set
+//!   staging and commit, the dynamic trie) are its parts;
 //! - [`object`]: the embedded object (or why it was not built);
 //! - [`status`] / [`error`]: the status, counters, attach mode and ban reason types; the error;
 //! - [`pins`]: the pin directory, its compatibility check and removal;
@@ -25,11 +27,14 @@
 pub mod abi;
 pub mod dynamic;
 pub mod error;
+pub mod load;
 pub mod lpm;
 pub mod manager;
+pub mod maps;
 pub mod object;
 pub mod pins;
 pub mod policy;
+pub mod sets;
 pub mod status;
 pub mod sync;
 pub mod sys;
