@@ -59,7 +59,7 @@ fn skip_reason() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root (BPF needs CAP_BPF + CAP_NET_ADMIN)".to_string());
     }
-    object_available().err()
+    object_available().err().map(|e| e.to_string())
 }
 
 /// Loads a fresh program + maps for one test, or prints why the test is skipped.
@@ -70,7 +70,7 @@ fn load(test: &str) -> Option<Loaded> {
     }
     match XdpManager::load_unattached(&pin_root(), test) {
         Ok(m) => Some(Loaded(Some(m))),
-        Err(e @ (XdpError::PermissionDenied(_) | XdpError::BpfFs(_))) => {
+        Err(e @ (XdpError::PermissionDenied { .. } | XdpError::BpfFs { .. })) => {
             eprintln!("skipping {test}: the kernel refuses BPF here: {e}");
             None
         }
@@ -678,7 +678,7 @@ fn pins_from_another_layout_are_refused() {
     }
     let err = XdpManager::load_unattached(&pin_root(), "stale").unwrap_err();
     drop(m); // detaches and removes the pins
-    assert!(matches!(err, XdpError::StalePins(_)), "{err}");
+    assert!(matches!(err, XdpError::StalePins { .. }), "{err}");
     assert!(
         err.to_string().contains("rampart_meta holds ABI 0"),
         "{err}"
@@ -704,7 +704,7 @@ fn pins_with_another_map_definition_are_refused() {
     let err = XdpManager::load_unattached(&pin_root(), "mismatch").unwrap_err();
     std::fs::remove_file(target.join("rampart_bans")).unwrap();
     std::fs::remove_dir(&target).unwrap();
-    assert!(matches!(err, XdpError::StalePins(_)), "{err}");
+    assert!(matches!(err, XdpError::StalePins { .. }), "{err}");
     let text = err.to_string();
     assert!(
         text.contains("rampart_bans is Some(LruHash) key 20 value 8"),
@@ -870,7 +870,7 @@ fn attaches_natively_to_a_veth_and_drops_real_syns() {
 
     let m = match attach(rampart::xdp::XdpMode::Auto) {
         Ok(m) => m,
-        Err(e @ XdpError::PermissionDenied(_)) => {
+        Err(e @ XdpError::PermissionDenied { .. }) => {
             eprintln!("skipping veth attach: {e}");
             return;
         }
@@ -918,7 +918,12 @@ fn attach_errors_name_the_cause() {
     }
     let err =
         XdpManager::attach_with("rpx-none0", rampart::xdp::XdpMode::Auto, &pin_root()).unwrap_err();
-    assert_eq!(err, XdpError::InterfaceMissing("rpx-none0".to_string()));
+    assert_eq!(
+        err,
+        XdpError::InterfaceMissing {
+            interface: "rpx-none0".to_string()
+        }
+    );
     assert_eq!(err.to_string(), "interface \"rpx-none0\" does not exist");
 }
 
@@ -927,10 +932,13 @@ fn a_missing_object_is_named_by_attach() {
     // build.rs sets RAMPART_XDP_MISSING when clang or the BPF headers were missing.
     match option_env!("RAMPART_XDP_MISSING") {
         Some(why) => {
-            let want = format!("XDP object not built: {why}");
+            let want = XdpError::ObjectMissing {
+                why: why.to_string(),
+            };
             assert_eq!(object_available(), Err(want.clone()));
+            assert_eq!(want.to_string(), format!("XDP object not built: {why}"));
             let err = XdpManager::attach("lo", rampart::xdp::XdpMode::Auto).unwrap_err();
-            assert_eq!(err, XdpError::ObjectMissing(want));
+            assert_eq!(err, want);
         }
         None => assert_eq!(object_available(), Ok(())),
     }

@@ -45,15 +45,15 @@ fn parse_json(text: &str) -> Result<Value, String> {
 /// The JS `code` of an XDP failure.
 fn xdp_code(e: &XdpError) -> &'static str {
     match e {
-        XdpError::ObjectMissing(_) => "ERR_RAMPART_XDP_NOT_BUILT",
-        XdpError::PermissionDenied(_) => "EPERM",
-        XdpError::InterfaceMissing(_) => "ENODEV",
-        XdpError::BpfFs(_) => "ERR_RAMPART_BPFFS",
-        XdpError::StalePins(_) => "ERR_RAMPART_XDP_STALE_PINS",
-        XdpError::Busy(_) => "EBUSY",
-        XdpError::Load(_) => "ERR_RAMPART_XDP_LOAD",
-        XdpError::InvalidPolicy(_) => "ERR_RAMPART_XDP_POLICY",
-        XdpError::Map(_) => "ERR_RAMPART_XDP_MAP",
+        XdpError::ObjectMissing { .. } => "ERR_RAMPART_XDP_NOT_BUILT",
+        XdpError::PermissionDenied { .. } => "EPERM",
+        XdpError::InterfaceMissing { .. } => "ENODEV",
+        XdpError::BpfFs { .. } => "ERR_RAMPART_BPFFS",
+        XdpError::StalePins { .. } => "ERR_RAMPART_XDP_STALE_PINS",
+        XdpError::Busy { .. } => "EBUSY",
+        XdpError::Load { .. } => "ERR_RAMPART_XDP_LOAD",
+        XdpError::InvalidPolicy { .. } => "ERR_RAMPART_XDP_POLICY",
+        XdpError::Map { .. } => "ERR_RAMPART_XDP_MAP",
     }
 }
 

@@ -10,11 +10,7 @@ use super::status::XdpMode;
 use super::sys;
 
 pub(super) fn classify(context: &str, err: &(dyn std::error::Error + 'static)) -> XdpError {
-    let text = format!("{context}: {}", sys::chain(err));
-    match sys::errno_of(err) {
-        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-        _ => XdpError::Load(text),
-    }
+    XdpError::of_op(context, sys::errno_of(err), sys::chain(err))
 }
 
 pub(super) fn interface_exists(name: &str) -> bool {
@@ -41,11 +37,11 @@ pub(super) fn load_error(err: &ProgramError) -> XdpError {
             .rev()
             .collect::<Vec<_>>()
             .join("\n");
-        let text = format!("the verifier rejected the XDP program ({io_error}):\n{tail}");
-        return match io_error.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-            _ => XdpError::Load(text),
-        };
+        return XdpError::of_op(
+            "the verifier rejected the XDP program",
+            io_error.raw_os_error(),
+            format!("{io_error}:\n{tail}"),
+        );
     }
     classify("loading the XDP program", err)
 }
@@ -69,23 +65,29 @@ pub(super) fn attach_program(
                 return Ok((link, label));
             }
             Err(ProgramError::UnknownInterface { name }) => {
-                return Err(XdpError::InterfaceMissing(name))
+                return Err(XdpError::InterfaceMissing { interface: name })
             }
             Err(e) => {
                 let errno = sys::errno_of(&e);
-                let text = format!("{label} attach to {interface}: {}", sys::chain(&e));
+                let op = format!("{label} attach to {interface}");
+                let text = format!("{op}: {}", sys::chain(&e));
                 match errno {
                     Some(libc::EPERM) | Some(libc::EACCES) => {
-                        return Err(XdpError::PermissionDenied(text))
+                        return Err(XdpError::PermissionDenied {
+                            op,
+                            cause: sys::chain(&e),
+                        })
                     }
                     Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                        return Err(XdpError::Busy(format!(
-                            "{text}: {interface} already has an XDP program (see `ip link show \
-                             {interface}`, `bpftool net`)"
-                        )))
+                        return Err(XdpError::Busy {
+                            interface: interface.to_string(),
+                            cause: text,
+                        })
                     }
                     Some(libc::ENODEV) => {
-                        return Err(XdpError::InterfaceMissing(interface.to_string()))
+                        return Err(XdpError::InterfaceMissing {
+                            interface: interface.to_string(),
+                        })
                     }
                     _ => {
                         tracing::warn!(interface, mode = label, error = %text, "XDP attach failed");
@@ -95,16 +97,19 @@ pub(super) fn attach_program(
             }
         }
     }
-    Err(XdpError::Load(format!(
-        "could not attach XDP: {}",
-        failures.join("; ")
-    )))
+    Err(XdpError::Load {
+        op: "could not attach XDP".to_string(),
+        cause: failures.join("; "),
+    })
 }
 
 /// The loaded XDP program of the object (`abi::PROGRAM_NAME`).
 pub(super) fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, XdpError> {
     ebpf.program_mut(abi::PROGRAM_NAME)
-        .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+        .ok_or_else(|| XdpError::Load {
+            op: format!("finding program {}", abi::PROGRAM_NAME),
+            cause: "missing from the object".to_string(),
+        })?
         .try_into()
         .map_err(|e: ProgramError| classify("program type", &e))
 }

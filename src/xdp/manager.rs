@@ -138,9 +138,11 @@ impl XdpManager {
         mode: XdpMode,
         pin_root: &Path,
     ) -> Result<XdpManager, XdpError> {
-        object::object().map_err(XdpError::ObjectMissing)?;
+        object::object()?;
         if interface.is_empty() || interface.contains('/') || !interface_exists(interface) {
-            return Err(XdpError::InterfaceMissing(interface.to_string()));
+            return Err(XdpError::InterfaceMissing {
+                interface: interface.to_string(),
+            });
         }
         Self::open(pin_root, interface, Some(mode))
     }
@@ -149,17 +151,20 @@ impl XdpManager {
     /// `<pin_root>/v<ABI>/<label>/`: for [`test_run`](Self::test_run) (`BPF_PROG_TEST_RUN`)
     /// and tooling. Same errors as [`attach`](Self::attach) minus the interface ones.
     pub fn load_unattached(pin_root: &Path, label: &str) -> Result<XdpManager, XdpError> {
-        object::object().map_err(XdpError::ObjectMissing)?;
+        object::object()?;
         if label.is_empty() || label.contains('/') {
-            return Err(XdpError::Load(format!("invalid pin label {label:?}")));
+            return Err(XdpError::Load {
+                op: "loading unattached".to_string(),
+                cause: format!("invalid pin label {label:?}"),
+            });
         }
         Self::open(pin_root, label, None)
     }
 
     fn open(pin_root: &Path, name: &str, attach: Option<XdpMode>) -> Result<XdpManager, XdpError> {
-        let obj = object::object().map_err(XdpError::ObjectMissing)?;
+        let obj = object::object()?;
         if pin_root.starts_with("/sys/fs/bpf") {
-            sys::ensure_bpffs(Path::new("/sys/fs/bpf")).map_err(XdpError::BpfFs)?;
+            sys::ensure_bpffs(Path::new("/sys/fs/bpf"))?;
         }
         let pin_dir = pin_root.join(format!("v{}", abi::ABI_VERSION)).join(name);
         let existed = pin_dir.exists();
@@ -178,18 +183,21 @@ impl XdpManager {
         name: &str,
         attach: Option<XdpMode>,
     ) -> Result<XdpManager, XdpError> {
-        std::fs::create_dir_all(pin_dir).map_err(|e| {
-            let text = format!("creating pin directory {}: {e}", pin_dir.display());
-            match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-                _ => XdpError::BpfFs(text),
-            }
+        std::fs::create_dir_all(pin_dir).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied {
+                op: format!("creating pin directory {}", pin_dir.display()),
+                cause: e.to_string(),
+            },
+            _ => XdpError::BpfFs {
+                path: pin_dir.to_path_buf(),
+                cause: format!("creating the pin directory: {e}"),
+            },
         })?;
         if !sys::is_bpffs(pin_dir) {
-            return Err(XdpError::BpfFs(format!(
-                "pin directory {} is not on a bpffs (mount -t bpf bpf /sys/fs/bpf)",
-                pin_dir.display()
-            )));
+            return Err(XdpError::BpfFs {
+                path: pin_dir.to_path_buf(),
+                cause: "not on a bpffs (mount -t bpf bpf /sys/fs/bpf)".to_string(),
+            });
         }
         check_pins(pin_dir)?;
 
@@ -199,7 +207,10 @@ impl XdpManager {
             .map_err(|e| classify("loading the XDP object", &e))?;
         let program: &mut Xdp = ebpf
             .program_mut(abi::PROGRAM_NAME)
-            .ok_or_else(|| XdpError::Load(format!("program {} missing", abi::PROGRAM_NAME)))?
+            .ok_or_else(|| XdpError::Load {
+                op: format!("finding program {}", abi::PROGRAM_NAME),
+                cause: "missing from the object".to_string(),
+            })?
             .try_into()
             .map_err(|e: ProgramError| classify("program type", &e))?;
         program.load().map_err(|e| load_error(&e))?;
@@ -466,7 +477,10 @@ impl XdpManager {
         let program: &Xdp = state
             .ebpf
             .program(abi::PROGRAM_NAME)
-            .ok_or_else(|| XdpError::Load("program missing".to_string()))?
+            .ok_or_else(|| XdpError::Load {
+                op: format!("finding program {}", abi::PROGRAM_NAME),
+                cause: "missing from the object".to_string(),
+            })?
             .try_into()
             .map_err(|e: ProgramError| classify("program type", &e))?;
         let mut out = vec![0u8; frame.len() + 256];

@@ -31,12 +31,8 @@ pub(super) struct Maps {
     pub(super) stats: PerCpuArray<MapData, u64>,
 }
 
-pub(super) fn map_err(map: &str, op: &str, err: MapError) -> XdpError {
-    let text = format!("{map}: {op}: {}", sys::chain(&err));
-    match sys::errno_of(&err) {
-        Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-        _ => XdpError::Map(text),
-    }
+pub(super) fn map_err(map: &str, op: &'static str, err: MapError) -> XdpError {
+    XdpError::of_map(map, op, sys::errno_of(&err), sys::chain(&err))
 }
 
 pub(super) fn is_not_found(err: &MapError) -> bool {
@@ -49,9 +45,10 @@ pub(super) fn lpm(key: &LpmKey) -> Key<RampartLpmData> {
 
 pub(super) fn take_maps(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
     fn take<T: TryFrom<Map, Error = MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T, XdpError> {
-        let map = ebpf
-            .take_map(name)
-            .ok_or_else(|| XdpError::Load(format!("map {name} missing from the object")))?;
+        let map = ebpf.take_map(name).ok_or_else(|| XdpError::Load {
+            op: format!("taking map {name}"),
+            cause: "missing from the object".to_string(),
+        })?;
         T::try_from(map).map_err(|e| map_err(name, "open", e))
     }
     Ok(Maps {
@@ -84,12 +81,8 @@ pub(super) fn write_trie(
     name: &str,
     d: policy::Diff<RampartCidrKey, u64>,
 ) -> Result<(), XdpError> {
-    let batch_err = |op: &str, error: std::io::Error| {
-        let text = format!("{name}: {op}: {error}");
-        match error.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied(text),
-            _ => XdpError::Map(text),
-        }
+    let batch_err = |op: &'static str, error: std::io::Error| {
+        XdpError::of_map(name, op, error.raw_os_error(), error.to_string())
     };
     let key = |k: &RampartCidrKey| Key::new(k.prefixlen, k.addr);
 

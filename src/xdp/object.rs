@@ -5,6 +5,8 @@
 //! and `RAMPART_XDP_MISSING` names the cause; [`object_available`] reports it and every
 //! loader entry point fails with it.
 
+use super::error::XdpError;
+
 /// 8-byte alignment for the ELF parser.
 #[repr(C, align(8))]
 struct Aligned<T: ?Sized>(T);
@@ -12,19 +14,23 @@ struct Aligned<T: ?Sized>(T);
 static OBJECT: &Aligned<[u8]> =
     &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/rampart_xdp.o")));
 
-/// The embedded ELF object, or why there is none.
-pub fn object() -> Result<&'static [u8], String> {
+/// The embedded ELF object, or why there is none ([`XdpError::ObjectMissing`]).
+pub fn object() -> Result<&'static [u8], XdpError> {
     if let Some(why) = option_env!("RAMPART_XDP_MISSING") {
-        return Err(format!("XDP object not built: {why}"));
+        return Err(XdpError::ObjectMissing {
+            why: why.to_string(),
+        });
     }
     if OBJECT.0.is_empty() {
-        return Err("XDP object not built: build.rs produced an empty object".to_string());
+        return Err(XdpError::ObjectMissing {
+            why: "build.rs produced an empty object".to_string(),
+        });
     }
     Ok(&OBJECT.0)
 }
 
-/// `Ok(())` when the XDP object was built; `Err` names what was missing at build time
-/// (e.g. "XDP object not built: clang not found (install clang)").
-pub fn object_available() -> Result<(), String> {
+/// `Ok(())` when the XDP object was built; the error names what was missing at build time
+/// (displayed as "XDP object not built: clang not found (install clang)").
+pub fn object_available() -> Result<(), XdpError> {
     object().map(|_| ())
 }

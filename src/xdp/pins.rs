@@ -79,13 +79,14 @@ pub fn check_pins(pin_dir: &Path) -> Result<(), XdpError> {
         if !path.exists() {
             continue;
         }
-        let info = MapInfo::from_pin(&path).map_err(|e| {
-            XdpError::StalePins(format!(
+        let info = MapInfo::from_pin(&path).map_err(|e| XdpError::StalePins {
+            dir: pin_dir.to_path_buf(),
+            cause: format!(
                 "{}: cannot read map info ({}); remove {}",
                 path.display(),
                 sys::chain(&e),
                 pin_dir.display()
-            ))
+            ),
         })?;
         let got = (
             info.map_type().ok(),
@@ -95,19 +96,22 @@ pub fn check_pins(pin_dir: &Path) -> Result<(), XdpError> {
             info.map_flags(),
         );
         if got != (Some(map_type), key, value, max, flags) {
-            return Err(XdpError::StalePins(format!(
-                "{} is {:?} key {} value {} max {} flags {:#x}, this build expects {:?} key \
-                 {key} value {value} max {max} flags {flags:#x}; detach the other Rampart and \
-                 remove {}",
-                path.display(),
-                got.0,
-                got.1,
-                got.2,
-                got.3,
-                got.4,
-                map_type,
-                pin_dir.display()
-            )));
+            return Err(XdpError::StalePins {
+                dir: pin_dir.to_path_buf(),
+                cause: format!(
+                    "{} is {:?} key {} value {} max {} flags {:#x}, this build expects {:?} key \
+                     {key} value {value} max {max} flags {flags:#x}; detach the other Rampart \
+                     and remove {}",
+                    path.display(),
+                    got.0,
+                    got.1,
+                    got.2,
+                    got.3,
+                    got.4,
+                    map_type,
+                    pin_dir.display()
+                ),
+            });
         }
     }
     Ok(())
@@ -121,10 +125,10 @@ pub fn remove_pins(pin_dir: &Path, pin_root: &Path) -> Result<(), XdpError> {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(XdpError::BpfFs(format!(
-                    "removing pin {}: {e}",
-                    path.display()
-                )))
+                return Err(XdpError::BpfFs {
+                    path,
+                    cause: format!("removing the pin: {e}"),
+                })
             }
         }
     }

@@ -87,7 +87,12 @@ pub struct SetContents {
 
 /// Validates `policy` and builds its set. Errors name the port and field.
 pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
-    let invalid = |m: String| Err(XdpError::InvalidPolicy(m));
+    let invalid = |problem: String| {
+        Err(XdpError::InvalidPolicy {
+            port: None,
+            problem,
+        })
+    };
     if policy.ipv6_prefix_len > 128 {
         return invalid(format!(
             "ipv6_prefix_len: must be 0..=128, got {}",

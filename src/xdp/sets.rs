@@ -3,6 +3,7 @@
 //! grace period), the one-index commit, and the trie diff.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::abi::{self, map_name, RampartCidrKey, RampartDynValue, RampartMeta};
@@ -26,13 +27,16 @@ impl State {
             layout: abi::LAYOUT,
         };
         if meta != RampartMeta::default() && meta != ours {
-            return Err(XdpError::StalePins(format!(
-                "rampart_meta holds ABI {} layout {:#x}, this build is ABI {} layout {:#x}",
-                meta.abi_version,
-                meta.layout,
-                abi::ABI_VERSION,
-                abi::LAYOUT
-            )));
+            return Err(XdpError::StalePins {
+                dir: PathBuf::from(map_name::META),
+                cause: format!(
+                    "rampart_meta holds ABI {} layout {:#x}, this build is ABI {} layout {:#x}",
+                    meta.abi_version,
+                    meta.layout,
+                    abi::ABI_VERSION,
+                    abi::LAYOUT
+                ),
+            });
         }
         self.maps
             .meta

@@ -13,6 +13,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
+use super::error::XdpError;
+
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -94,13 +96,17 @@ pub fn is_bpffs(path: &Path) -> bool {
 
 /// Makes sure `mount_point` (normally `/sys/fs/bpf`) is a bpffs, mounting one (mode 0700) if
 /// nothing is mounted there, as systemd does at boot.
-pub fn ensure_bpffs(mount_point: &Path) -> Result<(), String> {
+pub fn ensure_bpffs(mount_point: &Path) -> Result<(), XdpError> {
     if is_bpffs(mount_point) {
         return Ok(());
     }
     use std::os::unix::ffi::OsStrExt;
+    let fail = |cause: String| XdpError::BpfFs {
+        path: mount_point.to_path_buf(),
+        cause,
+    };
     let target = std::ffi::CString::new(mount_point.as_os_str().as_bytes())
-        .map_err(|_| format!("{}: path contains NUL", mount_point.display()))?;
+        .map_err(|_| fail("path contains NUL".to_string()))?;
     // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call.
     let rc = unsafe {
         libc::mount(
@@ -114,12 +120,11 @@ pub fn ensure_bpffs(mount_point: &Path) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "bpffs is not mounted at {} and mounting it failed ({}); run `mount -t bpf bpf {}`",
-            mount_point.display(),
+        Err(fail(format!(
+            "bpffs is not mounted there and mounting it failed ({}); run `mount -t bpf bpf {}`",
             io::Error::last_os_error(),
             mount_point.display()
-        ))
+        )))
     }
 }
 
