@@ -13,7 +13,15 @@ pub fn now_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
+/// Nanoseconds per millisecond.
+pub const NS_PER_MS: u64 = 1_000_000;
+
 /// Milliseconds to nanoseconds, saturating.
 pub const fn ms_to_ns(ms: u64) -> u64 {
-    ms.saturating_mul(1_000_000)
+    ms.saturating_mul(NS_PER_MS)
+}
+
+/// Nanoseconds to milliseconds, rounded up (a remaining time is never shown shorter than it is).
+pub const fn ns_to_ms_ceil(ns: u64) -> u64 {
+    ns.div_ceil(NS_PER_MS)
 }

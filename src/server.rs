@@ -361,7 +361,7 @@ impl Proxy {
                     entry: BlockedEntry {
                         ip,
                         reason: BlockReason::PenaltyBoxed,
-                        remaining_ms: Some((b.deadline_ns - now).div_ceil(1_000_000)),
+                        remaining_ms: Some(clock::ns_to_ms_ceil(b.deadline_ns - now)),
                         note: Some(KERNEL_SYN_BAN_NOTE.to_string()),
                     },
                     port: b.port,

@@ -17,7 +17,7 @@
 use super::blocked::BlockedEntry;
 use super::key::mask128;
 use super::reason::BlockReason;
-use crate::clock::ms_to_ns;
+use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
@@ -323,7 +323,7 @@ impl DynamicBlocks {
                 reason: BlockReason::DynamicBlocked,
                 remaining_ms: r
                     .expires_ns
-                    .map(|t| t.saturating_sub(now_ns).div_ceil(1_000_000)),
+                    .map(|t| ns_to_ms_ceil(t.saturating_sub(now_ns))),
                 note: r.note.as_deref().map(str::to_string),
             })
             .collect()

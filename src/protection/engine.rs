@@ -30,13 +30,14 @@
 use super::blocked::{BlockedEntry, BlockedView};
 use super::dynamic::DynamicBlocks;
 use super::entry::{Entry, FLAG_BOX, FLAG_CONC, FLAG_RATE};
-use super::key::{canonical_ip, IpKey};
+use super::key::IpKey;
 use super::penalty;
 use super::policy::{Mode, ProtectionPolicy};
 use super::reason::BlockReason;
 use super::rescale::Installed;
 pub use super::table::{ConnGuard, PendingGuard};
 use super::table::{Ctx, Table};
+use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -193,7 +194,7 @@ impl Engine {
     /// [`crate::clock::now_ns`].
     pub fn admit_clocked(&self, ip: IpAddr, clock: impl Fn() -> u64) -> Admission {
         let now_ns = clock();
-        let ip = canonical_ip(ip);
+        let ip = ip.to_canonical();
         let inst = self.installed.load();
         let Some(p) = inst.policy.as_deref() else {
             if self.dynamic.matches(ip, self.port, now_ns) {
@@ -287,7 +288,7 @@ impl Engine {
     pub fn check_hello(&self, ip: IpAddr, facts: &HelloFacts<'_>) -> Option<Verdict> {
         let inst = self.installed.load();
         let p = inst.policy.as_deref()?;
-        let ip = canonical_ip(ip);
+        let ip = ip.to_canonical();
         if p.allowlist().contains(ip) {
             return None;
         }
@@ -317,7 +318,7 @@ impl Engine {
         let Some(p) = inst.policy.as_deref() else {
             return Ok(PendingGuard::empty());
         };
-        let ip = canonical_ip(ip);
+        let ip = ip.to_canonical();
         if p.allowlist().contains(ip) {
             return Ok(PendingGuard::empty());
         }
@@ -355,7 +356,7 @@ impl Engine {
             let deadline = self.table.inspect(key, |e| {
                 let e = e?;
                 penalty::remaining_ms(e.penalty, epoch, now_ns)?;
-                penalty::deadline_ms(e.penalty, epoch).map(|ms| ms.saturating_mul(1_000_000))
+                penalty::deadline_ms(e.penalty, epoch).map(ms_to_ns)
             });
             if let Some(d) = deadline {
                 out.push((key, d));
@@ -397,7 +398,7 @@ impl Engine {
             .flatten()
             .max()
             .unwrap_or(0);
-            (wait > 0).then(|| Some(wait.div_ceil(1_000_000)))
+            (wait > 0).then(|| Some(ns_to_ms_ceil(wait)))
         });
         view.concurrency_limited =
             self.collect(FLAG_CONC, BlockReason::TooManyConnections, |e, _| {

@@ -84,12 +84,6 @@ impl Gcra {
         tat.saturating_sub(self.tolerance_ns).saturating_sub(now)
     }
 
-    /// Whether the state in `cell` is projected to a never-seen client at `now` (`TAT ≤ now`).
-    #[inline]
-    pub fn is_fresh(tat: u64, now: u64) -> bool {
-        tat <= now
-    }
-
     /// One decision on `cell` at `now`: admit and debit (one CAS; retried only when another
     /// thread changed the word meanwhile) or refuse without consuming. `Ok(previous TAT)` on
     /// admission, `Err(ns until an arrival would conform)` on refusal.

@@ -10,7 +10,6 @@
 //! prefix of length < 96 has zeros where the mapped form has `ffff`, and an address inside
 //! `::ffff:0:0/96` is always converted to IPv4 first).
 
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -18,17 +17,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 const MAPPED: u128 = 0xffff_u128 << 32;
-
-/// Converts an IPv4-mapped IPv6 address to IPv4; any other address is returned unchanged.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => ip,
-        },
-        v4 => v4,
-    }
-}
 
 /// Network mask of `len` leading one bits over 128 bits (`len` ≤ 128).
 pub(crate) fn mask128(len: u8) -> u128 {
@@ -53,7 +41,7 @@ impl IpKey {
     /// The key of a client address: IPv4 (or IPv4-mapped IPv6) → the address; IPv6 → its prefix
     /// of `v6_prefix_len` bits (1..=128; larger values are clamped to 128).
     pub fn new(ip: IpAddr, v6_prefix_len: u8) -> IpKey {
-        match canonical_ip(ip) {
+        match ip.to_canonical() {
             IpAddr::V4(v4) => IpKey::v4(v4),
             IpAddr::V6(v6) => {
                 let len = v6_prefix_len.min(128);
@@ -89,16 +77,6 @@ impl IpKey {
             IpAddr::V4(Ipv4Addr::from(self.bits as u32))
         } else {
             IpAddr::V6(Ipv6Addr::from(self.bits))
-        }
-    }
-
-    /// The key as a CIDR (`/32` for IPv4), e.g. for an XDP ban-map key.
-    pub fn to_ipnet(&self) -> IpNet {
-        match self.addr() {
-            IpAddr::V4(v4) => IpNet::V4(Ipv4Net::new(v4, 32).expect("32 is a valid IPv4 prefix")),
-            IpAddr::V6(v6) => {
-                IpNet::V6(Ipv6Net::new(v6, self.len).expect("prefix length is at most 128"))
-            }
         }
     }
 

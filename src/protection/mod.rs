@@ -33,6 +33,6 @@ pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed};
 pub use cidr::{parse_cidr, CidrSet};
 pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::{Admission, BoxListener, ConnGuard, Engine, HelloFacts, PendingGuard, Verdict};
-pub use key::{canonical_ip, IpKey};
+pub use key::IpKey;
 pub use policy::{Mode, ProtectionPolicy, RateLimit, SlowHandshake, XdpSyn};
 pub use reason::BlockReason;

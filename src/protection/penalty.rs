@@ -20,7 +20,7 @@ const DEADLINE_BITS: u32 = 44;
 const DEADLINE_MASK: u64 = (1 << DEADLINE_BITS) - 1;
 /// Epochs are 20-bit, never 0 (0 = the box is off).
 pub(crate) const EPOCH_MASK: u32 = (1 << 20) - 1;
-const NS_PER_MS: u64 = 1_000_000;
+use crate::clock::NS_PER_MS;
 
 /// The epoch after `last` (wraps within 20 bits, skipping 0).
 pub(crate) fn next_epoch(last: u32) -> u32 {

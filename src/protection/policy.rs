@@ -6,6 +6,7 @@
 use super::cidr::CidrSet;
 use super::gcra::{Gcra, NS_PER_SEC};
 use super::key::DEFAULT_IPV6_PREFIX;
+use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use ipnet::IpNet;
 use std::collections::HashSet;
 
@@ -158,7 +159,7 @@ impl Default for ProtectionPolicy {
             blocklist: CidrSet::default(),
             ja3: FingerprintSet::default(),
             ja4: FingerprintSet::default(),
-            tls_handshake_timeout_ns: DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS * 1_000_000,
+            tls_handshake_timeout_ns: ms_to_ns(DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS),
             require_sni: false,
             ipv6_prefix_length: DEFAULT_IPV6_PREFIX,
             max_tracked_ips: DEFAULT_MAX_TRACKED_IPS,
@@ -191,7 +192,7 @@ impl ProtectionPolicy {
     }
     /// `penaltyBox.durationMs` in ms (rounded up), if the box is on.
     pub fn penalty_duration_ms(&self) -> Option<u64> {
-        self.penalty_duration_ns.map(|ns| ns.div_ceil(1_000_000))
+        self.penalty_duration_ns.map(ns_to_ms_ceil)
     }
     /// How long the XDP program bans an over-limit source: the penalty duration, or 10 min
     /// without a penalty box (ms).
@@ -232,7 +233,7 @@ impl ProtectionPolicy {
     }
     /// `tlsHandshakeTimeoutMs` in ms (rounded up).
     pub fn tls_handshake_timeout_ms(&self) -> u64 {
-        self.tls_handshake_timeout_ns.div_ceil(1_000_000)
+        ns_to_ms_ceil(self.tls_handshake_timeout_ns)
     }
     /// `requireSni`.
     pub fn require_sni(&self) -> bool {
