@@ -1,4 +1,4 @@
-//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (DESIGN.md §2) and
+//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (README: Protection, Fields) and
 //! compilation at parse time.
 //!
 //!

@@ -1,4 +1,4 @@
-//! `ProxyConfig`, `ListenerConfig` and `RouteConfig` (DESIGN.md §2): parsing and validation.
+//! `ProxyConfig`, `ListenerConfig` and `RouteConfig` (README: Config): parsing and validation.
 //!
 //! Everything is checked and compiled here (PEM parsed into rustls keys, SNI patterns normalised,
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.

@@ -22,7 +22,7 @@ pub const TOP_IPS: usize = 10;
 /// Where events go: `(event name, JSON payload)`.
 pub type EventSink = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 
-/// Payload of `'blocked'` (DESIGN.md §2).
+/// Payload of `'blocked'` (README: API, Events).
 #[derive(Debug, Serialize)]
 pub struct BlockedEvent<'a> {
     /// Client IP (IPv4 bare, IPv4-mapped normalised) or IPv6 address; formatted only when the

@@ -1,4 +1,4 @@
-//! Connection, byte, block and error counters (DESIGN.md §2 `metrics()`), all relaxed atomics so
+//! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
 use crate::protection::BlockReason;

@@ -58,7 +58,7 @@ fn xdp_code(e: &XdpError) -> &'static str {
 }
 
 /// `blockedIps()` as JSON: bare `ip` lists, or `{ ip, port, reason, remainingMs?, note? }`
-/// objects with `detail` (DESIGN §2 "blockedIps()").
+/// objects with `detail` (README: blockedIps()).
 fn blocked_json(b: &BlockedIps, detail: bool) -> Value {
     let mut out = serde_json::Map::new();
     for (name, list) in b.lists() {

@@ -1,7 +1,7 @@
 //! CIDR lists: parsing with operator-friendly errors, and a set answering "is this address in any
 //! of these networks" in O(log n).
 //!
-//! Parsing rules (DESIGN.md §4): a bare address is a /32 (IPv4) or /128 (IPv6); host bits set is
+//! Parsing rules: a bare address is a /32 (IPv4) or /128 (IPv6); host bits set is
 //! an error that suggests the network (`10.1.2.3/8` → "did you mean 10.0.0.0/8?");
 //! `::ffff:a.b.c.d/N` with N ≥ 96 is the IPv4 network `a.b.c.d/(N−96)` (and a bare
 //! `::ffff:a.b.c.d` is `a.b.c.d/32`), because IPv4-mapped clients are IPv4 everywhere; prefixes out
