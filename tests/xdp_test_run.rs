@@ -729,8 +729,10 @@ fn ipv6_sources_share_bans_by_the_configured_prefix() {
         ),
         (128, "2001:db8::7", "2001:db8::7", "2001:db8::8"),
     ] {
+        let mut p = port(443);
+        p.ipv6_prefix_len = prefix;
         m.apply(&XdpPolicy {
-            ports: vec![port(443)],
+            ports: vec![p],
             listener_ports: Vec::new(),
             ipv6_prefix_len: prefix,
         })
@@ -742,6 +744,41 @@ fn ipv6_sources_share_bans_by_the_configured_prefix() {
         assert!(m.unban(ip(same), 443).unwrap(), "/{prefix}");
     }
     assert_eq!(m.status().counters.dropped_penalty, 3);
+}
+
+#[test]
+fn each_port_bans_ipv6_by_its_own_prefix_and_a_ban_records_its_port() {
+    let Some(m) = load("ipv6_per_port") else {
+        return;
+    };
+    let (mut a, mut b) = (port(443), port(8443));
+    a.ipv6_prefix_len = 48;
+    b.ipv6_prefix_len = 64;
+    m.apply(&XdpPolicy {
+        ports: vec![a, b],
+        listener_ports: Vec::new(),
+        ipv6_prefix_len: 48,
+    })
+    .unwrap();
+    let later = now_ns() + 60 * SEC;
+    // Banned on 8443 by its /64: another /64 of the same /48 still passes there.
+    m.ban(ip("2001:db8:5:1::9"), 8443, later, BanReason::Penalty)
+        .unwrap();
+    assert_eq!(verdict(run(&m, &syn("2001:db8:5:1::77", 8443))), "drop");
+    assert_eq!(verdict(run(&m, &syn("2001:db8:5:2::77", 8443))), "pass");
+    // Banned on 443 by its /48: every /64 of that /48 is dropped there.
+    m.ban(ip("2001:db8:6:1::9"), 443, later, BanReason::Penalty)
+        .unwrap();
+    assert_eq!(verdict(run(&m, &syn("2001:db8:6:ffff::1", 443))), "drop");
+    let bans = m.bans();
+    let shown: Vec<(String, u16)> = bans.iter().map(|b| (b.display(), b.port)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("2001:db8:5:1::/64".to_string(), 8443),
+            ("2001:db8:6::/48".to_string(), 443)
+        ]
+    );
 }
 
 // ---------------------------------------------------------------- real attach
