@@ -53,6 +53,7 @@ const _: () = assert!(std::mem::size_of::<Entry>() == 48);
 pub const MAX_PENDING: u64 = u16::MAX as u64;
 
 impl Entry {
+    #[inline]
     pub(crate) fn key(&self) -> IpKey {
         IpKey::from_raw(
             (u128::from(self.key_hi) << 64) | u128::from(self.key_lo),
@@ -60,11 +61,13 @@ impl Entry {
         )
     }
 
+    #[inline]
     pub(crate) fn is(&self, key: IpKey) -> bool {
         let (bits, len) = key.raw();
         self.key_lo == bits as u64 && self.key_hi == (bits >> 64) as u64 && self.len == len
     }
 
+    #[inline]
     pub(crate) fn fresh(key: IpKey, tag: u8) -> Entry {
         let (bits, len) = key.raw();
         let mut e = Entry {

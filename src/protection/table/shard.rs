@@ -143,6 +143,7 @@ pub(super) struct ShardInner {
 }
 
 impl Shard {
+    #[inline]
     pub(super) fn lock(&self) -> MutexGuard<'_, ShardInner> {
         // Every mutation leaves the table consistent between statements that can panic, so a
         // poisoned lock is safe to keep using.
