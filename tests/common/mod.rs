@@ -4,3 +4,4 @@ pub mod engine;
 pub mod fixtures;
 pub mod hello;
 pub mod prereq;
+pub mod race;
