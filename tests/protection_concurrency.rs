@@ -3,7 +3,7 @@
 
 mod common;
 use common::engine::T0;
-use common::race::{self, Race};
+use common::race::{self, Race, StopOnPanic};
 use rampart::protection::{BlockReason, Engine};
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};
@@ -151,15 +151,22 @@ fn admission_racing_eviction_never_exceeds_max_concurrent() {
     };
     let started = Instant::now();
     let (admitted, others) = thread::scope(|s| {
+        // A failed join below stops the other threads before the scope waits for them.
+        let _stop = StopOnPanic(&stop);
         let mut handles = Vec::new();
         // Two admitters on the hot client, each keeping up to two connections open (four
         // wanted, three allowed), releasing the oldest as it goes: the entry almost always
         // holds connections.
         for _ in 0..2 {
             handles.push(s.spawn(|| {
+                let _stop = StopOnPanic(&stop);
                 let mut admitted = 0usize;
                 let mut open = std::collections::VecDeque::new();
                 for i in 0usize.. {
+                    // `stop` before the end: another thread failed.
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     if i >= 20_000
                         && evicted_so_far.load(Ordering::Relaxed) >= EVICTED
                         && with_ticks.load(Ordering::Relaxed) >= OVERLAPS
@@ -206,6 +213,7 @@ fn admission_racing_eviction_never_exceeds_max_concurrent() {
         }
         // Cap pressure: a stream of new clients, each replacing an entry.
         handles.push(s.spawn(|| {
+            let _stop = StopOnPanic(&stop);
             let mut i = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 i = i.wrapping_add(1);
@@ -217,6 +225,7 @@ fn admission_racing_eviction_never_exceeds_max_concurrent() {
         }));
         // Background ticks with time moving on.
         handles.push(s.spawn(|| {
+            let _stop = StopOnPanic(&stop);
             let mut evicted = 0;
             while !stop.load(Ordering::Relaxed) {
                 let now = clock.fetch_add(1_000_000, Ordering::Relaxed);

@@ -4,7 +4,7 @@
 
 mod common;
 use common::engine::*;
-use common::race::{self, Race};
+use common::race::{self, Race, StopOnPanic};
 use rampart::protection::{BlockReason, BlockedEntry, Engine};
 use serde_json::{json, Value};
 use std::net::IpAddr;
@@ -297,9 +297,11 @@ fn swaps_racing_admissions_never_admit_more_than_the_usage_allows() {
             let done = AtomicBool::new(false);
             let (overlaps, admitted, admitted_in_swap) = thread::scope(|s| {
                 let swapper = s.spawn(|| {
+                    let _stop = StopOnPanic(&done);
                     barrier.wait();
                     let mut overlaps = 0;
-                    loop {
+                    // Until done, or an admitter failed (and raised `done`).
+                    while !done.load(Ordering::Acquire) {
                         // In pairs, so the last policy installed is the slow one.
                         for p in [&fast, &slow] {
                             let ((), seen) =
@@ -317,8 +319,11 @@ fn swaps_racing_admissions_never_admit_more_than_the_usage_allows() {
                 let admitters: Vec<_> = (0..ADMITTERS)
                     .map(|_| {
                         s.spawn(|| {
+                            let _stop = StopOnPanic(&done);
                             barrier.wait();
-                            while swaps.load(Ordering::Acquire) == 0 {
+                            while swaps.load(Ordering::Acquire) == 0
+                                && !done.load(Ordering::Acquire)
+                            {
                                 thread::yield_now();
                             }
                             let (mut admitted, mut in_swap, mut overlaps) = (0, 0, 0);

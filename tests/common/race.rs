@@ -12,10 +12,12 @@
 //! - [`until_raced`] repeats a whole scenario, fresh state and exact assertions each time, until
 //!   the rounds have seen a minimum number of overlaps; if the scheduler never lets the sides
 //!   meet within [`RACE_LIMIT`], the test fails saying so, rather than passing untested.
+//! - [`StopOnPanic`] keeps a failed assertion in one thread from leaving the others (which run
+//!   until told to stop) spinning forever.
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// How long [`until_raced`] may repeat a scenario before it fails.
@@ -63,6 +65,19 @@ impl Race {
         let out = f();
         self.in_flight[side].fetch_sub(1, SeqCst);
         (out, Seen(seen))
+    }
+}
+
+/// Raises a stop flag when the thread holding it unwinds: a scoped test thread that fails an
+/// assertion tells the others to stop, so the scope's join does not wait for them forever and the
+/// test fails with that assertion.
+pub struct StopOnPanic<'a>(pub &'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, SeqCst);
+        }
     }
 }
 
