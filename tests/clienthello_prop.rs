@@ -10,10 +10,10 @@
 
 mod common;
 use common::hello::{u16_vec, with_u16_len, with_u8_len};
+use common::prereq;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fs;
-use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -159,24 +159,20 @@ fn seeds() -> &'static [Vec<u8>] {
     static SEEDS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     SEEDS.get_or_init(|| {
         let mut out = vec![built_seed()];
-        let dir = Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/clienthello"
-        ));
-        match fs::read_dir(dir) {
-            Ok(entries) => {
-                let mut bins: Vec<_> = entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "bin"))
-                    .collect();
-                bins.sort();
-                out.extend(bins.iter().map(|p| fs::read(p).expect("fixture")));
-            }
-            Err(_) => println!(
-                "fixture folder {} is absent: seeding with a built hello only",
-                dir.display()
-            ),
+        // Without the folder the properties still run on the built hello, but a CI run must
+        // not lose the reference captures silently.
+        let found = common::fixtures::shared_fixture_dir("clienthello")
+            .map_err(|why| format!("no reference seeds, {why}; seeding with a built hello only"));
+        if let Some(dir) = prereq::require(found) {
+            let mut bins: Vec<_> = fs::read_dir(&dir)
+                .expect("fixture dir")
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+                .collect();
+            bins.sort();
+            assert!(!bins.is_empty(), "no .bin in {}", dir.display());
+            out.extend(bins.iter().map(|p| fs::read(p).expect("fixture")));
         }
         out
     })

@@ -2,11 +2,13 @@
 //! FoxIO's JA4.md, every reference capture in `../shared/fixtures/clienthello/` (whole, fed one
 //! byte at a time, and re-framed into other record sizes), and hand-built hellos for the framing
 //! rules (1-byte records, trailing bytes, plain HTTP, SSLv2, bad lengths, the 16 KiB cap).
+//! Without the fixture folder the fixture tests skip visibly, and fail under CI
+//! (`tests/common/prereq.rs`).
 
 mod common;
 use common::hello::{u16_vec, with_u16_len, with_u8_len};
+use common::prereq;
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use rampart::tls::clienthello::{parse_client_hello, ClientHello, HelloParse, MAX_HELLO_BYTES};
 use rampart::tls::ja3::validate_ja3;
@@ -252,24 +254,10 @@ fn ja4_counts_cap_at_99() {
 // ---------------------------------------------------------------------------------------------
 // Reference fixtures
 
-fn fixture_dir() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/clienthello"
-    ));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        println!("skipped: fixture folder {} is absent", dir.display());
-        None
-    }
-}
-
-/// `(name, bytes, expected)` for every fixture of `expected.json`, sorted by name.
-fn fixtures() -> Vec<(String, Vec<u8>, Value)> {
-    let Some(dir) = fixture_dir() else {
-        return Vec::new();
-    };
+/// `(name, bytes, expected)` for every fixture of `expected.json`, sorted by name; `None` (after
+/// [`prereq::skip_or_fail`]: a visible skip, a failure under CI) when the folder is absent.
+fn fixtures() -> Option<Vec<(String, Vec<u8>, Value)>> {
+    let dir = prereq::require(common::fixtures::shared_fixture_dir("clienthello"))?;
     let expected: Value =
         serde_json::from_slice(&fs::read(dir.join("expected.json")).expect("expected.json"))
             .expect("expected.json parses");
@@ -282,7 +270,7 @@ fn fixtures() -> Vec<(String, Vec<u8>, Value)> {
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    // Every .bin has an entry.
+    // Every .bin has an entry, and a present folder holds the whole reference set.
     let bins = fs::read_dir(&dir)
         .expect("fixture dir")
         .filter(|e| {
@@ -291,7 +279,13 @@ fn fixtures() -> Vec<(String, Vec<u8>, Value)> {
         })
         .count();
     assert_eq!(bins, out.len(), "every .bin has an expected.json entry");
-    out
+    assert!(
+        out.len() >= 29,
+        "{} fixtures in {}",
+        out.len(),
+        dir.display()
+    );
+    Some(out)
 }
 
 fn alpn_as_json(alpn: &[Vec<u8>]) -> Vec<String> {
@@ -335,26 +329,29 @@ fn assert_matches_expected(name: &str, hello: &ClientHello, exp: &Value) {
 
 #[test]
 fn every_fixture_matches_expected_json() {
-    let all = fixtures();
+    let Some(all) = fixtures() else {
+        return;
+    };
     for (name, bytes, exp) in &all {
         let hello = complete(bytes);
         assert_eq!(hello.record_bytes, bytes.len(), "{name}: record_bytes");
         assert_eq!(Some(bytes.len() as u64), exp["bytes"].as_u64(), "{name}");
         assert_matches_expected(name, &hello, exp);
     }
-    if !all.is_empty() {
-        assert!(all.len() >= 29, "{} fixtures", all.len());
-        assert!(all
-            .iter()
-            .any(|(_, b, e)| e["tls_records"] == 2 && unframe(b).len() + 10 == b.len()));
-    }
+    assert!(all.len() >= 29, "{} fixtures", all.len());
+    assert!(all
+        .iter()
+        .any(|(_, b, e)| e["tls_records"] == 2 && unframe(b).len() + 10 == b.len()));
 }
 
 #[test]
 fn every_fixture_fed_byte_by_byte() {
     // Every fixture (the 2-record one included): each proper prefix is Incomplete, the whole is
     // Complete and equal to the one-shot parse, and trailing bytes change nothing.
-    for (name, bytes, exp) in fixtures() {
+    let Some(all) = fixtures() else {
+        return;
+    };
+    for (name, bytes, exp) in all {
         let hello = assert_prefixes(&bytes);
         assert_matches_expected(&name, &hello, &exp);
         let mut more = bytes.clone();
@@ -365,7 +362,10 @@ fn every_fixture_fed_byte_by_byte() {
 
 #[test]
 fn every_fixture_reframed_gives_the_same_fingerprints() {
-    for (name, bytes, exp) in fixtures() {
+    let Some(all) = fixtures() else {
+        return;
+    };
+    for (name, bytes, exp) in all {
         let message = unframe(&bytes);
         for size in [1, 2, 3, 7, 64, 255, 1000] {
             let stream = records(&message, size);
@@ -385,12 +385,13 @@ fn every_fixture_reframed_gives_the_same_fingerprints() {
 
 #[test]
 fn two_record_fixture_in_one_byte_records_fed_byte_by_byte() {
-    let Some((name, bytes, exp)) = fixtures()
-        .into_iter()
-        .find(|(_, _, e)| e["tls_records"] == 2)
-    else {
+    let Some(all) = fixtures() else {
         return;
     };
+    let (name, bytes, exp) = all
+        .into_iter()
+        .find(|(_, _, e)| e["tls_records"] == 2)
+        .expect("a fixture in two records");
     let stream = records(&unframe(&bytes), 1);
     let hello = assert_prefixes(&stream);
     assert_matches_expected(&name, &hello, &exp);

@@ -62,6 +62,70 @@ fn out_of_range_prefixes() {
 }
 
 #[test]
+fn prefix_lengths_with_leading_zeros_are_refused() {
+    for (s, family) in [
+        ("10.0.0.0/08", "IPv4: 0-32"),
+        ("10.0.0.0/00", "IPv4: 0-32"),
+        ("0.0.0.0/00", "IPv4: 0-32"),
+        ("10.0.0.0/032", "IPv4: 0-32"),
+        ("10.0.0.0/033", "IPv4: 0-32"),
+        ("10.1.2.3/08", "IPv4: 0-32"),
+        ("::/0128", "IPv6: 0-128"),
+        ("::/00", "IPv6: 0-128"),
+        ("2001:db8::/032", "IPv6: 0-128"),
+        ("::ffff:192.0.2.0/0120", "IPv6: 0-128"),
+    ] {
+        let p = s.split_once('/').unwrap().1;
+        assert_eq!(
+            err(s),
+            format!(
+                "prefix length {p} must be written without leading zeros ({family}), got {s:?}"
+            ),
+            "{s}"
+        );
+    }
+    // A lone 0 is canonical.
+    assert_eq!(ok("10.0.0.0/8"), "10.0.0.0/8");
+    assert_eq!(ok("0.0.0.0/0"), "0.0.0.0/0");
+    assert_eq!(ok("::/128"), "::/128");
+}
+
+#[test]
+fn signs_and_spaces_around_the_prefix_length_are_refused() {
+    for s in [
+        "10.0.0.0/ 8",
+        "10.0.0.0/8 ",
+        "10.0.0.0/8\t",
+        "10.0.0.0/\n8",
+        "::/ 0128",
+    ] {
+        assert_eq!(
+            err(s),
+            format!("must not contain spaces, got {s:?}"),
+            "{s:?}"
+        );
+    }
+    let invalid = |s: &str| {
+        format!(
+            "must be an IP address or CIDR (e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.7), got {s:?}"
+        )
+    };
+    for s in [
+        "10.0.0.0/+8",
+        "10.0.0.0/+08",
+        "10.0.0.0/-0",
+        "::/+0",
+        "::/-128",
+        "10.0.0.0/0x8",
+        "10.0.0.0/8.0",
+        "10.0.0.0/\u{0668}", // ARABIC-INDIC DIGIT EIGHT
+        "10.0.0.0/８",       // FULLWIDTH DIGIT EIGHT
+    ] {
+        assert_eq!(err(s), invalid(s), "{s:?}");
+    }
+}
+
+#[test]
 fn spaces_bare_numbers_and_junk() {
     assert_eq!(
         err(" 10.0.0.0/8"),

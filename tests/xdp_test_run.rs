@@ -1,9 +1,10 @@
 //! The XDP program run on crafted frames with `BPF_PROG_TEST_RUN` (aya's `TestRun`), against
 //! its real maps, plus one real attach on a veth pair in a network namespace.
 //!
-//! Needs root (CAP_BPF + CAP_NET_ADMIN) and the object built by build.rs; each test prints why
-//! it skips otherwise (not root, object not built, kernel refuses BPF with EPERM). A verifier
-//! rejection is a failure, not a skip. Every test loads its own program and maps pinned under
+//! Needs root (CAP_BPF + CAP_NET_ADMIN) and the object built by build.rs; otherwise (not root,
+//! object not built, kernel refuses BPF with EPERM, no veth pair for the attach test) each test
+//! prints `SKIPPED <test>: <why>` past the output capture, and under CI (`CI=true`) fails instead
+//! (`tests/common/prereq.rs`). A verifier rejection is always a failure. Every test loads its own program and maps pinned under
 //! `/sys/fs/bpf/rampart-test-<pid>/v<ABI>/<test>/`, so tests run in parallel without sharing
 //! state, and removes its pins when done.
 //!
@@ -11,6 +12,8 @@
 //! assertions rely on margins of seconds (a SYN limit of 1/s with burst B: the B+1-th SYN sent
 //! within the same second is excess), never on sleeps.
 
+mod common;
+use common::prereq;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
@@ -62,16 +65,17 @@ fn skip_reason() -> Option<String> {
     object_available().err().map(|e| e.to_string())
 }
 
-/// Loads a fresh program + maps for one test, or prints why the test is skipped.
-fn load(test: &str) -> Option<Loaded> {
+/// Loads a fresh program + maps for one test (pinned under `name`), or says why the test cannot
+/// run ([`prereq::skip_or_fail`]: a visible skip, a failure under CI) and returns `None`.
+fn load(name: &str) -> Option<Loaded> {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping {test}: {why}");
+        prereq::skip_or_fail(why);
         return None;
     }
-    match XdpManager::load_unattached(&pin_root(), test) {
+    match XdpManager::load_unattached(&pin_root(), name) {
         Ok(m) => Some(Loaded(Some(m))),
         Err(e @ (XdpError::PermissionDenied { .. } | XdpError::BpfFs { .. })) => {
-            eprintln!("skipping {test}: the kernel refuses BPF here: {e}");
+            prereq::skip_or_fail(format!("the kernel refuses BPF here: {e}"));
             None
         }
         Err(e) => panic!("loading the XDP program failed: {e}"),
@@ -880,13 +884,13 @@ impl Drop for VethNs {
 #[test]
 fn attaches_natively_to_a_veth_and_drops_real_syns() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping veth attach: {why}");
+        prereq::skip_or_fail(why);
         return;
     }
     let v = match VethNs::create() {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("skipping veth attach: cannot create a veth pair between netns: {e}");
+            prereq::skip_or_fail(format!("cannot create a veth pair between netns: {e}"));
             return;
         }
     };
@@ -908,7 +912,7 @@ fn attaches_natively_to_a_veth_and_drops_real_syns() {
     let m = match attach(rampart::xdp::XdpMode::Auto) {
         Ok(m) => m,
         Err(e @ XdpError::PermissionDenied { .. }) => {
-            eprintln!("skipping veth attach: {e}");
+            prereq::skip_or_fail(e);
             return;
         }
         Err(e) => panic!("attach to {}: {e}", v.srv_if),
@@ -950,7 +954,7 @@ fn attaches_natively_to_a_veth_and_drops_real_syns() {
 #[test]
 fn attach_errors_name_the_cause() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping attach errors: {why}");
+        prereq::skip_or_fail(why);
         return;
     }
     let err =

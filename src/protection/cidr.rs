@@ -5,7 +5,8 @@
 //! an error that suggests the network (`10.1.2.3/8` → "did you mean 10.0.0.0/8?");
 //! `::ffff:a.b.c.d/N` with N ≥ 96 is the IPv4 network `a.b.c.d/(N−96)` (and a bare
 //! `::ffff:a.b.c.d` is `a.b.c.d/32`), because IPv4-mapped clients are IPv4 everywhere; prefixes out
-//! of range, whitespace, bare numbers and anything else that is not `address[/prefix]` are errors.
+//! of range or not in canonical decimal (`/08`, `/+8`), whitespace, bare numbers and anything else
+//! that is not `address[/prefix]` are errors.
 //! Canonical display is ipnet's: `192.0.2.0/24`, `127.0.0.2/32`, `2001:db8::/32`.
 //!
 //! Matching: the networks are flattened into sorted, merged, disjoint address ranges per family
@@ -29,16 +30,24 @@ pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
         None => (s, None),
     };
     let addr: IpAddr = addr_text.parse().map_err(|_| invalid())?;
+    let (family, max) = match addr {
+        IpAddr::V4(_) => ("IPv4", 32),
+        IpAddr::V6(_) => ("IPv6", 128),
+    };
     let prefix: Option<u32> = match prefix_text {
         None => None,
+        // Canonical decimal only: `/08`, `/00`, `/0128` are typos or another tool's notation,
+        // not something to guess at (a sign, spaces or other characters are refused below).
+        Some(p) if p.len() > 1 && p.starts_with('0') && p.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(format!(
+                "prefix length {p} must be written without leading zeros ({family}: 0-{max}), \
+                 got {s:?}"
+            ));
+        }
         Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
             Some(p.parse::<u32>().unwrap_or(u32::MAX))
         }
         Some(_) => return Err(invalid()),
-    };
-    let (family, max) = match addr {
-        IpAddr::V4(_) => ("IPv4", 32),
-        IpAddr::V6(_) => ("IPv6", 128),
     };
     if let Some(p) = prefix {
         if p > max {

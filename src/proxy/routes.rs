@@ -1,5 +1,8 @@
 //! The route table: SNI → route, matched exact first, then `*.suffix` (exactly one more label),
-//! then the default route `''`. Matching is case-insensitive and ignores one trailing dot.
+//! then the default route `''`. Matching is case-insensitive and ignores one trailing dot. A name
+//! with an empty label (`.example.com`, `a..example.com`, `a.example.com..`) matches no wildcard:
+//! `*.` stands for exactly one non-empty label, and configured names never have empty labels, so
+//! such a name can only get the default route.
 //!
 //! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
@@ -106,9 +109,13 @@ impl RouteTable {
             if let Some(r) = self.exact.get(key) {
                 return Some(r);
             }
-            if let Some((_, rest)) = key.split_once('.') {
-                if let Some(r) = self.wildcard.get(rest) {
-                    return Some(r);
+            if let Some((first, rest)) = key.split_once('.') {
+                // `first` is the label `*` stands for; the suffix keys are valid host names, but
+                // check the whole name so no empty label can reach a wildcard.
+                if !first.is_empty() && !rest.split('.').any(str::is_empty) {
+                    if let Some(r) = self.wildcard.get(rest) {
+                        return Some(r);
+                    }
                 }
             }
         }
@@ -161,6 +168,55 @@ mod tests {
         assert_eq!(port_of(t.lookup(Some("a.b.example.com"))), Some(3));
         assert_eq!(port_of(t.lookup(Some("example.com"))), Some(3));
         assert_eq!(port_of(t.lookup(None)), Some(3));
+    }
+
+    #[test]
+    fn names_with_an_empty_label_match_no_wildcard() {
+        let t = RouteTable::build(
+            &[
+                route("*.example.com", 2),
+                route("*.a.example.com", 4),
+                route("", 3),
+            ],
+            &[],
+        );
+        // The wildcards do match one more non-empty label.
+        assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
+        assert_eq!(port_of(t.lookup(Some("WWW.Example.com."))), Some(2));
+        assert_eq!(port_of(t.lookup(Some("x.a.example.com"))), Some(4));
+        for name in [
+            ".example.com",
+            ".example.com.",
+            ".EXAMPLE.com",
+            "..example.com",
+            ".a.example.com",
+            "a..example.com",
+            "x..a.example.com",
+            "www.example..com",
+            "www.example.com..",
+            "www..",
+            ".",
+            "",
+        ] {
+            assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
+        }
+        // Without a default route they get no route at all.
+        let t = RouteTable::build(
+            &[route("*.example.com", 2), route("*.a.example.com", 4)],
+            &[],
+        );
+        for name in [".example.com", ".a.example.com", "a..example.com", "."] {
+            assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
+        }
+        assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
+    }
+
+    #[test]
+    fn an_exact_route_is_not_reached_through_an_empty_label() {
+        let t = RouteTable::build(&[route("api.example.com", 1), route("", 3)], &[]);
+        for name in [".api.example.com", "api..example.com", "api.example.com.."] {
+            assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
+        }
     }
 
     #[test]
