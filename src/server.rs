@@ -29,6 +29,8 @@ use tokio_util::task::TaskTracker;
 pub const EVICTION_BUDGET: usize = 4096;
 
 struct Running {
+    /// This proxy's claims on its listening addresses (released once its sockets are closed).
+    held: Vec<crate::listener::HeldAddr>,
     accept_stop: CancellationToken,
     accept_tasks: TaskTracker,
     conn_cancel: CancellationToken,
@@ -171,10 +173,14 @@ impl Proxy {
             });
         }
         let mut bound = Vec::new();
+        let mut held = Vec::new();
         for (li, l) in self.shared.listeners.iter().enumerate() {
             let addr = SocketAddr::new(l.config.host, l.config.port);
             match bind_listener(addr, self.worker_threads) {
-                Ok(socks) => bound.push((li, socks)),
+                Ok((socks, claim)) => {
+                    bound.push((li, socks));
+                    held.push(claim);
+                }
                 Err(e) => {
                     let code = errno_code(&e);
                     return Err(StartError {
@@ -186,6 +192,7 @@ impl Proxy {
         }
         let _guard = self.rt().enter();
         let r = Running {
+            held,
             accept_stop: CancellationToken::new(),
             accept_tasks: TaskTracker::new(),
             conn_cancel: CancellationToken::new(),
@@ -260,11 +267,13 @@ impl Proxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let Some(r) = r else { return };
+        let Some(mut r) = r else { return };
         self.rt().block_on(async move {
             r.accept_stop.cancel();
             r.accept_tasks.close();
             r.accept_tasks.wait().await;
+            // The listening sockets are closed: the addresses are no longer this proxy's.
+            r.held.clear();
             r.conns.close();
             if drain_ms > 0 {
                 let _ = tokio::time::timeout(Duration::from_millis(drain_ms), r.conns.wait()).await;

@@ -20,7 +20,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -48,11 +49,51 @@ pub fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
+/// Addresses that a started proxy of this process listens on, with how many proxies hold each.
+static HELD: Mutex<BTreeMap<SocketAddr, usize>> = Mutex::new(BTreeMap::new());
+
+/// One proxy's claim on a listening address; released when the proxy stops.
+#[derive(Debug)]
+pub struct HeldAddr(SocketAddr);
+
+impl HeldAddr {
+    fn claim(addr: SocketAddr) -> HeldAddr {
+        *HELD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(addr)
+            .or_insert(0) += 1;
+        HeldAddr(addr)
+    }
+}
+
+impl Drop for HeldAddr {
+    fn drop(&mut self) {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.0);
+            }
+        }
+    }
+}
+
 /// Binds `count` sockets on `addr`. Before sharing a port with SO_REUSEPORT, checks that nothing
-/// else (another process or listener) already holds it, so "port in use" is reported as such.
-pub fn bind_listener(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+/// else (another process or listener) already holds it, so "port in use" is reported as such —
+/// unless another started proxy of this process holds that very address: then the new sockets
+/// join its SO_REUSEPORT group, so a replacement proxy (a config reload that changes listeners)
+/// can start before the old one stops and no connection is refused in between.
+pub fn bind_listener(
+    addr: SocketAddr,
+    count: usize,
+) -> io::Result<(Vec<std::net::TcpListener>, HeldAddr)> {
+    let ours = HELD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&addr);
     // A plain bind (no SO_REUSEPORT) fails with EADDRINUSE if anyone listens there already.
-    {
+    if !ours {
         let domain = if addr.is_ipv6() {
             Domain::IPV6
         } else {
@@ -65,7 +106,10 @@ pub fn bind_listener(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net:
         probe.set_reuse_address(true)?;
         probe.bind(&addr.into())?;
     }
-    (0..count.max(1)).map(|_| bind_reuseport(addr)).collect()
+    let socks = (0..count.max(1))
+        .map(|_| bind_reuseport(addr))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok((socks, HeldAddr::claim(addr)))
 }
 
 fn is_resource_error(e: &io::Error) -> bool {
