@@ -3,6 +3,10 @@
 // The `rampart` command: run the proxy from a config file (DESIGN.md §7.7, README "Running the
 // server"). Exit status: 0 ok, 1 invalid config or a failure to start, 2 bad usage.
 
+// Each RampartProxy.stop() holds a libuv pool thread for its drainMs; a few handovers in a row
+// must not starve the pool (4 threads by default). Read by libuv at its first use, so set first.
+if (!process.env.UV_THREADPOOL_SIZE) process.env.UV_THREADPOOL_SIZE = '16';
+
 const USAGE = `usage:
   rampart serve --config FILE [--log json|text]   run the proxy of FILE until SIGTERM/SIGINT
                                                   (SIGHUP, a change of FILE or of a file it names,

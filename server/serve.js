@@ -10,7 +10,8 @@
  * Reload: SIGHUP, `POST /reload`, or a change of the config file or any file it names (see
  * watch.js and supervisor.js).
  * Stop: SIGTERM or SIGINT stops accepting, lets connections run for `drainMs`, closes the rest,
- * logs `stop` and exits 0. A second signal while draining exits at once with status 1.
+ * logs `stop` and exits 0. A second signal while draining ends the process at once, by that
+ * signal (the default action; systemd counts SIGTERM/SIGINT as a clean exit).
  */
 const fs = require('node:fs');
 const { createLogger } = require('./log');
@@ -41,8 +42,12 @@ async function serve({ configPath, logFormat = 'json' }) {
   };
   const onStop = (signal) => {
     if (stopSignal) {
+      // process.exit() would wait for the drain (the addon's stop runs on the libuv pool, which
+      // Node joins at exit): die by the signal itself, as an unhandled SIGTERM/SIGINT would.
       log.event('stop', { signal, forced: true, message: `second ${signal} while draining: exiting now` });
-      process.exit(1);
+      cleanupSignals();
+      process.kill(process.pid, signal);
+      return;
     }
     stopSignal = signal;
     wakeStop(signal);

@@ -14,6 +14,7 @@
  *   reason); if that fails too, the old config is started again on a fresh proxy.
  * - an invalid file, or a new proxy that cannot start, changes nothing and is logged.
  */
+const net = require('node:net');
 const { RampartProxy } = require('..');
 const { loadConfigFile } = require('./config-file');
 const { runConfig, plan, ports, stable } = require('./plan');
@@ -30,8 +31,35 @@ function errorInfo(e) {
   return { message: e && e.message ? e.message : String(e), code: e && e.code ? e.code : undefined };
 }
 
-/** `blockIp` entries of `proxy` as blocks to re-apply: one per CIDR when it covers every port. */
-function snapshotBlocks(proxy) {
+/**
+ * The canonical form the addon lists a CIDR in (`192.0.2.7` → `192.0.2.7/32`, IPv6 compressed,
+ * `::ffff:a.b.c.d/N` → `a.b.c.d/(N-96)`), or null when unsure (then scopes are guessed).
+ */
+function canonicalCidr(input) {
+  const m = typeof input === 'string' ? /^([^/\s]+)(?:\/(\d{1,3}))?$/.exec(input) : null;
+  if (!m) return null;
+  const family = net.isIP(m[1]);
+  if (family === 4) return `${m[1]}/${m[2] === undefined ? 32 : Number(m[2])}`;
+  if (family !== 6) return null;
+  const bits = m[2] === undefined ? 128 : Number(m[2]);
+  const host = new URL(`http://[${m[1]}]`).hostname.slice(1, -1);
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (mapped && bits >= 96) {
+    const hi = parseInt(mapped[1], 16);
+    const lo = parseInt(mapped[2], 16);
+    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}/${bits - 96}`;
+  }
+  return `${host}/${bits}`;
+}
+
+/**
+ * `blockIp` entries of `proxy` as blocks to re-apply. `blockedIps` lists a block per port, so
+ * whether one was made for every port (and must cover a port added by the reload) comes from
+ * `scopes` (what the admin API was asked): a CIDR blocked only with a `port` stays per port.
+ * Otherwise a CIDR listed on every port with one note and one remaining time is one block for
+ * every port; anything else is re-applied per port.
+ */
+function snapshotBlocks(proxy, scopes = { every: new Set(), perPort: new Set() }) {
   const portsOf = [...new Set(proxy.metrics().listeners.map((l) => l.port))];
   const byCidr = new Map();
   for (const e of proxy.blockedIps({ detail: true }).dynamicBlocklist) {
@@ -40,11 +68,11 @@ function snapshotBlocks(proxy) {
   }
   const blocks = [];
   for (const [cidr, entries] of byCidr) {
-    const ttls = entries.map((e) => e.remainingMs);
-    const timed = ttls.filter((t) => t !== undefined);
-    const everyPort = portsOf.every((p) => entries.some((e) => e.port === p));
+    const timed = entries.map((e) => e.remainingMs).filter((t) => t !== undefined);
+    const onlyPerPort = !scopes.every.has(cidr) && entries.some((e) => scopes.perPort.has(`${cidr} ${e.port}`));
     const oneBlock =
-      everyPort &&
+      !onlyPerPort &&
+      portsOf.every((p) => entries.some((e) => e.port === p)) &&
       entries.every((e) => e.note === entries[0].note) &&
       (timed.length === 0 || (timed.length === entries.length && Math.max(...timed) - Math.min(...timed) < SAME_TTL_MS));
     if (oneBlock) blocks.push({ cidr, port: null, remainingMs: timed.length ? Math.min(...timed) : undefined, note: entries[0].note });
@@ -88,7 +116,7 @@ async function startRetrying(proxy, ms) {
       return;
     } catch (e) {
       if (e.code !== 'EADDRINUSE' || Date.now() > end) throw e;
-      await sleep(5);
+      await sleep(1);
     }
   }
 }
@@ -110,6 +138,8 @@ class Supervisor {
     this.lastReloadOk = true;
     this.reloadedAt = null;
     this.xdpError = null;
+    /** How blocks were asked for (canonical CIDR; `cidr port` when per port), see snapshotBlocks. */
+    this.scopes = { every: new Set(), perPort: new Set() };
   }
 
   /** Runs `fn` after every change queued before it. */
@@ -289,9 +319,10 @@ class Supervisor {
     const old = this.proxy;
     const oldRun = this.current.run;
     const drainMs = loaded.drainMs;
-    const blocks = snapshotBlocks(old);
+    const blocks = snapshotBlocks(old, this.scopes);
     const fresh = this._makeProxy(run.config);
     const out = { handover: 'overlap', ...applyBlocksSummary(applyBlocks(fresh, blocks, ports(run.config))) };
+    for (const k of this.scopes.perPort) if (!ports(run.config).includes(Number(k.split(' ')[1]))) this.scopes.perPort.delete(k);
     try {
       await fresh.start();
     } catch (e) {
@@ -349,11 +380,26 @@ class Supervisor {
   // --- blocks ----------------------------------------------------------------------------------
 
   block(cidr, opts) {
-    return this.exclusive(() => this.proxy.blockIp(cidr, opts));
+    return this.exclusive(() => {
+      this.proxy.blockIp(cidr, opts);
+      const key = canonicalCidr(cidr);
+      if (key === null) return;
+      if (opts && typeof opts.port === 'number') this.scopes.perPort.add(`${key} ${opts.port}`);
+      else this.scopes.every.add(key);
+    });
   }
 
   unblock(cidr, opts) {
-    return this.exclusive(() => this.proxy.unblockIp(cidr, opts));
+    return this.exclusive(() => {
+      const removed = this.proxy.unblockIp(cidr, opts);
+      const key = canonicalCidr(cidr);
+      if (key !== null && opts && typeof opts.port === 'number') this.scopes.perPort.delete(`${key} ${opts.port}`);
+      else if (key !== null) {
+        this.scopes.every.delete(key);
+        for (const k of this.scopes.perPort) if (k.startsWith(`${key} `)) this.scopes.perPort.delete(k);
+      }
+      return removed;
+    });
   }
 
   blockedIps(opts) {
@@ -414,4 +460,4 @@ function applyBlocksSummary({ carried, dropped }) {
   return out;
 }
 
-module.exports = { Supervisor, snapshotBlocks, applyBlocks };
+module.exports = { Supervisor, snapshotBlocks, applyBlocks, canonicalCidr };

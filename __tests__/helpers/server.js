@@ -188,10 +188,14 @@ function admin(target, method, urlPath, { body, token, headers = {}, rawBody } =
   });
 }
 
-/** One TLS connection: resolves `{ ok: true, fingerprint256 }` after an echo round trip, or `{ ok: false, code }`. */
-function tlsAttempt(port, { timeoutMs = 3000 } = {}) {
+/**
+ * One TLS connection: resolves `{ ok: true, fingerprint256, data }` after an echo round trip
+ * (`data`: all bytes received, an upstream's tag first), or `{ ok: false, code }`.
+ */
+function tlsAttempt(port, { timeoutMs = 3000, localAddress } = {}) {
   return new Promise((resolve) => {
-    const s = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false });
+    const s = tls.connect({ port, host: '127.0.0.1', localAddress, servername: 'localhost', rejectUnauthorized: false });
+    let data = '';
     let done = false;
     const finish = (r) => {
       if (done) return;
@@ -203,7 +207,8 @@ function tlsAttempt(port, { timeoutMs = 3000 } = {}) {
     const t = setTimeout(() => finish({ ok: false, code: 'TIMEOUT' }), timeoutMs);
     s.on('secureConnect', () => s.write('ping'));
     s.on('data', (d) => {
-      if (d.toString().includes('ping')) finish({ ok: true, fingerprint256: s.getPeerCertificate().fingerprint256 });
+      data += d.toString('latin1');
+      if (data.includes('ping')) finish({ ok: true, fingerprint256: s.getPeerCertificate().fingerprint256, data });
     });
     s.on('error', (e) => finish({ ok: false, code: e.code || e.message }));
     s.on('close', () => finish({ ok: false, code: 'CLOSED' }));
