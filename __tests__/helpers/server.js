@@ -85,11 +85,13 @@ function runCli(args, { cwd, timeoutMs = 15000 } = {}) {
 
 /** `rampart <args>` as a child process, stdout parsed as JSON lines into `events`. */
 class ServerChild {
-  constructor(args, { env } = {}) {
+  /** `wrap`: a command to run it under, e.g. `['ip', 'netns', 'exec', ns]` (it must exec, keeping the pid). */
+  constructor(args, { env, wrap = [] } = {}) {
     this.events = [];
     this.lines = [];
     this.stderr = '';
-    this.proc = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: env || process.env });
+    const argv = [...wrap, process.execPath, BIN, ...args];
+    this.proc = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: env || process.env });
     children.add(this);
     this.exited = new Promise((resolve) => {
       this.proc.on('exit', (code, signal) => {
