@@ -250,7 +250,7 @@ test('admin.socketPath: a unix socket with mode 0660, a stale socket file replac
   const child = await s.ServerChild.serve(file);
   t.after(() => child.close());
   const start = child.events.find((e) => e.event === 'start');
-  assert.equal(start.admin, `unix:${sock}`);
+  assert.deepEqual(start.admin, [`unix:${sock}`]);
   const st = fs.statSync(sock);
   assert.ok(st.isSocket());
   assert.equal(st.mode & 0o777, 0o660);
@@ -265,6 +265,16 @@ test('admin.socketPath: a unix socket with mode 0660, a stale socket file replac
   child.signal('SIGTERM');
   assert.deepEqual(await child.exited, { code: 0, signal: null });
   assert.equal(fs.existsSync(sock), false);
+});
+
+test('admin with both port and socketPath serves on both (Prometheus on TCP, operators on the socket)', async (t) => {
+  const { child, adminPort, dir } = await serveWith((doc) => (doc.admin.socketPath = 'admin.sock'));
+  t.after(() => child.close());
+  const sock = path.join(dir, 'admin.sock');
+  assert.deepEqual(child.events.find((e) => e.event === 'start').admin, [`http://127.0.0.1:${adminPort}`, `unix:${sock}`]);
+  assert.equal((await s.admin({ port: adminPort }, 'GET', '/metrics', { token: s.TOKEN })).status, 200);
+  assert.equal((await s.admin({ socketPath: sock }, 'POST', '/block', { token: s.TOKEN, body: { cidr: '192.0.2.0/24' } })).status, 204);
+  assert.deepEqual((await s.admin({ port: adminPort }, 'GET', '/blocked', { token: s.TOKEN })).json.dynamicBlocklist, ['192.0.2.0/24']);
 });
 
 test('admin.socketPath: a socket something still answers on, or a file that is not a socket, is left alone (exit 1)', async (t) => {

@@ -107,12 +107,12 @@ test('certChain and certChainFile together is an error; a route cert may name fi
   ]);
 });
 
-test('admin: port or socketPath, a token of 16+ characters, token or tokenFile, an IP host', async () => {
+test('admin: port and/or socketPath, a token of 16+ characters, token or tokenFile, an IP host', async () => {
   const dir = configDir();
   const cases = [
-    [{}, ['admin: give port (with host, default 127.0.0.1) or socketPath']],
-    [{ port: 9901, socketPath: 'a.sock' }, ['admin.socketPath: give port or socketPath, not both']],
-    [{ socketPath: 'a.sock', host: '127.0.0.1' }, ['admin.host: only with port; socketPath listens on a unix socket']],
+    [{}, ['admin: give port (with host, default 127.0.0.1) and/or socketPath']],
+    [{ socketPath: 'a.sock', host: '127.0.0.1' }, ['admin.host: only with port (socketPath listens on a unix socket)']],
+    [{ socketPath: `/tmp/${'x'.repeat(120)}.sock` }, [`admin.socketPath: /tmp/${'x'.repeat(120)}.sock is 130 bytes; a unix socket path is at most 107`]],
     [{ port: 9901, host: 'localhost' }, ['admin.host: must be an IP address such as "127.0.0.1" or "::1", got "localhost"']],
     [{ port: 9901, token: 'short' }, ['admin.token: must be 16 to 4096 characters, got 5 (e.g. openssl rand -hex 32)']],
     [{ port: 9901, token: 'has a space in it, quite long' }, ['admin.token: must be printable ASCII without spaces']],

@@ -66,7 +66,7 @@ test('serve: the certificate from the files is served; the start event says what
   assert.equal(start.version, require('../package.json').version);
   assert.equal(start.config, file);
   assert.deepEqual(start.ports, [port]);
-  assert.equal(start.admin, `http://127.0.0.1:${adminPort}`);
+  assert.deepEqual(start.admin, [`http://127.0.0.1:${adminPort}`]);
   assert.equal(start.xdp, null);
   assert.equal(start.drainMs, 1000);
 });
@@ -111,7 +111,7 @@ test('--log text writes one human line per event', async (t) => {
   t.after(() => child.close());
   await h.waitFor(() => child.lines.some((l) => / start /.test(l)), { what: 'start line' });
   const start = child.lines.find((l) => / start /.test(l));
-  assert.match(start, new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z start pid=${child.proc.pid} version=\\S+ config=\\S+ ports=\\[${port}\\] admin=http://127\\.0\\.0\\.1:\\d+ xdp=null drainMs=1000$`));
+  assert.match(start, new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z start pid=${child.proc.pid} version=\\S+ config=\\S+ ports=\\[${port}\\] admin=\\["http://127\\.0\\.0\\.1:\\d+"\\] xdp=null drainMs=1000$`));
   child.signal('SIGTERM');
   assert.equal((await child.exited).code, 0);
   assert.match(child.lines.at(-1), /Z stop signal=SIGTERM drainMs=1000 durationMs=\d+$/);

@@ -314,44 +314,60 @@ async function clearStaleSocket(p) {
   fs.unlinkSync(p);
 }
 
-/**
- * Listens on `admin.socketPath` (mode 0660) or `admin.host`:`admin.port`. Resolves `{ server,
- * address, close() }`, `address` being `http://host:port` or `unix:/path`.
- */
-async function startAdmin({ admin, supervisor, log, version }) {
-  const server = http.createServer({ requestTimeout: 30000, headersTimeout: 10000, keepAliveTimeout: 5000, maxHeaderSize: 16384 }, createHandler({ supervisor, log, version }));
+/** Listens on one address (`{ socketPath }` or `{ host, port }`) with `handler`. */
+async function listenOne(where, handler, log) {
+  const server = http.createServer({ requestTimeout: 30000, headersTimeout: 10000, keepAliveTimeout: 5000, maxHeaderSize: 16384 }, handler);
   server.maxConnections = 256;
-  if (admin.socketPath) await clearStaleSocket(admin.socketPath);
+  if (where.socketPath) await clearStaleSocket(where.socketPath);
   await new Promise((resolve, reject) => {
     server.once('error', reject);
-    if (admin.socketPath) {
+    if (where.socketPath) {
       const mask = process.umask(0o117); // the socket is created 0660, never briefly wider
       try {
-        server.listen(admin.socketPath, resolve);
+        server.listen(where.socketPath, resolve);
       } finally {
         process.umask(mask);
       }
     } else {
-      server.listen(admin.port, admin.host, resolve);
+      server.listen(where.port, where.host, resolve);
     }
   });
   server.on('error', (e) => log.event('error', { code: 'admin_failed', message: e.message }));
-  let address;
-  if (admin.socketPath) {
-    fs.chmodSync(admin.socketPath, SOCKET_MODE);
-    address = `unix:${admin.socketPath}`;
-  } else {
-    const a = server.address();
-    address = `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
+  if (where.socketPath) {
+    fs.chmodSync(where.socketPath, SOCKET_MODE);
+    return { server, address: `unix:${where.socketPath}` };
+  }
+  const a = server.address();
+  return { server, address: `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` };
+}
+
+function closeServer(server) {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+}
+
+/**
+ * Listens on `admin.host`:`admin.port` and/or `admin.socketPath` (mode 0660). Resolves
+ * `{ addresses, close() }`, each address `http://host:port` or `unix:/path`. If one address
+ * cannot be bound, none is kept.
+ */
+async function startAdmin({ admin, supervisor, log, version }) {
+  const handler = createHandler({ supervisor, log, version });
+  const wanted = [];
+  if (admin.port !== null && admin.port !== undefined) wanted.push({ host: admin.host, port: admin.port });
+  if (admin.socketPath) wanted.push({ socketPath: admin.socketPath });
+  const up = [];
+  try {
+    for (const w of wanted) up.push(await listenOne(w, handler, log));
+  } catch (e) {
+    await Promise.all(up.map((u) => closeServer(u.server)));
+    throw e;
   }
   return {
-    server,
-    address,
-    close: () =>
-      new Promise((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
+    addresses: up.map((u) => u.address),
+    close: () => Promise.all(up.map((u) => closeServer(u.server))),
   };
 }
 

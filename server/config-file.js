@@ -125,16 +125,14 @@ function validateAdmin(admin, dir, errors, read) {
       } else out.socketPath = abs;
     }
   }
-  if (has('port') && has('socketPath')) {
-    errors.push({ path: 'admin.socketPath', message: 'give port or socketPath, not both' });
-  } else if (!has('port') && !has('socketPath')) {
-    errors.push({ path: 'admin', message: 'give port (with host, default 127.0.0.1) or socketPath' });
+  if (!has('port') && !has('socketPath')) {
+    errors.push({ path: 'admin', message: 'give port (with host, default 127.0.0.1) and/or socketPath' });
   }
   if (has('host')) {
     if (typeof admin.host !== 'string' || net.isIP(admin.host) === 0) {
       errors.push({ path: 'admin.host', message: `must be an IP address such as "127.0.0.1" or "::1", got ${shown(admin.host)}` });
-    } else if (has('socketPath')) {
-      errors.push({ path: 'admin.host', message: 'only with port; socketPath listens on a unix socket' });
+    } else if (!has('port')) {
+      errors.push({ path: 'admin.host', message: 'only with port (socketPath listens on a unix socket)' });
     } else out.host = admin.host;
   }
   const checkToken = (value, p, from) => {

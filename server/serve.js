@@ -108,7 +108,7 @@ async function serve({ configPath, logFormat = 'json' }) {
     version,
     config: loaded.path,
     ports: started.ports,
-    admin: admin ? admin.address : null,
+    admin: admin ? admin.addresses : [],
     xdp: started.xdp,
     drainMs: loaded.drainMs,
   });

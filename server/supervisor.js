@@ -14,6 +14,7 @@
  *   reason); if that fails too, the old config is started again on a fresh proxy.
  * - an invalid file, or a new proxy that cannot start, changes nothing and is logged.
  */
+const fs = require('node:fs');
 const net = require('node:net');
 const { RampartProxy } = require('..');
 const { loadConfigFile } = require('./config-file');
@@ -118,6 +119,15 @@ async function startRetrying(proxy, ms) {
       if (e.code !== 'EADDRINUSE' || Date.now() > end) throw e;
       await sleep(1);
     }
+  }
+}
+
+/** `net.ipv4.tcp_migrate_req` (0/1), or null when unknown. */
+function tcpMigrateReq() {
+  try {
+    return Number(fs.readFileSync('/proc/sys/net/ipv4/tcp_migrate_req', 'utf8').trim());
+  } catch {
+    return null;
   }
 }
 
@@ -347,6 +357,9 @@ class Supervisor {
     this.proxy = fresh;
     out.xdp = await this._attachXdp(fresh, loaded.xdp);
     if (out.xdp === null) delete out.xdp;
+    const migrate = tcpMigrateReq();
+    if (migrate !== null) out.tcpMigrateReq = migrate;
+    if (migrate === 0) out.hint = 'net.ipv4.tcp_migrate_req is 0: connections still queued in the old listeners are reset when they close; set it to 1';
     this._retire(old, drainMs);
     return out;
   }
