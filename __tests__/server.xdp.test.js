@@ -62,6 +62,7 @@ test('xdp in the file: attached at start, re-attached after a handover and after
   assert.deepEqual(x.configured, { interface: DEV, mode: 'auto' });
   const m = (await s.admin(api, 'GET', '/metrics', tok)).text;
   assert.match(m, /^rampart_xdp_packets_total\{action="pass"\} \d+$/m);
+  for (const name of s.XDP_SERIES) assert.match(m, new RegExp(`^# TYPE ${name} `, 'm'), name);
   assert.match(m, new RegExp(`^rampart_server_xdp_attached\\{interface="${DEV}"\\} 1$`, 'm'));
 
   // A listener change: a new proxy, and XDP moves to it.

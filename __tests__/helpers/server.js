@@ -15,6 +15,8 @@ const { generateSelfSignedCert } = require('../..');
 const { waitFor } = require('./index');
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'rampart.js');
+/** What prometheus() adds while XDP is attached (checked against a live filter in server.xdp.test.js). */
+const XDP_SERIES = ['rampart_xdp_packets_total', 'rampart_xdp_banned_total', 'rampart_xdp_ban_extended_total', 'rampart_xdp_errors_total', 'rampart_xdp_ban_queue_overflow_total'];
 const TOKEN = 'test-token-0123456789abcdef';
 
 /** A fresh temp directory (removed by `cleanup()`). */
@@ -255,4 +257,4 @@ function accepting(port) {
   });
 }
 
-module.exports = { BIN, TOKEN, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, ServerChild, cleanup, admin, tlsAttempt, loopClient, accepting };
+module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, ServerChild, cleanup, admin, tlsAttempt, loopClient, accepting };
