@@ -327,6 +327,33 @@ test('a listener port change: the new port serves before the old stops, open con
   assert.deepEqual((await s.admin(api, 'GET', '/health')).json.ports, [next]);
 });
 
+test('a handover that cannot bind (a port another process holds) keeps the old config serving, whatever the listener order', async (t) => {
+  const { file, doc, port, child, api } = await setup();
+  t.after(() => child.close());
+  const squatter = await h.listen(require('node:net').createServer());
+  t.after(() => h.closeServer(squatter));
+  const taken = squatter.address().port;
+  assert.equal((await s.admin(api, 'POST', '/block', { ...tok, body: { cidr: '127.0.0.2', reason: 'kept' } })).status, 204);
+  for (const order of [[port, taken], [taken, port]]) {
+    const next = structuredClone(doc);
+    next.proxy.listeners = order.map((p) => ({ ...doc.proxy.listeners[0], port: p }));
+    s.writeJson(file, next);
+    const r = await s.admin(api, 'POST', '/reload', tok);
+    assert.equal(r.status, 500, r.text);
+    assert.equal(r.json.code, 'EADDRINUSE');
+    const ev = child.events.filter((e) => e.event === 'reload').at(-1);
+    assert.equal(ev.ok, false);
+    assert.equal(ev.code, 'EADDRINUSE');
+    if (ev.rolledBack) assert.equal(order[0], port); // only a failure on the kept port stops the old proxy first
+    // still the old config: one listener, serving, with its blocks
+    assert.deepEqual((await s.admin(api, 'GET', '/health')).json.ports, [port]);
+    assert.equal((await s.tlsAttempt(port)).ok, true);
+    assert.equal(await h.admitted(port, '127.0.0.2'), false);
+    assert.equal(child.exit, undefined);
+  }
+  assert.match((await s.admin(api, 'GET', '/metrics', tok)).text, /^rampart_config_last_reload_successful 0$/m);
+});
+
 test('workerThreads and blockedEvents are listener changes too; drainMs and the admin token apply in place', async (t) => {
   const { file, doc, child, api, port } = await setup();
   t.after(() => child.close());

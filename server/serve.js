@@ -11,7 +11,9 @@
  * watch.js and supervisor.js).
  * Stop: SIGTERM or SIGINT stops accepting, lets connections run for `drainMs`, closes the rest,
  * logs `stop` and exits 0. A second signal while draining ends the process at once, by that
- * signal (the default action; systemd counts SIGTERM/SIGINT as a clean exit).
+ * signal (the default action; systemd counts SIGTERM/SIGINT as a clean exit). When no proxy can
+ * run any more (a handover and its rollback both failed to bind), the server stops and exits 1,
+ * so that systemd's Restart=on-failure starts it again.
  */
 const fs = require('node:fs');
 const { createLogger } = require('./log');
@@ -74,7 +76,18 @@ async function serve({ configPath, logFormat = 'json' }) {
     cleanupSignals();
     return 1;
   }
-  supervisor = new Supervisor({ log, configPath: loaded.path });
+  let exitCode = 0;
+  supervisor = new Supervisor({
+    log,
+    configPath: loaded.path,
+    onFatal: () => {
+      exitCode = 1;
+      if (!stopSignal) {
+        stopSignal = 'fatal';
+        wakeStop('fatal');
+      }
+    },
+  });
   let started;
   try {
     started = await supervisor.start(loaded);
@@ -122,7 +135,7 @@ async function serve({ configPath, logFormat = 'json' }) {
   await supervisor.stop(drainMs);
   log.event('stop', { signal, drainMs, durationMs: Date.now() - t0 });
   cleanupSignals();
-  return 0;
+  return exitCode;
 }
 
 module.exports = { serve, version };

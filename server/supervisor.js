@@ -122,6 +122,16 @@ async function startRetrying(proxy, ms) {
   }
 }
 
+/**
+ * Whether an EADDRINUSE from the new proxy's start() is about a port the old proxy holds (the
+ * addon names the address at the end of its message), rather than one another process holds.
+ */
+function heldByOld(err, oldPorts, newPorts) {
+  const m = /:(\d+)\s*$/.exec(err.message || '');
+  if (m) return oldPorts.includes(Number(m[1]));
+  return oldPorts.some((p) => newPorts.includes(p));
+}
+
 /** `net.ipv4.tcp_migrate_req` (0/1), or null when unknown. */
 function tcpMigrateReq() {
   try {
@@ -132,9 +142,14 @@ function tcpMigrateReq() {
 }
 
 class Supervisor {
-  /** @param {{ log: { event(name: string, payload?: object): void }, configPath: string }} opts */
-  constructor({ log, configPath }) {
+  /**
+   * @param {{ log: { event(name: string, payload?: object): void }, configPath: string,
+   *           onFatal?: (err: Error) => void }} opts `onFatal`: no proxy runs any more (a failed
+   *           stop-first handover whose rollback failed too); the server should exit 1.
+   */
+  constructor({ log, configPath, onFatal = () => {} }) {
     this.log = log;
+    this.onFatal = onFatal;
     this.configPath = configPath;
     this.proxy = null;
     /** `{ loaded, run }` of the config the proxy runs. */
@@ -294,7 +309,9 @@ class Supervisor {
         return this._failed(trigger, { errors }, 'the new config was refused; the running config is unchanged');
       }
       const info = errorInfo(e);
-      return this._failed(trigger, { error: info.message, code: info.code }, info.message);
+      const detail = { error: info.message, code: info.code };
+      if (e.rolledBack) detail.rolledBack = e.rolledBack;
+      return this._failed(trigger, detail, info.message);
     }
     if (!p.restart) {
       const xdp = await this._syncXdp(prev.loaded.xdp, loaded.xdp);
@@ -336,8 +353,7 @@ class Supervisor {
     try {
       await fresh.start();
     } catch (e) {
-      const shared = ports(oldRun.config).some((p) => ports(run.config).includes(p));
-      if (e.code !== 'EADDRINUSE' || !shared) throw e; // the old proxy keeps running untouched
+      if (e.code !== 'EADDRINUSE' || !heldByOld(e, ports(oldRun.config), ports(run.config))) throw e; // the old proxy keeps running untouched
       out.handover = 'stop-first';
       out.fallbackReason = `the new listeners could not bind beside the old ones (${e.message}); stopped the old proxy first, so connections in that gap were refused`;
       this._retire(old, drainMs);
@@ -345,6 +361,7 @@ class Supervisor {
         await startRetrying(fresh, REBIND_MS);
       } catch (e2) {
         await this._rollback(oldRun, blocks, e2);
+        e2.rolledBack = `${out.fallbackReason}; the new proxy still could not start, so the old config runs again on a fresh proxy (penalty boxes and rate usage start afresh)`;
         throw e2;
       }
       await this._detachXdp(old);
@@ -373,6 +390,7 @@ class Supervisor {
     } catch (e) {
       this.proxy = null;
       this.log.event('error', { code: 'rollback_failed', message: `neither the new nor the old config could bind: ${errorInfo(cause).message}; then ${errorInfo(e).message}` });
+      this.onFatal(e);
       throw e;
     }
     const old = this.proxy;
