@@ -116,6 +116,8 @@ async function serve({ configPath, logFormat = 'json' }) {
     onError: (dir, err) => log.event('error', { code: 'watch_failed', message: `cannot watch ${dir}: ${err.message}; reload with SIGHUP or POST /reload`, dir }),
   });
   watcher.set(supervisor.watchedFiles());
+  // A change between the load and the first watch would otherwise wait for the next event.
+  if (supervisor.filesChanged()) supervisor.reload('file').then(() => watcher.set(supervisor.watchedFiles()));
   log.event('start', {
     pid: process.pid,
     version,
