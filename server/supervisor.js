@@ -299,6 +299,8 @@ class Supervisor {
       if (p.restart) {
         Object.assign(entry, await this._handover(loaded, run));
         entry.applied = 'restart';
+        const kept = ports(run.config);
+        for (const k of this.scopes.perPort) if (!kept.includes(Number(k.split(' ')[1]))) this.scopes.perPort.delete(k);
       } else if (p.update) {
         this.proxy.updateConfig(p.update);
         entry.applied = 'update';
@@ -349,7 +351,6 @@ class Supervisor {
     const blocks = snapshotBlocks(old, this.scopes);
     const fresh = this._makeProxy(run.config);
     const out = { handover: 'overlap', ...applyBlocksSummary(applyBlocks(fresh, blocks, ports(run.config))) };
-    for (const k of this.scopes.perPort) if (!ports(run.config).includes(Number(k.split(' ')[1]))) this.scopes.perPort.delete(k);
     try {
       await fresh.start();
     } catch (e) {
