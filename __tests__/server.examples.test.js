@@ -1,0 +1,94 @@
+'use strict';
+// The files in examples/: the Harper config passes `rampart check`, the Grafana dashboard and the
+// alert rules query only series that `GET /metrics` exports, the systemd unit and the Prometheus
+// scrape config match the example config.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const h = require('./helpers');
+const s = require('./helpers/server');
+
+const EX = path.join(__dirname, '..', 'examples');
+const read = (p) => fs.readFileSync(path.join(EX, p), 'utf8');
+const { XDP_SERIES } = s;
+
+test.after(s.cleanup);
+
+function seriesIn(text) {
+  return new Set(text.match(/\brampart_[a-z0-9_]+/g) || []);
+}
+
+function dashboardExprs() {
+  const d = JSON.parse(read('grafana/rampart-dashboard.json'));
+  const exprs = [];
+  for (const p of d.panels) for (const t of p.targets || []) exprs.push(t.expr);
+  for (const v of d.templating.list) if (v.definition) exprs.push(v.definition);
+  return { d, exprs };
+}
+
+test('examples/harper/rampart.json passes rampart check (with its cert and token files in place)', async () => {
+  const dir = s.tempDir();
+  fs.copyFileSync(path.join(EX, 'harper', 'rampart.json'), path.join(dir, 'rampart.json'));
+  fs.mkdirSync(path.join(dir, 'tls'));
+  s.writeCert(path.join(dir, 'tls'), { cert: 'fullchain.pem', key: 'privkey.pem', hosts: ['example.com', 'ops.example.com'] });
+  fs.writeFileSync(path.join(dir, 'admin-token'), `${'ab'.repeat(32)}\n`);
+  const r = await s.runCli(['check', '--config', path.join(dir, 'rampart.json')]);
+  assert.equal(r.stderr, '');
+  assert.equal(r.stdout, 'ok\n');
+  const doc = JSON.parse(read('harper/rampart.json'));
+  assert.equal(doc.proxy.listeners[0].port, 443);
+  assert.deepEqual(doc.proxy.routes.at(-1).upstreams, [{ kind: 'tcp', host: '127.0.0.1', port: 9926 }]);
+  assert.equal(doc.admin.socketPath, '/run/rampart/admin.sock');
+});
+
+test('the Grafana dashboard and the alert rules query only series GET /metrics exports', async (t) => {
+  const echo = await h.echoServer();
+  t.after(() => h.closeServer(echo));
+  const dir = s.tempDir();
+  s.writeCert(dir);
+  const [port, adminPort] = await h.freePorts(2);
+  const doc = s.baseConfig({ port, upstreamPort: echo.address().port, adminPort });
+  doc.xdp = { interface: 'rampart-none0' }; // not attached: still exports rampart_server_xdp_attached
+  const file = path.join(dir, 'rampart.json');
+  s.writeJson(file, doc);
+  const child = await s.ServerChild.serve(file);
+  t.after(() => child.close());
+  const exported = seriesIn((await s.admin({ port: adminPort }, 'GET', '/metrics', { token: s.TOKEN })).text);
+  for (const x of XDP_SERIES) exported.add(x);
+
+  const { d, exprs } = dashboardExprs();
+  assert.equal(d.uid, 'rampart-overview');
+  const used = new Set();
+  for (const e of exprs) for (const name of seriesIn(e)) used.add(name);
+  for (const name of seriesIn(read('prometheus/rampart.rules.yml'))) used.add(name);
+  assert.ok(used.size >= 12, [...used].join());
+  for (const name of used) assert.ok(exported.has(name), `${name} is not exported`);
+  // and every series Rampart exports is on the dashboard
+  for (const name of exported) assert.ok([...seriesIn(exprs.join(' '))].includes(name), `${name} is not on the dashboard`);
+  const ids = d.panels.map((p) => p.id);
+  assert.equal(new Set(ids).size, ids.length);
+});
+
+test('the systemd unit: XDP capabilities, Restart=on-failure, ExecReload by SIGHUP, a stop timeout above drainMs', () => {
+  const unit = read('harper/rampart.service');
+  const doc = JSON.parse(read('harper/rampart.json'));
+  const get = (k) => (unit.match(new RegExp(`^${k}=(.*)$`, 'm')) || [])[1];
+  assert.equal(get('AmbientCapabilities'), 'CAP_NET_BIND_SERVICE CAP_BPF CAP_NET_ADMIN CAP_PERFMON');
+  assert.equal(get('CapabilityBoundingSet'), 'CAP_NET_BIND_SERVICE CAP_BPF CAP_NET_ADMIN CAP_PERFMON');
+  assert.equal(get('Restart'), 'on-failure');
+  assert.equal(get('ExecReload'), '/bin/kill -HUP $MAINPID');
+  assert.match(get('ExecStart'), / serve --config \/etc\/rampart\/rampart\.json$/);
+  assert.match(get('ExecStartPre'), / check --config \/etc\/rampart\/rampart\.json$/);
+  assert.equal(get('RuntimeDirectory'), 'rampart');
+  assert.ok(Number(get('TimeoutStopSec')) * 1000 > doc.drainMs);
+});
+
+test('the Prometheus scrape config targets the example admin port with the bearer token', () => {
+  const yml = read('prometheus/prometheus.yml');
+  const doc = JSON.parse(read('harper/rampart.json'));
+  assert.match(yml, new RegExp(`targets: \\['${doc.admin.host.replace(/\./g, '\\.')}:${doc.admin.port}'\\]`));
+  assert.match(yml, /metrics_path: \/metrics/);
+  assert.match(yml, /type: Bearer/);
+  assert.match(yml, /rule_files:\n {2}- rampart\.rules\.yml/);
+});

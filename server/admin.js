@@ -1,0 +1,374 @@
+'use strict';
+/**
+ * The admin API (DESIGN.md §7.7) on node:http: HTTP/1.1, JSON in and out.
+ *
+ * | route | |
+ * |---|---|
+ * | `GET /health` | `{ ok, pid, version, ports, reloadedAt }` (never needs the token; 503 when not serving) |
+ * | `GET /metrics` | Prometheus text 0.0.4 |
+ * | `GET /metrics.json` | `metrics()` plus `server: { reloads, lastReloadSuccessful, reloadedAt }` |
+ * | `GET /blocked?port=&detail=1` | `blockedIps({ port, detail })` |
+ * | `POST /block` `{ cidr, ttlMs?, reason?, port? }` | `blockIp` → 204 |
+ * | `DELETE /block` `{ cidr, port? }` | `unblockIp` → `{ removed }` |
+ * | `GET /xdp` | `xdpStatus()` plus `configured` and `lastError` |
+ * | `POST /reload` | reloads the file → `{ reloaded: true, applied, changed }`, or 400 `{ error, errors }` |
+ *
+ * Access: with a token (`admin.token` / `admin.tokenFile`) every route but `/health` needs
+ * `Authorization: Bearer <token>` (401 otherwise, checked before the route is looked up, so
+ * nothing about the API leaks); the comparison hashes both sides to 32 bytes and uses
+ * `crypto.timingSafeEqual`. Without a token the API is read-only: POST and DELETE answer 403.
+ * Input: bodies up to 1 MiB (413 beyond), parsed as JSON whatever the content-type (400 when it
+ * is not JSON), every field and query parameter checked (unknown ones are errors); 404 for an
+ * unknown path, 405 (with `Allow`) for a known path with another method. Errors are
+ * `{ error, errors? }`, `errors` being `{ path, message }[]` as in ConfigError.
+ */
+const fs = require('node:fs');
+const net = require('node:net');
+const http = require('node:http');
+const crypto = require('node:crypto');
+
+const MAX_BODY_BYTES = 1 << 20;
+const SOCKET_MODE = 0o660;
+
+class HttpError extends Error {
+  constructor(status, message, errors, headers) {
+    super(message);
+    this.status = status;
+    this.errors = errors;
+    this.headers = headers;
+  }
+}
+
+function send(res, status, body, headers = {}) {
+  if (res.headersSent) return;
+  const h = { 'cache-control': 'no-store', ...headers };
+  if (body === undefined) {
+    res.writeHead(status, h);
+    res.end();
+    return;
+  }
+  const text = typeof body === 'string' ? body : `${JSON.stringify(body)}\n`;
+  if (!h['content-type']) h['content-type'] = 'application/json; charset=utf-8';
+  h['content-length'] = Buffer.byteLength(text);
+  res.writeHead(status, h);
+  res.end(text);
+}
+
+const digest = (s) => crypto.createHash('sha256').update(s).digest();
+
+/** Constant-time check of `Authorization: Bearer <token>`. */
+function authorized(req, token) {
+  const m = /^Bearer[ ]+(\S+)[ ]*$/i.exec(req.headers.authorization || '');
+  const given = digest(m ? m[1] : '');
+  return crypto.timingSafeEqual(given, digest(token)) && m !== null;
+}
+
+/** The request body parsed as JSON (undefined when empty); 413 past the cap, 400 when not JSON. */
+function readJson(req) {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
+      reject(new HttpError(413, `request body over ${MAX_BODY_BYTES} bytes`, undefined, { connection: 'close' }));
+      req.resume();
+      return;
+    }
+    const chunks = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (d) => {
+      if (over) return;
+      size += d.length;
+      if (size > MAX_BODY_BYTES) {
+        over = true;
+        reject(new HttpError(413, `request body over ${MAX_BODY_BYTES} bytes`, undefined, { connection: 'close' }));
+        return;
+      }
+      chunks.push(d);
+    });
+    req.on('error', reject);
+    req.on('end', () => {
+      if (over) return;
+      const text = Buffer.concat(chunks).toString('utf8');
+      if (text.trim() === '') return resolve(undefined);
+      try {
+        resolve(JSON.parse(text));
+      } catch (e) {
+        reject(new HttpError(400, `body is not JSON: ${e.message}`, [{ path: '', message: 'must be JSON' }]));
+      }
+    });
+  });
+}
+
+function isPlainObject(v) {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** A JSON object body with only `allowed` keys; `required` ones present. */
+function bodyObject(body, allowed, required) {
+  if (!isPlainObject(body)) {
+    const msg = `must be a JSON object with ${allowed.join(', ')}`;
+    throw new HttpError(400, `invalid body: ${msg}`, [{ path: '', message: msg }]);
+  }
+  const errors = [];
+  for (const k of Object.keys(body)) {
+    if (!allowed.includes(k)) errors.push({ path: k, message: `unknown field; expected one of: ${allowed.join(', ')}` });
+  }
+  for (const k of required) {
+    if (body[k] === undefined || body[k] === null) errors.push({ path: k, message: 'required' });
+  }
+  if (errors.length) throw new HttpError(400, `invalid body: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
+  return body;
+}
+
+/** Query parameters, only `allowed` ones. */
+function query(url, allowed) {
+  const errors = [];
+  const out = {};
+  for (const [k, v] of url.searchParams) {
+    if (!allowed.includes(k)) errors.push({ path: `query.${k}`, message: allowed.length ? `unknown parameter; expected one of: ${allowed.join(', ')}` : 'this route takes no parameters' });
+    else out[k] = v;
+  }
+  if (errors.length) throw new HttpError(400, `invalid query: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
+  return out;
+}
+
+/** A ConfigError from the proxy as a 400, paths relative to the request (`opts.port` → `port`). */
+function configError(e, prefix = '') {
+  if (!e || !Array.isArray(e.errors)) return e;
+  const errors = e.errors.map((x) => ({ path: prefix + x.path.replace(/^opts\./, ''), message: x.message }));
+  const n = errors.length;
+  return new HttpError(400, `invalid input (${n} problem${n === 1 ? '' : 's'}): ${errors.map((x) => `${x.path}: ${x.message}`).join('; ')}`, errors);
+}
+
+function call(fn, prefix) {
+  try {
+    return fn();
+  } catch (e) {
+    throw configError(e, prefix);
+  }
+}
+
+function optsFrom(body, keys) {
+  const opts = {};
+  for (const k of keys) if (body[k] !== undefined) opts[k] = body[k];
+  return opts;
+}
+
+/** The request handler, over a Supervisor. */
+function createHandler({ supervisor, log, version }) {
+  const routes = {
+    '/health': {
+      GET: (url) => {
+        query(url, []);
+        const ok = supervisor.running;
+        return [ok ? 200 : 503, { ok, pid: process.pid, version, ports: supervisor.ports(), reloadedAt: supervisor.reloadedAt && supervisor.reloadedAt.toISOString() }];
+      },
+    },
+    '/metrics': {
+      GET: (url) => {
+        query(url, []);
+        return [200, supervisor.prometheus(), { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }];
+      },
+    },
+    '/metrics.json': {
+      GET: (url) => {
+        query(url, []);
+        return [200, supervisor.metrics()];
+      },
+    },
+    '/blocked': {
+      GET: (url) => {
+        const q = query(url, ['port', 'detail']);
+        const errors = [];
+        const opts = {};
+        if (q.port !== undefined && q.port !== '') {
+          if (!/^\d{1,5}$/.test(q.port) || Number(q.port) < 1 || Number(q.port) > 65535) errors.push({ path: 'query.port', message: `must be a port number in [1, 65535], got ${JSON.stringify(q.port)}` });
+          else opts.port = Number(q.port);
+        }
+        if (q.detail !== undefined) {
+          if (['1', 'true'].includes(q.detail)) opts.detail = true;
+          else if (!['', '0', 'false'].includes(q.detail)) errors.push({ path: 'query.detail', message: `must be 1, true, 0 or false, got ${JSON.stringify(q.detail)}` });
+        }
+        if (errors.length) throw new HttpError(400, `invalid query: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
+        return [200, call(() => supervisor.blockedIps(opts), 'query.')];
+      },
+    },
+    '/block': {
+      POST: async (url, body, req) => {
+        query(url, []);
+        bodyObject(body, ['cidr', 'ttlMs', 'reason', 'port'], ['cidr']);
+        const opts = optsFrom(body, ['ttlMs', 'reason', 'port']);
+        try {
+          await supervisor.block(body.cidr, opts);
+        } catch (e) {
+          throw configError(e);
+        }
+        log.event('block', { cidr: body.cidr, ...opts, via: 'admin', remote: remoteOf(req) });
+        return [204, undefined];
+      },
+      DELETE: async (url, body, req) => {
+        query(url, []);
+        bodyObject(body, ['cidr', 'port'], ['cidr']);
+        const opts = optsFrom(body, ['port']);
+        let removed;
+        try {
+          removed = await supervisor.unblock(body.cidr, opts);
+        } catch (e) {
+          throw configError(e);
+        }
+        log.event('unblock', { cidr: body.cidr, ...opts, removed, via: 'admin', remote: remoteOf(req) });
+        return [200, { removed }];
+      },
+    },
+    '/xdp': {
+      GET: (url) => {
+        query(url, []);
+        return [200, supervisor.xdpStatus()];
+      },
+    },
+    '/reload': {
+      POST: async (url, body) => {
+        query(url, []);
+        if (body !== undefined) bodyObject(body, [], []);
+        const r = await supervisor.reload('admin');
+        if (r.ok) return [200, { reloaded: true, applied: r.applied, changed: r.changed }];
+        if (r.errors) return [400, { error: r.message, errors: r.errors }];
+        return [500, { error: r.message, code: r.code }];
+      },
+    },
+  };
+  const known = Object.keys(routes).join(', ');
+
+  return async function handle(req, res) {
+    try {
+      let url;
+      try {
+        url = new URL(req.url, 'http://admin.invalid');
+      } catch {
+        throw new HttpError(400, 'invalid request target');
+      }
+      const token = supervisor.token();
+      if (url.pathname !== '/health' && token && !authorized(req, token)) {
+        throw new HttpError(401, 'unauthorized: send Authorization: Bearer <admin token>', undefined, { 'www-authenticate': 'Bearer realm="rampart"' });
+      }
+      const route = routes[url.pathname];
+      if (!route) throw new HttpError(404, `no route ${url.pathname}; routes: ${known}`);
+      const method = req.method === 'HEAD' ? 'GET' : req.method;
+      const fn = route[method];
+      if (!fn) {
+        const allow = Object.keys(route);
+        if (allow.includes('GET')) allow.push('HEAD');
+        throw new HttpError(405, `${req.method} is not allowed on ${url.pathname}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
+      }
+      const mutates = method === 'POST' || method === 'DELETE';
+      if (mutates && !token) {
+        throw new HttpError(403, 'changes over the admin API are disabled: set admin.token or admin.tokenFile in the config file');
+      }
+      const body = mutates ? await readJson(req) : undefined;
+      const [status, out, headers] = await fn(url, body, req);
+      send(res, status, out, headers);
+    } catch (e) {
+      if (e instanceof HttpError) {
+        const body = { error: e.message };
+        if (e.errors) body.errors = e.errors;
+        send(res, e.status, body, e.headers);
+        if (e.status === 413) res.on('finish', () => req.socket.destroySoon());
+      } else {
+        log.event('error', { code: 'admin_failed', message: e && e.message ? e.message : String(e), path: req.url, method: req.method });
+        send(res, 500, { error: e && e.message ? e.message : String(e) });
+      }
+    }
+  };
+}
+
+function remoteOf(req) {
+  const s = req.socket;
+  return s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : 'unix';
+}
+
+/**
+ * Before listening on a unix socket path: a stale socket file (nothing accepts on it: connect
+ * fails with ECONNREFUSED) is removed; a live one, a non-socket file, or any other answer is an
+ * error and nothing is removed.
+ */
+async function clearStaleSocket(p) {
+  let st;
+  try {
+    st = fs.lstatSync(p);
+  } catch (e) {
+    if (e.code === 'ENOENT') return;
+    throw e;
+  }
+  if (!st.isSocket()) throw new Error(`${p} exists and is not a socket; not removing it`);
+  const answer = await new Promise((resolve) => {
+    const c = net.connect(p);
+    c.once('connect', () => {
+      c.destroy();
+      resolve('live');
+    });
+    c.once('error', (e) => resolve(e.code || 'error'));
+  });
+  if (answer === 'live') throw Object.assign(new Error(`${p}: another process is serving on this socket`), { code: 'EADDRINUSE' });
+  if (answer === 'ENOENT') return; // gone meanwhile
+  if (answer !== 'ECONNREFUSED') throw new Error(`${p}: cannot tell whether the socket is in use (${answer}); not removing it`);
+  fs.unlinkSync(p);
+}
+
+/** Listens on one address (`{ socketPath }` or `{ host, port }`) with `handler`. */
+async function listenOne(where, handler, log) {
+  const server = http.createServer({ requestTimeout: 30000, headersTimeout: 10000, keepAliveTimeout: 5000, maxHeaderSize: 16384 }, handler);
+  server.maxConnections = 256;
+  if (where.socketPath) await clearStaleSocket(where.socketPath);
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    if (where.socketPath) {
+      const mask = process.umask(0o117); // the socket is created 0660, never briefly wider
+      try {
+        server.listen(where.socketPath, resolve);
+      } finally {
+        process.umask(mask);
+      }
+    } else {
+      server.listen(where.port, where.host, resolve);
+    }
+  });
+  server.on('error', (e) => log.event('error', { code: 'admin_failed', message: e.message }));
+  if (where.socketPath) {
+    fs.chmodSync(where.socketPath, SOCKET_MODE);
+    return { server, address: `unix:${where.socketPath}` };
+  }
+  const a = server.address();
+  return { server, address: `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}` };
+}
+
+function closeServer(server) {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+}
+
+/**
+ * Listens on `admin.host`:`admin.port` and/or `admin.socketPath` (mode 0660). Resolves
+ * `{ addresses, close() }`, each address `http://host:port` or `unix:/path`. If one address
+ * cannot be bound, none is kept.
+ */
+async function startAdmin({ admin, supervisor, log, version }) {
+  const handler = createHandler({ supervisor, log, version });
+  const wanted = [];
+  if (admin.port !== null && admin.port !== undefined) wanted.push({ host: admin.host, port: admin.port });
+  if (admin.socketPath) wanted.push({ socketPath: admin.socketPath });
+  const up = [];
+  try {
+    for (const w of wanted) up.push(await listenOne(w, handler, log));
+  } catch (e) {
+    await Promise.all(up.map((u) => closeServer(u.server)));
+    throw e;
+  }
+  return {
+    addresses: up.map((u) => u.address),
+    close: () => Promise.all(up.map((u) => closeServer(u.server))),
+  };
+}
+
+module.exports = { startAdmin, createHandler, clearStaleSocket, MAX_BODY_BYTES };

@@ -1,0 +1,322 @@
+'use strict';
+/**
+ * The `rampart` config file (DESIGN.md §7.7): JSON `{ proxy: ProxyConfig, admin?, xdp?,
+ * drainMs = 5000 }`.
+ *
+ * - Any object under `proxy` may give `certChainFile` / `privateKeyFile` instead of `certChain` /
+ *   `privateKey`. Relative paths (and `admin.tokenFile`, `admin.socketPath`) are resolved against
+ *   the directory of the config file *as given*, never its realpath, so a Kubernetes `..data`
+ *   symlink swap or a certbot `live/` symlink is followed on the next load.
+ * - Loading never throws. It returns `{ errors }` (every problem as `{ path, message }`, paths from
+ *   the top of the file: `admin.port`, `proxy.listeners[0].defaultCert.certChainFile`, `''` for
+ *   the file itself) or the resolved config; `proxy` is validated by constructing a RampartProxy
+ *   (never started), so its errors are exactly the addon's, prefixed `proxy.`.
+ * - `inputs` lists every file read with what was read (bytes, or the error code): the watcher
+ *   compares a fresh read against it to tell whether anything changed since this load.
+ */
+const fs = require('node:fs');
+const net = require('node:net');
+const path = require('node:path');
+const crypto = require('node:crypto');
+
+const TOP_KEYS = ['proxy', 'admin', 'xdp', 'drainMs'];
+const ADMIN_KEYS = ['host', 'port', 'socketPath', 'token', 'tokenFile'];
+const XDP_KEYS = ['interface', 'mode'];
+const XDP_MODES = ['auto', 'native', 'generic'];
+const CERT_FILE_FIELDS = [
+  ['certChain', 'certChainFile'],
+  ['privateKey', 'privateKeyFile'],
+];
+const DEFAULT_DRAIN_MS = 5000;
+const MAX_DRAIN_MS = 3600000;
+const MIN_TOKEN_LENGTH = 16;
+const MAX_TOKEN_LENGTH = 4096;
+/** sun_path is 108 bytes on Linux, one of them the terminating NUL. */
+const MAX_SOCKET_PATH_BYTES = 107;
+
+const FS_ERRORS = {
+  ENOENT: 'no such file or directory',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  EISDIR: 'is a directory',
+  ENOTDIR: 'a path component is not a directory',
+  ELOOP: 'too many symbolic links',
+  EMFILE: 'too many open files',
+};
+
+function describeFsError(e) {
+  const code = e && e.code ? e.code : 'EIO';
+  return `${code} (${FS_ERRORS[code] || (e && e.message) || 'read failed'})`;
+}
+
+function shown(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (v === undefined) return 'nothing';
+  if (typeof v === 'object') return v === null ? 'null' : Array.isArray(v) ? 'an array' : 'an object';
+  return String(v);
+}
+
+function isPlainObject(v) {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function unknownKeys(obj, allowed, prefix, errors) {
+  for (const k of Object.keys(obj)) {
+    if (!allowed.includes(k)) {
+      errors.push({ path: prefix ? `${prefix}.${k}` : k, message: `unknown field; expected one of: ${allowed.join(', ')}` });
+    }
+  }
+}
+
+/** Line and column of a JSON.parse error position, when V8 names one. */
+function jsonErrorMessage(e, text) {
+  const m = /position (\d+)/.exec(e.message);
+  if (!m) return `invalid JSON: ${e.message}`;
+  const pos = Number(m[1]);
+  const before = text.slice(0, pos);
+  const line = before.split('\n').length;
+  const column = pos - before.lastIndexOf('\n');
+  return `invalid JSON: ${e.message} (line ${line}, column ${column})`;
+}
+
+/** SHA-256 over what was read: the same files with the same bytes give the same hash. */
+function hashInputs(inputs) {
+  const h = crypto.createHash('sha256');
+  for (const i of inputs) {
+    h.update(`${i.path}\0`);
+    if (Buffer.isBuffer(i.data)) h.update(i.data);
+    else h.update(`\0error:${i.error}`);
+    h.update('\0');
+  }
+  return h.digest('hex');
+}
+
+/** Reads `paths` again, as `inputs` (for comparing with a load's `inputs`). */
+function readInputs(paths) {
+  return paths.map((p) => {
+    try {
+      return { path: p, data: fs.readFileSync(p) };
+    } catch (e) {
+      return { path: p, error: e.code || 'EIO' };
+    }
+  });
+}
+
+function validateAdmin(admin, dir, errors, read) {
+  if (!isPlainObject(admin)) {
+    errors.push({ path: 'admin', message: `must be an object, got ${shown(admin)}` });
+    return null;
+  }
+  unknownKeys(admin, ADMIN_KEYS, 'admin', errors);
+  const out = { host: '127.0.0.1', port: null, socketPath: null, token: null, tokenFile: null };
+  const has = (k) => admin[k] !== undefined && admin[k] !== null;
+  if (has('port')) {
+    if (!Number.isInteger(admin.port) || admin.port < 0 || admin.port > 65535) {
+      errors.push({ path: 'admin.port', message: `must be an integer in [0, 65535], got ${shown(admin.port)}` });
+    } else out.port = admin.port;
+  }
+  if (has('socketPath')) {
+    if (typeof admin.socketPath !== 'string' || admin.socketPath === '') {
+      errors.push({ path: 'admin.socketPath', message: `must be a file path (string), got ${shown(admin.socketPath)}` });
+    } else {
+      const abs = path.resolve(dir, admin.socketPath);
+      if (Buffer.byteLength(abs) > MAX_SOCKET_PATH_BYTES) {
+        errors.push({ path: 'admin.socketPath', message: `${abs} is ${Buffer.byteLength(abs)} bytes; a unix socket path is at most ${MAX_SOCKET_PATH_BYTES}` });
+      } else out.socketPath = abs;
+    }
+  }
+  if (!has('port') && !has('socketPath')) {
+    errors.push({ path: 'admin', message: 'give port (with host, default 127.0.0.1) and/or socketPath' });
+  }
+  if (has('host')) {
+    if (typeof admin.host !== 'string' || net.isIP(admin.host) === 0) {
+      errors.push({ path: 'admin.host', message: `must be an IP address such as "127.0.0.1" or "::1", got ${shown(admin.host)}` });
+    } else if (!has('port')) {
+      errors.push({ path: 'admin.host', message: 'only with port (socketPath listens on a unix socket)' });
+    } else out.host = admin.host;
+  }
+  const checkToken = (value, p, from) => {
+    const where = from ? ` (read from ${from})` : '';
+    if (typeof value !== 'string') {
+      errors.push({ path: p, message: `must be a string, got ${shown(value)}` });
+      return null;
+    }
+    if (value.length < MIN_TOKEN_LENGTH || value.length > MAX_TOKEN_LENGTH) {
+      errors.push({ path: p, message: `must be ${MIN_TOKEN_LENGTH} to ${MAX_TOKEN_LENGTH} characters, got ${value.length}${where} (e.g. openssl rand -hex 32)` });
+      return null;
+    }
+    if (!/^[\x21-\x7e]+$/.test(value)) {
+      errors.push({ path: p, message: `must be printable ASCII without spaces${where}` });
+      return null;
+    }
+    return value;
+  };
+  if (has('token') && has('tokenFile')) {
+    errors.push({ path: 'admin.tokenFile', message: 'give token or tokenFile, not both' });
+  } else if (has('token')) {
+    out.token = checkToken(admin.token, 'admin.token');
+  } else if (has('tokenFile')) {
+    if (typeof admin.tokenFile !== 'string' || admin.tokenFile === '') {
+      errors.push({ path: 'admin.tokenFile', message: `must be a file path (string), got ${shown(admin.tokenFile)}` });
+    } else {
+      const abs = path.resolve(dir, admin.tokenFile);
+      out.tokenFile = abs;
+      const r = read(abs);
+      if (r.error) errors.push({ path: 'admin.tokenFile', message: `cannot read ${abs}: ${r.error}` });
+      else out.token = checkToken(r.data.toString('utf8').replace(/\s+$/, ''), 'admin.tokenFile', abs);
+    }
+  }
+  return out;
+}
+
+function validateXdp(xdp, errors) {
+  if (!isPlainObject(xdp)) {
+    errors.push({ path: 'xdp', message: `must be an object { interface, mode? }, got ${shown(xdp)}` });
+    return null;
+  }
+  unknownKeys(xdp, XDP_KEYS, 'xdp', errors);
+  const out = { interface: null, mode: 'auto' };
+  if (typeof xdp.interface !== 'string' || xdp.interface === '' || xdp.interface.length > 15 || /[\s/]/.test(xdp.interface)) {
+    errors.push({ path: 'xdp.interface', message: `must be a network interface name (1-15 characters, no spaces or '/'), got ${shown(xdp.interface)}` });
+  } else out.interface = xdp.interface;
+  if (xdp.mode !== undefined && xdp.mode !== null) {
+    if (!XDP_MODES.includes(xdp.mode)) errors.push({ path: 'xdp.mode', message: `must be one of ${XDP_MODES.map((m) => `'${m}'`).join(', ')}, got ${shown(xdp.mode)}` });
+    else out.mode = xdp.mode;
+  }
+  return out;
+}
+
+/**
+ * Replaces `certChainFile` / `privateKeyFile` by the files' text, in place, everywhere under
+ * `node`. Returns the cert objects that named a file: `[{ path, files: { certChainFile: abs }, failed }]`.
+ */
+function inlineCertFiles(node, p, dir, errors, read, found) {
+  if (Array.isArray(node)) {
+    node.forEach((v, i) => inlineCertFiles(v, `${p}[${i}]`, dir, errors, read, found));
+    return found;
+  }
+  if (!isPlainObject(node)) return found;
+  if (CERT_FILE_FIELDS.some(([, fileKey]) => fileKey in node)) {
+    const entry = { path: p, files: {}, failed: false };
+    for (const [field, fileKey] of CERT_FILE_FIELDS) {
+      if (!(fileKey in node)) continue;
+      const value = node[fileKey];
+      delete node[fileKey];
+      if (node[field] !== undefined && node[field] !== null) {
+        errors.push({ path: `${p}.${fileKey}`, message: `give ${field} or ${fileKey}, not both` });
+        entry.failed = true;
+        continue;
+      }
+      if (typeof value !== 'string' || value === '') {
+        errors.push({ path: `${p}.${fileKey}`, message: `must be a file path (string), got ${shown(value)}` });
+        entry.failed = true;
+        continue;
+      }
+      const abs = path.resolve(dir, value);
+      entry.files[fileKey] = abs;
+      const r = read(abs);
+      if (r.error) {
+        errors.push({ path: `${p}.${fileKey}`, message: `cannot read ${abs}: ${r.error}` });
+        entry.failed = true;
+      } else {
+        node[field] = r.data.toString('utf8');
+      }
+    }
+    found.push(entry);
+    return found;
+  }
+  for (const [k, v] of Object.entries(node)) inlineCertFiles(v, `${p}.${k}`, dir, errors, read, found);
+  return found;
+}
+
+/** Validates `proxy` the way the addon does; returns its errors with paths from the file's top. */
+function proxyErrors(proxy, certs) {
+  const { RampartProxy } = require('..');
+  try {
+    new RampartProxy(proxy); // eslint-disable-line no-new -- validation only, never started
+    return [];
+  } catch (e) {
+    if (!e || !Array.isArray(e.errors)) return [{ path: 'proxy', message: String(e && e.message ? e.message : e) }];
+    const out = [];
+    for (const err of e.errors) {
+      const full = err.path ? `proxy.${err.path}` : 'proxy';
+      const cert = certs.find((c) => full === c.path || full.startsWith(`${c.path}.`));
+      // A cert whose file could not be read was already reported; its "missing certChain" is noise.
+      if (cert && cert.failed) continue;
+      const from = cert ? ` (from ${Object.entries(cert.files).map(([k, f]) => `${k} ${f}`).join(', ')})` : '';
+      out.push({ path: full, message: `${err.message}${from}` });
+    }
+    return out;
+  }
+}
+
+/**
+ * Loads and validates the config file at `file`. Returns `{ errors, inputs }` on any problem, else
+ * `{ errors: [], path, dir, proxy, admin, xdp, drainMs, files, inputs, hash }` where `proxy` is a
+ * ProxyConfig with every cert file inlined and `files` the referenced files (certs, token file).
+ */
+function loadConfigFile(file) {
+  const abs = path.resolve(file);
+  const dir = path.dirname(abs);
+  const inputs = [];
+  const read = (p) => {
+    try {
+      const data = fs.readFileSync(p);
+      inputs.push({ path: p, data });
+      return { data };
+    } catch (e) {
+      inputs.push({ path: p, error: e.code || 'EIO' });
+      return { error: describeFsError(e) };
+    }
+  };
+  const errors = [];
+  const done = () => ({ errors, inputs, hash: hashInputs(inputs), path: abs });
+  const top = read(abs);
+  if (top.error) {
+    errors.push({ path: '', message: `cannot read ${abs}: ${top.error}` });
+    return done();
+  }
+  const text = top.data.toString('utf8');
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (e) {
+    errors.push({ path: '', message: jsonErrorMessage(e, text) });
+    return done();
+  }
+  if (!isPlainObject(doc)) {
+    errors.push({ path: '', message: `must be a JSON object { proxy, admin?, xdp?, drainMs? }, got ${shown(doc)}` });
+    return done();
+  }
+  unknownKeys(doc, TOP_KEYS, '', errors);
+
+  let drainMs = DEFAULT_DRAIN_MS;
+  if (doc.drainMs !== undefined && doc.drainMs !== null) {
+    if (typeof doc.drainMs !== 'number' || !Number.isFinite(doc.drainMs) || doc.drainMs < 0 || doc.drainMs > MAX_DRAIN_MS) {
+      errors.push({ path: 'drainMs', message: `must be a finite number of ms in [0, ${MAX_DRAIN_MS}], got ${shown(doc.drainMs)}` });
+    } else drainMs = doc.drainMs;
+  }
+  const admin = doc.admin === undefined || doc.admin === null ? null : validateAdmin(doc.admin, dir, errors, read);
+  const xdp = doc.xdp === undefined || doc.xdp === null ? null : validateXdp(doc.xdp, errors);
+
+  let proxy = null;
+  if (doc.proxy === undefined || doc.proxy === null) {
+    errors.push({ path: 'proxy', message: 'required: the ProxyConfig { listeners, routes, ... }' });
+  } else if (!isPlainObject(doc.proxy)) {
+    errors.push({ path: 'proxy', message: `must be an object (a ProxyConfig), got ${shown(doc.proxy)}` });
+  } else {
+    proxy = structuredClone(doc.proxy);
+    const certs = inlineCertFiles(proxy, 'proxy', dir, errors, read, []);
+    errors.push(...proxyErrors(proxy, certs));
+  }
+  if (errors.length) return done();
+  const files = inputs.slice(1).map((i) => i.path);
+  return { errors, path: abs, dir, proxy, admin, xdp, drainMs, files, inputs, hash: hashInputs(inputs) };
+}
+
+/** `path: message` lines for people (the file itself is shown as `(file)`). */
+function formatErrors(errors) {
+  return errors.map((e) => `${e.path || '(file)'}: ${e.message}`);
+}
+
+module.exports = { loadConfigFile, readInputs, hashInputs, formatErrors, DEFAULT_DRAIN_MS };
