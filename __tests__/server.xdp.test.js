@@ -34,7 +34,7 @@ async function setup(t) {
 test('xdp in the file: attached at start, re-attached after a handover and after an xdp change', async (t) => {
   const skip = await setup(t);
   if (skip) {
-    t.skip(skip);
+    h.skipOrFail(t, skip);
     return;
   }
   const dir = s.tempDir();
@@ -49,7 +49,7 @@ test('xdp in the file: attached at start, re-attached after a handover and after
   const start = await child.waitEvent((e) => e.event === 'start' || (e.event === 'error' && e.code !== 'xdp_attach_failed'), { what: 'start' });
   assert.equal(start.event, 'start', JSON.stringify(start));
   if (!start.xdp.attached && /not built/i.test(start.xdp.error)) {
-    t.skip(`XDP object not built: ${start.xdp.error}`);
+    h.skipOrFail(t, `XDP object not built: ${start.xdp.error}`);
     return;
   }
   assert.equal(start.xdp.attached, true, JSON.stringify(start.xdp));

@@ -59,8 +59,7 @@ function startProxy(opts) {
 test('XDP drops a boxed client and a SYN flood in the kernel while others are served', async (t) => {
   const skip = await setup(t);
   if (skip) {
-    console.log(`# skipping the XDP end-to-end test: ${skip}`);
-    t.skip(skip);
+    h.skipOrFail(t, skip);
     return;
   }
   const p = startProxy({

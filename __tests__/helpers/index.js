@@ -236,7 +236,22 @@ function sha256(buf) {
 /** True when this process may add addresses to `lo` and load BPF (root). */
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 
+/** True under CI (`CI` set to anything but '', '0' or 'false'), where every prerequisite is installed. */
+const underCi = !['', '0', 'false'].includes(String(process.env.CI || '').toLowerCase());
+
+/**
+ * A test that cannot run here: outside CI a visible skip with its reason; under CI (which runs as
+ * root with every tool installed) a failure, so a missing prerequisite never passes silently.
+ */
+function skipOrFail(t, why) {
+  if (underCi) throw new Error(`cannot run under CI: ${why} (outside CI this is a visible skip)`);
+  console.log(`# SKIPPED ${t.name}: ${why}`);
+  t.skip(why);
+}
+
 module.exports = {
+  skipOrFail,
+  underCi,
   selfSigned,
   opensslChain,
   freePort,
