@@ -7,7 +7,7 @@
 // - otherwise (no prebuilt for this platform, one that does not load, or a git checkout where the
 //   sources may have changed since the last build) it builds from source with `npm run build`'s
 //   command (`napi build`, from the `@napi-rs/cli` dependency), which needs Rust.
-// RAMPART_BUILD_FROM_SOURCE=1 (or `npm install --build-from-source`) always builds.
+// RAMPART_BUILD_FROM_SOURCE=1 always builds.
 const fs = require('node:fs');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
@@ -47,9 +47,7 @@ function platformTriple() {
 
 /** Why the prebuilt addon in this package cannot be used, or null when it can. */
 function prebuiltProblem(file) {
-  if (process.env.RAMPART_BUILD_FROM_SOURCE === '1' || process.env.npm_config_build_from_source === 'true') {
-    return 'a build from source was asked for (RAMPART_BUILD_FROM_SOURCE=1 or --build-from-source)';
-  }
+  if (process.env.RAMPART_BUILD_FROM_SOURCE === '1') return 'RAMPART_BUILD_FROM_SOURCE=1 asks for a build from source';
   if (fs.existsSync(path.join(pkgDir, '.git'))) {
     return 'this is a git checkout (the sources may be newer than any earlier build; cargo rebuilds only what changed)';
   }
