@@ -55,7 +55,9 @@ function prebuiltProblem(file) {
   if (!fs.existsSync(path.join(pkgDir, file))) return `no prebuilt ${file} in this package`;
   if (!fs.existsSync(path.join(pkgDir, 'binding.js'))) return `${file} is here but its loader binding.js is not`;
   // Load it in a child, so that a binary that does not fit this machine cannot take this process down.
-  const probe = spawnSync(process.execPath, ['-e', "require('./binding.js').NativeProxy || process.exit(3)"], {
+  // The .node itself first: its dlopen error says why (wrong ELF, missing GLIBC_x.y symbol...).
+  const script = `require('./${file}'); require('./binding.js').NativeProxy || process.exit(3)`;
+  const probe = spawnSync(process.execPath, ['-e', script], {
     cwd: pkgDir,
     encoding: 'utf8',
   });
