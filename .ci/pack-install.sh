@@ -106,7 +106,14 @@ if tar -tzf "$srctarball" | grep -qE '\.node$|^package/binding\.js$'; then
 fi
 # Registry crates come from a copy of this tree's target/ (the crate itself still compiles);
 # a copy, so that this build cannot overwrite the tree's own librampart artifacts.
-if [ -d target/release ] && [ "${RAMPART_PACK_FROM_SCRATCH:-}" != 1 ]; then mkdir -p "$work/target" && cp -a target/release "$work/target/"; fi
+# napi builds with --target <triple>, so the crates sit in target/<triple>/ and target/release/;
+# the debug/ of cargo clippy is not needed.
+mkdir -p "$work/target"
+if [ -d target ] && [ "${RAMPART_PACK_FROM_SCRATCH:-}" != 1 ]; then
+  for entry in target/* target/.rustc_info.json; do
+    [ -e "$entry" ] && [ "$(basename "$entry")" != debug ] && cp -a "$entry" "$work/target/"
+  done
+fi
 new_project "$work/fromsource" "$srctarball"
 start=$(date +%s)
 if (cd "$work/fromsource" && CARGO_TARGET_DIR="$work/target" npm install --foreground-scripts --no-audit --no-fund "$srctarball") >"$work/fromsource.log" 2>&1; then
