@@ -1,4 +1,5 @@
-// Types of the Rampart JS API (DESIGN.md §2). Times are milliseconds unless a name says otherwise.
+// Types of the Rampart JS API (`require('rampart')` / `import ... from 'rampart'`). Written against
+// @types/node (>= 20). Times are milliseconds unless a name says otherwise.
 import { EventEmitter } from 'node:events';
 
 /** PEM text or bytes. */
@@ -200,12 +201,53 @@ export interface Metrics {
   xdp?: XdpStatus;
 }
 
-/** Thrown for invalid input; nothing was applied. */
-export class ConfigError extends Error {
-  readonly code: 'ERR_RAMPART_CONFIG';
-  /** Every problem, with the path of its field. */
-  readonly errors: { path: string; message: string }[];
+/** One problem found in the input: the field's path and what is wrong with it. */
+export interface ConfigErrorEntry {
+  /** Path of the offending field, e.g. 'protection[1].protection.penaltyBox.durationMs' or 'listeners[0].port'. */
+  path: string;
+  /** What is wrong, quoting the value and the accepted range, e.g. 'must be a finite number > 0, got NaN'. */
+  message: string;
 }
+
+/**
+ * Exported as `ConfigError` (`const { ConfigError } = require('rampart')`). Thrown by the
+ * constructor, `updateConfig`, `blockIp`, `unblockIp` and `blockedIps` for invalid input (the
+ * promises of `stop` and `attachXdp` reject with it for invalid options); when it is thrown nothing
+ * was applied (no route, protection or XDP map changed).
+ *
+ * ```ts
+ * try { proxy.updateConfig(u); } catch (e) {
+ *   if (e instanceof ConfigError) for (const { path, message } of e.errors) console.error(`${path}: ${message}`);
+ *   else throw e;
+ * }
+ * ```
+ */
+export class ConfigError extends Error {
+  readonly name: 'ConfigError';
+  /** Always 'ERR_RAMPART_CONFIG'. */
+  readonly code: 'ERR_RAMPART_CONFIG';
+  /** Every problem found (not just the first), each with the path of its field. */
+  readonly errors: ConfigErrorEntry[];
+  /** `message` lists the first 20 problems as 'path: message; ...'. */
+  constructor(errors: ConfigErrorEntry[]);
+}
+
+/** The events a RampartProxy emits, with their listener arguments. */
+export interface RampartProxyEvents {
+  /** A connection was refused (or, in observe mode, would have been). */
+  blocked: [event: BlockedEvent];
+  /** Each second in which 'blocked' events were dropped by `blockedEvents.maxPerSecond`. */
+  blockedSummary: [summary: BlockedSummary];
+  /** A runtime failure (upstream_connect_failed, handshake_failed, ...); emitted only when someone listens. */
+  error: [error: ErrorEvent];
+  /** After each successful start(). */
+  ready: [];
+  /** Once per stop() of a running proxy. */
+  close: [];
+}
+
+/** A listener for event `K` of RampartProxy. */
+export type RampartProxyListener<K extends keyof RampartProxyEvents> = (...args: RampartProxyEvents[K]) => void;
 
 export class RampartProxy extends EventEmitter {
   /** Validates everything; throws ConfigError naming every offending field. */
@@ -219,8 +261,12 @@ export class RampartProxy extends EventEmitter {
     routes?: RouteConfig[];
     protection?: { port: number; protection: ProtectionConfig | null }[];
   }): void;
+  /** Who is refused now, as CIDR/IP strings: union over listeners (or one port), sorted, deduplicated. */
   blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
+  /** The same with `{ ip, port, reason, remainingMs? }` per entry. */
   blockedIps(opts: { port?: number; detail: true }): BlockedIpsDetail;
+  /** `detail` known only at run time: either shape. */
+  blockedIps(opts?: { port?: number; detail?: boolean }): BlockedIps | BlockedIpsDetail;
   /** Blocks a CIDR or bare IP; ttlMs omitted = until unblocked; port omitted = every listener. */
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
   /** Removes a blockIp entry; true when one was removed. */
@@ -233,10 +279,14 @@ export class RampartProxy extends EventEmitter {
   detachXdp(): Promise<void>;
   xdpStatus(): XdpStatus;
 
-  on(event: 'blocked', listener: (e: BlockedEvent) => void): this;
-  on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
-  on(event: 'error', listener: (e: ErrorEvent) => void): this;
-  on(event: 'ready' | 'close', listener: () => void): this;
+  // Each listener method is typed per event (see RampartProxyEvents).
+  on<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  once<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  addListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  prependListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  prependOnceListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  off<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  removeListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
 }
 
 /** A self-signed ECDSA P-256 certificate for the given names: [certPem, keyPem]. */

@@ -2,11 +2,14 @@
 'use strict';
 // `npm start`: Rampart on 127.0.0.1:8443 (RAMPART_DEMO_PORT overrides) with a generated
 // self-signed certificate and protection on, in front of a tiny built-in HTTP upstream.
+// RAMPART_DEMO_PENALTY_MS sets the penalty box (default 60000 ms). blockedIps() is printed each
+// time it changes, including when it empties again.
 const http = require('node:http');
 const { RampartProxy, generateSelfSignedCert } = require('..');
 
 async function main() {
   const port = Number(process.env.RAMPART_DEMO_PORT || 8443);
+  const penaltyMs = Number(process.env.RAMPART_DEMO_PENALTY_MS || 60000);
   const upstream = http.createServer((req, res) => {
     res.setHeader('content-type', 'text/plain');
     res.end(`hello from the Rampart demo upstream: ${req.method} ${req.url}\n`);
@@ -16,7 +19,7 @@ async function main() {
   const protection = {
     rateLimit: { connectionsPerSecond: 20, burst: 40 },
     sustained: { connectionsPerMinute: 600 },
-    penaltyBox: { durationMs: 60000 },
+    penaltyBox: { durationMs: penaltyMs },
     maxConcurrentPerIp: 64,
     tlsHandshakeTimeoutMs: 5000,
   };
@@ -31,13 +34,16 @@ async function main() {
   console.log(`Rampart demo listening on https://localhost:${port} (self-signed certificate)`);
   console.log(`  try:   curl -k --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/`);
   console.log(`  flood: for i in $(seq 100); do curl -sk -o /dev/null --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/; done`);
-  console.log('  watch: blockedIps() is printed every 5 s while anything is blocked; Ctrl-C stops');
-  let last = '';
+  console.log('  watch: blockedIps() is printed whenever it changes (checked every second), also when it empties; Ctrl-C stops');
+  let last = JSON.stringify(proxy.blockedIps());
   const timer = setInterval(() => {
-    const b = JSON.stringify(proxy.blockedIps());
-    if (b !== last && /"\d|"[0-9a-f:]+\//.test(b)) console.log(`blockedIps(): ${b}`);
+    const now = proxy.blockedIps();
+    const b = JSON.stringify(now);
+    if (b === last) return;
     last = b;
-  }, 5000);
+    const empty = Object.values(now).every((list) => list.length === 0);
+    console.log(`blockedIps(): ${b}${empty ? '  (nothing blocked now)' : ''}`);
+  }, 1000);
   const shutdown = async () => {
     clearInterval(timer);
     await proxy.stop({ drainMs: 1000 });
