@@ -105,8 +105,7 @@ export type BlockReason =
   | 'ja4_blocked'
   | 'incomplete_handshake'
   | 'handshake_timeout'
-  | 'slow_handshake'
-  | 'xdp_dropped';
+  | 'slow_handshake';
 
 export interface BlockedEvent {
   ip: string;
@@ -131,11 +130,14 @@ export interface BlockedSummary {
 }
 
 export interface ErrorEvent {
+  /** `upstream_connect_failed`, `handshake_failed`, ..., or `xdp_sync_failed` (a kernel-map write failed). */
   code: string;
   message: string;
   ip: string | null;
-  port: number;
-  listener: string;
+  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`). */
+  port: number | null;
+  /** 'host:port' of the listener; null for proxy-wide errors. */
+  listener: string | null;
 }
 
 export interface BlockedIps {
@@ -176,6 +178,8 @@ export interface ListenerMetrics {
   bytesReceived: number;
   bytesSent: number;
   trackedIps: number;
+  /** Clients admitted without a per-IP entry: the table was at maxTrackedIps and every candidate held connections. */
+  untrackedAdmissions: number;
 }
 
 export interface XdpStatus {
@@ -187,8 +191,16 @@ export interface XdpStatus {
   counters: {
     passed: number;
     dropped: { cidr: number; dynamic: number; penalty: number; synFlood: number; unparsed: number };
+    /** Sources the kernel banned for SYN excess (xdp.synPerSecond). */
+    banned: number;
+    /** Kernel ban deadlines moved forward by continued SYN excess. */
+    banExtended: number;
   };
   bannedIps: string[];
+  /** Failed kernel-map writes since start (each also an 'error' event `xdp_sync_failed`). */
+  errors: number;
+  /** Penalty boxes not mirrored as kernel bans because the ban queue was full. */
+  banQueueOverflow: number;
 }
 
 export interface Metrics {
