@@ -22,7 +22,7 @@ use super::value::{
 use crate::clock::ms_to_ns;
 use crate::protection::cidr::{parse_cidr, CidrSet};
 use crate::protection::entry::MAX_PENDING;
-use crate::protection::gcra::NS_PER_SEC;
+use crate::gcra::NS_PER_SEC;
 use crate::protection::policy::{
     FingerprintSet, Mode, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, MAX_RATE_PER_SEC,
 };

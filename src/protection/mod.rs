@@ -5,7 +5,8 @@
 //! [`DynamicBlocks`] (`blockIp`) is shared by all engines. Concepts, one per file:
 //! - [`reason`]: block reasons and their wire strings;
 //! - [`key`]: what one client is (IPv4 address, IPv6 prefix, IPv4-mapped = IPv4);
-//! - [`gcra`]: the exact one-word rate limiter;
+//! - [`crate::gcra`] (shared with the route limits and the HTTP/2 guard): the exact one-word
+//!   rate limiter;
 //! - [`penalty`]: the penalty-box deadline word and its epochs;
 //! - [`entry`]: one client's fixed-size state (TATs, box word, counts, flags);
 //! - [`table`]: the sharded per-IP table, guards, cap and incremental eviction;
@@ -21,7 +22,6 @@ pub mod cidr;
 pub mod dynamic;
 pub mod engine;
 pub mod entry;
-pub mod gcra;
 pub mod key;
 pub mod penalty;
 pub mod policy;

@@ -4,8 +4,8 @@
 //! which documents the number rules.
 
 use super::cidr::CidrSet;
-use super::gcra::{Gcra, NS_PER_SEC};
 use super::key::DEFAULT_IPV6_PREFIX;
+use crate::gcra::{Gcra, NS_PER_SEC};
 use ipnet::IpNet;
 use std::collections::HashSet;
 
