@@ -12,6 +12,7 @@
 //! - [`table`]: the sharded per-IP table, guards, cap and incremental eviction;
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
+//! - `offenders`: clients boxed for violations on admitted connections (the HTTP/2 guard);
 //! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
@@ -23,6 +24,7 @@ pub mod dynamic;
 pub mod engine;
 pub mod entry;
 pub mod key;
+pub(crate) mod offenders;
 pub mod penalty;
 pub mod policy;
 pub mod reason;
