@@ -212,6 +212,46 @@ test('with a penaltyBox the box lasts its durationMs; boxAfterViolations: 1 boxe
   assert.deepEqual(s.proxy.blockedIps().penaltyBoxed, []);
 });
 
+test('protection.http2 is validated with paths, in the constructor and in updateConfig (nothing changes)', async (t) => {
+  const errorsOf = (fn) => {
+    try {
+      fn();
+    } catch (e) {
+      assert.equal(e.code, 'ERR_RAMPART_CONFIG');
+      return e.errors;
+    }
+    assert.fail('expected a ConfigError');
+  };
+  const base = { routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }] };
+  const cert = h.selfSigned(['localhost']);
+  assert.deepEqual(
+    errorsOf(() => new RampartProxy({ ...base, listeners: [{ port: 1, defaultCert: cert, protection: { http2: { maxResetsPerSecond: NaN, boxAfterViolations: 0, enabled: 'no' } } }] })),
+    [
+      { path: 'listeners[0].protection.http2.enabled', message: 'must be a boolean, got "no"' },
+      { path: 'listeners[0].protection.http2.maxResetsPerSecond', message: 'must be a finite number > 0, got NaN' },
+      { path: 'listeners[0].protection.http2.boxAfterViolations', message: 'must be an integer in [1, 1000], got 0' },
+    ]
+  );
+  const s = await setup(t, { protection: { http2: { maxConcurrentStreams: 5 } }, handler: () => {} });
+  assert.deepEqual(
+    errorsOf(() => s.proxy.updateConfig({ protection: [{ port: s.port, protection: { http2: { maxConcurrentStreams: 10001 } } }] })),
+    [{ path: 'protection[0].protection.http2.maxConcurrentStreams', message: 'must be an integer in [1, 10000], got 10001' }]
+  );
+  // Still the old limit: the 6th open stream is refused.
+  const c = await H.rawClient({ port: s.port });
+  c.write(Buffer.concat([H.PREFACE, H.settings(), ...times(6, (i) => H.headers(2 * i + 1, { endStream: false }))]));
+  await h.waitFor(() => c.closed, { what: 'the close' });
+  assert.deepEqual(c.goaway, { lastStreamId: 9, errorCode: CALM });
+  await floodEvent(s, 'concurrent_streams');
+  // A valid update applies to the next connection.
+  s.proxy.updateConfig({ protection: [{ port: s.port, protection: { http2: { maxConcurrentStreams: 6 } } }] });
+  const d = await H.rawClient({ port: s.port });
+  d.write(Buffer.concat([H.PREFACE, H.settings(), ...times(6, (i) => H.headers(2 * i + 1, { endStream: false }))]));
+  await h.waitFor(() => s.up.streams === 11, { what: 'six more streams at the upstream' });
+  assert.equal(d.closed, false);
+  d.socket.destroy();
+});
+
 test('enabled: false turns the guard off for that listener', async (t) => {
   const s = await setup(t, { protection: { http2: { enabled: false } }, handler: () => {} });
   const c = await H.rawClient({ port: s.port });
