@@ -1563,3 +1563,37 @@ fn inspecting_allocates_nothing() {
     assert_eq!(allocations(), before);
     assert_eq!(g.state().open_streams(), 0);
 }
+
+#[test]
+fn the_clocked_forms_read_the_clock_at_most_once_per_chunk_and_only_when_a_decision_needs_it() {
+    let reads = std::cell::Cell::new(0u32);
+    let clock = || {
+        reads.set(reads.get() + 1);
+        7 * SEC
+    };
+    let mut g = H2Guard::new(&H2GuardConfig::default());
+    // The preface and SETTINGS (a control frame): one read for the whole chunk.
+    let start = client_start();
+    assert_eq!(g.inspect_client_clocked(&start, clock), Inspect::Forward);
+    assert_eq!(reads.get(), 1);
+    // Ten new streams in one chunk: one read.
+    let gets: Vec<u8> = (0..10).flat_map(|k| get(1 + 2 * k)).collect();
+    assert_eq!(g.inspect_client_clocked(&gets, clock), Inspect::Forward);
+    assert_eq!(reads.get(), 2);
+    // Their responses, and the upstream's SETTINGS: no decision needs the time.
+    let mut up = settings(&[(0x3, 100)]);
+    for k in 0..10 {
+        up.extend(response(1 + 2 * k, 100));
+    }
+    assert_eq!(g.inspect_upstream_clocked(&mut up, clock), Inspect::Forward);
+    assert_eq!(reads.get(), 2);
+    // DATA with a payload and a RST_STREAM of a finished stream (not counted): none either.
+    forward(&mut g, &frame(HEADERS, END_HEADERS, 21, &[0x83]), 7 * SEC);
+    let data = cat([sized(DATA, 0, 21, 10), rst(1)]);
+    assert_eq!(g.inspect_client_clocked(&data, clock), Inspect::Forward);
+    assert_eq!(reads.get(), 2);
+    // An upstream reset of an open stream: one read.
+    let mut r = rst(21);
+    assert_eq!(g.inspect_upstream_clocked(&mut r, clock), Inspect::Forward);
+    assert_eq!(reads.get(), 3);
+}

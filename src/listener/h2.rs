@@ -19,8 +19,9 @@
 //! HTTP/2), and is not a flood. In observe mode a violation is reported and the guard steps out
 //! of the way: every later byte is forwarded as it is, uninspected.
 //!
-//! Cost per chunk: one clock read and the guard's header walk; nothing allocates except, once
-//! per ending connection, the grace timer.
+//! Cost per chunk: the guard's header walk, and one clock read when a frame needs the time (a new
+//! stream, a reset, a control frame); nothing allocates except, once per ending connection, the
+//! grace timer.
 
 use crate::clock;
 use crate::http2::{H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation};
@@ -94,10 +95,9 @@ impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
         if self.off {
             return Flow::All;
         }
-        let now = clock::now_ns();
         let outcome = match dir {
-            Dir::ToUpstream => self.guard.inspect_client(chunk, now),
-            Dir::ToClient => self.guard.inspect_upstream(chunk, now),
+            Dir::ToUpstream => self.guard.inspect_client_clocked(chunk, clock::now_ns),
+            Dir::ToClient => self.guard.inspect_upstream_clocked(chunk, clock::now_ns),
         };
         match outcome {
             Inspect::Forward => Flow::All,
