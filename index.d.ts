@@ -68,7 +68,42 @@ export interface ProtectionConfig {
   mode?: 'enforce' | 'observe';
   /** Per-source SYN limit enforced in the kernel when XDP is attached. */
   xdp?: { synPerSecond: number; synBurst?: number };
+  /**
+   * The HTTP/2 guard of terminated connections whose ALPN is h2 (on by default on every listener,
+   * also without protection). A violation closes the connection with GOAWAY ENHANCE_YOUR_CALM and
+   * is reported 'h2_flood' with its `detail`.
+   */
+  http2?: Http2GuardConfig;
 }
+
+/** `protection.http2`; every limit is per connection. */
+export interface Http2GuardConfig {
+  /** false turns the guard off for this listener. Default true. */
+  enabled?: boolean;
+  /** Client streams open at once; the upstream's SETTINGS_MAX_CONCURRENT_STREAMS is lowered to it. Default 100. */
+  maxConcurrentStreams?: number;
+  /** New client streams per second (GCRA, burst maxConcurrentStreams). Default 100000. */
+  maxStreamsPerSecond?: number;
+  /** RST_STREAM that end an open stream, from the client or the upstream, per second (burst 2x). Default 50. */
+  maxResetsPerSecond?: number;
+  /** Bytes of one HEADERS + CONTINUATION block. Default 65536. */
+  maxHeaderBlockBytes?: number;
+  /** CONTINUATION frames in one header block. Default 16. */
+  maxContinuationFrames?: number;
+  /** SETTINGS, PING, PRIORITY, zero WINDOW_UPDATE, empty DATA per second (burst 2x). Default 100. */
+  maxControlFramesPerSecond?: number;
+  /** Violations by one client within 60 s that penalty-box it (penaltyBox.durationMs, 600000 without). Default 3. */
+  boxAfterViolations?: number;
+}
+
+/** The limit an 'h2_flood' exceeded (the 'blocked' event's `detail`). */
+export type H2FloodDetail =
+  | 'concurrent_streams'
+  | 'stream_rate'
+  | 'rapid_reset'
+  | 'header_block'
+  | 'continuation'
+  | 'control_frames';
 
 export interface ListenerConfig {
   /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4. */
@@ -105,7 +140,8 @@ export type BlockReason =
   | 'ja4_blocked'
   | 'incomplete_handshake'
   | 'handshake_timeout'
-  | 'slow_handshake';
+  | 'slow_handshake'
+  | 'h2_flood';
 
 export interface BlockedEvent {
   ip: string;
@@ -120,6 +156,8 @@ export interface BlockedEvent {
   ja4: string;
   /** True only in observe mode (the connection was admitted). */
   observed: boolean;
+  /** Which limit, for reason 'h2_flood'; '' for every other reason. */
+  detail: H2FloodDetail | '';
 }
 
 export interface BlockedSummary {
@@ -154,7 +192,10 @@ export interface BlockedDetail {
   reason: BlockReason;
   /** Ms until let in again, when known. */
   remainingMs?: number;
-  /** The `reason` text given to blockIp, for dynamic blocks. */
+  /**
+   * The `reason` text given to blockIp, for dynamic blocks; for other entries why they are listed
+   * ('boxed by protection.http2.boxAfterViolations', 'banned in the kernel by xdp.synPerSecond').
+   */
   note?: string;
 }
 
@@ -173,6 +214,8 @@ export interface ListenerMetrics {
   accepted: number;
   blocked: number;
   blockedByReason: Record<BlockReason, number>;
+  /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
+  h2FloodByDetail: Record<H2FloodDetail, number>;
   errors: number;
   errorsByReason: Record<string, number>;
   bytesReceived: number;

@@ -140,7 +140,7 @@ test('maxConnections: 2 refuses the third concurrent connection on that listener
   const other = await h.tlsRoundTrip({ port: p2, servername: 'x', payload: Buffer.from('ok') });
   assert.equal(other.data.toString(), 'ok');
   await h.waitFor(() => events.length === 1, { what: 'blocked event' });
-  assert.deepEqual(events[0], { ip: '127.0.0.1', port: p1, listener: `127.0.0.1:${p1}`, reason: 'max_connections', ja3: '', ja4: '', observed: false });
+  assert.deepEqual(events[0], { ip: '127.0.0.1', port: p1, listener: `127.0.0.1:${p1}`, reason: 'max_connections', ja3: '', ja4: '', observed: false, detail: '' });
   const m = proxy.metrics();
   assert.equal(m.listeners[0].blockedByReason.max_connections, 1);
   assert.equal(m.listeners[1].blockedByReason.max_connections, 0);

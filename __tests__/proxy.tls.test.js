@@ -49,8 +49,11 @@ test('TLS termination round trips', async (t) => {
   await t.test('ALPN: http/1.1 by default, h2 when the route has http2', async () => {
     const a = await h.tlsRoundTrip({ port, servername: 'localhost', ALPNProtocols: ['h2', 'http/1.1'] });
     assert.equal(a.alpn, 'http/1.1');
-    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'] });
+    // An h2 connection goes through the HTTP/2 guard, which wants the client preface first.
+    const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'], payload: preface });
     assert.equal(b.alpn, 'h2');
+    assert.equal(b.data.equals(preface), true);
   });
 
   await t.test('route certificates with intermediates verify against the root (RSA and ECDSA)', async () => {

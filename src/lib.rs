@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod config;
 pub mod events;
+pub mod gcra;
 pub mod http2;
 pub mod listener;
 pub mod metrics;

@@ -8,6 +8,7 @@
 use crate::clock;
 use crate::config::proxy::ListenerConfig;
 use crate::events::{BlockedEvent, ErrorEvent, EventHub};
+use crate::http2::Violation;
 use crate::metrics::{ErrorReason, ListenerMetrics};
 use crate::protection::{DynamicBlocks, Engine, Verdict};
 use crate::proxy::routes::RouteTable;
@@ -45,10 +46,21 @@ pub struct Shared {
 
 impl Shared {
     /// Counts and reports one refusal (or observe-mode decision) on listener `li`, with the
-    /// connection's JA3/JA4 (`""` when the ClientHello was not read).
-    pub fn report_block(&self, li: usize, ip: IpAddr, v: Verdict, (ja3, ja4): (&str, &str)) {
+    /// connection's JA3/JA4 (`""` when the ClientHello was not read) and, for `h2_flood`, the
+    /// limit the client exceeded (the event's `detail`, counted per detail).
+    pub fn report_block(
+        &self,
+        li: usize,
+        ip: IpAddr,
+        v: Verdict,
+        detail: Option<Violation>,
+        (ja3, ja4): (&str, &str),
+    ) {
         let l = &self.listeners[li];
         l.metrics.blocked(v.reason);
+        if let Some(d) = detail {
+            l.metrics.h2_flood(d);
+        }
         let ev = BlockedEvent {
             ip,
             port: l.config.port,
@@ -57,6 +69,7 @@ impl Shared {
             ja3,
             ja4,
             observed: v.observed,
+            detail: detail.map_or("", Violation::as_str),
         };
         self.events.blocked(&ev, ip, v.reason, clock::now_ns());
     }

@@ -665,8 +665,150 @@ fn block_reason_strings() {
             "incomplete_handshake",
             "handshake_timeout",
             "slow_handshake",
+            "h2_flood",
         ]
     );
+}
+
+/// Every box the engine reports to its box listener (what the XDP ban queue receives).
+fn box_log(e: &Engine) -> Arc<Mutex<Vec<(String, u64)>>> {
+    let log: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let l = log.clone();
+    e.set_box_listener(Some(Arc::new(move |k: IpKey, d| {
+        l.lock().unwrap().push((k.to_string(), d))
+    })));
+    log
+}
+
+#[test]
+fn box_client_refuses_until_the_deadline_without_any_policy() {
+    let e = Engine::new(8443, Arc::new(DynamicBlocks::new()));
+    let log = box_log(&e);
+    assert_eq!(e.box_client(ip("192.0.2.7"), 5 * S, T0), Some(T0 + 5 * S));
+    // A shorter box never moves the deadline back.
+    assert_eq!(e.box_client(ip("192.0.2.7"), S, T0), Some(T0 + 5 * S));
+    assert_eq!(
+        try_admit(&e, "192.0.2.7", T0 + 5 * S - 1),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    assert_eq!(try_admit(&e, "192.0.2.8", T0), None);
+    assert_eq!(try_admit(&e, "192.0.2.7", T0 + 5 * S), None);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![
+            ("192.0.2.7".to_string(), T0 + 5 * S),
+            ("192.0.2.7".to_string(), T0 + 5 * S)
+        ]
+    );
+    // IPv4-mapped is the same client; an IPv6 client is boxed by its /64.
+    e.box_client(ip("::ffff:192.0.2.9"), S, T0);
+    assert_eq!(
+        try_admit(&e, "192.0.2.9", T0),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    e.box_client(ip("2001:db8:1:2::1"), S, T0);
+    assert_eq!(
+        try_admit(&e, "2001:db8:1:2::ffff", T0),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    assert_eq!(try_admit(&e, "2001:db8:1:3::1", T0), None);
+}
+
+#[test]
+fn box_client_is_listed_and_reaches_the_xdp_sync_with_a_policy_without_penalty_box() {
+    let e = engine(json!({"maxConcurrentPerIp": 10}));
+    let log = box_log(&e);
+    e.box_client(ip("203.0.113.5"), 1_500 * MS, T0);
+    assert_eq!(
+        try_admit(&e, "203.0.113.5", T0 + S),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    let v = e.blocked(T0 + 500 * MS);
+    assert_eq!(
+        ips(&v.penalty_boxed),
+        vec![("203.0.113.5".to_string(), Some(1_000))]
+    );
+    assert_eq!(
+        v.penalty_boxed[0].note.as_deref(),
+        Some(rampart::protection::engine::H2_BOX_NOTE)
+    );
+    let boxed: Vec<(String, u64)> = e
+        .boxed(T0)
+        .into_iter()
+        .map(|(k, d)| (k.to_string(), d))
+        .collect();
+    assert_eq!(boxed, vec![("203.0.113.5".to_string(), T0 + 1_500 * MS)]);
+    assert_eq!(log.lock().unwrap().len(), 1);
+    // At the deadline: admitted, no longer listed; the cleanup forgets the record.
+    assert_eq!(try_admit(&e, "203.0.113.5", T0 + 1_500 * MS), None);
+    assert!(e.blocked(T0 + 1_500 * MS).penalty_boxed.is_empty());
+    e.evict_tick(T0 + 61 * S, 100);
+    assert_eq!(e.offenders(), 0);
+}
+
+#[test]
+fn h2_violations_box_after_box_after_violations_within_60_s() {
+    // Defaults: the third violation within 60 s boxes for 600000 ms (no penalty box here).
+    let e = Engine::new(443, Arc::new(DynamicBlocks::new()));
+    let log = box_log(&e);
+    assert_eq!(e.record_h2_violation(ip("198.51.100.1"), T0), None);
+    assert_eq!(e.record_h2_violation(ip("198.51.100.1"), T0 + 30 * S), None);
+    assert_eq!(try_admit(&e, "198.51.100.1", T0 + 30 * S), None);
+    assert_eq!(
+        e.record_h2_violation(ip("198.51.100.1"), T0 + 60 * S),
+        Some(T0 + 660 * S)
+    );
+    assert_eq!(
+        try_admit(&e, "198.51.100.1", T0 + 60 * S),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    assert_eq!(try_admit(&e, "198.51.100.1", T0 + 660 * S), None);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![("198.51.100.1".to_string(), T0 + 660 * S)]
+    );
+    // Spread over more than 60 s: never boxed.
+    for k in 0..10 {
+        assert_eq!(
+            e.record_h2_violation(ip("198.51.100.2"), T0 + k * 31 * S),
+            None
+        );
+    }
+}
+
+#[test]
+fn h2_box_follows_the_policy_threshold_duration_mode_and_allowlist() {
+    let e = engine(json!({
+        "penaltyBox": {"durationMs": 2_000},
+        "http2": {"boxAfterViolations": 1},
+        "allowlist": ["10.0.0.0/8"],
+    }));
+    assert_eq!(e.record_h2_violation(ip("192.0.2.1"), T0), Some(T0 + 2 * S));
+    assert_eq!(
+        try_admit(&e, "192.0.2.1", T0 + 2 * S - 1),
+        Some(BlockReason::PenaltyBoxed)
+    );
+    assert_eq!(try_admit(&e, "192.0.2.1", T0 + 2 * S), None);
+    // The allowlist skips every check: not counted, never boxed.
+    assert_eq!(e.record_h2_violation(ip("10.1.2.3"), T0), None);
+    assert_eq!(e.box_client(ip("10.1.2.3"), S, T0), None);
+    assert_eq!(try_admit(&e, "10.1.2.3", T0), None);
+    // Observe mode: boxed and reported, admitted anyway.
+    e.set_policy(
+        Some(policy(
+            json!({"mode": "observe", "http2": {"boxAfterViolations": 2}}),
+        )),
+        T0,
+    );
+    assert_eq!(e.record_h2_violation(ip("192.0.2.3"), T0), None);
+    assert_eq!(
+        e.record_h2_violation(ip("192.0.2.3"), T0 + S),
+        Some(T0 + S + 600 * S)
+    );
+    let a: Admission = e.admit(ip("192.0.2.3"), T0 + 2 * S);
+    assert!(a.admitted() && a.guard.is_some());
+    let v = a.verdict.unwrap();
+    assert_eq!((v.reason, v.observed), (BlockReason::PenaltyBoxed, true));
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 use rampart::config::error::Issues;
 use rampart::config::protection::parse_protection;
+use rampart::http2::H2GuardConfig;
+use rampart::protection::policy::Http2Policy;
 use rampart::protection::{Mode, ProtectionPolicy};
 use rampart::tls::ja3::validate_ja3;
 use rampart::tls::ja4::validate_ja4;
@@ -413,6 +415,134 @@ fn booleans_modes_lists_and_xdp() {
 }
 
 #[test]
+fn http2_defaults_are_design_7_3_also_without_the_field() {
+    let h = *ok(json!({})).http2();
+    assert_eq!(h, Http2Policy::default());
+    assert!(h.enabled);
+    assert_eq!(h.box_after_violations, 3);
+    let g = h.guard;
+    assert_eq!(g.max_concurrent_streams, 100);
+    assert_eq!(g.max_streams_per_second, 100_000.0);
+    assert_eq!(g.max_resets_per_second, 50.0);
+    assert_eq!(g.max_header_block_bytes, 65536);
+    assert_eq!(g.max_continuation_frames, 16);
+    assert_eq!(g.max_control_frames_per_second, 100.0);
+    // Without a penalty box an h2 box lasts 10 minutes; with one, its duration.
+    assert_eq!(ok(json!({})).box_duration_ns(), 600_000_000_000);
+    assert_eq!(
+        ok(json!({"penaltyBox": {"durationMs": 1500}})).box_duration_ns(),
+        1_500_000_000
+    );
+    // Fields left out keep their defaults; null means left out.
+    let h = *ok(json!({"http2": {"maxResetsPerSecond": 10, "enabled": null}})).http2();
+    assert!(h.enabled);
+    assert_eq!(h.guard.max_resets_per_second, 10.0);
+    assert_eq!(h.guard.max_concurrent_streams, 100);
+}
+
+#[test]
+fn http2_every_field_compiles() {
+    let h = *ok(json!({"http2": {
+        "enabled": false,
+        "maxConcurrentStreams": 250,
+        "maxStreamsPerSecond": 0.5,
+        "maxResetsPerSecond": 12.5,
+        "maxHeaderBlockBytes": 131072,
+        "maxContinuationFrames": 4,
+        "maxControlFramesPerSecond": 1000,
+        "boxAfterViolations": 1,
+    }}))
+    .http2();
+    assert!(!h.enabled);
+    assert_eq!(h.box_after_violations, 1);
+    assert_eq!(
+        h.guard,
+        H2GuardConfig {
+            max_concurrent_streams: 250,
+            max_streams_per_second: 0.5,
+            max_resets_per_second: 12.5,
+            max_header_block_bytes: 131072,
+            max_continuation_frames: 4,
+            max_control_frames_per_second: 1000.0,
+        }
+    );
+}
+
+#[test]
+fn http2_rejects_bad_numbers_with_their_path() {
+    let at = format!("{PATH}.http2");
+    let counts = [
+        ("maxConcurrentStreams", "[1, 10000]"),
+        ("maxHeaderBlockBytes", "[1, 1000000000]"),
+        ("maxContinuationFrames", "[1, 1000000]"),
+        ("boxAfterViolations", "[1, 1000]"),
+    ];
+    for (field, range) in counts {
+        for (v, shown) in [
+            (nan(), "NaN"),
+            (inf(), "Infinity"),
+            (json!(-1), "-1"),
+            (json!(0), "0"),
+            (json!(2.5), "2.5"),
+            (json!(1e10), "10000000000.0"),
+            (json!("3"), "\"3\""),
+        ] {
+            assert_eq!(
+                one(json!({"http2": {field: v}})),
+                format!("{at}.{field}: must be an integer in {range}, got {shown}")
+            );
+        }
+    }
+    for field in [
+        "maxStreamsPerSecond",
+        "maxResetsPerSecond",
+        "maxControlFramesPerSecond",
+    ] {
+        for (v, shown) in [
+            (nan(), "NaN"),
+            (neg_inf(), "-Infinity"),
+            (json!(-5), "-5"),
+            (json!(0), "0"),
+            (json!(null), ""),
+        ] {
+            if shown.is_empty() {
+                ok(json!({"http2": {field: v}}));
+                continue;
+            }
+            assert_eq!(
+                one(json!({"http2": {field: v}})),
+                format!("{at}.{field}: {POSITIVE}, got {shown}")
+            );
+        }
+        assert_eq!(
+            one(json!({"http2": {field: 2e9}})),
+            format!("{at}.{field}: must be at most 1000000000, got 2000000000.0")
+        );
+    }
+    assert_eq!(
+        one(json!({"http2": {"enabled": "no"}})),
+        format!("{at}.enabled: must be a boolean, got \"no\"")
+    );
+    assert_eq!(
+        one(json!({"http2": true})),
+        format!("{at}: must be an object, got true")
+    );
+    assert_eq!(
+        one(json!({"http2": {"maxResets": 5}})),
+        format!(
+            "{at}.maxResets: unknown field; expected one of: enabled, maxConcurrentStreams, \
+             maxStreamsPerSecond, maxResetsPerSecond, maxHeaderBlockBytes, \
+             maxContinuationFrames, maxControlFramesPerSecond, boxAfterViolations"
+        )
+    );
+    // Every problem at once.
+    let got = issues(json!({"http2": {
+        "maxConcurrentStreams": 0, "maxResetsPerSecond": nan(), "boxAfterViolations": -1
+    }}));
+    assert_eq!(got.len(), 3, "{got:?}");
+}
+
+#[test]
 fn unknown_fields_and_non_objects() {
     assert_eq!(
         one(json!({"rateLimits": {}})),
@@ -420,7 +550,7 @@ fn unknown_fields_and_non_objects() {
             "{PATH}.rateLimits: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
              maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
              tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, slowHandshake, \
-             mode, xdp"
+             mode, xdp, http2"
         )
     );
     assert_eq!(
@@ -450,7 +580,7 @@ fn every_issue_is_reported_at_once() {
                 "{PATH}.extra: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
                  maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
                  tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, \
-                 slowHandshake, mode, xdp"
+                 slowHandshake, mode, xdp, http2"
             ),
             format!("{PATH}.rateLimit.connectionsPerSecond: {POSITIVE}, got NaN"),
             format!("{PATH}.rateLimit.burst: must be an integer in [1, 1000000000], got 0"),

@@ -233,6 +233,31 @@ function sha256(buf) {
   return crypto.createHash('sha256').update(buf).digest('hex');
 }
 
+/** True when `name` is an executable on PATH. */
+function haveTool(name) {
+  return (process.env.PATH || '').split(':').some((d) => {
+    try {
+      fs.accessSync(path.join(d, name), fs.constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * For a test that needs `tool`: true when it is on PATH. Otherwise the test is skipped with the
+ * reason (and the install hint), except under CI (`CI=true`), where a missing tool fails it.
+ */
+function needTool(t, tool, hint = `apt-get install ${tool}`) {
+  if (haveTool(tool)) return true;
+  const why = `${tool} not found on PATH (${hint})`;
+  if (process.env.CI === 'true') throw new Error(`CI: ${why}`);
+  console.log(`# skipping: ${why}`);
+  t.skip(why);
+  return false;
+}
+
 /** True when this process may add addresses to `lo` and load BPF (root). */
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 
@@ -267,6 +292,8 @@ module.exports = {
   run,
   sha256,
   isRoot,
+  haveTool,
+  needTool,
 };
 
 /**

@@ -10,6 +10,9 @@
 //! - counts (`burst`, `maxConcurrentPerIp`, `maxTrackedIps`, `ipv6PrefixLength`,
 //!   `maxPendingPerIp`, `minBytesPerSecond`, `synPerSecond`, `synBurst`): integers in a stated
 //!   range; a burst defaults to its rate rounded up;
+//! - `http2`: counts (`maxConcurrentStreams`, `maxHeaderBlockBytes`, `maxContinuationFrames`,
+//!   `boxAfterViolations`) are integers ≥ 1 within a stated range; rates (`maxStreamsPerSecond`,
+//!   `maxResetsPerSecond`, `maxControlFramesPerSecond`) follow the rate rule above;
 //! - NaN, ±Infinity (sent as `{"$nonFinite": ..}`), negatives, and zero wherever zero would
 //!   silently disable the feature are errors; `maxConcurrentPerIp: 0` and
 //!   `slowHandshake.minBytesPerSecond: 0` are the documented "off" values.
@@ -20,17 +23,23 @@ use super::value::{
     reject_unknown, string, MAX_SAFE_INTEGER,
 };
 use crate::clock::ms_to_ns;
+use crate::gcra::NS_PER_SEC;
 use crate::protection::cidr::{parse_cidr, CidrSet};
 use crate::protection::entry::MAX_PENDING;
-use crate::protection::gcra::NS_PER_SEC;
 use crate::protection::policy::{
-    FingerprintSet, Mode, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, MAX_RATE_PER_SEC,
+    FingerprintSet, Http2Policy, Mode, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS,
+    MAX_RATE_PER_SEC,
 };
 use ipnet::IpNet;
 use serde_json::{Map, Value};
 
 const MAX_COUNT_LIMIT: f64 = 1e9;
 const MAX_CONCURRENT: f64 = 1_000_000.0;
+/// `http2.maxConcurrentStreams` at most: the guard keeps 8 bytes per open stream, so this bounds
+/// one connection's stream set at 80 KB.
+const MAX_H2_STREAMS: f64 = 10_000.0;
+/// `http2.boxAfterViolations` at most.
+const MAX_H2_BOX_AFTER: f64 = 1_000.0;
 
 /// Parses a whole `ProtectionConfig` given at the root path `protection` (tests, tools).
 pub fn policy_from_json(v: &Value) -> Result<ProtectionPolicy, ConfigError> {
@@ -58,6 +67,18 @@ const FIELDS: &[&str] = &[
     "slowHandshake",
     "mode",
     "xdp",
+    "http2",
+];
+
+const HTTP2_FIELDS: &[&str] = &[
+    "enabled",
+    "maxConcurrentStreams",
+    "maxStreamsPerSecond",
+    "maxResetsPerSecond",
+    "maxHeaderBlockBytes",
+    "maxContinuationFrames",
+    "maxControlFramesPerSecond",
+    "boxAfterViolations",
 ];
 
 /// Validates and compiles one `ProtectionConfig` found at `path` (e.g.
@@ -199,7 +220,52 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
             }
         }
     }
+    if let Some(v) = field(obj, "http2") {
+        if let Some(h) = http2(v, &f("http2"), issues) {
+            p.http2 = h;
+        }
+    }
     (issues.len() == before).then_some(p)
+}
+
+/// `http2: { enabled, maxConcurrentStreams, ... }`; fields left out keep their defaults (§7.3).
+fn http2(v: &Value, path: &str, issues: &mut Issues) -> Option<Http2Policy> {
+    let before = issues.len();
+    let o = object(v, path, issues)?;
+    reject_unknown(o, HTTP2_FIELDS, path, issues);
+    let mut h = Http2Policy::default();
+    let g = &mut h.guard;
+    let count = |k: &str, max: f64, issues: &mut Issues| {
+        field(o, k).and_then(|v| number_in(v, &join(path, k), 1.0, max, true, issues))
+    };
+    let per_second = |k: &str, issues: &mut Issues| {
+        field(o, k).and_then(|v| positive(v, &join(path, k), MAX_RATE_PER_SEC, issues))
+    };
+    if let Some(v) = field(o, "enabled") {
+        h.enabled = boolean(v, &join(path, "enabled"), issues).unwrap_or(true);
+    }
+    if let Some(n) = count("maxConcurrentStreams", MAX_H2_STREAMS, issues) {
+        g.max_concurrent_streams = n as u32;
+    }
+    if let Some(r) = per_second("maxStreamsPerSecond", issues) {
+        g.max_streams_per_second = r;
+    }
+    if let Some(r) = per_second("maxResetsPerSecond", issues) {
+        g.max_resets_per_second = r;
+    }
+    if let Some(n) = count("maxHeaderBlockBytes", MAX_COUNT_LIMIT, issues) {
+        g.max_header_block_bytes = n as u32;
+    }
+    if let Some(n) = count("maxContinuationFrames", MAX_CONCURRENT, issues) {
+        g.max_continuation_frames = n as u32;
+    }
+    if let Some(r) = per_second("maxControlFramesPerSecond", issues) {
+        g.max_control_frames_per_second = r;
+    }
+    if let Some(n) = count("boxAfterViolations", MAX_H2_BOX_AFTER, issues) {
+        h.box_after_violations = n as u32;
+    }
+    (issues.len() == before).then_some(h)
 }
 
 /// A finite number > 0 and ≤ `max`, with the documented messages.

@@ -40,6 +40,9 @@ pub struct BlockedEvent<'a> {
     pub ja4: &'a str,
     /// True in observe mode (the connection was admitted).
     pub observed: bool,
+    /// Which limit, for reasons that have several (`h2_flood`: `rapid_reset`, `continuation`,
+    /// ...); `''` for every other reason. Always present, like `ja3`/`ja4`.
+    pub detail: &'static str,
 }
 
 /// Payload of `'error'`.
@@ -82,12 +85,8 @@ pub struct EventHub {
     error_window_count: AtomicU64,
     dropped_total: AtomicU64,
     pending_total: AtomicU64,
-    pending_by_reason: [AtomicU64; 13],
+    pending_by_reason: [AtomicU64; BlockReason::ALL.len()],
     pending_ips: DashMap<IpAddr, u64>,
-}
-
-fn reason_index(r: BlockReason) -> usize {
-    BlockReason::ALL.iter().position(|x| *x == r).unwrap_or(0)
 }
 
 impl EventHub {
@@ -135,7 +134,7 @@ impl EventHub {
         }
         self.dropped_total.fetch_add(1, Ordering::Relaxed);
         self.pending_total.fetch_add(1, Ordering::Relaxed);
-        self.pending_by_reason[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
+        self.pending_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
         if let Some(mut c) = self.pending_ips.get_mut(&ip) {
             *c += 1;
         } else if self.pending_ips.len() < MAX_SUMMARY_IPS {
@@ -162,7 +161,7 @@ impl EventHub {
         let by_reason = BlockReason::ALL
             .iter()
             .filter_map(|r| {
-                let n = self.pending_by_reason[reason_index(*r)].swap(0, Ordering::Relaxed);
+                let n = self.pending_by_reason[r.index()].swap(0, Ordering::Relaxed);
                 (n > 0).then_some((r.as_str(), n))
             })
             .collect();
@@ -212,6 +211,7 @@ mod tests {
             ja3: "",
             ja4: "",
             observed: false,
+            detail: "",
         };
         let t = 5_000_000_000;
         for _ in 0..5 {

@@ -8,8 +8,8 @@
 //! | limit ([`H2GuardConfig`]) | counted on | [`Violation`] |
 //! |---|---|---|
 //! | `max_concurrent_streams` (100) | client streams open at once: a stream opens at the client's first HEADERS on a new odd id above the last (RFC 9113 §5.1.1) and closes when both sides sent END_STREAM, or on RST_STREAM in either direction (§5.1) | `concurrent_streams` |
-//! | `max_streams_per_second` (200) | new client streams, GCRA with burst `max_concurrent_streams` | `stream_rate` |
-//! | `max_resets_per_second` (50) | RST_STREAM from the client (any stream) plus from the upstream on client streams (MadeYouReset), GCRA burst 2 × rate | `rapid_reset` |
+//! | `max_streams_per_second` (100000; §7.3 says 200, see [`H2GuardConfig`]) | new client streams, GCRA with burst `max_concurrent_streams` | `stream_rate` |
+//! | `max_resets_per_second` (50) | RST_STREAM that ends an open client stream, from the client or from the upstream (MadeYouReset), GCRA burst 2 × rate; a reset of a stream that is not open ends nothing and is not counted | `rapid_reset` |
 //! | `max_header_block_bytes` (65536) | payload bytes of one HEADERS and its CONTINUATIONs (§6.2, §6.10) | `header_block` |
 //! | `max_continuation_frames` (16) | CONTINUATION frames in one header block | `continuation` |
 //! | `max_control_frames_per_second` (100) | client SETTINGS (ACK too), PING (ACK too), PRIORITY, WINDOW_UPDATE with increment 0, DATA of length 0 without END_STREAM; GCRA burst 2 × rate | `control_frames` |
@@ -19,7 +19,7 @@
 //! CONTINUATION for its count, then the block size. One exception names the attack: a
 //! stream-rate excess while the reset budget is also spent is reported `rapid_reset` (the
 //! CVE-2023-44487 pattern HEADERS, RST_STREAM, HEADERS, … spends both budgets at the same pair).
-//! The rates reuse [`Gcra`](crate::protection::gcra::Gcra)'s plain-word form (`admit` on a
+//! The rates reuse [`Gcra`](crate::gcra::Gcra)'s plain-word form (`admit` on a
 //! `u64`): exact, one compare and one store, and the state is owned by the connection, so no
 //! atomic is needed.
 //!
@@ -50,8 +50,12 @@
 //!   stream that would exceed it is the violation), 8 bytes each, reserved once; no slack is
 //!   needed because the guard sees a close before the client does (the upstream's END_STREAM and
 //!   RST_STREAM pass through it on their way), so its count never exceeds the client's own.
-//! - **Upstream resets** count only on odd stream ids the client already opened; resets of
-//!   pushed (even) streams are the server's business.
+//! - **Resets** count only when they end an open client stream, in either direction: that is
+//!   the work rapid reset and MadeYouReset make the upstream abandon. A RST_STREAM on a stream
+//!   both sides ended, one already reset, or one never opened (a pushed stream, an idle id)
+//!   ends nothing at the upstream (RFC 9113 §5.1: it ignores or refuses it) and is not counted:
+//!   curl 7.88 sends RST_STREAM(STREAM_CLOSED) for every stream it finished, which would
+//!   otherwise trip the budget after 100 requests.
 //!
 //! # Outcome offsets
 //! [`Inspect::Violation`]'s `at` is the offset in the chunk of the violating frame's first header
@@ -79,6 +83,10 @@
 //! - client → upstream: `guard.inspect_client(&buf[..n], now_ns)`;
 //! - upstream → client: `guard.inspect_upstream(&mut buf[..n], now_ns)` (may rewrite bytes).
 //!
+//! The `_clocked` forms take the clock instead of the time and read it only when a decision
+//! needs it ([`Now`]): a clock read (40 ns in this VM) is a large part of what a chunk of a few
+//! small frames costs, and most upstream chunks need none.
+//!
 //! On `Forward` the pump writes all `n` bytes. On `Violation { at, violation }` or
 //! `ProtocolError { at, .. }` it writes `buf[..at]` and reads no more from that side. The client
 //! side then stops reading the client and shuts the upstream; the upstream side keeps pumping
@@ -99,6 +107,6 @@ pub use frame::{
     PROTOCOL_ERROR,
 };
 pub use guard::{
-    ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, ProtocolError,
-    UpstreamToClient, Violation,
+    ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, LazyNow, Now,
+    ProtocolError, UpstreamToClient, Violation,
 };

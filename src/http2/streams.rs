@@ -86,6 +86,12 @@ impl OpenStreams {
         }
     }
 
+    /// Whether `id` is open.
+    #[inline]
+    pub fn is_open(&self, id: u32) -> bool {
+        self.find(id).is_ok()
+    }
+
     /// A RST_STREAM on `id` (either direction) closes it.
     pub fn reset(&mut self, id: u32) {
         if let Ok(i) = self.find(id) {

@@ -1,6 +1,7 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
 //! (post-hello checks) → route and terminate (rustls, or passthrough) → connect (upstream and
-//! PROXY header) → pump (byte copy). Each phase returns `Result<_, Refusal>`; [`serve`] reports
+//! PROXY header) → pump (byte copy; terminated h2 connections through the HTTP/2 guard,
+//! [`super::h2`]). Each phase returns `Result<_, Refusal>`; [`serve`] reports
 //! a refusal in one place, with the connection's fingerprints when its ClientHello was read. A
 //! new guard is a check inside a phase, or a new phase.
 //!
@@ -10,11 +11,14 @@
 //! bounded by `tlsHandshakeTimeoutMs` from accept; while the hello is incomplete the client must
 //! also keep up `slowHandshake.minBytesPerSecond` (after a one-second grace).
 
+use super::h2::{H2End, H2Inspector};
 use crate::clock;
 use crate::config::proxy::{ForwardFingerprint, SourceAddressHeader};
+use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
-use crate::protection::{BlockReason, HelloFacts, PendingGuard, Verdict};
-use crate::proxy::copy::{proxy_pair, CopyEnd};
+use crate::protection::policy::Http2Policy;
+use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
+use crate::proxy::copy::{proxy_pair, proxy_pair_inspected, CopyEnd};
 use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::upstream::{self, UpstreamStream};
@@ -157,14 +161,19 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
 enum Refusal {
     /// A protection decision (`'blocked'` event, `blockedByReason`).
     Blocked(BlockReason),
+    /// The HTTP/2 guard closed the connection (`h2_flood` with this `detail`).
+    Flood(Violation),
     /// A runtime failure (`errorsByReason`); with a message it is also an `'error'` event.
     Failed(ErrorReason, Option<String>),
 }
 
+/// The TLS stream of a terminated client.
+type TlsClient = tokio_rustls::server::TlsStream<TcpStream>;
+
 /// The client side after the route-and-terminate phase.
 enum Client {
     /// TLS terminated here.
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Tls(Box<TlsClient>),
     /// Passthrough: the client's bytes go to the upstream untouched.
     Raw(TcpStream),
 }
@@ -193,17 +202,17 @@ impl Conn<'_> {
         (&p.0, &p.1)
     }
 
-    /// Reports a verdict (the one place refusals are reported).
-    fn report(&mut self, v: Verdict) {
+    /// Reports a verdict (the one place refusals are reported), with its `h2_flood` detail.
+    fn report(&mut self, v: Verdict, detail: Option<Violation>) {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
-        shared.report_block(li, ip, v, self.fingerprints());
+        shared.report_block(li, ip, v, detail, self.fingerprints());
     }
 
     /// An engine verdict: enforced → a refusal; observed → reported, and the connection goes on.
     fn enforce(&mut self, v: Option<Verdict>) -> Result<(), Refusal> {
         match v {
             Some(v) if v.observed => {
-                self.report(v);
+                self.report(v, None);
                 Ok(())
             }
             Some(v) => Err(Refusal::Blocked(v.reason)),
@@ -347,11 +356,31 @@ impl Conn<'_> {
         Ok(up)
     }
 
-    /// Phase 5: the byte copy until both sides close or the idle timeout.
-    async fn pump(&self, client: Client, up: UpstreamStream) -> Result<(), Refusal> {
+    /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
+    /// connection whose ALPN is `h2` goes through the HTTP/2 guard unless the listener's
+    /// `protection.http2.enabled` is false (the guard's defaults apply without protection).
+    /// The ClientHello is kept only for a guarded connection (a flood's event carries its
+    /// fingerprints); otherwise neither it nor its fingerprints live on.
+    async fn pump(&mut self, client: Client, up: UpstreamStream) -> Result<(), Refusal> {
         let l = &self.shared.listeners[self.li];
         let idle = Duration::from_millis(l.config.idle_timeout_ms);
         let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let client = match client {
+            Client::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                let policy = l.engine.policy();
+                let http2 = policy
+                    .as_deref()
+                    .map_or_else(Http2Policy::default, |p| *p.http2());
+                if http2.enabled {
+                    let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
+                    return self.pump_h2(*s, up, &http2.guard, observe).await;
+                }
+                Client::Tls(s)
+            }
+            other => other,
+        };
+        self.hello = None;
+        self.fingerprints = None;
         let end = match client {
             Client::Tls(s) => proxy_pair(*s, up, idle, rx, tx).await,
             Client::Raw(s) => proxy_pair(s, up, idle, rx, tx).await,
@@ -359,6 +388,45 @@ impl Conn<'_> {
         match end {
             CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
             _ => Ok(()),
+        }
+    }
+
+    /// Phase 5 through the HTTP/2 guard ([`super::h2`]). A violation counts against the client
+    /// at once (`boxAfterViolations`); in enforce mode it ends the connection and is reported
+    /// by [`serve`], in observe mode it is reported here and the connection goes on.
+    async fn pump_h2(
+        &self,
+        client: TlsClient,
+        up: UpstreamStream,
+        config: &H2GuardConfig,
+        observe: bool,
+    ) -> Result<(), Refusal> {
+        let (shared, li, ip) = (self.shared, self.li, self.ip);
+        let l = &shared.listeners[li];
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let hello = self.hello.as_deref();
+        let on_violation = move |v: Violation| {
+            l.engine.record_h2_violation(ip, clock::now_ns());
+            if observe {
+                let fp = hello.map(|h| (h.ja3(), h.ja4()));
+                let (ja3, ja4) = fp
+                    .as_ref()
+                    .map_or(("", ""), |(a, b)| (a.as_str(), b.as_str()));
+                let v2 = Verdict {
+                    reason: BlockReason::H2Flood,
+                    observed: true,
+                };
+                shared.report_block(li, ip, v2, Some(v), (ja3, ja4));
+            }
+        };
+        let mut inspector = Box::new(H2Inspector::new(config, observe, on_violation));
+        let end = proxy_pair_inspected(client, up, idle, rx, tx, &mut *inspector).await;
+        match inspector.ended() {
+            Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
+            Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
+            None if end == CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
+            None => Ok(()),
         }
     }
 
@@ -383,9 +451,6 @@ impl Conn<'_> {
         let (route, client) = self.terminate(sock, deadline).await?;
         drop(pending);
         let up = self.connect(&route, local).await?;
-        // Neither the hello nor its fingerprints are kept for the connection's life.
-        self.hello = None;
-        self.fingerprints = None;
         self.pump(client, up).await
     }
 }
@@ -402,10 +467,20 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
     };
     match c.run(sock).await {
         Ok(()) => {}
-        Err(Refusal::Blocked(reason)) => c.report(Verdict {
-            reason,
-            observed: false,
-        }),
+        Err(Refusal::Blocked(reason)) => c.report(
+            Verdict {
+                reason,
+                observed: false,
+            },
+            None,
+        ),
+        Err(Refusal::Flood(v)) => c.report(
+            Verdict {
+                reason: BlockReason::H2Flood,
+                observed: false,
+            },
+            Some(v),
+        ),
         Err(Refusal::Failed(reason, message)) => {
             shared.report_error(li, Some(ip), reason, message);
         }

@@ -11,6 +11,7 @@
 //! off briefly so the loop never spins and resumes once descriptors free up.
 
 pub mod conn;
+pub mod h2;
 
 use crate::clock;
 use crate::metrics::ErrorReason;
@@ -170,7 +171,7 @@ fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuar
     let l = &shared.listeners[li];
     let adm = l.engine.admit_clocked(ip, clock::now_ns);
     if let Some(v) = adm.verdict {
-        shared.report_block(li, ip, v, ("", ""));
+        shared.report_block(li, ip, v, None, ("", ""));
         if !v.observed {
             return None;
         }
@@ -182,7 +183,7 @@ fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuar
             reason: BlockReason::MaxConnections,
             observed: false,
         };
-        shared.report_block(li, ip, v, ("", ""));
+        shared.report_block(li, ip, v, None, ("", ""));
         return None;
     }
     l.metrics.accepted.fetch_add(1, Ordering::Relaxed);

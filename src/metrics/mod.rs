@@ -1,6 +1,7 @@
 //! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
+use crate::http2::Violation;
 use crate::protection::BlockReason;
 use crate::xdp::XdpStatus;
 use serde::Serialize;
@@ -27,11 +28,14 @@ pub enum ErrorReason {
     AcceptFailed,
     /// The connection was closed after `idleTimeoutMs` without traffic.
     IdleTimeout,
+    /// A terminated h2 connection whose client did not speak HTTP/2 the guard can follow (no
+    /// connection preface, a header block interrupted); closed, not a flood.
+    H2ProtocolError,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 8] = [
+    pub const ALL: [ErrorReason; 9] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -40,6 +44,7 @@ impl ErrorReason {
         ErrorReason::UpstreamWriteFailed,
         ErrorReason::AcceptFailed,
         ErrorReason::IdleTimeout,
+        ErrorReason::H2ProtocolError,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -52,6 +57,7 @@ impl ErrorReason {
             ErrorReason::UpstreamWriteFailed => "upstream_write_failed",
             ErrorReason::AcceptFailed => "accept_failed",
             ErrorReason::IdleTimeout => "idle_timeout",
+            ErrorReason::H2ProtocolError => "h2_protocol_error",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -71,6 +77,8 @@ pub struct ListenerMetrics {
     pub blocked_by_reason: [AtomicU64; BlockReason::ALL.len()],
     /// Runtime failures, per [`ErrorReason`] index.
     pub errors_by_reason: [AtomicU64; ErrorReason::ALL.len()],
+    /// `h2_flood` refusals, per [`Violation`] index (their sum is `blocked_by_reason[h2_flood]`).
+    pub h2_flood_by_detail: [AtomicU64; Violation::ALL.len()],
     /// Bytes read from clients.
     pub bytes_received: AtomicU64,
     /// Bytes written to clients (read from upstreams).
@@ -81,6 +89,10 @@ impl ListenerMetrics {
     /// Counts one refusal.
     pub fn blocked(&self, r: BlockReason) {
         self.blocked_by_reason[r.index()].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts the detail of one `h2_flood` (the refusal itself is counted by [`Self::blocked`]).
+    pub fn h2_flood(&self, v: Violation) {
+        self.h2_flood_by_detail[v.index()].fetch_add(1, Ordering::Relaxed);
     }
     /// Counts one runtime error.
     pub fn error(&self, r: ErrorReason) {
@@ -118,6 +130,8 @@ pub struct ListenerSnapshot {
     pub blocked: u64,
     /// Refusals per reason (every reason present, zero included).
     pub blocked_by_reason: BTreeMap<&'static str, u64>,
+    /// `h2_flood` refusals per detail (every detail present, zero included).
+    pub h2_flood_by_detail: BTreeMap<&'static str, u64>,
     /// Errors.
     pub errors: u64,
     /// Errors per reason.
@@ -151,6 +165,15 @@ impl ListenerSnapshot {
                 )
             })
             .collect();
+        let h2_flood_by_detail = Violation::ALL
+            .iter()
+            .map(|v| {
+                (
+                    v.as_str(),
+                    m.h2_flood_by_detail[v.index()].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
         let errors_by_reason = ErrorReason::ALL
             .iter()
             .map(|r| {
@@ -167,6 +190,7 @@ impl ListenerSnapshot {
             accepted: m.accepted.load(Ordering::Relaxed),
             blocked: m.blocked_total(),
             blocked_by_reason,
+            h2_flood_by_detail,
             errors: m.errors_total(),
             errors_by_reason,
             bytes_received: m.bytes_received.load(Ordering::Relaxed),
@@ -289,6 +313,19 @@ impl MetricsSnapshot {
                 let _ = writeln!(
                     out,
                     "rampart_blocked_connections_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
+                    l.address
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_h2_flood_total HTTP/2 connections closed by the guard, by the limit exceeded.\n# TYPE rampart_h2_flood_total counter"
+        );
+        for l in &self.listeners {
+            for (d, n) in &l.h2_flood_by_detail {
+                let _ = writeln!(
+                    out,
+                    "rampart_h2_flood_total{{listener=\"{}\",detail=\"{d}\"}} {n}",
                     l.address
                 );
             }

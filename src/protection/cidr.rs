@@ -110,7 +110,7 @@ impl CidrSet {
     }
 
     /// Whether `ip` is in any network. `ip` must already be canonical (IPv4-mapped addresses
-    /// converted to IPv4, see [`super::key::canonical_ip`]).
+    /// converted to IPv4, see `IpAddr::to_canonical`).
     #[inline]
     pub fn contains(&self, ip: IpAddr) -> bool {
         match ip {

@@ -18,6 +18,12 @@
 //! a limit on or off, rescales its TATs so that its usage carries over in connections
 //! ([`super::rescale`]); penalty deadlines, active and pending counts carry over unchanged.
 //!
+//! Boxes earned on a connection ([`Engine::record_h2_violation`], [`Engine::box_client`]) live
+//! in `offenders`, beside the table: they hold on listeners without protection too, and
+//! are checked where the penalty box is (after the lists, before the rate limits), refused as
+//! `penalty_boxed`, listed in `blockedIps().penaltyBoxed` and reported to the box listener like
+//! rate-limit boxes.
+//!
 //! `mode: 'observe'`: the same decisions, the same state changes (boxes, blocked lists), but the
 //! connection is admitted and counted; the verdict says `observed`. This applies to every check of
 //! the listener, dynamic blocks included (a handshake over `maxPendingPerIp` goes on uncounted).
@@ -30,9 +36,13 @@
 use super::blocked::{BlockedEntry, BlockedView};
 use super::dynamic::DynamicBlocks;
 use super::entry::{Entry, FLAG_BOX, FLAG_CONC, FLAG_RATE};
-use super::key::IpKey;
+use super::key::{IpKey, DEFAULT_IPV6_PREFIX};
+use super::offenders::Offenders;
 use super::penalty;
-use super::policy::{Mode, ProtectionPolicy};
+use super::policy::{
+    Mode, ProtectionPolicy, DEFAULT_H2_BOX_AFTER_VIOLATIONS, DEFAULT_PENALTY_MS,
+    H2_VIOLATION_WINDOW_NS,
+};
 use super::reason::BlockReason;
 use super::rescale::Installed;
 pub use super::table::{ConnGuard, PendingGuard};
@@ -108,7 +118,11 @@ pub struct Engine {
     table: Table,
     box_listener: ArcSwapOption<ListenerCell>,
     untracked: AtomicU64,
+    offenders: Offenders,
 }
+
+/// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.
+pub const H2_BOX_NOTE: &str = "boxed by protection.http2.boxAfterViolations";
 
 const SWAP_EVICT_BUDGET: usize = 4096;
 
@@ -124,6 +138,7 @@ impl Engine {
             table: Table::new(),
             box_listener: ArcSwapOption::empty(),
             untracked: AtomicU64::new(0),
+            offenders: Offenders::default(),
         }
     }
 
@@ -200,6 +215,12 @@ impl Engine {
             if self.dynamic.matches(ip, self.port, now_ns) {
                 return refused(BlockReason::DynamicBlocked);
             }
+            if self
+                .offenders
+                .is_boxed(IpKey::new(ip, DEFAULT_IPV6_PREFIX), now_ns)
+            {
+                return refused(BlockReason::PenaltyBoxed);
+            }
             return Admission::open(None);
         };
         if p.allowlist().contains(ip) {
@@ -234,6 +255,10 @@ impl Engine {
                 guard,
             };
         }
+        let offender = self.offenders.is_boxed(key, now_ns);
+        if offender && !observe {
+            return refused(BlockReason::PenaltyBoxed);
+        }
         let Some((out, slot)) = self.table.with(key, &ctx, &clock, |e, now| {
             if e.tag() == inst.tag() {
                 decide(p, &inst, e, epoch, now, observe)
@@ -250,17 +275,84 @@ impl Engine {
             }
         }
         if let Some(deadline_ns) = out.boxed_ns {
-            if let Some(l) = self.box_listener.load().as_ref() {
-                (l.0)(key, deadline_ns);
-            }
+            self.notify_box(key, deadline_ns);
         }
+        // An offender in observe mode is reported as boxed, whatever the limits said.
+        let reason = if offender {
+            Some(BlockReason::PenaltyBoxed)
+        } else {
+            out.reason
+        };
         Admission {
-            verdict: out.reason.map(|reason| Verdict {
+            verdict: reason.map(|reason| Verdict {
                 reason,
                 observed: observe,
             }),
             guard: out.counted.then(|| slot.conn_guard()),
         }
+    }
+
+    /// The key and box parameters of `ip` under the policy in force: `(key, threshold,
+    /// duration_ns)`; `None` for an allowlisted client (the allowlist skips every check).
+    fn offender_key(&self, ip: IpAddr) -> Option<(IpKey, u32, u64)> {
+        let ip = ip.to_canonical();
+        match self.installed.load().policy.as_deref() {
+            Some(p) if p.allowlist().contains(ip) => None,
+            Some(p) => Some((
+                IpKey::new(ip, p.ipv6_prefix_length()),
+                p.http2().box_after_violations,
+                p.box_duration_ns(),
+            )),
+            None => Some((
+                IpKey::new(ip, DEFAULT_IPV6_PREFIX),
+                DEFAULT_H2_BOX_AFTER_VIOLATIONS,
+                DEFAULT_PENALTY_MS * 1_000_000,
+            )),
+        }
+    }
+
+    /// Counts one HTTP/2 guard violation by `ip`'s client at `now_ns` (CLOCK_MONOTONIC ns). The
+    /// `http2.boxAfterViolations`-th within 60 s puts the client in the penalty box for
+    /// `penaltyBox.durationMs` (600000 ms without a penalty box), as [`Engine::box_client`]
+    /// does; returns the deadline (ns) when this violation boxed it. Allowlisted clients are
+    /// never counted.
+    pub fn record_h2_violation(&self, ip: IpAddr, now_ns: u64) -> Option<u64> {
+        let (key, threshold, duration_ns) = self.offender_key(ip)?;
+        let deadline = self.offenders.violation(
+            key,
+            now_ns,
+            threshold,
+            H2_VIOLATION_WINDOW_NS,
+            duration_ns,
+        )?;
+        self.notify_box(key, deadline);
+        Some(deadline)
+    }
+
+    /// Puts `ip`'s client in the penalty box until `now_ns + duration_ns` (CLOCK_MONOTONIC ns;
+    /// a later running deadline is kept): from then on it is refused `penalty_boxed` at accept
+    /// (reported as observed in observe mode), listed in `blockedIps().penaltyBoxed`, and the
+    /// box listener (the XDP ban queue) is told. Works with or without a policy, penalty box or
+    /// rate limit; the box ends at its deadline. Returns the deadline in force, or `None` for an
+    /// allowlisted client.
+    pub fn box_client(&self, ip: IpAddr, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        let (key, _, _) = self.offender_key(ip)?;
+        let deadline = self
+            .offenders
+            .put_in_box(key, now_ns.saturating_add(duration_ns));
+        self.notify_box(key, deadline);
+        Some(deadline)
+    }
+
+    fn notify_box(&self, key: IpKey, deadline_ns: u64) {
+        if let Some(l) = self.box_listener.load().as_ref() {
+            (l.0)(key, deadline_ns);
+        }
+    }
+
+    /// Clients with a recent HTTP/2 guard violation or a box earned on a connection.
+    pub fn offenders(&self) -> usize {
+        self.offenders.len()
     }
 
     /// [`decide`] on an entry written in another rate-limit generation than the caller's snapshot:
@@ -362,6 +454,7 @@ impl Engine {
                 out.push((key, d));
             }
         }
+        out.extend(self.offenders.boxed(now_ns));
         out
     }
 
@@ -409,6 +502,14 @@ impl Engine {
             p?.penalty_duration_ns()?;
             penalty::remaining_ms(e.penalty, epoch, now_ns).map(Some)
         });
+        for (key, deadline) in self.offenders.boxed(now_ns) {
+            view.penalty_boxed.push(BlockedEntry {
+                ip: key.to_string(),
+                reason: BlockReason::PenaltyBoxed,
+                remaining_ms: Some((deadline - now_ns).div_ceil(1_000_000)),
+                note: Some(H2_BOX_NOTE.to_string()),
+            });
+        }
         view.sort();
         view
     }
@@ -460,6 +561,7 @@ impl Engine {
     /// periodically (e.g. every 100 ms with a budget of 10_000).
     pub fn evict_tick(&self, now_ns: u64, budget: usize) -> usize {
         self.dynamic.purge_expired(now_ns);
+        self.offenders.purge(now_ns, H2_VIOLATION_WINDOW_NS);
         let inst = self.installed.load();
         let ctx = Ctx {
             now: now_ns,

@@ -5,12 +5,14 @@
 //! [`DynamicBlocks`] (`blockIp`) is shared by all engines. Concepts, one per file:
 //! - [`reason`]: block reasons and their wire strings;
 //! - [`key`]: what one client is (IPv4 address, IPv6 prefix, IPv4-mapped = IPv4);
-//! - [`gcra`]: the exact one-word rate limiter;
+//! - [`crate::gcra`] (shared with the route limits and the HTTP/2 guard): the exact one-word
+//!   rate limiter;
 //! - [`penalty`]: the penalty-box deadline word and its epochs;
 //! - [`entry`]: one client's fixed-size state (TATs, box word, counts, flags);
 //! - [`table`]: the sharded per-IP table, guards, cap and incremental eviction;
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
+//! - `offenders`: clients boxed for violations on admitted connections (the HTTP/2 guard);
 //! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
@@ -21,8 +23,8 @@ pub mod cidr;
 pub mod dynamic;
 pub mod engine;
 pub mod entry;
-pub mod gcra;
 pub mod key;
+pub(crate) mod offenders;
 pub mod penalty;
 pub mod policy;
 pub mod reason;

@@ -4,9 +4,10 @@
 //! which documents the number rules.
 
 use super::cidr::CidrSet;
-use super::gcra::{Gcra, NS_PER_SEC};
 use super::key::DEFAULT_IPV6_PREFIX;
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
+use crate::gcra::{Gcra, NS_PER_SEC};
+use crate::http2::H2GuardConfig;
 use ipnet::IpNet;
 use std::collections::HashSet;
 
@@ -20,6 +21,11 @@ pub const DEFAULT_MAX_TRACKED_IPS: usize = 1_000_000;
 pub const DEFAULT_MAX_PENDING_PER_IP: u64 = 64;
 /// XDP ban duration when there is no penalty box (ms).
 pub const DEFAULT_XDP_BAN_MS: u64 = 600_000;
+
+/// Default `http2.boxAfterViolations`.
+pub const DEFAULT_H2_BOX_AFTER_VIOLATIONS: u32 = 3;
+/// The window `http2.boxAfterViolations` is counted over, ns (60 s, DESIGN §7.3).
+pub const H2_VIOLATION_WINDOW_NS: u64 = 60 * NS_PER_SEC;
 
 /// Largest accepted rate, per second (the emission interval stays >= 1 ns).
 pub const MAX_RATE_PER_SEC: f64 = 1e9;
@@ -85,6 +91,30 @@ pub struct XdpSyn {
     pub syn_burst: u64,
 }
 
+/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (DESIGN §7.3). The
+/// limits are the guard's own config; this adds the off switch and the box threshold. The same
+/// defaults apply to a listener without protection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Http2Policy {
+    /// `enabled` (default true): inspect terminated h2 connections at all.
+    pub enabled: bool,
+    /// The per-connection limits.
+    pub guard: H2GuardConfig,
+    /// `boxAfterViolations` (default 3): violations by one client within
+    /// [`H2_VIOLATION_WINDOW_NS`] that put it in the penalty box.
+    pub box_after_violations: u32,
+}
+
+impl Default for Http2Policy {
+    fn default() -> Self {
+        Http2Policy {
+            enabled: true,
+            guard: H2GuardConfig::default(),
+            box_after_violations: DEFAULT_H2_BOX_AFTER_VIOLATIONS,
+        }
+    }
+}
+
 /// A set of JA3 (32 chars) or JA4 (36 chars) fingerprints, compared ASCII-case-insensitively
 /// without allocation.
 #[derive(Debug, Clone, Default)]
@@ -145,6 +175,7 @@ pub struct ProtectionPolicy {
     pub(crate) slow_handshake: SlowHandshake,
     pub(crate) mode: Mode,
     pub(crate) xdp: Option<XdpSyn>,
+    pub(crate) http2: Http2Policy,
 }
 
 impl Default for ProtectionPolicy {
@@ -169,6 +200,7 @@ impl Default for ProtectionPolicy {
             },
             mode: Mode::Enforce,
             xdp: None,
+            http2: Http2Policy::default(),
         }
     }
 }
@@ -262,6 +294,17 @@ impl ProtectionPolicy {
     /// `xdp` SYN limit, if set.
     pub fn xdp(&self) -> Option<XdpSyn> {
         self.xdp
+    }
+    /// `http2`.
+    pub fn http2(&self) -> &Http2Policy {
+        &self.http2
+    }
+    /// How long a client is boxed when it earns a box outside the rate limits (the HTTP/2
+    /// guard's `boxAfterViolations`): `penaltyBox.durationMs`, or 10 min without a penalty box
+    /// (ns).
+    pub fn box_duration_ns(&self) -> u64 {
+        self.penalty_duration_ns
+            .unwrap_or(DEFAULT_PENALTY_MS * 1_000_000)
     }
     /// Whether a fingerprint list is set (a ClientHello must then be read completely).
     pub fn has_fingerprint_lists(&self) -> bool {

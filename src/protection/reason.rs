@@ -30,11 +30,14 @@ pub enum BlockReason {
     HandshakeTimeout,
     /// Too many pending handshakes from the source, or it sent below `minBytesPerSecond`.
     SlowHandshake,
+    /// The HTTP/2 guard closed a terminated h2 connection (`protection.http2`); the event's
+    /// `detail` says which limit.
+    H2Flood,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 12] = [
+    pub const ALL: [BlockReason; 13] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -47,6 +50,7 @@ impl BlockReason {
         BlockReason::IncompleteHandshake,
         BlockReason::HandshakeTimeout,
         BlockReason::SlowHandshake,
+        BlockReason::H2Flood,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -64,6 +68,7 @@ impl BlockReason {
             BlockReason::IncompleteHandshake => "incomplete_handshake",
             BlockReason::HandshakeTimeout => "handshake_timeout",
             BlockReason::SlowHandshake => "slow_handshake",
+            BlockReason::H2Flood => "h2_flood",
         }
     }
 

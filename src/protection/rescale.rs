@@ -44,8 +44,8 @@
 //! (see `Engine::admit`). Penalty-box deadlines are absolute times and are not touched here.
 
 use super::entry::{Entry, TAG_BITS};
-use super::gcra::Gcra;
 use super::policy::ProtectionPolicy;
+use crate::gcra::Gcra;
 use std::sync::Arc;
 /// Number of past swaps remembered (and of distinct entry tags).
 pub(crate) const WINDOW: usize = 1 << TAG_BITS;
@@ -189,7 +189,7 @@ fn slot(generation: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protection::gcra::NS_PER_SEC;
+    use crate::gcra::NS_PER_SEC;
     use crate::protection::policy::RateLimit;
 
     const S: u64 = NS_PER_SEC;

@@ -9,6 +9,13 @@
 //! wrapped in [`Metered`], which stamps the last-activity time (CLOCK_MONOTONIC ms) and adds the
 //! bytes to the listener counters; a watchdog closes the pair once no byte moved in either
 //! direction for `idle_timeout`.
+//!
+//! An [`Inspector`] may look at every chunk on its way (the HTTP/2 guard, see
+//! `crate::listener::h2`): it can rewrite a chunk in place, forward only its head and stop that
+//! direction, stop the other direction before its next read, and have a few bytes of its own
+//! written after a stopped direction's last byte (a GOAWAY). [`proxy_pair`] uses [`Pass`], which
+//! inspects nothing: its calls are inlined to constants, so the plain copy costs what it cost
+//! before inspectors existed.
 
 use crate::clock;
 use std::cell::RefCell;
@@ -85,6 +92,67 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
     }
 }
 
+/// What an [`Inspector`] decided about one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Forward the whole chunk and keep reading.
+    All,
+    /// Forward `chunk[..n]`, then read no more from this side: shut the other side's writer
+    /// (after the inspector's farewell bytes, if any).
+    Stop(usize),
+}
+
+/// Which way a pump moves bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Client → upstream.
+    ToUpstream,
+    /// Upstream → client.
+    ToClient,
+}
+
+/// Most bytes an inspector may have written after a stopped direction.
+pub const FAREWELL_MAX: usize = 32;
+
+/// Looks at the bytes a pair moves, chunk by chunk, and may end the pair. Both directions are
+/// pumped in one task, so one inspector serves both and needs no lock.
+pub trait Inspector {
+    /// A chunk just read in direction `dir`, before it is written; it may be rewritten in place
+    /// (never resized).
+    fn inspect(&mut self, dir: Dir, chunk: &mut [u8]) -> Flow;
+    /// Whether direction `dir` must read no more, checked before each read (the other
+    /// direction ended the pair).
+    fn stopped(&self, dir: Dir) -> bool;
+    /// Bytes to write after the last byte of direction `dir` once its reads ended, before its
+    /// writer is shut down (written into `out`; returns how many).
+    fn farewell(&self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize;
+    /// Ready once an ending pair has waited long enough for its directions to finish: the pair
+    /// is then dropped with whatever is still pending.
+    fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+/// Inspects nothing.
+pub struct Pass;
+
+impl Inspector for Pass {
+    #[inline(always)]
+    fn inspect(&mut self, _: Dir, _: &mut [u8]) -> Flow {
+        Flow::All
+    }
+    #[inline(always)]
+    fn stopped(&self, _: Dir) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn farewell(&self, _: Dir, _: &mut [u8; FAREWELL_MAX]) -> usize {
+        0
+    }
+    #[inline(always)]
+    fn poll_give_up(&mut self, _: &mut Context<'_>) -> Poll<()> {
+        Poll::Pending
+    }
+}
+
 /// Copy buffer for client → upstream bytes.
 pub const CLIENT_TO_UPSTREAM_BUF: usize = 16 * 1024;
 /// Copy buffer for upstream → client bytes.
@@ -117,24 +185,32 @@ fn give_buf(b: Box<[u8]>) {
 
 /// One direction of a proxied pair.
 struct Pump {
+    dir: Dir,
     size: usize,
     buf: Option<Box<[u8]>>,
     pos: usize,
     cap: usize,
     need_flush: bool,
+    /// No more reads: EOF, or the inspector stopped this direction.
     read_done: bool,
+    /// The inspector's farewell bytes (asked for once reads ended) and how many are written.
+    tail: Option<([u8; FAREWELL_MAX], u8)>,
+    tail_pos: u8,
     done: bool,
 }
 
 impl Pump {
-    fn new(size: usize) -> Pump {
+    fn new(dir: Dir, size: usize) -> Pump {
         Pump {
+            dir,
             size,
             buf: None,
             pos: 0,
             cap: 0,
             need_flush: false,
             read_done: false,
+            tail: None,
+            tail_pos: 0,
             done: false,
         }
     }
@@ -145,17 +221,19 @@ impl Pump {
         }
     }
 
-    /// Moves bytes `r` → `w` until `r` has none ready (Pending), `r` ended and `w` was shut down
-    /// (Ready(Ok)), or an error.
-    fn poll_pump<R, W>(
+    /// Moves bytes `r` → `w` until `r` has none ready (Pending), `r` ended (or `inspector`
+    /// stopped it) and `w` was shut down (Ready(Ok)), or an error.
+    fn poll_pump<R, W, I>(
         &mut self,
         cx: &mut Context<'_>,
         r: &mut R,
         w: &mut W,
+        inspector: &mut I,
     ) -> Poll<io::Result<()>>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
+        I: Inspector,
     {
         loop {
             if self.done {
@@ -175,7 +253,31 @@ impl Pump {
                     Poll::Pending => return Poll::Pending,
                 }
             }
+            if !self.read_done && inspector.stopped(self.dir) {
+                self.read_done = true;
+            }
             if self.read_done {
+                let (tail, len) = *self.tail.get_or_insert_with(|| {
+                    let mut t = [0; FAREWELL_MAX];
+                    let n = inspector.farewell(self.dir, &mut t);
+                    (t, n.min(FAREWELL_MAX) as u8)
+                });
+                if self.tail_pos < len {
+                    match Pin::new(&mut *w)
+                        .poll_write(cx, &tail[self.tail_pos as usize..len as usize])
+                    {
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
+                        }
+                        Poll::Ready(Ok(n)) => {
+                            self.tail_pos += n as u8;
+                            self.need_flush = true;
+                            continue;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
                 match Pin::new(&mut *w).poll_shutdown(cx) {
                     Poll::Ready(_) => {
                         self.done = true;
@@ -195,7 +297,13 @@ impl Pump {
                         self.read_done = true;
                     } else {
                         self.pos = 0;
-                        self.cap = n;
+                        self.cap = match inspector.inspect(self.dir, &mut buf[..n]) {
+                            Flow::All => n,
+                            Flow::Stop(at) => {
+                                self.read_done = true;
+                                at.min(n)
+                            }
+                        };
                         self.need_flush = true;
                     }
                 }
@@ -223,17 +331,27 @@ impl Drop for Pump {
     }
 }
 
-/// Copies both ways until both directions ended (EOF, shutdown) or one failed.
-async fn copy_pair<C, U>(c: &mut C, u: &mut U) -> io::Result<()>
+/// Copies both ways until both directions ended (EOF, shutdown, stopped by `inspector`), one
+/// failed, or the inspector gave up on an ending pair.
+async fn copy_pair<C, U, I>(c: &mut C, u: &mut U, inspector: &mut I) -> io::Result<()>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
+    I: Inspector,
 {
-    let mut up = Pump::new(CLIENT_TO_UPSTREAM_BUF);
-    let mut down = Pump::new(UPSTREAM_TO_CLIENT_BUF);
+    let mut up = Pump::new(Dir::ToUpstream, CLIENT_TO_UPSTREAM_BUF);
+    let mut down = Pump::new(Dir::ToClient, UPSTREAM_TO_CLIENT_BUF);
     std::future::poll_fn(|cx| {
-        let a = up.poll_pump(cx, c, u);
-        let b = down.poll_pump(cx, u, c);
+        let mut a = up.poll_pump(cx, c, u, inspector);
+        let b = down.poll_pump(cx, u, c, inspector);
+        // The upstream direction may have just stopped the client direction, which was waiting
+        // for the client: let it see that now rather than at the client's next byte.
+        if a.is_pending() && inspector.stopped(Dir::ToUpstream) {
+            a = up.poll_pump(cx, c, u, inspector);
+        }
+        if inspector.poll_give_up(cx).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
         match (a, b) {
             (Poll::Ready(Err(e)), _) | (_, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
             (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
@@ -266,6 +384,31 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
+    proxy_pair_inspected(
+        client,
+        upstream,
+        idle_timeout,
+        client_bytes,
+        upstream_bytes,
+        &mut Pass,
+    )
+    .await
+}
+
+/// [`proxy_pair`] with every chunk shown to `inspector` on its way.
+pub async fn proxy_pair_inspected<C, U, I>(
+    client: C,
+    upstream: U,
+    idle_timeout: Duration,
+    client_bytes: &AtomicU64,
+    upstream_bytes: &AtomicU64,
+    inspector: &mut I,
+) -> CopyEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+    I: Inspector,
+{
     let last = AtomicU64::new(now_ms());
     let mut c = Metered::new(
         client,
@@ -292,7 +435,7 @@ where
         }
     };
     tokio::select! {
-        _ = copy_pair(&mut c, &mut u) => CopyEnd::Closed,
+        _ = copy_pair(&mut c, &mut u, inspector) => CopyEnd::Closed,
         _ = watchdog => CopyEnd::Idle,
     }
 }

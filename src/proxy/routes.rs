@@ -8,7 +8,7 @@
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
 use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
-use crate::protection::gcra::Gcra;
+use crate::gcra::Gcra;
 use crate::tls::certs::server_config;
 use rustls::ServerConfig;
 use std::collections::HashMap;

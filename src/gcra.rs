@@ -1,4 +1,5 @@
-//! GCRA (generic cell rate algorithm), the rate limiter behind `rateLimit` and `sustained`.
+//! GCRA (generic cell rate algorithm), the rate limiter behind `rateLimit` and `sustained`, the
+//! route limits (`maxConnectionsPerSecond`) and the HTTP/2 guard's per-connection budgets.
 //!
 //! One limit is an emission interval `T` (ns between conforming arrivals: 1 s / connectionsPerSecond,
 //! 60 s / connectionsPerMinute) and a tolerance `τ = T × (burst − 1)`. Its whole per-client state
