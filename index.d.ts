@@ -70,8 +70,12 @@ export interface ProtectionConfig {
 }
 
 export interface ListenerConfig {
-  /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4. */
+  /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4 (dual-stack). */
   host?: string;
+  /**
+   * Several listeners may share a port on different hosts (no duplicate host, no specific address
+   * beside a wildcard that takes it); the port names all of them and they share one policy.
+   */
   port: number;
   /** Only 'tls' is supported yet; 'http' throws ConfigError. */
   mode?: 'tls' | 'http';
