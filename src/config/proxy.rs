@@ -97,6 +97,16 @@ pub enum ForwardFingerprint {
     Ja4,
 }
 
+/// What a route carries (`routes[].protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteProtocol {
+    /// Bytes Rampart does not interpret (the default).
+    #[default]
+    Opaque,
+    /// HTTP/1.x (or HTTP/2 with `http2: true`): `slowRequest` applies to terminated connections.
+    Http,
+}
+
 /// An SNI pattern, normalised to lower case without a trailing dot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SniPattern {
@@ -121,6 +131,8 @@ pub struct RouteConfig {
     pub cert: Option<Arc<CertifiedKey>>,
     /// Offer `h2` in ALPN as well as `http/1.1`.
     pub http2: bool,
+    /// `protocol`: what the route carries (`http2: true` implies HTTP).
+    pub protocol: RouteProtocol,
     /// Header sent to the upstream first.
     pub source_address_header: SourceAddressHeader,
     /// Fingerprint forwarded in a PROXY v2 TLV.
@@ -129,6 +141,13 @@ pub struct RouteConfig {
     pub connect_timeout_ms: u64,
     /// Route-wide new-connection limit (all clients together): `(connections/s, burst)`.
     pub rate_limit: Option<(f64, u64)>,
+}
+
+impl RouteConfig {
+    /// Whether the route carries HTTP (`protocol: 'http'`, or `http2: true`).
+    pub fn carries_http(&self) -> bool {
+        self.protocol == RouteProtocol::Http || self.http2
+    }
 }
 
 fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
@@ -294,10 +313,18 @@ fn parse_route(
             "connectTimeoutMs",
             "maxConnectionsPerSecond",
             "burst",
+            "protocol",
         ],
         path,
         issues,
     );
+    let protocol = match field(obj, "protocol") {
+        Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
+            Some("http") => RouteProtocol::Http,
+            _ => RouteProtocol::Opaque,
+        },
+        None => RouteProtocol::Opaque,
+    };
     let rate = field(obj, "maxConnectionsPerSecond").and_then(|n| {
         let p = join(path, "maxConnectionsPerSecond");
         let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
@@ -426,6 +453,7 @@ fn parse_route(
         terminate_tls,
         cert,
         http2,
+        protocol,
         source_address_header: sah,
         forward_fingerprint: ff,
         connect_timeout_ms,

@@ -1,4 +1,5 @@
-//! `'blocked'`, `'blockedSummary'` and `'error'` events, capped per second.
+//! `'blocked'`, `'blockedSummary'`, `'error'` and `'defense'` events; the first three capped per
+//! second.
 //!
 //! At most `blockedEvents.maxPerSecond` `'blocked'` events are emitted per wall second (a fixed
 //! one-second window on CLOCK_MONOTONIC, one atomic add per event); the excess is counted in
@@ -42,6 +43,22 @@ pub struct BlockedEvent<'a> {
     pub observed: bool,
 }
 
+/// Payload of `'defense'`: defense mode turned on or off on one listener.
+#[derive(Debug, Serialize)]
+pub struct DefenseEvent<'a> {
+    /// Listener port.
+    pub port: u16,
+    /// Listener `host:port`.
+    pub listener: &'a str,
+    /// On (true) or off.
+    pub active: bool,
+    /// New connections in the last second measured.
+    pub rate: u64,
+    /// The threshold that second was compared with (`max(minConnectionsPerSecond, mean + sigma ×
+    /// deviation)`).
+    pub threshold: f64,
+}
+
 /// Payload of `'error'`.
 #[derive(Debug, Serialize)]
 pub struct ErrorEvent<'a> {
@@ -82,7 +99,7 @@ pub struct EventHub {
     error_window_count: AtomicU64,
     dropped_total: AtomicU64,
     pending_total: AtomicU64,
-    pending_by_reason: [AtomicU64; 13],
+    pending_by_reason: [AtomicU64; BlockReason::ALL.len()],
     pending_ips: DashMap<IpAddr, u64>,
 }
 
@@ -140,6 +157,13 @@ impl EventHub {
             *c += 1;
         } else if self.pending_ips.len() < MAX_SUMMARY_IPS {
             *self.pending_ips.entry(ip).or_insert(0) += 1;
+        }
+    }
+
+    /// Emits one `'defense'` event (rare: never capped).
+    pub fn defense(&self, ev: &DefenseEvent<'_>) {
+        if let Ok(json) = serde_json::to_string(ev) {
+            (self.sink)("defense", json);
         }
     }
 

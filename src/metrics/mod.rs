@@ -27,11 +27,14 @@ pub enum ErrorReason {
     AcceptFailed,
     /// The connection was closed after `idleTimeoutMs` without traffic.
     IdleTimeout,
+    /// On a route that carries HTTP, the first bytes after the TLS handshake were not the
+    /// beginning of an HTTP/1.x request head or an HTTP/2 preface and header block.
+    BadRequest,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 8] = [
+    pub const ALL: [ErrorReason; 9] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -40,6 +43,7 @@ impl ErrorReason {
         ErrorReason::UpstreamWriteFailed,
         ErrorReason::AcceptFailed,
         ErrorReason::IdleTimeout,
+        ErrorReason::BadRequest,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -52,6 +56,7 @@ impl ErrorReason {
             ErrorReason::UpstreamWriteFailed => "upstream_write_failed",
             ErrorReason::AcceptFailed => "accept_failed",
             ErrorReason::IdleTimeout => "idle_timeout",
+            ErrorReason::BadRequest => "bad_request",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -131,17 +136,32 @@ pub struct ListenerSnapshot {
     /// Connections admitted without a per-IP entry because the table was at `maxTrackedIps`
     /// and every candidate held connections (fail-open, as a full stick table does).
     pub untracked_admissions: u64,
+    /// Prefixes tracked by the prefix tier (`prefixLimit`).
+    pub tracked_prefixes: u64,
+    /// Clients holding a known-good mark.
+    pub known_good_clients: u64,
+    /// Defense mode on (1) or off (0).
+    pub defense_active: u8,
+}
+
+/// What a listener's engine reports beside its counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineGauges {
+    /// Per-IP entries.
+    pub tracked_ips: u64,
+    /// Admissions without an entry.
+    pub untracked_admissions: u64,
+    /// Prefix entries.
+    pub tracked_prefixes: u64,
+    /// Known-good clients.
+    pub known_good_clients: u64,
+    /// Defense mode on.
+    pub defense_active: bool,
 }
 
 impl ListenerSnapshot {
     /// Reads `m`.
-    pub fn read(
-        address: String,
-        port: u16,
-        m: &ListenerMetrics,
-        tracked_ips: u64,
-        untracked_admissions: u64,
-    ) -> Self {
+    pub fn read(address: String, port: u16, m: &ListenerMetrics, g: EngineGauges) -> Self {
         let blocked_by_reason = BlockReason::ALL
             .iter()
             .map(|r| {
@@ -171,8 +191,11 @@ impl ListenerSnapshot {
             errors_by_reason,
             bytes_received: m.bytes_received.load(Ordering::Relaxed),
             bytes_sent: m.bytes_sent.load(Ordering::Relaxed),
-            tracked_ips,
-            untracked_admissions,
+            tracked_ips: g.tracked_ips,
+            untracked_admissions: g.untracked_admissions,
+            tracked_prefixes: g.tracked_prefixes,
+            known_good_clients: g.known_good_clients,
+            defense_active: u8::from(g.defense_active),
         }
     }
 }
@@ -234,7 +257,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 5] = [
+        let sections: [Section; 8] = [
             (
                 "accepted_connections_total",
                 "counter",
@@ -264,6 +287,24 @@ impl MetricsSnapshot {
                 "counter",
                 "Connections admitted without a per-IP entry (table at maxTrackedIps).",
                 |l| l.untracked_admissions,
+            ),
+            (
+                "tracked_prefixes",
+                "gauge",
+                "Prefix entries tracked by the prefix tier (prefixLimit).",
+                |l| l.tracked_prefixes,
+            ),
+            (
+                "known_good_clients",
+                "gauge",
+                "Clients holding a known-good mark.",
+                |l| l.known_good_clients,
+            ),
+            (
+                "defense_active",
+                "gauge",
+                "Defense mode on (1) or off (0).",
+                |l| u64::from(l.defense_active),
             ),
         ];
         for (name, kind, help, get) in sections {

@@ -30,11 +30,19 @@ pub enum BlockReason {
     HandshakeTimeout,
     /// Too many pending handshakes from the source, or it sent below `minBytesPerSecond`.
     SlowHandshake,
+    /// The attempt exceeded the client's prefix's `prefixLimit.connectionsPerSecond`.
+    PrefixRateLimited,
+    /// The client's prefix already holds `prefixLimit.maxConcurrent` connections.
+    PrefixTooManyConnections,
+    /// The listener's budget (`listenerLimit`) is spent and the client is not known-good.
+    ListenerOverloaded,
+    /// The first request head did not arrive within `slowRequest.headTimeoutMs` of the handshake.
+    SlowRequest,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 12] = [
+    pub const ALL: [BlockReason; 16] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -47,6 +55,10 @@ impl BlockReason {
         BlockReason::IncompleteHandshake,
         BlockReason::HandshakeTimeout,
         BlockReason::SlowHandshake,
+        BlockReason::PrefixRateLimited,
+        BlockReason::PrefixTooManyConnections,
+        BlockReason::ListenerOverloaded,
+        BlockReason::SlowRequest,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -64,6 +76,10 @@ impl BlockReason {
             BlockReason::IncompleteHandshake => "incomplete_handshake",
             BlockReason::HandshakeTimeout => "handshake_timeout",
             BlockReason::SlowHandshake => "slow_handshake",
+            BlockReason::PrefixRateLimited => "prefix_rate_limited",
+            BlockReason::PrefixTooManyConnections => "prefix_too_many_connections",
+            BlockReason::ListenerOverloaded => "listener_overloaded",
+            BlockReason::SlowRequest => "slow_request",
         }
     }
 

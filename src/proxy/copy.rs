@@ -117,6 +117,8 @@ fn give_buf(b: Box<[u8]>) {
 
 /// One direction of a proxied pair.
 struct Pump {
+    /// Some byte was read from this direction's source.
+    moved: bool,
     size: usize,
     buf: Option<Box<[u8]>>,
     pos: usize,
@@ -129,6 +131,7 @@ struct Pump {
 impl Pump {
     fn new(size: usize) -> Pump {
         Pump {
+            moved: false,
             size,
             buf: None,
             pos: 0,
@@ -194,6 +197,7 @@ impl Pump {
                     if n == 0 {
                         self.read_done = true;
                     } else {
+                        self.moved = true;
                         self.pos = 0;
                         self.cap = n;
                         self.need_flush = true;
@@ -223,17 +227,38 @@ impl Drop for Pump {
     }
 }
 
-/// Copies both ways until both directions ended (EOF, shutdown) or one failed.
-async fn copy_pair<C, U>(c: &mut C, u: &mut U) -> io::Result<()>
+/// Called once, as soon as bytes have moved both ways: the known-good hook of the connection
+/// path. `client_sent`: the client already sent bytes before the pair started (a request head
+/// Rampart buffered and forwarded), so an upstream byte alone completes the exchange.
+pub struct OnExchange<F: FnOnce()> {
+    /// The client's bytes were already forwarded.
+    pub client_sent: bool,
+    /// The hook.
+    pub then: F,
+}
+
+/// Copies both ways until both directions ended (EOF, shutdown) or one failed; runs `hook` once
+/// bytes moved both ways.
+async fn copy_pair<C, U, F>(c: &mut C, u: &mut U, hook: Option<OnExchange<F>>) -> io::Result<()>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(),
 {
     let mut up = Pump::new(CLIENT_TO_UPSTREAM_BUF);
     let mut down = Pump::new(UPSTREAM_TO_CLIENT_BUF);
+    let mut hook = hook;
+    if let Some(h) = &hook {
+        up.moved = h.client_sent;
+    }
     std::future::poll_fn(|cx| {
         let a = up.poll_pump(cx, c, u);
         let b = down.poll_pump(cx, u, c);
+        if up.moved && down.moved {
+            if let Some(h) = hook.take() {
+                (h.then)();
+            }
+        }
         match (a, b) {
             (Poll::Ready(Err(e)), _) | (_, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
             (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
@@ -254,17 +279,20 @@ pub enum CopyEnd {
 
 /// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`.
 /// `client_bytes` counts bytes read from the client (listener `bytesReceived`), `upstream_bytes`
-/// bytes read from the upstream and sent to the client (listener `bytesSent`).
-pub async fn proxy_pair<C, U>(
+/// bytes read from the upstream and sent to the client (listener `bytesSent`); `hook` runs once
+/// bytes have moved both ways.
+pub async fn proxy_pair<C, U, F>(
     client: C,
     upstream: U,
     idle_timeout: Duration,
     client_bytes: &AtomicU64,
     upstream_bytes: &AtomicU64,
+    hook: Option<OnExchange<F>>,
 ) -> CopyEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(),
 {
     let last = AtomicU64::new(now_ms());
     let mut c = Metered::new(
@@ -292,7 +320,7 @@ where
         }
     };
     tokio::select! {
-        _ = copy_pair(&mut c, &mut u) => CopyEnd::Closed,
+        _ = copy_pair(&mut c, &mut u, hook) => CopyEnd::Closed,
         _ = watchdog => CopyEnd::Idle,
     }
 }
