@@ -34,6 +34,11 @@ export interface RouteConfig {
   maxConnectionsPerSecond?: number;
   /** Burst for maxConnectionsPerSecond; defaults to the rate rounded up. */
   burst?: number;
+  /**
+   * What the route carries. Default 'opaque'; `http2: true` implies 'http'. On a terminated
+   * 'http' route of a protected listener, `protection.slowRequest` applies.
+   */
+  protocol?: 'http' | 'opaque';
 }
 
 export interface ProtectionConfig {
@@ -42,7 +47,15 @@ export interface ProtectionConfig {
   /** Second, independent per-IP limit over a minute. */
   sustained?: { connectionsPerMinute: number; burst?: number };
   /** After any rate-limit exhaustion the IP is refused for durationMs (default 600000). */
-  penaltyBox?: { durationMs?: number };
+  penaltyBox?: {
+    durationMs?: number;
+    /**
+     * Recidive: a client (or prefix) boxed again within memoryMs of its last box's deadline is
+     * boxed for the previous duration × factor, capped at maxDurationMs. Off unless given.
+     * Defaults { factor: 2, maxDurationMs: 86400000, memoryMs: 86400000 }.
+     */
+    escalation?: { factor?: number; maxDurationMs?: number; memoryMs?: number };
+  };
   /** Simultaneous connections per IP; 0 = off. */
   maxConcurrentPerIp?: number;
   /** CIDRs (a bare IP is /32 or /128) that skip every check. */
@@ -67,6 +80,37 @@ export interface ProtectionConfig {
   mode?: 'enforce' | 'observe';
   /** Per-source SYN limit enforced in the kernel when XDP is attached. */
   xdp?: { synPerSecond: number; synBurst?: number };
+  /**
+   * A second tier keyed by network prefix (default /24 and /48), checked after the per-client
+   * limits: 'prefix_rate_limited' / 'prefix_too_many_connections'; with a penaltyBox the whole
+   * prefix is boxed (its clients get 'penalty_boxed'). Needs connectionsPerSecond or maxConcurrent.
+   */
+  prefixLimit?: {
+    ipv4PrefixLength?: number;
+    ipv6PrefixLength?: number;
+    connectionsPerSecond?: number;
+    burst?: number;
+    maxConcurrent?: number;
+  };
+  /**
+   * A budget over every client of the listener that is not known-good: 'listener_overloaded'.
+   * Needs connectionsPerSecond or maxPendingHandshakes.
+   */
+  listenerLimit?: { connectionsPerSecond?: number; burst?: number; maxPendingHandshakes?: number };
+  /** How long a client stays known-good after a clean exchange (ms). Default 3600000. */
+  knownGoodTtlMs?: number;
+  /** Defense mode. Default { mode: 'off', sigma: 3, minConnectionsPerSecond: 100, holdMs: 30000, factor: 0.25, newClientMaxPending: 1, handshakeTimeoutMs: 3000 }. */
+  defense?: {
+    mode?: 'off' | 'auto' | 'on';
+    sigma?: number;
+    minConnectionsPerSecond?: number;
+    holdMs?: number;
+    factor?: number;
+    newClientMaxPending?: number;
+    handshakeTimeoutMs?: number;
+  };
+  /** First request head deadline on terminated HTTP routes, from the end of the handshake (ms). Default { headTimeoutMs: 10000 }. */
+  slowRequest?: { headTimeoutMs?: number };
 }
 
 export interface ListenerConfig {
@@ -109,6 +153,10 @@ export type BlockReason =
   | 'incomplete_handshake'
   | 'handshake_timeout'
   | 'slow_handshake'
+  | 'prefix_rate_limited'
+  | 'prefix_too_many_connections'
+  | 'listener_overloaded'
+  | 'slow_request'
   | 'xdp_dropped';
 
 export interface BlockedEvent {
@@ -133,6 +181,18 @@ export interface BlockedSummary {
   topIps: { ip: string; count: number }[];
 }
 
+/** Defense mode turned on or off on one listener. */
+export interface DefenseEvent {
+  port: number;
+  /** 'host:port' of the listener. */
+  listener: string;
+  active: boolean;
+  /** New connections in the last second measured. */
+  rate: number;
+  /** max(minConnectionsPerSecond, mean + sigma × deviation) that second was compared with. */
+  threshold: number;
+}
+
 export interface ErrorEvent {
   code: string;
   message: string;
@@ -155,7 +215,7 @@ export interface BlockedDetail {
   reason: BlockReason;
   /** Ms until let in again, when known. */
   remainingMs?: number;
-  /** The `reason` text given to blockIp, for dynamic blocks. */
+  /** The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix. */
   note?: string;
 }
 
@@ -179,6 +239,13 @@ export interface ListenerMetrics {
   bytesReceived: number;
   bytesSent: number;
   trackedIps: number;
+  untrackedAdmissions: number;
+  /** Prefix entries of the prefix tier. */
+  trackedPrefixes: number;
+  /** Clients holding a known-good mark. */
+  knownGoodClients: number;
+  /** Defense mode on (1) or off (0). */
+  defenseActive: 0 | 1;
 }
 
 export interface XdpStatus {
@@ -240,6 +307,7 @@ export class RampartProxy extends EventEmitter {
   on(event: 'blocked', listener: (e: BlockedEvent) => void): this;
   on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
   on(event: 'error', listener: (e: ErrorEvent) => void): this;
+  on(event: 'defense', listener: (e: DefenseEvent) => void): this;
   on(event: 'ready' | 'close', listener: () => void): this;
 }
 
