@@ -83,7 +83,8 @@ function holder({ sources, perSource, inflight = 200 }, open) {
             live--;
             st.open = live;
           } else opening--;
-          setTimeout(pump, 10);
+          // Reopen at once after a close; back off half a second after a refusal.
+          setTimeout(pump, wasUp ? 10 : 500);
         },
       });
     }
