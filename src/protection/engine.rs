@@ -395,8 +395,12 @@ impl Engine {
     fn decide(&self, d: &Decision<'_>, lim: &Installed, e: &mut Entry, now: u64) -> Outcome {
         let p = d.p;
         let mut out = Outcome::default();
-        expire_mark(e, now, Some(&self.table.marked));
-        let known_good = e.known_good(now);
+        // The mark only matters to the budget and to defense mode: without them the decision
+        // does not read it (the sweep uncounts expired marks).
+        let known_good = (d.defended || p.listener_limit().is_some()) && {
+            expire_mark(e, now, Some(&self.table.marked));
+            e.known_good(now)
+        };
         let tight = d.defended && !known_good;
         let (rate, sustained) = if tight {
             (lim.tight[0], lim.tight[1])
