@@ -35,6 +35,11 @@ export interface RouteConfig {
   maxConnectionsPerSecond?: number;
   /** Burst for maxConnectionsPerSecond; defaults to the rate rounded up. */
   burst?: number;
+  /**
+   * What the route carries. Default 'opaque'; `http2: true` implies 'http'. On a terminated
+   * 'http' route of a protected listener, `protection.slowRequest` applies.
+   */
+  protocol?: 'http' | 'opaque';
 }
 
 export interface ProtectionConfig {
@@ -43,7 +48,15 @@ export interface ProtectionConfig {
   /** Second, independent per-IP limit over a minute. */
   sustained?: { connectionsPerMinute: number; burst?: number };
   /** After any rate-limit exhaustion the IP is refused for durationMs (default 600000). */
-  penaltyBox?: { durationMs?: number };
+  penaltyBox?: {
+    durationMs?: number;
+    /**
+     * Recidive: a client (or prefix) boxed again within memoryMs of its last box's deadline is
+     * boxed for the previous duration × factor, capped at maxDurationMs. Off unless given.
+     * Defaults { factor: 2, maxDurationMs: 86400000, memoryMs: 86400000 }.
+     */
+    escalation?: { factor?: number; maxDurationMs?: number; memoryMs?: number };
+  };
   /** Simultaneous connections per IP; 0 = off. */
   maxConcurrentPerIp?: number;
   /** CIDRs (a bare IP is /32 or /128) that skip every check. */
@@ -74,6 +87,36 @@ export interface ProtectionConfig {
    * is reported 'h2_flood' with its `detail`.
    */
   http2?: Http2GuardConfig;
+   * A second tier keyed by network prefix (default /24 and /48), checked after the per-client
+   * limits: 'prefix_rate_limited' / 'prefix_too_many_connections'; with a penaltyBox the whole
+   * prefix is boxed (its clients get 'penalty_boxed'). Needs connectionsPerSecond or maxConcurrent.
+   */
+  prefixLimit?: {
+    ipv4PrefixLength?: number;
+    ipv6PrefixLength?: number;
+    connectionsPerSecond?: number;
+    burst?: number;
+    maxConcurrent?: number;
+  };
+  /**
+   * A budget over every client of the listener that is not known-good: 'listener_overloaded'.
+   * Needs connectionsPerSecond or maxPendingHandshakes.
+   */
+  listenerLimit?: { connectionsPerSecond?: number; burst?: number; maxPendingHandshakes?: number };
+  /** How long a client stays known-good after a clean exchange (ms). Default 3600000. */
+  knownGoodTtlMs?: number;
+  /** Defense mode. Default { mode: 'off', sigma: 3, minConnectionsPerSecond: 100, holdMs: 30000, factor: 0.25, newClientMaxPending: 1, handshakeTimeoutMs: 3000 }. */
+  defense?: {
+    mode?: 'off' | 'auto' | 'on';
+    sigma?: number;
+    minConnectionsPerSecond?: number;
+    holdMs?: number;
+    factor?: number;
+    newClientMaxPending?: number;
+    handshakeTimeoutMs?: number;
+  };
+  /** First request head deadline on terminated HTTP routes, from the end of the handshake (ms). Default { headTimeoutMs: 10000 }. */
+  slowRequest?: { headTimeoutMs?: number };
 }
 
 /** `protection.http2`; every limit is per connection. */
@@ -106,8 +149,12 @@ export type H2FloodDetail =
   | 'control_frames';
 
 export interface ListenerConfig {
-  /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4. */
+  /** IP to bind. Default '0.0.0.0'; '::' also accepts IPv4 (dual-stack). */
   host?: string;
+  /**
+   * Several listeners may share a port on different hosts (no duplicate host, no specific address
+   * beside a wildcard that takes it); the port names all of them and they share one policy.
+   */
   port: number;
   /** Only 'tls' is supported yet; 'http' throws ConfigError. */
   mode?: 'tls' | 'http';
@@ -141,7 +188,11 @@ export type BlockReason =
   | 'incomplete_handshake'
   | 'handshake_timeout'
   | 'slow_handshake'
-  | 'h2_flood';
+  | 'h2_flood'
+  | 'prefix_rate_limited'
+  | 'prefix_too_many_connections'
+  | 'listener_overloaded'
+  | 'slow_request';
 
 export interface BlockedEvent {
   ip: string;
@@ -165,6 +216,18 @@ export interface BlockedSummary {
   total: number;
   byReason: Partial<Record<BlockReason, number>>;
   topIps: { ip: string; count: number }[];
+}
+
+/** Defense mode turned on or off on one listener. */
+export interface DefenseEvent {
+  port: number;
+  /** 'host:port' of the listener. */
+  listener: string;
+  active: boolean;
+  /** New connections in the last second measured. */
+  rate: number;
+  /** max(minConnectionsPerSecond, mean + sigma × deviation) that second was compared with. */
+  threshold: number;
 }
 
 export interface ErrorEvent {
@@ -196,6 +259,7 @@ export interface BlockedDetail {
    * The `reason` text given to blockIp, for dynamic blocks; for other entries why they are listed
    * ('boxed by protection.http2.boxAfterViolations', 'banned in the kernel by xdp.synPerSecond').
    */
+  /** The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix. */
   note?: string;
 }
 
@@ -223,6 +287,13 @@ export interface ListenerMetrics {
   trackedIps: number;
   /** Clients admitted without a per-IP entry: the table was at maxTrackedIps and every candidate held connections. */
   untrackedAdmissions: number;
+  untrackedAdmissions: number;
+  /** Prefix entries of the prefix tier. */
+  trackedPrefixes: number;
+  /** Clients holding a known-good mark. */
+  knownGoodClients: number;
+  /** Defense mode on (1) or off (0). */
+  defenseActive: 0 | 1;
 }
 
 export interface XdpStatus {
@@ -342,6 +413,11 @@ export class RampartProxy extends EventEmitter {
   prependOnceListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
   off<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
   removeListener<K extends keyof RampartProxyEvents>(event: K, listener: RampartProxyListener<K>): this;
+  on(event: 'blocked', listener: (e: BlockedEvent) => void): this;
+  on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
+  on(event: 'error', listener: (e: ErrorEvent) => void): this;
+  on(event: 'defense', listener: (e: DefenseEvent) => void): this;
+  on(event: 'ready' | 'close', listener: () => void): this;
 }
 
 /** A self-signed ECDSA P-256 certificate for the given names: [certPem, keyPem]. */

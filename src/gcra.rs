@@ -58,6 +58,23 @@ impl Gcra {
         Gcra::new(interval, burst)
     }
 
+    /// The same limit with its rate multiplied by `factor` (0 < factor ≤ 1), for defense mode: the
+    /// emission interval becomes `T / factor` and the tolerance `τ` stays the same *time*, so a
+    /// connection admitted under it costs `1 / factor` connections of the TAT the normal limit
+    /// reads — one word serves both, and nothing is rescaled when defense turns on or off. A
+    /// fresh client then gets `⌊factor × (burst − 1)⌋ + 1` at once, then `factor × rate`.
+    pub fn tightened(&self, factor: f64) -> Gcra {
+        let t = (self.interval_ns as f64 / factor).round();
+        Gcra {
+            interval_ns: if t.is_finite() && t < (u64::MAX / 2) as f64 {
+                (t as u64).max(self.interval_ns)
+            } else {
+                u64::MAX / 2
+            },
+            tolerance_ns: self.tolerance_ns,
+        }
+    }
+
     /// Emission interval `T` in ns.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
@@ -162,6 +179,25 @@ mod tests {
             assert_eq!(g.try_debit(&cell, now).is_ok(), g.admit(&mut tat, now));
             assert_eq!(cell.load(Ordering::Relaxed), tat);
         }
+    }
+
+    #[test]
+    fn tightened_costs_one_over_factor_of_the_same_word() {
+        // 10/s burst 9 (τ = 800 ms) at factor 0.25: 2.5/s, ⌊0.25 × 8⌋ + 1 = 3 at once.
+        let g = Gcra::new(T, 9);
+        let t = g.tightened(0.25);
+        assert_eq!((t.interval_ns(), t.tolerance_ns()), (4 * T, 8 * T));
+        let mut tat = 0;
+        let now = 10 * NS_PER_SEC;
+        for _ in 0..3 {
+            assert!(t.admit(&mut tat, now));
+        }
+        assert!(!t.admit(&mut tat, now));
+        // The normal limit reads the same word: 12 connections' worth used, so it waits until
+        // 8 are left (400 ms) for the next.
+        assert!(!g.conforms(tat, now + 4 * T - 1));
+        assert!(g.conforms(tat, now + 4 * T));
+        assert_eq!(g.tightened(1.0), g);
     }
 
     #[test]

@@ -7,9 +7,9 @@ use crate::clock;
 use crate::config::proxy::ProxyConfig;
 use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
-use crate::events::{EventHub, EventSink};
+use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
-use crate::metrics::{ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
+use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
     BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, Engine, Listed, ProtectionPolicy,
 };
@@ -242,6 +242,15 @@ impl Proxy {
                 let now = clock::now_ns();
                 for l in &shared.listeners {
                     l.engine.evict_tick(now, EVICTION_BUDGET);
+                    if let Some(c) = l.engine.defense_tick(now) {
+                        shared.events.defense(&DefenseEvent {
+                            port: l.config.port,
+                            listener: &l.label,
+                            active: c.active,
+                            rate: c.rate,
+                            threshold: c.threshold,
+                        });
+                    }
                 }
                 let boxed = shared.xdp.bans.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
@@ -423,11 +432,17 @@ impl Proxy {
         let now = clock::now_ns();
         let mut boxed = Vec::new();
         for l in &self.shared.listeners {
-            boxed.extend(l.engine.boxed(now).into_iter().map(|(k, d)| BoxedClient {
-                ip: k.addr(),
-                port: l.config.port,
-                deadline_ns: d,
-            }));
+            boxed.extend(
+                l.engine
+                    .boxed(now)
+                    .into_iter()
+                    .map(|(k, d, prefix)| BoxedClient {
+                        ip: k.addr(),
+                        port: l.config.port,
+                        deadline_ns: d,
+                        prefix,
+                    }),
+            );
         }
         push_bans(&self.shared, &mgr, &boxed);
         let st = self.status_of(&mgr);
@@ -466,12 +481,18 @@ impl Proxy {
             .listeners
             .iter()
             .map(|l| {
+                let e = &l.engine;
                 ListenerSnapshot::read(
                     l.label.clone(),
                     l.config.port,
                     &l.metrics,
-                    l.engine.tracked_ips() as u64,
-                    l.engine.untracked_admissions(),
+                    EngineGauges {
+                        tracked_ips: e.tracked_ips() as u64,
+                        untracked_admissions: e.untracked_admissions(),
+                        tracked_prefixes: e.tracked_prefixes() as u64,
+                        known_good_clients: e.known_good_clients(),
+                        defense_active: e.defense_active(),
+                    },
                 )
             })
             .collect();
@@ -484,10 +505,12 @@ impl Proxy {
 /// `note` of a kernel SYN-limit ban in `blockedIps({ detail: true })`.
 pub const KERNEL_SYN_BAN_NOTE: &str = "banned in the kernel by xdp.synPerSecond";
 
-/// Writes penalty boxes as kernel bans; each failure is counted and reported.
+/// Writes penalty boxes as kernel bans; each failure is counted and reported. Boxed prefixes of
+/// the prefix tier are not written (the ban map has one source per key; see
+/// [`BoxedClient::prefix`]).
 fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {
     let now = clock::now_ns();
-    for b in bans.iter().filter(|b| b.deadline_ns > now) {
+    for b in bans.iter().filter(|b| b.deadline_ns > now && !b.prefix) {
         if let Err(e) = mgr.ban(b.ip, b.port, b.deadline_ns, BanReason::Penalty) {
             shared.report_xdp_failure(&format!("kernel ban of {}", b.ip), &e);
         }

@@ -104,7 +104,7 @@ fn penalty_box_entry_extension_expiry() {
     }));
     let boxes = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&boxes);
-    e.set_box_listener(Some(Arc::new(move |k: IpKey, d: u64| {
+    e.set_box_listener(Some(Arc::new(move |k: IpKey, d: u64, _prefix: bool| {
         sink.lock().unwrap().push((k.to_string(), d))
     })));
     let a = "203.0.113.9";
@@ -559,12 +559,15 @@ fn boxed_clients_are_listed_with_their_deadline() {
         try_admit(&e, "2001:db8:5::2", T0),
         Some(BlockReason::RateLimited)
     );
-    let boxed: Vec<(String, u64)> = e
+    let boxed: Vec<(String, u64, bool)> = e
         .boxed(T0)
         .into_iter()
-        .map(|(k, d)| (k.to_string(), d))
+        .map(|(k, d, prefix)| (k.to_string(), d, prefix))
         .collect();
-    assert_eq!(boxed, vec![("2001:db8:5::/64".to_string(), T0 + 2 * S)]);
+    assert_eq!(
+        boxed,
+        vec![("2001:db8:5::/64".to_string(), T0 + 2 * S, false)]
+    );
     assert!(e.boxed(T0 + 2 * S).is_empty());
 }
 
@@ -666,6 +669,10 @@ fn block_reason_strings() {
             "handshake_timeout",
             "slow_handshake",
             "h2_flood",
+            "prefix_rate_limited",
+            "prefix_too_many_connections",
+            "listener_overloaded",
+            "slow_request",
         ]
     );
 }
@@ -674,7 +681,8 @@ fn block_reason_strings() {
 fn box_log(e: &Engine) -> Arc<Mutex<Vec<(String, u64)>>> {
     let log: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let l = log.clone();
-    e.set_box_listener(Some(Arc::new(move |k: IpKey, d| {
+    e.set_box_listener(Some(Arc::new(move |k: IpKey, d, prefix: bool| {
+        assert!(!prefix, "an HTTP/2 offender is a client, not a prefix");
         l.lock().unwrap().push((k.to_string(), d))
     })));
     log
@@ -735,7 +743,10 @@ fn box_client_is_listed_and_reaches_the_xdp_sync_with_a_policy_without_penalty_b
     let boxed: Vec<(String, u64)> = e
         .boxed(T0)
         .into_iter()
-        .map(|(k, d)| (k.to_string(), d))
+        .map(|(k, d, prefix)| {
+            assert!(!prefix);
+            (k.to_string(), d)
+        })
         .collect();
     assert_eq!(boxed, vec![("203.0.113.5".to_string(), T0 + 1_500 * MS)]);
     assert_eq!(log.lock().unwrap().len(), 1);

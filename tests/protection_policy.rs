@@ -251,7 +251,9 @@ fn durations() {
     );
     assert_eq!(
         one(json!({"penaltyBox": {"duration": 5}})),
-        format!("{PATH}.penaltyBox.duration: unknown field; expected one of: durationMs")
+        format!(
+            "{PATH}.penaltyBox.duration: unknown field; expected one of: durationMs, escalation"
+        )
     );
     assert_eq!(
         one(json!({"penaltyBox": true})),
@@ -550,7 +552,7 @@ fn unknown_fields_and_non_objects() {
             "{PATH}.rateLimits: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
              maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
              tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, slowHandshake, \
-             mode, xdp, http2"
+             mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest"
         )
     );
     assert_eq!(
@@ -580,7 +582,7 @@ fn every_issue_is_reported_at_once() {
                 "{PATH}.extra: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
                  maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
                  tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, \
-                 slowHandshake, mode, xdp, http2"
+                 slowHandshake, mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest"
             ),
             format!("{PATH}.rateLimit.connectionsPerSecond: {POSITIVE}, got NaN"),
             format!("{PATH}.rateLimit.burst: must be an integer in [1, 1000000000], got 0"),
@@ -605,4 +607,90 @@ fn the_path_is_the_callers() {
         &mut issues,
     );
     assert_eq!(issues.0[0].path, "listeners[0].protection.maxTrackedIps");
+}
+
+#[test]
+fn second_round_fields_compile_with_their_defaults() {
+    let p = ok(json!({
+        "prefixLimit": {"connectionsPerSecond": 50},
+        "listenerLimit": {"maxPendingHandshakes": 500},
+        "defense": {"mode": "auto"},
+        "penaltyBox": {"escalation": {}},
+    }));
+    let pl = p.prefix_limit().unwrap();
+    assert_eq!((pl.ipv4_prefix_length, pl.ipv6_prefix_length), (24, 48));
+    assert_eq!(pl.rate.map(|r| (r.rate, r.burst)), Some((50.0, 50)));
+    assert_eq!(pl.max_concurrent, 0);
+    let ll = p.listener_limit().unwrap();
+    assert!(ll.rate.is_none());
+    assert_eq!(ll.max_pending_handshakes, 500);
+    assert_eq!(p.known_good_ttl_ns(), 3_600_000 * 1_000_000);
+    let d = p.defense();
+    assert_eq!(
+        (d.sigma, d.min_connections_per_second, d.hold_ns, d.factor),
+        (3.0, 100, 30_000_000_000, 0.25)
+    );
+    assert_eq!(
+        (d.new_client_max_pending, d.handshake_timeout_ns),
+        (1, 3_000_000_000)
+    );
+    assert_eq!(p.head_timeout_ns(), 10_000_000_000);
+    let esc = p.escalation().unwrap();
+    assert_eq!(
+        (esc.factor, esc.max_duration_ns, esc.memory_ns),
+        (2.0, 86_400_000_000_000, 86_400_000_000_000)
+    );
+    // Without the fields: off, defaults kept.
+    let p = ok(json!({}));
+    assert!(p.prefix_limit().is_none() && p.listener_limit().is_none() && p.escalation().is_none());
+    assert_eq!(p.defense().mode, rampart::protection::DefenseMode::Off);
+}
+
+#[test]
+fn second_round_fields_are_validated_with_paths() {
+    assert_eq!(
+        issues(json!({
+            "prefixLimit": {"ipv4PrefixLength": 33, "ipv6PrefixLength": 0, "burst": 0},
+            "listenerLimit": {},
+            "knownGoodTtlMs": 0,
+            "defense": {"mode": "sometimes", "sigma": -1, "minConnectionsPerSecond": 0.5,
+                        "holdMs": nan(), "factor": 1.5, "newClientMaxPending": 0,
+                        "handshakeTimeoutMs": -3},
+            "slowRequest": {"headTimeoutMs": inf(), "bodyTimeoutMs": 1},
+            "penaltyBox": {"durationMs": 60_000,
+                           "escalation": {"factor": 0.5, "maxDurationMs": 1_000, "memoryMs": 0}},
+        })),
+        vec![
+            format!("{PATH}.penaltyBox.escalation.factor: must be a finite number in [1, 1000000], got 0.5"),
+            format!("{PATH}.penaltyBox.escalation.maxDurationMs: must be at least penaltyBox.durationMs (60000 ms), got 1000"),
+            format!("{PATH}.penaltyBox.escalation.memoryMs: must be a finite number > 0, got 0"),
+            format!("{PATH}.prefixLimit.ipv4PrefixLength: must be an integer in [1, 32], got 33"),
+            format!("{PATH}.prefixLimit.ipv6PrefixLength: must be an integer in [1, 128], got 0"),
+            format!("{PATH}.prefixLimit.burst: must be an integer in [1, 1000000000], got 0"),
+            format!("{PATH}.prefixLimit: needs connectionsPerSecond or maxConcurrent (or both): a finite number > 0, an integer in [1, 1000000]"),
+            format!("{PATH}.listenerLimit: needs connectionsPerSecond or maxPendingHandshakes (or both): a finite number > 0, an integer in [1, 1000000000]"),
+            format!("{PATH}.knownGoodTtlMs: must be a finite number > 0, got 0"),
+            format!("{PATH}.defense.mode: must be one of 'off', 'auto', 'on', got \"sometimes\""),
+            format!("{PATH}.defense.sigma: must be a finite number in [0, 1000], got -1"),
+            format!("{PATH}.defense.minConnectionsPerSecond: must be an integer in [1, 1000000000], got 0.5"),
+            format!("{PATH}.defense.holdMs: must be a finite number > 0, got NaN"),
+            format!("{PATH}.defense.factor: must be a finite number in (0, 1] (a rate multiplier), got 1.5"),
+            format!("{PATH}.defense.newClientMaxPending: must be an integer in [1, 65535], got 0"),
+            format!("{PATH}.defense.handshakeTimeoutMs: must be a finite number > 0, got -3"),
+            format!("{PATH}.slowRequest.bodyTimeoutMs: unknown field; expected one of: headTimeoutMs"),
+            format!("{PATH}.slowRequest.headTimeoutMs: must be a finite number > 0, got Infinity"),
+        ]
+    );
+    assert_eq!(
+        one(json!({"ipv6PrefixLength": 56, "prefixLimit": {"ipv6PrefixLength": 64, "maxConcurrent": 10}})),
+        format!("{PATH}.prefixLimit.ipv6PrefixLength: must be at most ipv6PrefixLength (56), got 64: a prefix holds whole clients")
+    );
+    assert_eq!(
+        one(json!({"listenerLimit": {"burst": 5, "maxPendingHandshakes": 1}})),
+        format!("{PATH}.listenerLimit.burst: needs connectionsPerSecond")
+    );
+    assert_eq!(
+        one(json!({"prefixLimit": {"maxConcurrent": 0}})),
+        format!("{PATH}.prefixLimit.maxConcurrent: must be an integer in [1, 1000000], got 0")
+    );
 }

@@ -27,8 +27,9 @@ use crate::gcra::NS_PER_SEC;
 use crate::protection::cidr::{parse_cidr, CidrSet};
 use crate::protection::entry::MAX_PENDING;
 use crate::protection::policy::{
-    FingerprintSet, Http2Policy, Mode, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS,
-    MAX_RATE_PER_SEC,
+    Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit, Mode,
+    PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, DEFAULT_PREFIX_V4,
+    DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC,
 };
 use ipnet::IpNet;
 use serde_json::{Map, Value};
@@ -68,6 +69,11 @@ const FIELDS: &[&str] = &[
     "mode",
     "xdp",
     "http2",
+    "prefixLimit",
+    "listenerLimit",
+    "knownGoodTtlMs",
+    "defense",
+    "slowRequest",
 ];
 
 const HTTP2_FIELDS: &[&str] = &[
@@ -100,11 +106,15 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
     if let Some(v) = field(obj, "penaltyBox") {
         let path = f("penaltyBox");
         if let Some(o) = object(v, &path, issues) {
-            reject_unknown(o, &["durationMs"], &path, issues);
+            reject_unknown(o, &["durationMs", "escalation"], &path, issues);
             p.penalty_duration_ns = match field(o, "durationMs") {
                 Some(d) => duration_ns(d, &join(&path, "durationMs"), issues),
                 None => Some(ms_to_ns(DEFAULT_PENALTY_MS)),
             };
+            if let Some(e) = field(o, "escalation") {
+                let base = p.penalty_duration_ns.unwrap_or(0);
+                p.escalation = escalation(e, &join(&path, "escalation"), base, issues);
+            }
         }
     }
     if let Some(v) = field(obj, "maxConcurrentPerIp") {
@@ -225,6 +235,33 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
             p.http2 = h;
         }
     }
+    if let Some(v) = field(obj, "prefixLimit") {
+        p.prefix_limit = prefix_limit(v, &f("prefixLimit"), p.ipv6_prefix_length, issues);
+    }
+    if let Some(v) = field(obj, "listenerLimit") {
+        p.listener_limit = listener_limit(v, &f("listenerLimit"), issues);
+    }
+    if let Some(v) = field(obj, "knownGoodTtlMs") {
+        if let Some(ns) = duration_ns(v, &f("knownGoodTtlMs"), issues) {
+            p.known_good_ttl_ns = ns;
+        }
+    }
+    if let Some(v) = field(obj, "defense") {
+        if let Some(d) = defense(v, &f("defense"), issues) {
+            p.defense = d;
+        }
+    }
+    if let Some(v) = field(obj, "slowRequest") {
+        let path = f("slowRequest");
+        if let Some(o) = object(v, &path, issues) {
+            reject_unknown(o, &["headTimeoutMs"], &path, issues);
+            if let Some(v) = field(o, "headTimeoutMs") {
+                if let Some(ns) = duration_ns(v, &join(&path, "headTimeoutMs"), issues) {
+                    p.head_timeout_ns = ns;
+                }
+            }
+        }
+    }
     (issues.len() == before).then_some(p)
 }
 
@@ -266,6 +303,229 @@ fn http2(v: &Value, path: &str, issues: &mut Issues) -> Option<Http2Policy> {
         h.box_after_violations = n as u32;
     }
     (issues.len() == before).then_some(h)
+}
+
+/// An optional integer field in `[min, max]`.
+fn int_field(
+    o: &Map<String, Value>,
+    path: &str,
+    key: &str,
+    (min, max): (f64, f64),
+    issues: &mut Issues,
+) -> Option<u64> {
+    field(o, key)
+        .and_then(|v| number_in(v, &join(path, key), min, max, true, issues).map(|n| n as u64))
+}
+
+/// An optional `connectionsPerSecond` with its `burst` (the burst needs the rate).
+fn optional_rate(o: &Map<String, Value>, path: &str, issues: &mut Issues) -> Option<RateLimit> {
+    let r = field(o, "connectionsPerSecond").and_then(|v| {
+        positive(
+            v,
+            &join(path, "connectionsPerSecond"),
+            MAX_RATE_PER_SEC,
+            issues,
+        )
+    });
+    let burst = int_field(o, path, "burst", (1.0, MAX_COUNT_LIMIT), issues);
+    if burst.is_some() && field(o, "connectionsPerSecond").is_none() {
+        issues.push(join(path, "burst"), "needs connectionsPerSecond");
+    }
+    let r = r?;
+    let burst = burst.unwrap_or_else(|| r.ceil().clamp(1.0, MAX_COUNT_LIMIT) as u64);
+    Some(RateLimit::per_second(r, burst))
+}
+
+/// `prefixLimit: { ipv4PrefixLength, ipv6PrefixLength, connectionsPerSecond, burst,
+/// maxConcurrent }`: a rate or a concurrency cap (or both) is required.
+fn prefix_limit(v: &Value, path: &str, client_v6: u8, issues: &mut Issues) -> Option<PrefixLimit> {
+    let before = issues.len();
+    let o = object(v, path, issues)?;
+    reject_unknown(
+        o,
+        &[
+            "ipv4PrefixLength",
+            "ipv6PrefixLength",
+            "connectionsPerSecond",
+            "burst",
+            "maxConcurrent",
+        ],
+        path,
+        issues,
+    );
+    let v4 = int_field(o, path, "ipv4PrefixLength", (1.0, 32.0), issues)
+        .map_or(DEFAULT_PREFIX_V4, |n| n as u8);
+    let v6 = int_field(o, path, "ipv6PrefixLength", (1.0, 128.0), issues)
+        .map_or(DEFAULT_PREFIX_V6, |n| n as u8);
+    if v6 > client_v6 {
+        issues.push(
+            join(path, "ipv6PrefixLength"),
+            format!(
+                "must be at most ipv6PrefixLength ({client_v6}), got {v6}: a prefix holds whole clients"
+            ),
+        );
+    }
+    let rate = optional_rate(o, path, issues);
+    let max_concurrent =
+        int_field(o, path, "maxConcurrent", (1.0, MAX_CONCURRENT), issues).unwrap_or(0);
+    if field(o, "connectionsPerSecond").is_none() && field(o, "maxConcurrent").is_none() {
+        issues.push(
+            path,
+            "needs connectionsPerSecond or maxConcurrent (or both): a finite number > 0, an integer in [1, 1000000]",
+        );
+    }
+    (issues.len() == before).then_some(PrefixLimit {
+        ipv4_prefix_length: v4,
+        ipv6_prefix_length: v6,
+        rate,
+        max_concurrent,
+    })
+}
+
+/// `listenerLimit: { connectionsPerSecond, burst, maxPendingHandshakes }`: a rate or a pending
+/// cap (or both) is required.
+fn listener_limit(v: &Value, path: &str, issues: &mut Issues) -> Option<ListenerLimit> {
+    let before = issues.len();
+    let o = object(v, path, issues)?;
+    reject_unknown(
+        o,
+        &["connectionsPerSecond", "burst", "maxPendingHandshakes"],
+        path,
+        issues,
+    );
+    let rate = optional_rate(o, path, issues);
+    let max_pending = int_field(
+        o,
+        path,
+        "maxPendingHandshakes",
+        (1.0, MAX_COUNT_LIMIT),
+        issues,
+    )
+    .unwrap_or(0);
+    if field(o, "connectionsPerSecond").is_none() && field(o, "maxPendingHandshakes").is_none() {
+        issues.push(
+            path,
+            "needs connectionsPerSecond or maxPendingHandshakes (or both): a finite number > 0, an integer in [1, 1000000000]",
+        );
+    }
+    (issues.len() == before).then_some(ListenerLimit {
+        rate,
+        max_pending_handshakes: max_pending,
+    })
+}
+
+/// `defense: { mode, sigma, minConnectionsPerSecond, holdMs, factor, newClientMaxPending,
+/// handshakeTimeoutMs }`.
+fn defense(v: &Value, path: &str, issues: &mut Issues) -> Option<Defense> {
+    let before = issues.len();
+    let o = object(v, path, issues)?;
+    reject_unknown(
+        o,
+        &[
+            "mode",
+            "sigma",
+            "minConnectionsPerSecond",
+            "holdMs",
+            "factor",
+            "newClientMaxPending",
+            "handshakeTimeoutMs",
+        ],
+        path,
+        issues,
+    );
+    let mut d = Defense::default();
+    if let Some(m) = field(o, "mode") {
+        d.mode = match one_of(m, &join(path, "mode"), &["off", "auto", "on"], issues) {
+            Some("auto") => DefenseMode::Auto,
+            Some("on") => DefenseMode::On,
+            _ => DefenseMode::Off,
+        };
+    }
+    if let Some(n) = field(o, "sigma")
+        .and_then(|v| number_in(v, &join(path, "sigma"), 0.0, 1000.0, false, issues))
+    {
+        d.sigma = n;
+    }
+    if let Some(n) = int_field(
+        o,
+        path,
+        "minConnectionsPerSecond",
+        (1.0, MAX_COUNT_LIMIT),
+        issues,
+    ) {
+        d.min_connections_per_second = n;
+    }
+    if let Some(ns) = field(o, "holdMs").and_then(|v| duration_ns(v, &join(path, "holdMs"), issues))
+    {
+        d.hold_ns = ns;
+    }
+    if let Some(v) = field(o, "factor") {
+        match as_number(v) {
+            Some(n) if n.is_finite() && n > 0.0 && n <= 1.0 => d.factor = n,
+            _ => issues.push(
+                join(path, "factor"),
+                format!(
+                    "must be a finite number in (0, 1] (a rate multiplier), got {}",
+                    describe(v)
+                ),
+            ),
+        }
+    }
+    if let Some(n) = int_field(
+        o,
+        path,
+        "newClientMaxPending",
+        (1.0, MAX_PENDING as f64),
+        issues,
+    ) {
+        d.new_client_max_pending = n;
+    }
+    if let Some(ns) = field(o, "handshakeTimeoutMs")
+        .and_then(|v| duration_ns(v, &join(path, "handshakeTimeoutMs"), issues))
+    {
+        d.handshake_timeout_ns = ns;
+    }
+    (issues.len() == before).then_some(d)
+}
+
+/// `penaltyBox.escalation: { factor, maxDurationMs, memoryMs }` (`base_ns`: `durationMs`).
+fn escalation(v: &Value, path: &str, base_ns: u64, issues: &mut Issues) -> Option<Escalation> {
+    let before = issues.len();
+    let o = object(v, path, issues)?;
+    reject_unknown(o, &["factor", "maxDurationMs", "memoryMs"], path, issues);
+    let mut e = Escalation {
+        factor: 2.0,
+        max_duration_ns: ms_to_ns(86_400_000),
+        memory_ns: ms_to_ns(86_400_000),
+    };
+    if let Some(n) = field(o, "factor")
+        .and_then(|v| number_in(v, &join(path, "factor"), 1.0, 1e6, false, issues))
+    {
+        e.factor = n;
+    }
+    if let Some(v) = field(o, "maxDurationMs") {
+        if let Some(ns) = duration_ns(v, &join(path, "maxDurationMs"), issues) {
+            if ns < base_ns {
+                issues.push(
+                    join(path, "maxDurationMs"),
+                    format!(
+                        "must be at least penaltyBox.durationMs ({} ms), got {}",
+                        base_ns.div_ceil(1_000_000),
+                        describe(v)
+                    ),
+                );
+            }
+            e.max_duration_ns = ns;
+        }
+    } else {
+        e.max_duration_ns = e.max_duration_ns.max(base_ns);
+    }
+    if let Some(ns) =
+        field(o, "memoryMs").and_then(|v| duration_ns(v, &join(path, "memoryMs"), issues))
+    {
+        e.memory_ns = ns;
+    }
+    (issues.len() == before).then_some(e)
 }
 
 /// A finite number > 0 and ≤ `max`, with the documented messages.

@@ -9,7 +9,7 @@ use super::value::{self as v, field, join};
 use crate::protection::ProtectionPolicy;
 use crate::tls::certs::{load_certified_key, CertifiedKey};
 use serde_json::Value;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,7 +38,8 @@ pub struct ProxyConfig {
 pub struct ListenerConfig {
     /// Address to bind (`0.0.0.0`, `::` also takes IPv4 clients).
     pub host: IpAddr,
-    /// TCP port, 1..=65535, unique across listeners (it names the listener in `updateConfig`).
+    /// TCP port, 1..=65535. Several listeners may share it on different hosts; the port names
+    /// all of them in `updateConfig`, `blockIp` and `blockedIps`, and they share one policy.
     pub port: u16,
     /// Certificate for terminating routes that carry none.
     pub default_cert: Option<Arc<CertifiedKey>>,
@@ -96,6 +97,16 @@ pub enum ForwardFingerprint {
     Ja4,
 }
 
+/// What a route carries (`routes[].protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteProtocol {
+    /// Bytes Rampart does not interpret (the default).
+    #[default]
+    Opaque,
+    /// HTTP/1.x (or HTTP/2 with `http2: true`): `slowRequest` applies to terminated connections.
+    Http,
+}
+
 /// An SNI pattern, normalised to lower case without a trailing dot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SniPattern {
@@ -120,6 +131,8 @@ pub struct RouteConfig {
     pub cert: Option<Arc<CertifiedKey>>,
     /// Offer `h2` in ALPN as well as `http/1.1`.
     pub http2: bool,
+    /// `protocol`: what the route carries (`http2: true` implies HTTP).
+    pub protocol: RouteProtocol,
     /// Header sent to the upstream first.
     pub source_address_header: SourceAddressHeader,
     /// Fingerprint forwarded in a PROXY v2 TLV.
@@ -128,6 +141,13 @@ pub struct RouteConfig {
     pub connect_timeout_ms: u64,
     /// Route-wide new-connection limit (all clients together): `(connections/s, burst)`.
     pub rate_limit: Option<(f64, u64)>,
+}
+
+impl RouteConfig {
+    /// Whether the route carries HTTP (`protocol: 'http'`, or `http2: true`).
+    pub fn carries_http(&self) -> bool {
+        self.protocol == RouteProtocol::Http || self.http2
+    }
 }
 
 fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
@@ -293,10 +313,18 @@ fn parse_route(
             "connectTimeoutMs",
             "maxConnectionsPerSecond",
             "burst",
+            "protocol",
         ],
         path,
         issues,
     );
+    let protocol = match field(obj, "protocol") {
+        Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
+            Some("http") => RouteProtocol::Http,
+            _ => RouteProtocol::Opaque,
+        },
+        None => RouteProtocol::Opaque,
+    };
     let rate = field(obj, "maxConnectionsPerSecond").and_then(|n| {
         let p = join(path, "maxConnectionsPerSecond");
         let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
@@ -425,11 +453,36 @@ fn parse_route(
         terminate_tls,
         cert,
         http2,
+        protocol,
         source_address_header: sah,
         forward_fingerprint: ff,
         connect_timeout_ms,
         rate_limit,
     })
+}
+
+/// `host` as a bind address (`localhost` is 127.0.0.1; brackets allowed).
+fn parse_host(s: &str) -> Option<IpAddr> {
+    if s == "localhost" {
+        return Some(IpAddr::from([127, 0, 0, 1]));
+    }
+    s.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .ok()
+}
+
+/// A listener's `host:port` when both are valid (default host `0.0.0.0`); no issue recorded.
+fn bind_address(x: &Value) -> Option<SocketAddr> {
+    let o = x.as_object()?;
+    let host = match field(o, "host") {
+        None => IpAddr::from([0, 0, 0, 0]),
+        Some(h) => parse_host(h.as_str()?)?,
+    };
+    let port = field(o, "port")?
+        .as_u64()
+        .filter(|p| (1..=65535).contains(p))?;
+    Some(SocketAddr::new(host, port as u16))
 }
 
 fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<ListenerConfig> {
@@ -451,21 +504,16 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
     );
     let host = match field(obj, "host") {
         None => Some(IpAddr::from([0, 0, 0, 0])),
-        Some(h) => v::string(h, &join(path, "host"), issues).and_then(|s| {
-            let parsed = if s == "localhost" {
-                Ok(IpAddr::from([127, 0, 0, 1]))
-            } else {
-                s.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>()
-            };
-            match parsed {
-                Ok(ip) => Some(ip),
-                Err(_) => {
-                    issues.push(
-                        join(path, "host"),
-                        format!("must be an IP address to bind ('0.0.0.0', '::', '127.0.0.1'), got {s:?}"),
-                    );
-                    None
-                }
+        Some(h) => v::string(h, &join(path, "host"), issues).and_then(|s| match parse_host(s) {
+            Some(ip) => Some(ip),
+            None => {
+                issues.push(
+                    join(path, "host"),
+                    format!(
+                        "must be an IP address to bind ('0.0.0.0', '::', '127.0.0.1'), got {s:?}"
+                    ),
+                );
+                None
             }
         }),
     };
@@ -508,6 +556,108 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
     })
 }
 
+/// Which addresses a listener's socket takes connections for, as far as a port conflict goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Covers {
+    /// `0.0.0.0`: every IPv4 address.
+    AnyV4,
+    /// `::`: every IPv6 address and, since IPV6_V6ONLY is cleared, every IPv4 address too.
+    AnyDual,
+    /// One address (IPv4-mapped IPv6 counts as its IPv4 address).
+    One(IpAddr),
+}
+
+impl Covers {
+    fn of(host: IpAddr) -> Covers {
+        match host.to_canonical() {
+            IpAddr::V4(v4) if v4.is_unspecified() => Covers::AnyV4,
+            IpAddr::V6(v6) if v6.is_unspecified() => Covers::AnyDual,
+            ip => Covers::One(ip),
+        }
+    }
+
+    /// Whether a wildcard `self` also takes connections for `other` (a different host).
+    fn shadows(self, other: Covers) -> bool {
+        match (self, other) {
+            (Covers::AnyDual, _) => true,
+            (Covers::AnyV4, Covers::One(ip)) => ip.is_ipv4(),
+            _ => false,
+        }
+    }
+}
+
+/// Several listeners on one port (DESIGN §7.1): the same host and port twice, and a specific
+/// address beside a wildcard that already takes it, are errors naming both listeners. `::` is
+/// dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address too: beside `::` a
+/// port can have no other listener. `binds` holds `(index, host:port)` of each listener whose
+/// host and port are valid.
+fn check_port_conflicts(binds: &[(usize, SocketAddr)], issues: &mut Issues) {
+    for (j, &(ij, b)) in binds.iter().enumerate() {
+        for &(ii, a) in &binds[..j] {
+            if a.port() != b.port() {
+                continue;
+            }
+            let (ca, cb) = (Covers::of(a.ip()), Covers::of(b.ip()));
+            if ca == cb {
+                issues.push(
+                    format!("listeners[{ij}].port"),
+                    format!(
+                        "{b} is already bound by listeners[{ii}] (the same host and port twice)"
+                    ),
+                );
+                break;
+            }
+            let (wild, wild_i, specific, specific_i) = if ca.shadows(cb) {
+                (a, ii, b, ij)
+            } else if cb.shadows(ca) {
+                (b, ij, a, ii)
+            } else {
+                continue;
+            };
+            let family = if Covers::of(wild.ip()) == Covers::AnyDual {
+                "every IPv6 and, dual-stack, every IPv4 address"
+            } else {
+                "every IPv4 address"
+            };
+            issues.push(
+                format!("listeners[{ij}].host"),
+                format!(
+                    "listeners[{specific_i}] ({specific}) and listeners[{wild_i}] ({wild}) conflict on port {}: the wildcard already takes {family}; bind specific addresses only, or the wildcard alone",
+                    b.port()
+                ),
+            );
+            break;
+        }
+    }
+}
+
+/// The listeners of a port share one protection policy: it may be given on one of them (the
+/// others share it) or identically on several; different policies on one port are an error.
+/// `arr` is the raw `listeners` array (`parsed` holds `(index in arr, config)`).
+fn share_port_policies(parsed: &mut [(usize, ListenerConfig)], arr: &[Value], issues: &mut Issues) {
+    let raw = |i: usize| arr.get(i).and_then(|x| field(x.as_object()?, "protection"));
+    for j in 0..parsed.len() {
+        let port = parsed[j].1.port;
+        let Some(first) = parsed
+            .iter()
+            .position(|(i, l)| l.port == port && raw(*i).is_some())
+        else {
+            continue;
+        };
+        let (fi, shared) = (parsed[first].0, parsed[first].1.protection.clone());
+        let ij = parsed[j].0;
+        if j != first && raw(ij).is_some() && raw(ij) != raw(fi) {
+            issues.push(
+                format!("listeners[{ij}].protection"),
+                format!(
+                    "differs from listeners[{fi}].protection: the listeners on port {port} share one policy (give it on one of them, or the same on each)"
+                ),
+            );
+        }
+        parsed[j].1.protection = shared;
+    }
+}
+
 /// Parses the whole `ProxyConfig`; `cpus` is the default for `workerThreads`.
 pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, ConfigError> {
     let mut issues = Issues::default();
@@ -527,28 +677,22 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
                 if arr.is_empty() {
                     issues.push("listeners", "must hold at least one listener");
                 }
-                let mut ports: Vec<(u64, usize)> = Vec::new();
+                let mut parsed: Vec<(usize, ListenerConfig)> = Vec::new();
+                let mut binds: Vec<(usize, SocketAddr)> = Vec::new();
                 for (i, x) in arr.iter().enumerate() {
                     let lc = parse_listener(x, &v::index("listeners", i), &mut issues);
-                    let port = x
-                        .get("port")
-                        .and_then(Value::as_u64)
-                        .filter(|p| (1..=65535).contains(p));
-                    if let Some(p) = port {
-                        if let Some((_, prev)) = ports.iter().find(|(q, _)| *q == p) {
-                            issues.push(
-                                format!("listeners[{i}].port"),
-                                format!(
-                                    "{p} is already used by listeners[{prev}] (the port names a listener)"
-                                ),
-                            );
-                        }
-                        ports.push((p, i));
+                    // Conflicts are checked on every listener whose host and port are valid,
+                    // whatever else is wrong with it.
+                    if let Some(addr) = bind_address(x) {
+                        binds.push((i, addr));
                     }
                     if let Some(lc) = lc {
-                        listeners.push(lc);
+                        parsed.push((i, lc));
                     }
                 }
+                check_port_conflicts(&binds, &mut issues);
+                share_port_policies(&mut parsed, arr, &mut issues);
+                listeners = parsed.into_iter().map(|(_, lc)| lc).collect();
             }
         }
         None => issues.push("listeners", "is required"),
@@ -582,4 +726,98 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         worker_threads,
         blocked_events_per_second,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn issues_of(listeners: Value) -> Vec<(String, String)> {
+        let cfg = json!({
+            "listeners": listeners,
+            "routes": [{"sni": "", "terminateTls": false,
+                        "upstreams": [{"kind": "tcp", "host": "127.0.0.1", "port": 1}]}],
+        });
+        match parse_proxy_config(&cfg, 1) {
+            Ok(_) => vec![],
+            Err(e) => e.issues.into_iter().map(|i| (i.path, i.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn specific_addresses_share_a_port() {
+        assert!(issues_of(json!([
+            {"host": "198.51.100.1", "port": 443},
+            {"host": "2001:db8::1", "port": 443},
+            {"host": "198.51.100.2", "port": 443},
+            {"host": "0.0.0.0", "port": 8443},
+            {"host": "2001:db8::1", "port": 8443},
+        ]))
+        .is_empty());
+    }
+
+    #[test]
+    fn duplicates_and_wildcard_conflicts_name_both_listeners() {
+        let got = issues_of(json!([
+            {"host": "198.51.100.1", "port": 443},
+            {"host": "198.51.100.1", "port": 443},
+            {"host": "0.0.0.0", "port": 443},
+            {"host": "::", "port": 8443},
+            {"host": "192.0.2.1", "port": 8443},
+            {"host": "::ffff:192.0.2.9", "port": 9443},
+            {"host": "192.0.2.9", "port": 9443},
+        ]));
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "listeners[1].port".into(),
+                    "198.51.100.1:443 is already bound by listeners[0] (the same host and port twice)".into()
+                ),
+                (
+                    "listeners[2].host".into(),
+                    "listeners[0] (198.51.100.1:443) and listeners[2] (0.0.0.0:443) conflict on port 443: the wildcard already takes every IPv4 address; bind specific addresses only, or the wildcard alone".into()
+                ),
+                (
+                    "listeners[4].host".into(),
+                    "listeners[4] (192.0.2.1:8443) and listeners[3] ([::]:8443) conflict on port 8443: the wildcard already takes every IPv6 and, dual-stack, every IPv4 address; bind specific addresses only, or the wildcard alone".into()
+                ),
+                (
+                    "listeners[6].port".into(),
+                    "192.0.2.9:9443 is already bound by listeners[5] (the same host and port twice)".into()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn listeners_of_a_port_share_one_policy() {
+        let cfg = json!({
+            "listeners": [
+                {"host": "198.51.100.1", "port": 443},
+                {"host": "198.51.100.2", "port": 443, "protection": {"maxConcurrentPerIp": 3}},
+                {"host": "198.51.100.3", "port": 443, "protection": {"maxConcurrentPerIp": 3}},
+                {"host": "198.51.100.4", "port": 8443},
+            ],
+            "routes": [{"sni": "", "terminateTls": false,
+                        "upstreams": [{"kind": "tcp", "host": "127.0.0.1", "port": 1}]}],
+        });
+        let c = parse_proxy_config(&cfg, 1).unwrap();
+        let p: Vec<_> = c.listeners.iter().map(|l| l.protection.clone()).collect();
+        assert!(Arc::ptr_eq(p[0].as_ref().unwrap(), p[1].as_ref().unwrap()));
+        assert!(Arc::ptr_eq(p[0].as_ref().unwrap(), p[2].as_ref().unwrap()));
+        assert_eq!(p[0].as_ref().unwrap().max_concurrent_per_ip(), 3);
+        assert!(p[3].is_none());
+        assert_eq!(
+            issues_of(json!([
+                {"host": "198.51.100.1", "port": 443, "protection": {"maxConcurrentPerIp": 3}},
+                {"host": "198.51.100.2", "port": 443, "protection": {"maxConcurrentPerIp": 4}},
+            ])),
+            vec![(
+                "listeners[1].protection".into(),
+                "differs from listeners[0].protection: the listeners on port 443 share one policy (give it on one of them, or the same on each)".into()
+            )]
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! `'blocked'`, `'blockedSummary'` and `'error'` events, capped per second.
+//! `'blocked'`, `'blockedSummary'`, `'error'` and `'defense'` events; the first three capped per
+//! second.
 //!
 //! At most `blockedEvents.maxPerSecond` `'blocked'` events are emitted per wall second (a fixed
 //! one-second window on CLOCK_MONOTONIC, one atomic add per event); the excess is counted in
@@ -43,6 +44,22 @@ pub struct BlockedEvent<'a> {
     /// Which limit, for reasons that have several (`h2_flood`: `rapid_reset`, `continuation`,
     /// ...); `''` for every other reason. Always present, like `ja3`/`ja4`.
     pub detail: &'static str,
+}
+
+/// Payload of `'defense'`: defense mode turned on or off on one listener.
+#[derive(Debug, Serialize)]
+pub struct DefenseEvent<'a> {
+    /// Listener port.
+    pub port: u16,
+    /// Listener `host:port`.
+    pub listener: &'a str,
+    /// On (true) or off.
+    pub active: bool,
+    /// New connections in the last second measured.
+    pub rate: u64,
+    /// The threshold that second was compared with (`max(minConnectionsPerSecond, mean + sigma ×
+    /// deviation)`).
+    pub threshold: f64,
 }
 
 /// Payload of `'error'`.
@@ -139,6 +156,13 @@ impl EventHub {
             *c += 1;
         } else if self.pending_ips.len() < MAX_SUMMARY_IPS {
             *self.pending_ips.entry(ip).or_insert(0) += 1;
+        }
+    }
+
+    /// Emits one `'defense'` event (rare: never capped).
+    pub fn defense(&self, ev: &DefenseEvent<'_>) {
+        if let Ok(json) = serde_json::to_string(ev) {
+            (self.sink)("defense", json);
         }
     }
 

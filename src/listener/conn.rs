@@ -1,15 +1,25 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
-//! (post-hello checks) → route and terminate (rustls, or passthrough) → connect (upstream and
-//! PROXY header) → pump (byte copy; terminated h2 connections through the HTTP/2 guard,
-//! [`super::h2`]). Each phase returns `Result<_, Refusal>`; [`serve`] reports
+//! (post-hello checks) → route and terminate (rustls, or passthrough) → head (`slowRequest`: the
+//! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
+//! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
+//! HTTP/2 guard, [`super::h2`]; a client whose bytes went both ways without a refusal is marked
+//! known-good). Each phase returns `Result<_, Refusal>`; [`serve`] reports
 //! a refusal in one place, with the connection's fingerprints when its ClientHello was read. A
 //! new guard is a check inside a phase, or a new phase.
 //!
 //! The ClientHello is read with `MSG_PEEK` until the parser has the whole message (it may span
 //! TCP segments and TLS records; at most 16 KiB), so a passthrough upstream receives the client's
 //! bytes untouched and rustls reads them again for termination. The whole pre-upstream phase is
-//! bounded by `tlsHandshakeTimeoutMs` from accept; while the hello is incomplete the client must
-//! also keep up `slowHandshake.minBytesPerSecond` (after a one-second grace).
+//! bounded by `tlsHandshakeTimeoutMs` from accept (in defense mode, for a client that is not
+//! known-good, by `min(tlsHandshakeTimeoutMs, defense.handshakeTimeoutMs)`); while the hello is
+//! incomplete the client must also keep up `slowHandshake.minBytesPerSecond` (after a one-second
+//! grace).
+//!
+//! The head phase (listeners with a policy, terminated routes with `protocol: 'http'` or
+//! `http2: true`): after the handshake the client must send a complete first request head
+//! ([`crate::proxy::head`]) within `slowRequest.headTimeoutMs`, else it is closed `slow_request`
+//! and no upstream connection was ever opened; the head (at most 16 KiB) is buffered and written
+//! to the upstream first.
 
 use super::h2::{H2End, H2Inspector};
 use crate::clock;
@@ -18,7 +28,8 @@ use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
-use crate::proxy::copy::{proxy_pair, proxy_pair_inspected, CopyEnd};
+use crate::proxy::copy::{proxy_pair_inspected, CopyEnd, Dir, Flow, Inspector, KnownGood, Pass};
+use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::upstream::{self, UpstreamStream};
@@ -28,7 +39,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -189,6 +200,9 @@ struct Conn<'a> {
     /// JA3/JA4 of `hello`, computed on first use (a fingerprint list, a `'blocked'` event,
     /// `forwardFingerprint`) and never otherwise.
     fingerprints: Option<(String, String)>,
+    /// No check refused this connection, not even in observe mode: it may earn the known-good
+    /// mark.
+    clean: bool,
 }
 
 impl Conn<'_> {
@@ -212,6 +226,7 @@ impl Conn<'_> {
     fn enforce(&mut self, v: Option<Verdict>) -> Result<(), Refusal> {
         match v {
             Some(v) if v.observed => {
+                self.clean = false;
                 self.report(v, None);
                 Ok(())
             }
@@ -221,21 +236,26 @@ impl Conn<'_> {
     }
 
     /// Phase 1 (before a byte is read): a pending-handshake slot (`slowHandshake
-    /// .maxPendingPerIp`); then the ClientHello peek within the handshake deadline.
+    /// .maxPendingPerIp`, `listenerLimit.maxPendingHandshakes`), which also says whether defense
+    /// mode shortens the handshake deadline.
+    fn pending(&mut self) -> Result<PendingGuard, Refusal> {
+        let l = &self.shared.listeners[self.li];
+        match l.engine.pending_handshake(self.ip, clock::now_ns()) {
+            Ok(g) => Ok(g),
+            Err(v) => {
+                self.enforce(Some(v))?;
+                Ok(PendingGuard::empty())
+            }
+        }
+    }
+
+    /// Phase 1b: the ClientHello peek within the handshake deadline.
     async fn peek(
         &mut self,
         sock: &TcpStream,
         deadline: Instant,
         min_bps: u64,
-    ) -> Result<(PendingGuard, bool), Refusal> {
-        let l = &self.shared.listeners[self.li];
-        let pending = match l.engine.pending_handshake(self.ip, clock::now_ns()) {
-            Ok(g) => g,
-            Err(v) => {
-                self.enforce(Some(v))?;
-                PendingGuard::empty()
-            }
-        };
+    ) -> Result<bool, Refusal> {
         let closed = match peek_hello(sock, deadline, min_bps).await {
             Peeked::Hello(h) => {
                 self.hello = Some(h);
@@ -246,7 +266,7 @@ impl Conn<'_> {
             Peeked::Closed => true,
             Peeked::NotTls => false,
         };
-        Ok((pending, closed))
+        Ok(closed)
     }
 
     /// Phase 2: the post-hello checks (`requireSni`, JA3, JA4, incomplete hello), then a hello
@@ -318,6 +338,62 @@ impl Conn<'_> {
         }
     }
 
+    /// Phase 3b (`slowRequest`, listeners with a policy): on a terminated route that carries
+    /// HTTP, reads the first request head (HTTP/1.x up to the empty line; HTTP/2 the preface and
+    /// the first header block, by ALPN) within `headTimeoutMs` of the handshake, before any
+    /// upstream connection exists. Returns the bytes read (at most 16 KiB; empty when the phase
+    /// does not apply), to be written to the upstream first. Past the deadline: `slow_request`
+    /// (in observe mode reported, and the connection goes on with what arrived).
+    async fn head(&mut self, route: &Route, client: &mut Client) -> Result<Vec<u8>, Refusal> {
+        let l = &self.shared.listeners[self.li];
+        let Some(policy) = l.engine.policy() else {
+            return Ok(Vec::new());
+        };
+        let Client::Tls(tls) = client else {
+            return Ok(Vec::new());
+        };
+        if !route.config.carries_http() {
+            return Ok(Vec::new());
+        }
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let deadline = Instant::now() + Duration::from_nanos(policy.head_timeout_ns());
+        let observed = policy.mode() == Mode::Observe;
+        drop(policy);
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let state = match (buf.is_empty(), h2) {
+                (true, _) => Head::Partial,
+                (false, true) => head::http2(&buf),
+                (false, false) => head::http1(&buf),
+            };
+            match state {
+                Head::Complete(_) | Head::Full => return Ok(buf),
+                Head::Invalid => return Err(Refusal::Failed(ErrorReason::BadRequest, None)),
+                Head::Partial => {}
+            }
+            let room = chunk.len().min(MAX_HEAD_BYTES - buf.len());
+            match tokio::time::timeout_at(deadline, tls.read(&mut chunk[..room])).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    return Err(Refusal::Failed(ErrorReason::ClientClosed, None))
+                }
+                Ok(Ok(n)) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    l.metrics
+                        .bytes_received
+                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(_) => {
+                    self.enforce(Some(Verdict {
+                        reason: BlockReason::SlowRequest,
+                        observed,
+                    }))?;
+                    return Ok(buf);
+                }
+            }
+        }
+    }
+
     /// Phase 4: the upstream connection and the route's source-address header.
     async fn connect(
         &mut self,
@@ -358,37 +434,69 @@ impl Conn<'_> {
 
     /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
     /// connection whose ALPN is `h2` goes through the HTTP/2 guard unless the listener's
-    /// `protection.http2.enabled` is false (the guard's defaults apply without protection).
-    /// The ClientHello is kept only for a guarded connection (a flood's event carries its
-    /// fingerprints); otherwise neither it nor its fingerprints live on.
-    async fn pump(&mut self, client: Client, up: UpstreamStream) -> Result<(), Refusal> {
+    /// `protection.http2.enabled` is false (the guard's defaults apply without protection); the
+    /// buffered request head (`head`, from the head phase) goes through the guard first, then to
+    /// the upstream. A connection that no check refused marks its client known-good as soon as
+    /// bytes moved both ways. The ClientHello is kept only for a guarded connection (a flood's
+    /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
+    async fn pump(
+        &mut self,
+        client: Client,
+        mut up: UpstreamStream,
+        head: Vec<u8>,
+    ) -> Result<(), Refusal> {
         let l = &self.shared.listeners[self.li];
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
-        let client = match client {
+        let guard = match &client {
             Client::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2") => {
                 let policy = l.engine.policy();
                 let http2 = policy
                     .as_deref()
                     .map_or_else(Http2Policy::default, |p| *p.http2());
-                if http2.enabled {
-                    let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
-                    return self.pump_h2(*s, up, &http2.guard, observe).await;
-                }
-                Client::Tls(s)
+                let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
+                http2.enabled.then_some((http2.guard, observe))
             }
-            other => other,
+            _ => None,
         };
+        if let Some((config, observe)) = guard {
+            let Client::Tls(s) = client else {
+                unreachable!("the guard is only chosen for TLS clients")
+            };
+            return self.pump_h2(*s, up, head, &config, observe).await;
+        }
         self.hello = None;
         self.fingerprints = None;
+        if !head.is_empty() {
+            up.write_all(&head).await.map_err(|e| {
+                Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
+            })?;
+        }
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let mut inspector = KnownGood::new(Pass, !head.is_empty(), self.known_good_hook(&client));
         let end = match client {
-            Client::Tls(s) => proxy_pair(*s, up, idle, rx, tx).await,
-            Client::Raw(s) => proxy_pair(s, up, idle, rx, tx).await,
+            Client::Tls(s) => proxy_pair_inspected(*s, up, idle, rx, tx, &mut inspector).await,
+            Client::Raw(s) => proxy_pair_inspected(s, up, idle, rx, tx, &mut inspector).await,
         };
         match end {
             CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
             _ => Ok(()),
         }
+    }
+
+    /// The known-good mark for a terminated connection that no check refused, run once bytes
+    /// moved both ways (`None` otherwise: passthrough is never marked).
+    fn known_good_hook(&self, client: &Client) -> Option<impl FnOnce() + '_> {
+        matches!(client, Client::Tls(_))
+            .then(|| self.known_good_hook_tls())
+            .flatten()
+    }
+
+    /// [`Conn::known_good_hook`] for a terminated connection.
+    fn known_good_hook_tls(&self) -> Option<impl FnOnce() + '_> {
+        let (l, ip) = (&self.shared.listeners[self.li], self.ip);
+        self.clean.then_some(move || {
+            l.engine.mark_known_good(ip, clock::now_ns());
+        })
     }
 
     /// Phase 5 through the HTTP/2 guard ([`super::h2`]). A violation counts against the client
@@ -397,7 +505,8 @@ impl Conn<'_> {
     async fn pump_h2(
         &self,
         client: TlsClient,
-        up: UpstreamStream,
+        mut up: UpstreamStream,
+        mut head: Vec<u8>,
         config: &H2GuardConfig,
         observe: bool,
     ) -> Result<(), Refusal> {
@@ -420,9 +529,24 @@ impl Conn<'_> {
                 shared.report_block(li, ip, v2, Some(v), (ja3, ja4));
             }
         };
-        let mut inspector = Box::new(H2Inspector::new(config, observe, on_violation));
+        let hook = self.known_good_hook_tls();
+        let mut inspector = Box::new(KnownGood::new(
+            H2Inspector::new(config, observe, on_violation),
+            !head.is_empty(),
+            hook,
+        ));
+        if !head.is_empty() {
+            // The head phase read the preface and first header block: the guard sees them first.
+            let n = match inspector.inspect(Dir::ToUpstream, &mut head) {
+                Flow::All => head.len(),
+                Flow::Stop(n) => n,
+            };
+            up.write_all(&head[..n]).await.map_err(|e| {
+                Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
+            })?;
+        }
         let end = proxy_pair_inspected(client, up, idle, rx, tx, &mut *inspector).await;
-        match inspector.ended() {
+        match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
             None if end == CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
@@ -435,28 +559,44 @@ impl Conn<'_> {
         let l = &self.shared.listeners[self.li];
         let accepted_at = Instant::now();
         let _ = sock.set_nodelay(true); // best effort: a socket that refuses it still works
+        let pending = self.pending()?;
         let policy = l.engine.policy();
-        let timeout_ms = policy.as_ref().map_or(DEFAULT_HANDSHAKE_TIMEOUT_MS, |p| {
-            p.tls_handshake_timeout_ms()
-        });
+        let timeout_ns = policy
+            .as_ref()
+            .map_or(DEFAULT_HANDSHAKE_TIMEOUT_MS * 1_000_000, |p| {
+                if pending.tightened() {
+                    p.defense_handshake_timeout_ns()
+                } else {
+                    p.tls_handshake_timeout_ns()
+                }
+            });
         let min_bps = policy.as_ref().map_or(0, |p| p.min_bytes_per_second());
         drop(policy);
-        let deadline = accepted_at + Duration::from_millis(timeout_ms);
+        let deadline = accepted_at + Duration::from_nanos(timeout_ns);
         let local = sock
             .local_addr()
             .unwrap_or(SocketAddr::new(l.config.host, l.config.port));
 
-        let (pending, closed) = self.peek(&sock, deadline, min_bps).await?;
+        let closed = self.peek(&sock, deadline, min_bps).await?;
         self.admit(closed)?;
-        let (route, client) = self.terminate(sock, deadline).await?;
+        let (route, mut client) = self.terminate(sock, deadline).await?;
         drop(pending);
+        let head = self.head(&route, &mut client).await?;
         let up = self.connect(&route, local).await?;
-        self.pump(client, up).await
+        self.pump(client, up, head).await
     }
 }
 
-/// Serves one admitted connection to the end; a refusal is reported here, once.
-pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr, ip: IpAddr) {
+/// Serves one admitted connection to the end; a refusal is reported here, once. `clean`: the
+/// admission at accept refused nothing (not even in observe mode).
+pub async fn serve(
+    shared: &Shared,
+    li: usize,
+    sock: TcpStream,
+    peer: SocketAddr,
+    ip: IpAddr,
+    clean: bool,
+) {
     let mut c = Conn {
         shared,
         li,
@@ -464,6 +604,7 @@ pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, peer: SocketAddr
         ip,
         hello: None,
         fingerprints: None,
+        clean,
     };
     match c.run(sock).await {
         Ok(()) => {}

@@ -6,8 +6,8 @@
 //! before anything looks at it.
 //!
 //! Admission happens in the accept loop before a byte is read: the protection engine
-//! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency), then the
-//! listener's `maxConnections`. Accept errors (EMFILE, ENFILE, ENOBUFS, ...) are counted and back
+//! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency, the prefix
+//! tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE, ENOBUFS, ...) are counted and back
 //! off briefly so the loop never spins and resumes once descriptors free up.
 
 pub mod conn;
@@ -139,7 +139,7 @@ pub async fn accept_loop(
         match accepted {
             Ok((sock, peer)) => {
                 let ip = peer.ip().to_canonical();
-                let Some((adm, active)) = admit(&shared, li, ip) else {
+                let Some((adm, active, clean)) = admit(&shared, li, ip) else {
                     continue; // dropped: closed at once
                 };
                 let shared = shared.clone();
@@ -147,7 +147,7 @@ pub async fn accept_loop(
                 conns.spawn(async move {
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = conn::serve(&shared, li, sock, peer, ip) => {}
+                        _ = conn::serve(&shared, li, sock, peer, ip, clean) => {}
                     }
                     drop(adm);
                     drop(active);
@@ -166,8 +166,13 @@ pub async fn accept_loop(
 }
 
 /// Admission at accept: the engine, then `maxConnections`. Returns the guards to hold for the
-/// connection's lifetime, or `None` when refused (already counted and reported).
-fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuard>, ActiveGuard)> {
+/// connection's lifetime and whether no check refused it (observe mode admits refusals), or
+/// `None` when refused (already counted and reported).
+fn admit(
+    shared: &Arc<Shared>,
+    li: usize,
+    ip: IpAddr,
+) -> Option<(Option<ConnGuard>, ActiveGuard, bool)> {
     let l = &shared.listeners[li];
     let adm = l.engine.admit_clocked(ip, clock::now_ns);
     if let Some(v) = adm.verdict {
@@ -187,5 +192,5 @@ fn admit(shared: &Arc<Shared>, li: usize, ip: IpAddr) -> Option<(Option<ConnGuar
         return None;
     }
     l.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-    Some((adm.guard, active))
+    Some((adm.guard, active, adm.verdict.is_none()))
 }

@@ -31,11 +31,14 @@ pub enum ErrorReason {
     /// A terminated h2 connection whose client did not speak HTTP/2 the guard can follow (no
     /// connection preface, a header block interrupted); closed, not a flood.
     H2ProtocolError,
+    /// On a route that carries HTTP, the first bytes after the TLS handshake were not the
+    /// beginning of an HTTP/1.x request head or an HTTP/2 preface and header block.
+    BadRequest,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 9] = [
+    pub const ALL: [ErrorReason; 10] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -45,6 +48,7 @@ impl ErrorReason {
         ErrorReason::AcceptFailed,
         ErrorReason::IdleTimeout,
         ErrorReason::H2ProtocolError,
+        ErrorReason::BadRequest,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl ErrorReason {
             ErrorReason::AcceptFailed => "accept_failed",
             ErrorReason::IdleTimeout => "idle_timeout",
             ErrorReason::H2ProtocolError => "h2_protocol_error",
+            ErrorReason::BadRequest => "bad_request",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -145,17 +150,32 @@ pub struct ListenerSnapshot {
     /// Connections admitted without a per-IP entry because the table was at `maxTrackedIps`
     /// and every candidate held connections (fail-open, as a full stick table does).
     pub untracked_admissions: u64,
+    /// Prefixes tracked by the prefix tier (`prefixLimit`).
+    pub tracked_prefixes: u64,
+    /// Clients holding a known-good mark.
+    pub known_good_clients: u64,
+    /// Defense mode on (1) or off (0).
+    pub defense_active: u8,
+}
+
+/// What a listener's engine reports beside its counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineGauges {
+    /// Per-IP entries.
+    pub tracked_ips: u64,
+    /// Admissions without an entry.
+    pub untracked_admissions: u64,
+    /// Prefix entries.
+    pub tracked_prefixes: u64,
+    /// Known-good clients.
+    pub known_good_clients: u64,
+    /// Defense mode on.
+    pub defense_active: bool,
 }
 
 impl ListenerSnapshot {
     /// Reads `m`.
-    pub fn read(
-        address: String,
-        port: u16,
-        m: &ListenerMetrics,
-        tracked_ips: u64,
-        untracked_admissions: u64,
-    ) -> Self {
+    pub fn read(address: String, port: u16, m: &ListenerMetrics, g: EngineGauges) -> Self {
         let blocked_by_reason = BlockReason::ALL
             .iter()
             .map(|r| {
@@ -195,8 +215,11 @@ impl ListenerSnapshot {
             errors_by_reason,
             bytes_received: m.bytes_received.load(Ordering::Relaxed),
             bytes_sent: m.bytes_sent.load(Ordering::Relaxed),
-            tracked_ips,
-            untracked_admissions,
+            tracked_ips: g.tracked_ips,
+            untracked_admissions: g.untracked_admissions,
+            tracked_prefixes: g.tracked_prefixes,
+            known_good_clients: g.known_good_clients,
+            defense_active: u8::from(g.defense_active),
         }
     }
 }
@@ -258,7 +281,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 5] = [
+        let sections: [Section; 8] = [
             (
                 "accepted_connections_total",
                 "counter",
@@ -288,6 +311,24 @@ impl MetricsSnapshot {
                 "counter",
                 "Connections admitted without a per-IP entry (table at maxTrackedIps).",
                 |l| l.untracked_admissions,
+            ),
+            (
+                "tracked_prefixes",
+                "gauge",
+                "Prefix entries tracked by the prefix tier (prefixLimit).",
+                |l| l.tracked_prefixes,
+            ),
+            (
+                "known_good_clients",
+                "gauge",
+                "Clients holding a known-good mark.",
+                |l| l.known_good_clients,
+            ),
+            (
+                "defense_active",
+                "gauge",
+                "Defense mode on (1) or off (0).",
+                |l| u64::from(l.defense_active),
             ),
         ];
         for (name, kind, help, get) in sections {

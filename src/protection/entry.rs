@@ -1,13 +1,20 @@
-//! One tracked client's state: the fixed-size entry the per-client table holds inline.
+//! One tracked client's (or prefix's) state: the fixed-size entry the tables hold inline.
 //!
-//! **Entry** (48 bytes, asserted at compile time): the key (128 bits + prefix length), the two
+//! **Entry** (56 bytes, asserted at compile time): the key (128 bits + prefix length), the two
 //! GCRA TATs (`rateLimit`, `sustained`, CLOCK_MONOTONIC ns; 0 = never), the penalty-box word (see
 //! [`super::penalty`]), the active-connection count (released by the table's `ConnGuard`), the
-//! pending-handshake count (released by `PendingGuard`, at most [`MAX_PENDING`]) and one flag
-//! byte: 3 bits saying which blocked-list side sets hold the key ([`FLAG_RATE`], [`FLAG_CONC`],
+//! pending-handshake count (released by `PendingGuard`, at most [`MAX_PENDING`]), one flag
+//! byte — 3 bits saying which blocked-list side sets hold the key ([`FLAG_RATE`], [`FLAG_CONC`],
 //! [`FLAG_BOX`], see [`super::blocked`]), 5 bits ([`TAG_BITS`]) of the rate-limit generation the
-//! TATs are written in (see [`super::rescale`]). An entry is only read or written under its shard
-//! lock ([`super::table`]).
+//! TATs are written in (see [`super::rescale`]) — and, since the second round, the known-good
+//! deadline (CLOCK_MONOTONIC seconds, rounded up, 0 = never), the penalty-box escalation level
+//! (repeat boxes within `escalation.memoryMs`) and a mark byte ([`MARK_KNOWN_GOOD`]: counted in
+//! the engine's known-good gauge; [`MARK_NEW`]: first seen while defense mode was on). 4 bytes are
+//! spare. An entry is only read or written under its shard lock ([`super::table`]).
+//!
+//! A prefix-tier entry ([`super::engine`]'s second table) uses the same layout: `tat_rate` is the
+//! prefix's `prefixLimit` TAT, `penalty` and `level` its box, `active` the connections of all its
+//! clients; `tat_sustained`, `pending` and the known-good fields stay 0.
 
 use super::key::IpKey;
 
@@ -24,6 +31,11 @@ pub(crate) const FLAG_BOX: u8 = 4;
 pub(crate) const SIDE_FLAGS: u8 = FLAG_RATE | FLAG_CONC | FLAG_BOX;
 const TAG_SHIFT: u32 = 3;
 const _: () = assert!(SIDE_FLAGS >> TAG_SHIFT == 0 && TAG_SHIFT + TAG_BITS == 8);
+
+/// Mark: the entry holds a known-good deadline counted in the engine's known-good gauge.
+pub(crate) const MARK_KNOWN_GOOD: u8 = 1;
+/// Mark: the client was first seen while defense mode was on (and has not been known-good since).
+pub(crate) const MARK_NEW: u8 = 2;
 
 /// One tracked client. Only ever accessed under its shard lock.
 #[repr(C)]
@@ -45,9 +57,17 @@ pub(crate) struct Entry {
     /// Bits 0..3: which side sets hold this key (`FLAG_*`); bits 3..8: the rate-limit generation
     /// tag (read and written through [`Entry::tag`] and [`Entry::set_tag`]).
     pub flags: u8,
+    /// Known-good until this CLOCK_MONOTONIC second (0 = never).
+    pub known_good_s: u32,
+    /// Penalty-box escalation level: boxes in a row, each within `memoryMs` of the last one's
+    /// deadline (0 = first box).
+    pub level: u8,
+    /// `MARK_*` bits.
+    pub marks: u8,
+    _spare: u16,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 48);
+const _: () = assert!(std::mem::size_of::<Entry>() == 56);
 
 /// Largest per-client pending count (`slowHandshake.maxPendingPerIp` is validated below it).
 pub const MAX_PENDING: u64 = u16::MAX as u64;
@@ -78,6 +98,12 @@ impl Entry {
         };
         e.set_tag(tag);
         e
+    }
+
+    /// Whether the known-good mark runs at `now_ns`.
+    #[inline]
+    pub fn known_good(&self, now_ns: u64) -> bool {
+        u64::from(self.known_good_s) * 1_000_000_000 > now_ns
     }
 
     /// The rate-limit generation (mod 32) the TATs are written in.

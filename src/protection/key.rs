@@ -10,6 +10,7 @@
 //! prefix of length < 96 has zeros where the mapped form has `ffff`, and an address inside
 //! `::ffff:0:0/96` is always converted to IPv4 first).
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -53,6 +54,23 @@ impl IpKey {
         }
     }
 
+    /// The network prefix of a client address for the prefix tier: IPv4 (or IPv4-mapped) → its
+    /// first `v4_len` bits (1..=32), IPv6 → its first `v6_len` bits (1..=128). An IPv4 prefix is
+    /// kept in the mapped form with its IPv4 length, so no IPv6 prefix can equal it.
+    pub fn prefix(ip: IpAddr, v4_len: u8, v6_len: u8) -> IpKey {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let len = v4_len.clamp(1, 32);
+                let mask = u32::MAX << (32 - u32::from(len));
+                IpKey {
+                    bits: MAPPED | u128::from(u32::from(v4) & mask),
+                    len,
+                }
+            }
+            v6 => IpKey::new(v6, v6_len),
+        }
+    }
+
     /// The key of an IPv4 address.
     pub fn v4(ip: Ipv4Addr) -> IpKey {
         IpKey {
@@ -61,12 +79,14 @@ impl IpKey {
         }
     }
 
-    /// True for an IPv4 key.
+    /// True for an IPv4 key (an address, or an IPv4 prefix of the prefix tier). A masked IPv6
+    /// prefix of at most 32 bits is zero in bits 32..48, so it never has the mapped marker.
     pub fn is_ipv4(&self) -> bool {
-        self.len == 32 && (self.bits >> 32) == 0xffff
+        self.len <= 32 && (self.bits >> 32) == 0xffff
     }
 
-    /// Prefix length: 32 for IPv4, `ipv6PrefixLength` for IPv6.
+    /// Prefix length: 32 for an IPv4 client, `ipv6PrefixLength` for IPv6 (the prefix tier's
+    /// lengths for its keys).
     pub fn prefix_len(&self) -> u8 {
         self.len
     }
@@ -77,6 +97,18 @@ impl IpKey {
             IpAddr::V4(Ipv4Addr::from(self.bits as u32))
         } else {
             IpAddr::V6(Ipv6Addr::from(self.bits))
+        }
+    }
+
+    /// The key as a CIDR (`/32` for IPv4), e.g. for an XDP ban-map key.
+    pub fn to_ipnet(&self) -> IpNet {
+        match self.addr() {
+            IpAddr::V4(v4) => {
+                IpNet::V4(Ipv4Net::new(v4, self.len).expect("an IPv4 key is at most 32 bits"))
+            }
+            IpAddr::V6(v6) => {
+                IpNet::V6(Ipv6Net::new(v6, self.len).expect("prefix length is at most 128"))
+            }
         }
     }
 
@@ -94,7 +126,8 @@ impl IpKey {
 impl fmt::Display for IpKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.addr() {
-            IpAddr::V4(v4) => write!(f, "{v4}"),
+            IpAddr::V4(v4) if self.len == 32 => write!(f, "{v4}"),
+            IpAddr::V4(v4) => write!(f, "{v4}/{}", self.len),
             IpAddr::V6(v6) => write!(f, "{v6}/{}", self.len),
         }
     }
@@ -139,6 +172,25 @@ mod tests {
             IpKey::new(ip("2001:db8:1:2::1"), 48).to_string(),
             "2001:db8:1::/48"
         );
+    }
+
+    #[test]
+    fn prefixes_mask_and_display_as_cidrs() {
+        let p = IpKey::prefix(ip("203.0.113.77"), 24, 48);
+        assert_eq!(p, IpKey::prefix(ip("::ffff:203.0.113.1"), 24, 48));
+        assert!(p.is_ipv4());
+        assert_eq!(p.to_string(), "203.0.113.0/24");
+        assert_eq!(p.to_ipnet().to_string(), "203.0.113.0/24");
+        assert_ne!(p, IpKey::prefix(ip("203.0.114.1"), 24, 48));
+        assert_eq!(
+            IpKey::prefix(ip("203.0.113.77"), 32, 48).to_string(),
+            "203.0.113.77"
+        );
+        let q = IpKey::prefix(ip("2001:db8:1:2::1"), 24, 48);
+        assert!(!q.is_ipv4());
+        assert_eq!(q.to_string(), "2001:db8:1::/48");
+        // A short IPv6 prefix never reads as IPv4.
+        assert!(!IpKey::prefix(ip("ffff::1"), 24, 16).is_ipv4());
     }
 
     #[test]

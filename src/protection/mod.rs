@@ -9,17 +9,20 @@
 //!   rate limiter;
 //! - [`penalty`]: the penalty-box deadline word and its epochs;
 //! - [`entry`]: one client's fixed-size state (TATs, box word, counts, flags);
-//! - [`table`]: the sharded per-IP table, guards, cap and incremental eviction;
+//! - [`table`]: the sharded per-IP table (also the prefix tier's), guards, cap and incremental
+//!   eviction;
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
 //! - `offenders`: clients boxed for violations on admitted connections (the HTTP/2 guard);
 //! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
+//! - [`defense`]: defense mode's per-second measure, baseline and on/off rule;
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
 
 pub mod blocked;
 pub mod cidr;
+pub mod defense;
 pub mod dynamic;
 pub mod engine;
 pub mod entry;
@@ -33,8 +36,14 @@ pub mod table;
 
 pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed};
 pub use cidr::{parse_cidr, CidrSet};
+pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
-pub use engine::{Admission, BoxListener, ConnGuard, Engine, HelloFacts, PendingGuard, Verdict};
+pub use engine::{
+    Admission, BoxListener, ConnGuard, Engine, HelloFacts, PendingGuard, Verdict, PREFIX_NOTE,
+};
 pub use key::IpKey;
-pub use policy::{Mode, ProtectionPolicy, RateLimit, SlowHandshake, XdpSyn};
+pub use policy::{
+    Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit, ProtectionPolicy,
+    RateLimit, SlowHandshake, XdpSyn,
+};
 pub use reason::BlockReason;

@@ -73,6 +73,37 @@ pub(crate) fn extend(word: &mut u64, epoch: u32, deadline_ms_new: u64) -> Option
     Some(deadline_ms_new.saturating_mul(NS_PER_MS))
 }
 
+/// The box duration (ns) at escalation `level`: `base_ns × factor^level`, capped at `max_ns`,
+/// saturating, never below `base_ns.min(max_ns)`.
+pub(crate) fn escalated_ns(base_ns: u64, factor: f64, level: u8, max_ns: u64) -> u64 {
+    let floor = base_ns.min(max_ns);
+    if level == 0 {
+        return floor;
+    }
+    let d = base_ns as f64 * factor.powi(i32::from(level));
+    if !d.is_finite() || d >= max_ns as f64 {
+        max_ns.max(floor)
+    } else {
+        (d.ceil() as u64).clamp(floor, max_ns)
+    }
+}
+
+/// The escalation level of a box starting at `now_ns`: `level + 1` (saturating) when the previous
+/// box in `word` (of `epoch`) ended at most `memory_ns` before `now_ns`, else 0.
+pub(crate) fn next_level(word: u64, epoch: u32, level: u8, now_ns: u64, memory_ns: u64) -> u8 {
+    match deadline_ms(word, epoch) {
+        Some(d) if now_ns <= d.saturating_mul(NS_PER_MS).saturating_add(memory_ns) => {
+            level.saturating_add(1)
+        }
+        _ => 0,
+    }
+}
+
+/// Until when (ns) the escalation memory of the last box in `word` runs, if it is of `epoch`.
+pub(crate) fn memory_until_ns(word: u64, epoch: u32, memory_ns: u64) -> Option<u64> {
+    deadline_ms(word, epoch).map(|d| d.saturating_mul(NS_PER_MS).saturating_add(memory_ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +118,36 @@ mod tests {
         assert!(!is_boxed(word, 2, 0));
         assert_eq!(extend(&mut word, 2, 10), Some(10_000_000));
         assert_eq!(remaining_ms(word, 2, 1), Some(10));
+    }
+
+    #[test]
+    fn escalation_multiplies_caps_and_saturates() {
+        const MIN: u64 = 60 * 1_000_000_000;
+        let (base, max) = (10 * MIN, 1_440 * MIN);
+        let got: Vec<u64> = (0..10)
+            .map(|l| escalated_ns(base, 2.0, l, max) / MIN)
+            .collect();
+        assert_eq!(got, [10, 20, 40, 80, 160, 320, 640, 1280, 1440, 1440]);
+        assert_eq!(escalated_ns(base, 2.0, u8::MAX, max), max);
+        assert_eq!(escalated_ns(base, 1e6, 200, max), max);
+        assert_eq!(escalated_ns(base, 1.0, 200, max), base);
+        assert_eq!(escalated_ns(u64::MAX, 2.0, 3, u64::MAX), u64::MAX);
+        assert_eq!(escalated_ns(3, 1.5, 1, 100), 5); // 4.5 rounded up
+        assert_eq!(escalated_ns(base, 2.0, 1, base), base);
+    }
+
+    #[test]
+    fn a_repeat_within_memory_raises_the_level() {
+        let mut word = 0;
+        assert_eq!(next_level(word, 1, 0, 5_000_000, 1_000_000), 0);
+        extend(&mut word, 1, 10); // deadline 10 ms
+        assert_eq!(next_level(word, 1, 0, 11_000_000, 1_000_000), 1);
+        assert_eq!(next_level(word, 1, 3, 11_000_000, 1_000_000), 4);
+        assert_eq!(next_level(word, 1, u8::MAX, 11_000_000, 1_000_000), u8::MAX);
+        assert_eq!(next_level(word, 1, 3, 11_000_001, 1_000_000), 0);
+        // Another epoch (the box was switched off and on) forgets.
+        assert_eq!(next_level(word, 2, 3, 10_500_000, 1_000_000), 0);
+        assert_eq!(memory_until_ns(word, 1, 1_000_000), Some(11_000_000));
     }
 
     #[test]

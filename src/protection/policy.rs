@@ -29,6 +29,14 @@ pub const H2_VIOLATION_WINDOW_NS: u64 = 60 * NS_PER_SEC;
 
 /// Largest accepted rate, per second (the emission interval stays >= 1 ns).
 pub const MAX_RATE_PER_SEC: f64 = 1e9;
+/// Default `knownGoodTtlMs`.
+pub const DEFAULT_KNOWN_GOOD_TTL_MS: u64 = 3_600_000;
+/// Default `slowRequest.headTimeoutMs`.
+pub const DEFAULT_HEAD_TIMEOUT_MS: u64 = 10_000;
+/// Default `prefixLimit.ipv4PrefixLength`.
+pub const DEFAULT_PREFIX_V4: u8 = 24;
+/// Default `prefixLimit.ipv6PrefixLength`.
+pub const DEFAULT_PREFIX_V6: u8 = 48;
 
 /// `mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -115,6 +123,85 @@ impl Default for Http2Policy {
     }
 }
 
+/// `prefixLimit`: the second tier, keyed by network prefix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixLimit {
+    /// Bits of an IPv4 address that name its prefix (1..=32, default 24).
+    pub ipv4_prefix_length: u8,
+    /// Bits of an IPv6 address that name its prefix (1..=128, default 48).
+    pub ipv6_prefix_length: u8,
+    /// New connections per second per prefix (GCRA), if set.
+    pub rate: Option<RateLimit>,
+    /// Simultaneous connections per prefix (0 = off).
+    pub max_concurrent: u64,
+}
+
+/// `listenerLimit`: a budget over every client of the listener that is not known-good.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ListenerLimit {
+    /// New connections per second over the listener (one GCRA word), if set.
+    pub rate: Option<RateLimit>,
+    /// Handshakes in progress over the listener (0 = off).
+    pub max_pending_handshakes: u64,
+}
+
+/// `defense.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DefenseMode {
+    /// Never on.
+    #[default]
+    Off,
+    /// On while the listener's new-connection rate is anomalous (see `protection::defense`).
+    Auto,
+    /// Always on (the operator's switch during an incident).
+    On,
+}
+
+/// `defense`: what turns defense mode on and what it tightens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defense {
+    /// `mode`.
+    pub mode: DefenseMode,
+    /// Deviations above the mean that count as a surge (default 3).
+    pub sigma: f64,
+    /// Floor of the threshold, new connections per second (default 100).
+    pub min_connections_per_second: u64,
+    /// Time below the threshold before it turns off, ns (default 30 s).
+    pub hold_ns: u64,
+    /// Rate multiplier for clients that are not known-good, in (0, 1] (default 0.25).
+    pub factor: f64,
+    /// Pending handshakes of a client first seen while defense is on (default 1).
+    pub new_client_max_pending: u64,
+    /// Handshake timeout while on, ns (default 3 s; the smaller of it and
+    /// `tlsHandshakeTimeoutMs` applies).
+    pub handshake_timeout_ns: u64,
+}
+
+impl Default for Defense {
+    fn default() -> Self {
+        Defense {
+            mode: DefenseMode::Off,
+            sigma: 3.0,
+            min_connections_per_second: 100,
+            hold_ns: 30 * NS_PER_SEC,
+            factor: 0.25,
+            new_client_max_pending: 1,
+            handshake_timeout_ns: 3 * NS_PER_SEC,
+        }
+    }
+}
+
+/// `penaltyBox.escalation`: a client (or prefix) boxed again soon gets a longer box.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Escalation {
+    /// Multiplier per repeat (≥ 1, default 2).
+    pub factor: f64,
+    /// Longest box, ns (default 24 h).
+    pub max_duration_ns: u64,
+    /// How long after a box's deadline a new box counts as a repeat, ns (default 24 h).
+    pub memory_ns: u64,
+}
+
 /// A set of JA3 (32 chars) or JA4 (36 chars) fingerprints, compared ASCII-case-insensitively
 /// without allocation.
 #[derive(Debug, Clone, Default)]
@@ -176,6 +263,12 @@ pub struct ProtectionPolicy {
     pub(crate) mode: Mode,
     pub(crate) xdp: Option<XdpSyn>,
     pub(crate) http2: Http2Policy,
+    pub(crate) prefix_limit: Option<PrefixLimit>,
+    pub(crate) listener_limit: Option<ListenerLimit>,
+    pub(crate) known_good_ttl_ns: u64,
+    pub(crate) defense: Defense,
+    pub(crate) head_timeout_ns: u64,
+    pub(crate) escalation: Option<Escalation>,
 }
 
 impl Default for ProtectionPolicy {
@@ -201,6 +294,12 @@ impl Default for ProtectionPolicy {
             mode: Mode::Enforce,
             xdp: None,
             http2: Http2Policy::default(),
+            prefix_limit: None,
+            listener_limit: None,
+            known_good_ttl_ns: ms_to_ns(DEFAULT_KNOWN_GOOD_TTL_MS),
+            defense: Defense::default(),
+            head_timeout_ns: ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS),
+            escalation: None,
         }
     }
 }
@@ -304,7 +403,36 @@ impl ProtectionPolicy {
     /// (ns).
     pub fn box_duration_ns(&self) -> u64 {
         self.penalty_duration_ns
-            .unwrap_or(DEFAULT_PENALTY_MS * 1_000_000)
+            .unwrap_or(ms_to_ns(DEFAULT_PENALTY_MS))
+    }
+    /// `prefixLimit`, if set.
+    pub fn prefix_limit(&self) -> Option<&PrefixLimit> {
+        self.prefix_limit.as_ref()
+    }
+    /// `listenerLimit`, if set.
+    pub fn listener_limit(&self) -> Option<&ListenerLimit> {
+        self.listener_limit.as_ref()
+    }
+    /// `knownGoodTtlMs` in ns.
+    pub fn known_good_ttl_ns(&self) -> u64 {
+        self.known_good_ttl_ns
+    }
+    /// `defense`.
+    pub fn defense(&self) -> &Defense {
+        &self.defense
+    }
+    /// `slowRequest.headTimeoutMs` in ns (applies to routes that carry HTTP).
+    pub fn head_timeout_ns(&self) -> u64 {
+        self.head_timeout_ns
+    }
+    /// `penaltyBox.escalation`, if set.
+    pub fn escalation(&self) -> Option<&Escalation> {
+        self.escalation.as_ref()
+    }
+    /// The handshake timeout for a client defense mode tightens, ns.
+    pub fn defense_handshake_timeout_ns(&self) -> u64 {
+        self.tls_handshake_timeout_ns
+            .min(self.defense.handshake_timeout_ns)
     }
     /// Whether a fingerprint list is set (a ClientHello must then be read completely).
     pub fn has_fingerprint_lists(&self) -> bool {

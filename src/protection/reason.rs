@@ -33,11 +33,19 @@ pub enum BlockReason {
     /// The HTTP/2 guard closed a terminated h2 connection (`protection.http2`); the event's
     /// `detail` says which limit.
     H2Flood,
+    /// The attempt exceeded the client's prefix's `prefixLimit.connectionsPerSecond`.
+    PrefixRateLimited,
+    /// The client's prefix already holds `prefixLimit.maxConcurrent` connections.
+    PrefixTooManyConnections,
+    /// The listener's budget (`listenerLimit`) is spent and the client is not known-good.
+    ListenerOverloaded,
+    /// The first request head did not arrive within `slowRequest.headTimeoutMs` of the handshake.
+    SlowRequest,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 13] = [
+    pub const ALL: [BlockReason; 17] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -51,6 +59,10 @@ impl BlockReason {
         BlockReason::HandshakeTimeout,
         BlockReason::SlowHandshake,
         BlockReason::H2Flood,
+        BlockReason::PrefixRateLimited,
+        BlockReason::PrefixTooManyConnections,
+        BlockReason::ListenerOverloaded,
+        BlockReason::SlowRequest,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -69,6 +81,10 @@ impl BlockReason {
             BlockReason::HandshakeTimeout => "handshake_timeout",
             BlockReason::SlowHandshake => "slow_handshake",
             BlockReason::H2Flood => "h2_flood",
+            BlockReason::PrefixRateLimited => "prefix_rate_limited",
+            BlockReason::PrefixTooManyConnections => "prefix_too_many_connections",
+            BlockReason::ListenerOverloaded => "listener_overloaded",
+            BlockReason::SlowRequest => "slow_request",
         }
     }
 

@@ -15,6 +15,11 @@
 //! however long after the swap the client comes back. Products are rounded up to the ns and
 //! saturate.
 //!
+//! The prefix tier's `prefixLimit` is a third limit with its own step; its TAT lives in the
+//! prefix table's entries (`tat_rate` there), which carry the same generation tag and are
+//! rescaled with [`Tier::Prefix`]. A swap that changes only one limit still opens a generation for
+//! every entry of both tables; the others' step is *keep*.
+//!
 //! Per limit, a swap is one of three steps: *keep* (same interval — a burst-only change needs no
 //! rescaling, the TAT is already in the right unit — or the limit off before and after), *reset*
 //! (the limit is switched on — everybody starts fresh — or off — its state is dropped), *scale*
@@ -91,12 +96,28 @@ impl Step {
     }
 }
 
+/// Carries one free-standing TAT (the listener budget's word) over a swap at `at_ns` from limit
+/// `old` to `new`, with the same rule as the table's entries, eagerly.
+pub(crate) fn carry_over(old: Option<Gcra>, new: Option<Gcra>, tat: &mut u64, at_ns: u64) {
+    Step::between(old, new).apply(tat, at_ns);
+}
+
+/// Which table an entry belongs to: which limits its TATs are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    /// Per-client entry: `tat_rate` is `rateLimit`, `tat_sustained` is `sustained`.
+    Client,
+    /// Prefix entry: `tat_rate` is `prefixLimit`.
+    Prefix,
+}
+
 /// One remembered swap: its instant (CLOCK_MONOTONIC ns) and its step for each limit.
 #[derive(Debug, Clone, Copy, Default)]
 struct Swap {
     at_ns: u64,
     rate: Step,
     sustained: Step,
+    prefix: Step,
 }
 
 /// The policy in force together with its rate-limit generation: what an engine publishes with
@@ -109,6 +130,11 @@ pub(crate) struct Installed {
     pub rate: Option<Gcra>,
     /// `sustained` in force.
     pub sustained: Option<Gcra>,
+    /// `prefixLimit`'s rate in force (the prefix table's TATs).
+    pub prefix: Option<Gcra>,
+    /// `rate`, `sustained` and `prefix` × `defense.factor` (see [`Gcra::tightened`]): what a
+    /// client that is not known-good is debited while defense mode is on.
+    pub tight: [Option<Gcra>; 3],
     tag: u8,
     generation: u64,
     /// `swaps[g % WINDOW]` opened generation `g` (for the last `WINDOW` generations).
@@ -122,6 +148,8 @@ impl Installed {
             policy: None,
             rate: None,
             sustained: None,
+            prefix: None,
+            tight: [None; 3],
             tag: 0,
             generation: 0,
             swaps: Box::new([Swap::default(); WINDOW]),
@@ -139,20 +167,30 @@ impl Installed {
             .as_deref()
             .and_then(|p| p.sustained())
             .map(|r| r.gcra);
+        let prefix = policy
+            .as_deref()
+            .and_then(|p| p.prefix_limit())
+            .and_then(|l| l.rate)
+            .map(|r| r.gcra);
+        let factor = policy.as_deref().map_or(1.0, |p| p.defense().factor);
+        let tight = [rate, sustained, prefix].map(|g| g.map(|g| g.tightened(factor)));
         let swap = Swap {
             at_ns: now_ns.max(self.swaps[slot(self.generation)].at_ns),
             rate: Step::between(self.rate, rate),
             sustained: Step::between(self.sustained, sustained),
+            prefix: Step::between(self.prefix, prefix),
         };
         let mut next = Installed {
             policy,
             rate,
             sustained,
+            prefix,
+            tight,
             tag: self.tag,
             generation: self.generation,
             swaps: self.swaps.clone(),
         };
-        if swap.rate != Step::Keep || swap.sustained != Step::Keep {
+        if swap.rate != Step::Keep || swap.sustained != Step::Keep || swap.prefix != Step::Keep {
             next.generation += 1;
             next.tag = slot(next.generation) as u8;
             next.swaps[slot(next.generation)] = swap;
@@ -169,13 +207,18 @@ impl Installed {
     /// Brings `e`'s TATs from its generation to this one (no-op when already there). Call with
     /// the entry's shard lock held and `self` loaded while holding it.
     #[cold]
-    pub fn rescale(&self, e: &mut Entry) {
+    pub fn rescale(&self, e: &mut Entry, tier: Tier) {
         let missed = u64::from(self.tag.wrapping_sub(e.tag()) & (WINDOW as u8 - 1));
         let missed = missed.min(self.generation);
         for g in self.generation - missed + 1..=self.generation {
             let s = &self.swaps[slot(g)];
-            s.rate.apply(&mut e.tat_rate, s.at_ns);
-            s.sustained.apply(&mut e.tat_sustained, s.at_ns);
+            match tier {
+                Tier::Client => {
+                    s.rate.apply(&mut e.tat_rate, s.at_ns);
+                    s.sustained.apply(&mut e.tat_sustained, s.at_ns);
+                }
+                Tier::Prefix => s.prefix.apply(&mut e.tat_rate, s.at_ns),
+            }
         }
         e.set_tag(self.tag);
     }
@@ -225,15 +268,15 @@ mod tests {
         let mut e = entry(&g1, 100 * S + 600_000_000, 0); // 6 used at 100 s
         let g2 = g1.next(policy(Some(1), None), 100 * S);
         assert_eq!(g2.generation, g1.generation + 1);
-        g2.rescale(&mut e);
+        g2.rescale(&mut e, Tier::Client);
         assert_eq!(e.tat_rate, 106 * S);
         assert_eq!(e.tag(), g2.tag());
         // Idempotent once normalised.
-        g2.rescale(&mut e);
+        g2.rescale(&mut e, Tier::Client);
         assert_eq!(e.tat_rate, 106 * S);
         // A fresh TAT (≤ the swap instant) is untouched.
         let mut idle = entry(&g1, 99 * S, 0);
-        g2.rescale(&mut idle);
+        g2.rescale(&mut idle, Tier::Client);
         assert_eq!(idle.tat_rate, 99 * S);
     }
 
@@ -256,7 +299,7 @@ mod tests {
         let g2 = g1.next(policy(Some(20), None), 10 * S);
         // 20/s → 1/s at 10.1 s: 150 ms left at 50 ms = 3 used → 3 s; sustained back on: fresh.
         let g3 = g2.next(policy(Some(1), Some(60)), 10 * S + 100_000_000);
-        g3.rescale(&mut e);
+        g3.rescale(&mut e, Tier::Client);
         assert_eq!(e.tat_rate, 10 * S + 100_000_000 + 3 * S);
         assert_eq!(e.tat_sustained, 0);
     }
@@ -272,7 +315,7 @@ mod tests {
         }
         // 32 swaps later the tag has come round: the entry reads as current (staleness rule).
         assert_eq!(g.tag(), first_tag);
-        g.rescale(&mut e);
+        g.rescale(&mut e, Tier::Client);
         assert_eq!(e.tat_rate, 10 * S);
         // 31 swaps later, 16 halvings and 15 doublings of the interval: 9 s ahead → 4.5 s.
         let mut g = Installed::initial().next(policy(Some(1), None), 0);
@@ -281,7 +324,7 @@ mod tests {
             let rate = if i.is_multiple_of(2) { 2 } else { 1 };
             g = g.next(policy(Some(rate), None), S);
         }
-        g.rescale(&mut e);
+        g.rescale(&mut e, Tier::Client);
         assert_eq!(e.tat_rate, S + 4_500_000_000);
     }
 

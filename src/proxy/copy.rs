@@ -48,7 +48,7 @@ impl<'a, S> Metered<'a, S> {
 }
 
 fn now_ms() -> u64 {
-    clock::now_ns() / clock::NS_PER_MS
+    clock::now_ns() / 1_000_000
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<'_, S> {
@@ -150,6 +150,65 @@ impl Inspector for Pass {
     #[inline(always)]
     fn poll_give_up(&mut self, _: &mut Context<'_>) -> Poll<()> {
         Poll::Pending
+    }
+}
+
+/// Wraps an inspector and runs `hook` once, as soon as bytes have moved both ways (the
+/// known-good mark of the connection path). `client_sent`: the client's first bytes were already
+/// forwarded before the pair started (a request head Rampart buffered), so one upstream byte
+/// completes the exchange.
+pub struct KnownGood<I: Inspector, F: FnOnce()> {
+    inner: I,
+    up: bool,
+    down: bool,
+    hook: Option<F>,
+}
+
+impl<I: Inspector, F: FnOnce()> KnownGood<I, F> {
+    /// `inner` with `hook` (none: the wrapper only delegates).
+    pub fn new(inner: I, client_sent: bool, hook: Option<F>) -> Self {
+        KnownGood {
+            inner,
+            up: client_sent,
+            down: false,
+            hook,
+        }
+    }
+
+    /// The wrapped inspector.
+    pub fn inner(&self) -> &I {
+        &self.inner
+    }
+}
+
+impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
+    #[inline]
+    fn inspect(&mut self, dir: Dir, chunk: &mut [u8]) -> Flow {
+        let flow = self.inner.inspect(dir, chunk);
+        if self.hook.is_some() && !chunk.is_empty() && flow == Flow::All {
+            match dir {
+                Dir::ToUpstream => self.up = true,
+                Dir::ToClient => self.down = true,
+            }
+            if self.up && self.down {
+                if let Some(h) = self.hook.take() {
+                    h();
+                }
+            }
+        }
+        flow
+    }
+    #[inline]
+    fn stopped(&self, dir: Dir) -> bool {
+        self.inner.stopped(dir)
+    }
+    #[inline]
+    fn farewell(&self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize {
+        self.inner.farewell(dir, out)
+    }
+    #[inline]
+    fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_give_up(cx)
     }
 }
 

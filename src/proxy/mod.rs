@@ -1,6 +1,8 @@
-//! The data path after admission: routing, upstream connect, PROXY protocol, byte copy.
+//! The data path after admission: routing, the first request head, upstream connect, PROXY
+//! protocol, byte copy.
 
 pub mod copy;
+pub mod head;
 pub mod proxy_protocol;
 pub mod routes;
 pub mod upstream;

@@ -138,6 +138,7 @@ mod tests {
             terminate_tls: false,
             cert: None,
             http2: false,
+            protocol: Default::default(),
             source_address_header: SourceAddressHeader::None,
             forward_fingerprint: ForwardFingerprint::None,
             connect_timeout_ms: 1000,

@@ -75,6 +75,11 @@ pub struct BoxedClient {
     pub port: u16,
     /// CLOCK_MONOTONIC deadline, ns.
     pub deadline_ns: u64,
+    /// A whole prefix of the prefix tier (`prefixLimit`) rather than one client. The kernel's
+    /// ban map is keyed by one source (an IPv4 address, an IPv6 client prefix), so such a box is
+    /// not written there yet (a prefix-keyed ban trie is a follow-up): its clients are refused
+    /// in userspace (`penalty_boxed`).
+    pub prefix: bool,
 }
 
 /// Bounded queue of boxes waiting to become kernel bans.
@@ -101,11 +106,12 @@ impl BanQueue {
     pub fn listen(self: &Arc<Self>, engine: &Engine) {
         let q = self.clone();
         let port = engine.port();
-        engine.set_box_listener(Some(Arc::new(move |key, deadline_ns| {
+        engine.set_box_listener(Some(Arc::new(move |key, deadline_ns, prefix| {
             let b = BoxedClient {
                 ip: key.addr(),
                 port,
                 deadline_ns,
+                prefix,
             };
             if let Err(TrySendError::Full(_)) = q.tx.try_send(b) {
                 q.overflow.fetch_add(1, Ordering::Relaxed);

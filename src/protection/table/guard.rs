@@ -1,9 +1,11 @@
-//! Guards: RAII counts of one admitted connection or one pending handshake on a client's entry,
-//! released by finding the entry again by key under its shard lock (entries move when a shard
-//! grows or shifts; one with a count held is never evicted).
+//! Guards: RAII counts of one admitted connection or one pending handshake on a client's entry
+//! (and, for a connection, on its prefix's entry too), released by finding each entry again by
+//! key under its shard lock (entries move when a shard grows or shifts; one with a count held is
+//! never evicted). The releases take one shard lock at a time, never two.
 
 use super::shard::Shard;
 use crate::protection::key::IpKey;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A handle on a client's entry from which guards are made (the caller has counted them in the
@@ -17,14 +19,40 @@ pub(crate) struct Slot<'a> {
 impl Slot<'_> {
     /// A guard for one active connection already counted in the entry.
     pub fn conn_guard(&self) -> ConnGuard {
-        ConnGuard(Release::new(self, Counter::Active))
+        ConnGuard {
+            client: Release::new(self, Counter::Active),
+            prefix: None,
+        }
     }
 
-    /// A guard for one pending handshake already counted in the entry.
-    pub fn pending_guard(&self) -> PendingGuard {
-        PendingGuard(Some(Release::new(self, Counter::Pending)))
+    /// A guard for one active connection counted in the entry and, with `prefix`, in its
+    /// prefix's entry.
+    pub fn conn_guard_with(&self, prefix: Option<PrefixHold>) -> ConnGuard {
+        ConnGuard {
+            client: Release::new(self, Counter::Active),
+            prefix: prefix.map(|p| p.0),
+        }
+    }
+
+    /// One active connection already counted in a prefix entry, to be held by the connection's
+    /// [`ConnGuard`].
+    pub fn prefix_hold(&self) -> PrefixHold {
+        PrefixHold(Release::new(self, Counter::Active))
+    }
+
+    /// A guard for one pending handshake already counted in the entry (and in `listener`, the
+    /// listener's pending count, when given); `tightened` says defense mode applies to it.
+    pub fn pending_guard(&self, listener: Option<Arc<AtomicU64>>, tightened: bool) -> PendingGuard {
+        PendingGuard {
+            client: Some(Release::new(self, Counter::Pending)),
+            listener,
+            tightened,
+        }
     }
 }
+
+/// An active count on a prefix entry, released when dropped (see [`Slot::prefix_hold`]).
+pub struct PrefixHold(Release);
 
 #[derive(Clone, Copy)]
 enum Counter {
@@ -64,31 +92,71 @@ impl Drop for Release {
     }
 }
 
-/// RAII count of one admitted connection on its client's entry: dropping it decrements the
-/// per-IP active count (what `maxConcurrentPerIp` compares against). While any guard is alive the
-/// entry cannot be evicted.
-pub struct ConnGuard(Release);
+/// RAII count of one admitted connection on its client's entry (and on its prefix's entry with
+/// `prefixLimit`): dropping it decrements the per-IP active count (what `maxConcurrentPerIp`
+/// compares against) and the prefix's (`prefixLimit.maxConcurrent`). While any guard is alive
+/// the entries cannot be evicted.
+pub struct ConnGuard {
+    client: Release,
+    prefix: Option<Release>,
+}
 
 impl std::fmt::Debug for ConnGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConnGuard({})", self.0.key)
+        match &self.prefix {
+            Some(p) => write!(f, "ConnGuard({}, prefix {})", self.client.key, p.key),
+            None => write!(f, "ConnGuard({})", self.client.key),
+        }
     }
 }
 
-/// RAII count of one handshake in progress (`slowHandshake.maxPendingPerIp`); dropping it
-/// decrements the per-IP pending count. A guard for an untracked or allowlisted client is empty.
-pub struct PendingGuard(Option<Release>);
+/// RAII count of one handshake in progress (`slowHandshake.maxPendingPerIp`, and
+/// `listenerLimit.maxPendingHandshakes`); dropping it decrements the per-IP pending count and the
+/// listener's. A guard for an untracked or allowlisted client counts nothing per IP.
+pub struct PendingGuard {
+    client: Option<Release>,
+    listener: Option<Arc<AtomicU64>>,
+    tightened: bool,
+}
 
 impl PendingGuard {
     /// A guard that counts nothing (allowlisted or untracked client, no policy).
     pub fn empty() -> PendingGuard {
-        PendingGuard(None)
+        PendingGuard {
+            client: None,
+            listener: None,
+            tightened: false,
+        }
+    }
+
+    /// A guard that counts nothing per IP but one handshake in `listener` (untracked client),
+    /// `tightened` when defense mode applies.
+    pub(crate) fn listener_only(listener: Option<Arc<AtomicU64>>, tightened: bool) -> PendingGuard {
+        PendingGuard {
+            client: None,
+            listener,
+            tightened,
+        }
+    }
+
+    /// Whether defense mode tightens this handshake (shorter timeout): defense was on when it
+    /// began and the client is not known-good.
+    pub fn tightened(&self) -> bool {
+        self.tightened
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        if let Some(l) = &self.listener {
+            l.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
 impl std::fmt::Debug for PendingGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
+        match &self.client {
             Some(r) => write!(f, "PendingGuard({})", r.key),
             None => f.write_str("PendingGuard(empty)"),
         }

@@ -1,14 +1,18 @@
 //! The per-IP table: one small fixed-size entry per tracked client, sharded, with a hard cap and
-//! incremental eviction.
+//! incremental eviction. The engine's prefix tier is a second table of the same kind, keyed by
+//! network prefix.
 //!
-//! **Entry**: one fixed-size [`Entry`] per client (48 bytes; see [`super::entry`]).
+//! **Entry**: one fixed-size [`Entry`] per client (56 bytes; see [`super::entry`]).
 //!
 //! **Layout** ([`shard`]): 256 shards, each a `Mutex` around an open-addressing table that holds
 //! the entries *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a
 //! lookup reads the control bytes (1 byte per slot, cache-resident) and then touches one entry —
 //! one memory miss per decision at a million clients. Linear probing from `fastrange(hash, capacity)`, at most 7/8
-//! full, growing by 1.5× (so the load stays between 58 % and 88 %), backward-shift deletion (no
-//! tombstones). Memory per tracked client: 49 bytes / load = 56–84 bytes.
+//! full, growing by 1.25× (so the load stays between 70 % and 88 %), backward-shift deletion (no
+//! tombstones). Memory per tracked client: 57 bytes / load = 65–81 bytes (measured at 1M clients:
+//! 72 B of table heap, 83 B of RSS; after a 2M-address flood against a 1M cap, 80 B and 90 B —
+//! `tests/protection_table.rs`). The growth factor was 1.5 with 48-byte entries; with 56 bytes
+//! its worst load (58 %) would have cost up to 98 B, above the 96 B budget.
 //!
 //! **Why admission and eviction never split a client's state**: an entry is only read or written
 //! with its shard lock held — the lookup, the whole admission decision (penalty box, both limits,
@@ -21,32 +25,34 @@
 //!
 //! **Eviction** (lazy projection: nothing is refilled or reset on a timer): every entry an
 //! eviction pass looks at is first brought to the current rate-limit generation (rescaled TATs,
-//! see [`super::rescale`]), so its worth is judged under the limits in force. An entry is *idle*
-//! when it is projected to a never-seen client at `now` — both TATs ≤ now, no running box, no
+//! see [`super::rescale`]), so its worth is judged under the limits in force, and an expired
+//! known-good mark is cleared. An entry is *idle* when it is projected to a never-seen client at
+//! `now` — both TATs ≤ now, no running box, no running known-good mark or escalation memory, no
 //! active or pending count — and removing it is then invisible. [`Table::evict_tick`] removes idle
 //! entries, a bounded number of slots per call and at most 64 per lock hold. At the
 //! `maxTrackedIps` cap an insert replaces a victim found by a scan of at most 32 live entries
 //! from its shard's clock hand: idle first, then *limited* (a TAT in the future; the one closest
-//! to idle), *boxed* last (the earliest deadline). Before giving up a boxed entry it looks at up to
-//! 8 other non-empty shards (try-lock only) for anything less valuable; a shard with no candidate
-//! at all (small tables) looks at every shard. The priority is thus exact for small tables and
-//! sampled for large ones. When every candidate holds connections the client is admitted
-//! untracked.
+//! to idle), then *remembered* (a known-good mark or the escalation memory of a past box; the one
+//! ending first), *boxed* last (the earliest deadline). Before giving up a boxed entry it looks at
+//! up to 8 other non-empty shards (try-lock only) for anything less valuable; a shard with no
+//! candidate at all (small tables) looks at every shard. The priority is thus exact for small
+//! tables and sampled for large ones. When every candidate holds connections the client is
+//! admitted untracked.
 
 mod guard;
 mod shard;
 
 pub(crate) use guard::Slot;
-pub use guard::{ConnGuard, PendingGuard};
-pub(crate) use shard::Ctx;
+pub use guard::{ConnGuard, PendingGuard, PrefixHold};
+pub(crate) use shard::{expire_mark, Ctx};
 
 use super::blocked::SideLists;
-use super::entry::{Entry, SIDE_FLAGS};
+use super::entry::{Entry, MARK_KNOWN_GOOD, SIDE_FLAGS};
 use super::key::IpKey;
 use shard::{
     rank, worth, Hasher4, Shard, ShardInner, Worth, OTHER_SHARDS, SHARDS, TICK_BATCH, VICTIM_SCAN,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 struct TickState {
@@ -64,6 +70,8 @@ pub(crate) struct Table {
     tick: Mutex<TickState>,
     /// Side sets of the blocked view (keys flagged in their entries).
     pub lists: SideLists,
+    /// Entries holding a known-good mark ([`MARK_KNOWN_GOOD`]), not yet found expired.
+    pub marked: AtomicU64,
 }
 
 impl Table {
@@ -86,6 +94,7 @@ impl Table {
                 over_cap_sweeps: 0,
             }),
             lists: SideLists::default(),
+            marked: AtomicU64::new(0),
         }
     }
 
@@ -165,7 +174,9 @@ impl Table {
         if !self.reserve(ctx.cap) {
             // At the cap: replace the least valuable entry (the count stays the same).
             match inner.scan_victim(ctx, VICTIM_SCAN) {
-                Some((pos, Worth::Idle | Worth::Limited(_))) => self.evict_at(inner, pos),
+                Some((pos, Worth::Idle | Worth::Limited(_) | Worth::Remembered(_))) => {
+                    self.evict_at(inner, pos)
+                }
                 Some((pos, Worth::Boxed(_))) => {
                     // Keep boxed clients if a few other shards have anything less valuable.
                     if !(self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
@@ -184,7 +195,7 @@ impl Table {
                 }
             }
         }
-        Some(inner.insert(&self.hasher, key, h, ctx.tag))
+        Some(inner.insert(&self.hasher, key, h, ctx.tag, ctx.new_marks))
     }
 
     /// Evicts the least valuable entry found in up to `shards` other non-empty shards (try-lock
@@ -241,12 +252,15 @@ impl Table {
     }
 
     /// Removes the entry at `pos` (evictable: checked by the caller under the lock). Does not
-    /// touch `len`.
+    /// touch `len`; uncounts a known-good mark from `marked`.
     fn evict_at(&self, inner: &mut ShardInner, pos: usize) {
         let e = inner.slots[pos];
         inner.remove(&self.hasher, pos);
         if e.flags & SIDE_FLAGS != 0 {
             self.lists.forget(e.key(), e.flags & SIDE_FLAGS);
+        }
+        if e.marks & MARK_KNOWN_GOOD != 0 {
+            self.marked.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -271,7 +285,7 @@ impl Table {
                         let over = self.len.load(Ordering::Relaxed) > ctx.cap;
                         let go = match w {
                             Worth::Idle => true,
-                            Worth::Limited(_) => over,
+                            Worth::Limited(_) | Worth::Remembered(_) => over,
                             Worth::Boxed(_) => over && tick.over_cap_sweeps > 0,
                         };
                         if go {
@@ -342,6 +356,10 @@ mod tests {
             cap,
             tag: 0,
             latest: None,
+            tier: crate::protection::rescale::Tier::Client,
+            memory_ns: 0,
+            marked: None,
+            new_marks: 0,
         }
     }
 

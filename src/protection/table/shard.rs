@@ -1,16 +1,17 @@
 //! One shard of the per-client table: an open-addressing table holding entries inline behind
 //! one control byte per slot (0 = empty, else a 7-bit hash tag), the keyed hash that places a
 //! key, and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
-//! at most 7/8 full, growing by 1.5x, backward-shift deletion (no tombstones). Every method runs
+//! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
 //! with the shard's lock held (see the table's module doc).
 
-use crate::protection::entry::Entry;
+use crate::protection::entry::{Entry, MARK_KNOWN_GOOD};
 use crate::protection::key::IpKey;
 use crate::protection::penalty;
-use crate::protection::rescale::Installed;
+use crate::protection::rescale::{Installed, Tier};
 use arc_swap::ArcSwap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// What an entry is worth keeping, at `now`.
@@ -20,6 +21,9 @@ pub(super) enum Worth {
     Idle,
     /// A TAT in the future (ns): it remembers recent arrivals.
     Limited(u64),
+    /// A running known-good mark or escalation memory, until this time (ns): it remembers how the
+    /// client behaved.
+    Remembered(u64),
     /// A running penalty box (deadline word).
     Boxed(u64),
 }
@@ -38,6 +42,16 @@ pub(crate) struct Ctx<'a> {
     /// Where the generation in force is published: entries of another generation are rescaled
     /// before eviction judges them (`None`: no rescaling, for table-only tests).
     pub latest: Option<&'a ArcSwap<Installed>>,
+    /// Which limits the table's TATs are written in.
+    pub tier: Tier,
+    /// `penaltyBox.escalation.memoryMs` in ns (0 = no escalation): how long after its deadline a
+    /// box is remembered.
+    pub memory_ns: u64,
+    /// The known-good gauge the table's marks are counted in (a mark found expired is cleared
+    /// and uncounted; `None`: the table holds no marks).
+    pub marked: Option<&'a AtomicU64>,
+    /// `MARK_*` bits a newly inserted entry starts with.
+    pub new_marks: u8,
 }
 
 /// Brings `e` to the generation in force (loaded under the shard lock the caller holds).
@@ -45,20 +59,45 @@ pub(crate) struct Ctx<'a> {
 pub(super) fn normalize(e: &mut Entry, ctx: &Ctx) {
     if let Some(latest) = ctx.latest {
         if e.tag() != ctx.tag {
-            latest.load().rescale(e);
+            latest.load().rescale(e, ctx.tier);
+        }
+    }
+}
+
+/// Clears `e`'s known-good mark if it expired at `now`, uncounting it from `marked`.
+#[inline]
+pub(crate) fn expire_mark(e: &mut Entry, now: u64, marked: Option<&AtomicU64>) {
+    if e.marks & MARK_KNOWN_GOOD != 0 && !e.known_good(now) {
+        e.marks &= !MARK_KNOWN_GOOD;
+        e.known_good_s = 0;
+        if let Some(m) = marked {
+            m.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
 
 /// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
-/// to the current generation first.
+/// to the current generation and clears an expired known-good mark first.
 pub(super) fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
     normalize(e, ctx);
+    expire_mark(e, ctx.now, ctx.marked);
     if e.active != 0 || e.pending != 0 {
         return None;
     }
     if penalty::is_boxed(e.penalty, ctx.epoch, ctx.now) {
         return Some(Worth::Boxed(e.penalty));
+    }
+    let mut remembered = 0;
+    if e.known_good(ctx.now) {
+        remembered = u64::from(e.known_good_s) * 1_000_000_000;
+    }
+    if ctx.memory_ns > 0 {
+        if let Some(t) = penalty::memory_until_ns(e.penalty, ctx.epoch, ctx.memory_ns) {
+            remembered = remembered.max(t);
+        }
+    }
+    if remembered > ctx.now {
+        return Some(Worth::Remembered(remembered));
     }
     let tat = e.tat_rate.max(e.tat_sustained);
     Some(if tat > ctx.now {
@@ -68,12 +107,14 @@ pub(super) fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
     })
 }
 
-/// Lower is evicted first: limited by TAT (closest to idle first), then boxed by deadline.
+/// Lower is evicted first: limited by TAT (closest to idle first), then remembered ones (the
+/// memory closest to its end first), then boxed by deadline.
 pub(super) fn rank(w: Worth) -> (u8, u64) {
     match w {
         Worth::Idle => (0, 0),
         Worth::Limited(tat) => (1, tat),
-        Worth::Boxed(word) => (2, word & ((1 << 44) - 1)),
+        Worth::Remembered(until) => (2, until),
+        Worth::Boxed(word) => (3, word & ((1 << 44) - 1)),
     }
 }
 
@@ -185,13 +226,14 @@ impl ShardInner {
         }
     }
 
-    /// Inserts a fresh entry for `key` (absent) and returns its slot.
+    /// Inserts a fresh entry for `key` (absent) with `marks` and returns its slot.
     pub(super) fn insert(
         &mut self,
         hasher: &Hasher4,
         key: IpKey,
         h: u64,
         generation_tag: u8,
+        marks: u8,
     ) -> usize {
         if (self.count + 1) * 8 > self.ctrl.len() * 7 {
             self.grow(hasher);
@@ -206,12 +248,13 @@ impl ShardInner {
         }
         self.ctrl[pos] = tag(h);
         self.slots[pos] = Entry::fresh(key, generation_tag);
+        self.slots[pos].marks = marks;
         self.count += 1;
         pos
     }
 
     pub(super) fn grow(&mut self, hasher: &Hasher4) {
-        let cap = (self.ctrl.len() * 3 / 2).max(MIN_CAP);
+        let cap = (self.ctrl.len() * 5 / 4).max(MIN_CAP);
         let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
         let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
         for (c, e) in ctrl.into_iter().zip(slots) {

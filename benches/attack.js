@@ -1,0 +1,496 @@
+#!/usr/bin/env node
+'use strict';
+// `npm run bench:attack [-- options]`: the attacks of DESIGN §7.9 that loopback can play, each
+// for 15 s against a fresh proxy with a legitimate probe beside it, Rampart (the README's
+// recommended protection) and HAProxy (its best equivalent: stick tables on src and
+// src,ipmask(24), a penalty flag, `rate-limit sessions`, `timeout http-request`) in the same run.
+//
+// Rows: no attack (the probe's baseline); a single-IP handshake flood; an IP-diverse handshake
+// flood (4,000 sources in 127.1.0.0/16, each far under every per-client limit); an IP-diverse
+// post-TLS slowloris (2,000 sources × 4 connections trickling a request head); a pre-TLS slow
+// handshake (500 sources × 8 connections sending their ClientHello a byte a second); a
+// garbage-bytes flood.
+//
+// The probe: from 127.0.0.2 a new TLS connection + `GET /` every 50 ms, and from 127.0.0.3 one
+// HTTP/2 connection with a `GET /` every 50 ms. It starts 1 s before the attack (so on Rampart it
+// is a regular, known-good client, as a site's users are) and stops with it. Per row: offered
+// volume, probe success and p99 (vs the no-attack p99), upstream requests/s, proxy peak RSS and
+// CPU, refusals by reason. Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
+// RSS ≤ 512 MiB.
+//
+// Options: --duration S (default 15), --only id,id (baseline, hs-single, hs-diverse, slowloris,
+// slowhs, garbage), --no-haproxy, --json FILE, --write (replace the section in BENCHMARKS.md).
+// Env: RAMPART_PATH = directory of the addon package (default: the repo root).
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const tls = require('node:tls');
+const http2 = require('node:http2');
+const { fork } = require('node:child_process');
+const L = require('./lib');
+const { recordClientHello, legitProbe } = require('./clients');
+
+const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
+const argv = process.argv.slice(2);
+const flag = (n) => argv.includes(n);
+const opt = (n, d) => {
+  const i = argv.indexOf(n);
+  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
+};
+if (flag('--help') || flag('-h')) {
+  console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 24).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+  process.exit(0);
+}
+const DURATION = Number(opt('--duration', 15));
+const ONLY = opt('--only', '') ? opt('--only', '').split(',') : null;
+const WITH_HAPROXY = !flag('--no-haproxy');
+const JSON_OUT = opt('--json', '');
+const THREADS = 2;
+const PROBE_RATE = 20; // every 50 ms
+const PREROLL_MS = 1000;
+const log = (...a) => console.error(...a);
+
+/** The README's recommended protection (Protection → Recommended starting values). */
+const RECOMMENDED = {
+  rateLimit: { connectionsPerSecond: 20, burst: 40 },
+  sustained: { connectionsPerMinute: 600 },
+  penaltyBox: { durationMs: 300000, escalation: { factor: 2, maxDurationMs: 86400000 } },
+  maxConcurrentPerIp: 64,
+  tlsHandshakeTimeoutMs: 10000,
+  slowHandshake: { maxPendingPerIp: 16, minBytesPerSecond: 64 },
+  prefixLimit: { connectionsPerSecond: 200, burst: 400, maxConcurrent: 2000 },
+  listenerLimit: { connectionsPerSecond: 500, burst: 1000, maxPendingHandshakes: 2000 },
+  knownGoodTtlMs: 3600000,
+  defense: { mode: 'auto', sigma: 3, minConnectionsPerSecond: 200, holdMs: 30000, factor: 0.25 },
+  slowRequest: { headTimeoutMs: 10000 },
+};
+
+const children = new Set();
+function track(child) {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+process.on('exit', () => {
+  for (const c of children) c.kill('SIGKILL');
+});
+process.on('SIGINT', () => process.exit(130));
+
+/** `n` addresses from 127.<b>.0.0 on, `perNet` in each /24 (host parts .1 on), /24s in order. */
+function sources(b, n, perNet) {
+  return Array.from({ length: n }, (_, i) => {
+    const net = Math.floor(i / perNet);
+    return `127.${b + Math.floor(net / 256)}.${net % 256}.${(i % perNet) + 1}`;
+  });
+}
+
+/** Deterministic shuffle, so consecutive attempts come from different /24s. */
+function shuffle(xs) {
+  let seed = 42;
+  const out = [...xs];
+  for (let i = out.length - 1; i > 0; i--) {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    const j = seed % (i + 1);
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
+
+function rows(hello) {
+  const all = [
+    { id: 'baseline', name: 'no attack' },
+    { id: 'hs-single', name: 'single-IP handshake flood (256 in flight from 127.0.50.1)', mode: 'hsflood', opts: { sources: ['127.0.50.1'], concurrency: 256, hello } },
+    {
+      id: 'hs-diverse',
+      name: 'IP-diverse handshake flood (4,000 sources spread over the 256 /24s of 127.1.0.0/16, 256 in flight: each source and each /24 under its limits)',
+      mode: 'hsflood',
+      opts: { sources: shuffle(sources(1, 4000, 16)), concurrency: 256, hello },
+    },
+    {
+      id: 'slowloris',
+      name: 'IP-diverse post-TLS slowloris (2,000 sources in 200 /24s × 4 connections, a header line every 2 s)',
+      mode: 'slowloris',
+      opts: { sources: sources(2, 2000, 10), perSource: 4, intervalMs: 2000, inflight: 256, servername: 'localhost' },
+    },
+    {
+      id: 'slowhs',
+      name: 'pre-TLS slow handshake (500 sources in 100 /24s × 8 connections, a ClientHello byte a second)',
+      mode: 'slowhs',
+      opts: { sources: sources(4, 500, 5), perSource: 8, intervalMs: 1000, inflight: 200, hello },
+    },
+    { id: 'garbage', name: 'garbage-bytes flood (100 sources, 256 in flight, 512 random bytes each)', mode: 'garbage', opts: { sources: sources(5, 100, 100), concurrency: 256, bytes: 512 } },
+    { id: 'baseline-end', name: 'no attack, again at the end' },
+  ];
+  return ONLY ? all.filter((r) => ONLY.includes(r.id)) : all;
+}
+
+// ---------- processes ----------
+function forkReady(script, args) {
+  const child = track(fork(path.join(__dirname, script), args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  const ask = (cmd) =>
+    new Promise((resolve) => {
+      const on = (m) => {
+        if (m && m.stats) {
+          child.off('message', on);
+          resolve(m.stats);
+        }
+      };
+      child.on('message', on);
+      child.send({ cmd });
+    });
+  return { child, ask };
+}
+
+async function startOrigin(ctx) {
+  const o = forkReady('attack-origin.js', [JSON.stringify({ h1Port: ctx.h1Port, h2Port: ctx.h2Port })]);
+  await new Promise((r) => o.child.once('message', r));
+  return o;
+}
+
+function rampartConfig(ctx) {
+  return {
+    workerThreads: THREADS,
+    listeners: [
+      {
+        host: '127.0.0.1',
+        port: ctx.port,
+        defaultCert: { certChain: { file: ctx.certFile }, privateKey: { file: ctx.keyFile } },
+        protection: RECOMMENDED,
+      },
+    ],
+    routes: [
+      { sni: 'h2.local', http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: ctx.h2Port }] },
+      { sni: '', protocol: 'http', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: ctx.h1Port }] },
+    ],
+  };
+}
+
+/** HAProxy's best equivalent of RECOMMENDED (2.6 has no known-good notion nor a minimum byte rate). */
+function haproxyConfig(ctx) {
+  return `global
+  nbthread ${THREADS}
+  maxconn 9000
+  stats socket ${ctx.statsSocket} level admin
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 10s
+  timeout server 30s
+  timeout http-request 10s
+  timeout http-keep-alive 10s
+backend st_src
+  stick-table type ip size 1m expire 300s store conn_rate(1s),conn_cur,gpc0
+backend st_net
+  stick-table type ip size 1m expire 300s store conn_rate(1s),conn_cur,gpc0
+frontend fe
+  bind 127.0.0.1:${ctx.port} ssl crt ${ctx.pemFile} alpn h2,http/1.1
+  maxconn 9000
+  rate-limit sessions 500
+  # Per source first (a flag set on excess = the penalty box, kept while the source keeps coming
+  # back within 300 s), then per /24 only for connections the source rules let through, like
+  # Rampart's order. HAProxy's rate counters have no separate burst: the thresholds are the
+  # bursts (40 per source, 400 per /24 in any second), a little more lenient than Rampart's GCRA.
+  tcp-request connection track-sc0 src table st_src
+  tcp-request connection reject if { sc0_get_gpc0(st_src) gt 0 }
+  tcp-request connection sc-inc-gpc0(0) if { sc0_conn_rate(st_src) gt 40 }
+  tcp-request connection reject if { sc0_conn_rate(st_src) gt 40 } || { sc0_conn_cur(st_src) gt 64 }
+  tcp-request connection track-sc1 src,ipmask(24) table st_net
+  tcp-request connection reject if { sc1_get_gpc0(st_net) gt 0 }
+  tcp-request connection sc-inc-gpc0(1) if { sc1_conn_rate(st_net) gt 400 }
+  tcp-request connection reject if { sc1_conn_rate(st_net) gt 400 } || { sc1_conn_cur(st_net) gt 2000 }
+  default_backend be
+backend be
+  server o1 127.0.0.1:${ctx.h1Port}
+`;
+}
+
+/** HAProxy frontend counters from `show stat` (CSV). */
+function haproxyStat(sock) {
+  return new Promise((resolve, reject) => {
+    const s = require('node:net').connect(sock);
+    let d = '';
+    s.on('data', (x) => (d += x));
+    s.on('error', reject);
+    s.on('end', () => {
+      const lines = d.trim().split('\n');
+      const head = lines[0].replace(/^# /, '').split(',');
+      const fe = lines.map((l) => l.split(',')).find((f) => f[0] === 'fe' && f[1] === 'FRONTEND') || [];
+      const o = {};
+      head.forEach((k, i) => (o[k] = Number(fe[i]) || 0));
+      resolve(o);
+    });
+    s.write('show stat\n');
+  });
+}
+
+async function startProxy(ctx, kind) {
+  if (kind === 'rampart') {
+    const p = await L.startRampart(rampartConfig(ctx), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+    track(p.child);
+    return {
+      pid: p.pid,
+      stop: p.stop,
+      async refusals() {
+        const m = (await p.metrics()).listeners[0];
+        const out = {};
+        for (const [r, n] of Object.entries(m.blockedByReason)) if (n) out[r] = n;
+        for (const [r, n] of Object.entries(m.errorsByReason)) if (n) out[`err:${r}`] = n;
+        out.knownGood = m.knownGoodClients;
+        out.defense = m.defenseActive;
+        return out;
+      },
+    };
+  }
+  fs.writeFileSync(path.join(ctx.dir, 'haproxy.cfg'), haproxyConfig(ctx));
+  const p = await L.startHaproxy(path.join(ctx.dir, 'haproxy.cfg'), ctx.port);
+  track(p.child);
+  return {
+    pid: p.pid,
+    stop: p.stop,
+    async refusals() {
+      const s = await haproxyStat(ctx.statsSocket);
+      const out = {};
+      for (const [k, label] of [
+        ['dcon', 'denied_conn'],
+        ['dses', 'denied_sess'],
+        ['dreq', 'denied_req'],
+        ['ereq', 'req_errors'],
+        ['hrsp_4xx', 'http_4xx'],
+      ]) {
+        if (s[k]) out[label] = s[k];
+      }
+      return out;
+    },
+  };
+}
+
+// ---------- probes ----------
+/** One HTTP/2 connection from `localAddress`, a GET every 1000/rate ms; reconnects after a failure. */
+function h2Probe({ port, localAddress, rate, durationMs, timeoutMs = 5000 }) {
+  return new Promise((resolve) => {
+    const res = { attempts: 0, ok: 0, latenciesMs: [], sessions: 0 };
+    let session = null;
+    let pending = 0;
+    let ended = false;
+    const connect = () => {
+      res.sessions++;
+      session = http2.connect(`https://127.0.0.1:${port}`, {
+        createConnection: () =>
+          tls.connect({ host: '127.0.0.1', port, servername: 'h2.local', ALPNProtocols: ['h2'], localAddress, rejectUnauthorized: false }),
+      });
+      session.on('error', () => {});
+      const mine = session;
+      session.on('close', () => {
+        if (session === mine) session = null;
+      });
+    };
+    const one = () => {
+      res.attempts++;
+      if (!session || session.destroyed) connect();
+      pending++;
+      const t0 = process.hrtime.bigint();
+      let settled = false;
+      let status = 0;
+      let bytes = 0;
+      const settle = (ok) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (ok) {
+          res.ok++;
+          res.latenciesMs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+        }
+        pending--;
+        if (ended && pending === 0) finish();
+      };
+      const timer = setTimeout(() => settle(false), timeoutMs);
+      let req;
+      try {
+        req = session.request({ ':path': '/', ':method': 'GET' });
+      } catch {
+        session = null;
+        return settle(false);
+      }
+      req.on('response', (h) => (status = h[':status']));
+      req.on('data', (d) => (bytes += d.length));
+      req.on('end', () => settle(status === 200 && bytes > 0));
+      req.on('error', () => settle(false));
+      req.end();
+    };
+    const finish = () => {
+      if (session) session.close();
+      resolve(res);
+    };
+    const iv = setInterval(one, 1000 / rate);
+    one();
+    setTimeout(() => {
+      clearInterval(iv);
+      ended = true;
+      if (pending === 0) finish();
+    }, durationMs);
+  });
+}
+
+// ---------- one measurement ----------
+async function measure(ctx, kind, row) {
+  const p = await startProxy(ctx, kind);
+  const o0 = await ctx.origin.ask('stats');
+  const s0 = L.procStat(p.pid);
+  let peakRssKb = s0.rssKb;
+  const sampler = setInterval(() => {
+    try {
+      peakRssKb = Math.max(peakRssKb, L.procStat(p.pid).rssKb);
+    } catch {}
+  }, 250);
+  const probeMs = PREROLL_MS + DURATION * 1000;
+  const h1 = legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: probeMs, minBytes: 64 });
+  const h2 = h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: probeMs });
+  await L.sleep(PREROLL_MS);
+  const t0 = Date.now();
+  const c0 = L.procStat(p.pid);
+  let attack = null;
+  if (row.mode) {
+    attack = forkReady('attack-clients.js', [row.mode, JSON.stringify({ host: '127.0.0.1', port: ctx.port, ...row.opts })]);
+  }
+  await L.sleep(DURATION * 1000);
+  const c1 = L.procStat(p.pid);
+  const secs = (Date.now() - t0) / 1000;
+  const offered = attack ? await attack.ask('stop') : null;
+  const [r1, r2] = await Promise.all([h1, h2]);
+  clearInterval(sampler);
+  const o1 = await ctx.origin.ask('stats');
+  const refusals = await p.refusals();
+  await p.stop();
+  await L.sleep(300);
+  const q = (xs) => (xs.length ? L.quantile(xs, 0.99) : NaN);
+  return {
+    kind,
+    row: row.id,
+    secs,
+    offered,
+    mode: row.mode,
+    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN },
+    h2: { attempts: r2.attempts, ok: r2.ok, p99: q(r2.latenciesMs), sessions: r2.sessions },
+    upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
+    upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
+    rssMiB: peakRssKb / 1024,
+    cpuPct: ((c1.cpuTicks - c0.cpuTicks) / L.CLK_TCK / secs) * 100,
+    refusals,
+  };
+}
+
+// ---------- report ----------
+const pct = (ok, n) => (n ? `${((100 * ok) / n).toFixed(2)} %` : '–');
+const ms = (x) => (Number.isFinite(x) ? `${x.toFixed(1)}` : '–');
+function offeredText(r) {
+  const o = r.offered;
+  if (!o) return '–';
+  const n = (x) => x.toLocaleString('en-US');
+  if (r.mode === 'hsflood' || r.mode === 'garbage') return `${n(o.attempts)} conns (${n(Math.round(o.attempts / r.secs))}/s)`;
+  return `${n(o.attempts)} conns (${n(o.established)} established, ${n(o.open)} held at the end)`;
+}
+function refusalText(x) {
+  return Object.entries(x)
+    .filter(([k, v]) => v && k !== 'knownGood' && k !== 'defense')
+    .map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`)
+    .join(', ') || '–';
+}
+
+/** The probe's no-attack p99: the mean of the rows without attack (first and last). */
+function baseP99(base, kind) {
+  const xs = base[kind] || [];
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
+}
+
+function table(results, base) {
+  const out = [];
+  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | upstream conns | peak RSS | CPU | refusals |');
+  out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  for (const r of results) {
+    const target = 2 * baseP99(base, r.kind) + 20;
+    const flagMiss = r.h1.ok / r.h1.attempts < 0.99 || r.h1.p99 > target ? ' ✗' : '';
+    const extra = r.kind === 'rampart' && r.refusals.defense ? ' (defense on)' : '';
+    out.push(
+      `| ${r.row} | ${r.kind} | ${offeredText(r)} | ${pct(r.h1.ok, r.h1.attempts)} of ${r.h1.attempts}${flagMiss} | ${ms(r.h1.p99)} ms (${ms(target)}) | ${pct(r.h2.ok, r.h2.attempts)} of ${r.h2.attempts} | ${ms(r.h2.p99)} ms | ${r.upstreamRps.toFixed(1)} | ${r.upstreamConns} | ${r.rssMiB.toFixed(0)} MiB | ${r.cpuPct.toFixed(0)} % | ${refusalText(r.refusals)}${extra} |`
+    );
+  }
+  return out.join('\n');
+}
+
+async function main() {
+  for (const t of ['openssl', ...(WITH_HAPROXY ? ['haproxy'] : [])]) {
+    if (!L.haveTool(t)) {
+      console.error(`missing tool: ${t} (apt-get install haproxy openssl, or --no-haproxy)`);
+      process.exit(1);
+    }
+  }
+  const { generateSelfSignedCert } = require(RAMPART_PATH);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-attack-'));
+  const [cert, key] = generateSelfSignedCert(['localhost', 'h2.local']);
+  const ctx = {
+    dir,
+    certFile: path.join(dir, 'cert.pem'),
+    keyFile: path.join(dir, 'key.pem'),
+    pemFile: path.join(dir, 'haproxy.pem'),
+    statsSocket: path.join(dir, 'haproxy.sock'),
+    port: await L.freePort(),
+    h1Port: await L.freePort(),
+    h2Port: await L.freePort(),
+  };
+  fs.writeFileSync(ctx.certFile, cert);
+  fs.writeFileSync(ctx.keyFile, key);
+  fs.writeFileSync(ctx.pemFile, cert + key);
+  ctx.origin = await startOrigin(ctx);
+  const hello = (await recordClientHello('localhost')).toString('base64');
+  const kinds = WITH_HAPROXY ? ['rampart', 'haproxy'] : ['rampart'];
+  const load0 = os.loadavg();
+  const results = [];
+  const base = {};
+  for (const row of rows(hello)) {
+    for (const kind of kinds) {
+      log(`${row.id} / ${kind} ...`);
+      const r = await measure(ctx, kind, row);
+      results.push(r);
+      if (row.id.startsWith('baseline')) (base[kind] = base[kind] || []).push(r.h1.p99);
+      log(`  probe ${pct(r.h1.ok, r.h1.attempts)} p99 ${ms(r.h1.p99)} ms, h2 ${pct(r.h2.ok, r.h2.attempts)} p99 ${ms(r.h2.p99)} ms; upstream ${r.upstreamRps.toFixed(1)} req/s; RSS ${r.rssMiB.toFixed(0)} MiB; CPU ${r.cpuPct.toFixed(0)} %; ${refusalText(r.refusals)}; offered ${JSON.stringify(r.offered)}`);
+    }
+  }
+  const load1 = os.loadavg();
+  const out = [];
+  const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
+  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before.`);
+  out.push('');
+  out.push(table(results, base));
+  out.push('');
+  out.push(`- Probe p99 without attack (mean of the first and last row): Rampart ${ms(baseP99(base, 'rampart'))} ms${WITH_HAPROXY ? `, HAProxy ${ms(baseP99(base, 'haproxy'))} ms` : ''}; the target column is 2 × that + 20 ms.`);
+  for (const row of rows(hello).filter((r) => !r.id.startsWith('baseline'))) {
+    const r = results.find((x) => x.row === row.id && x.kind === 'rampart');
+    const h = results.find((x) => x.row === row.id && x.kind === 'haproxy');
+    const line = [`- **${row.id}**: ${row.name}.`];
+    if (r && h) {
+      const succ = (x) => x.h1.ok / x.h1.attempts;
+      line.push(`Probe success Rampart/HAProxy = ${(succ(r) / Math.max(succ(h), 1e-9)).toFixed(2)}, p99 ratio = ${(r.h1.p99 / h.h1.p99).toFixed(2)}.`);
+    }
+    out.push(line.join(' '));
+  }
+  const text = out.join('\n');
+  console.log(text);
+  if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify(results, null, 2));
+  if (flag('--write')) {
+    const file = path.join(__dirname, '..', 'BENCHMARKS.md');
+    const md = fs.readFileSync(file, 'utf8');
+    const start = md.indexOf('<!-- attack:begin -->');
+    const end = md.indexOf('<!-- attack:end -->');
+    if (start >= 0 && end > start) {
+      fs.writeFileSync(file, `${md.slice(0, start)}<!-- attack:begin -->\n${text}\n${md.slice(end)}`);
+      log('BENCHMARKS.md updated');
+    } else log('BENCHMARKS.md has no <!-- attack:begin --> / <!-- attack:end --> markers; not written');
+  }
+  await L.killWait(ctx.origin.child);
+  process.exit(0);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
