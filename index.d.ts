@@ -87,6 +87,7 @@ export interface ProtectionConfig {
    * is reported 'h2_flood' with its `detail`.
    */
   http2?: Http2GuardConfig;
+  /**
    * A second tier keyed by network prefix (default /24 and /48), checked after the per-client
    * limits: 'prefix_rate_limited' / 'prefix_too_many_connections'; with a penaltyBox the whole
    * prefix is boxed (its clients get 'penalty_boxed'). Needs connectionsPerSecond or maxConcurrent.
@@ -286,7 +287,6 @@ export interface ListenerMetrics {
   bytesSent: number;
   trackedIps: number;
   /** Clients admitted without a per-IP entry: the table was at maxTrackedIps and every candidate held connections. */
-  untrackedAdmissions: number;
   untrackedAdmissions: number;
   /** Prefix entries of the prefix tier. */
   trackedPrefixes: number;

@@ -268,8 +268,10 @@ test('enabled: false turns the guard off for that listener', async (t) => {
 test("observe mode reports h2_flood (observed) and forwards everything", async (t) => {
   const s = await setup(t, { protection: { mode: 'observe' } });
   const c = await H.rawClient({ port: s.port });
-  // 400 PINGs: twice the budget, and below what node:http2 itself tolerates unacknowledged.
-  c.write(Buffer.concat([H.PREFACE, H.settings(), ...times(400, () => H.ping())]));
+  // 400 PINGs: twice the budget, and below what node:http2 itself tolerates unacknowledged. A
+  // listener with a policy holds an HTTP route's connection until its first request head
+  // (slowRequest), so a request on stream 1 comes first.
+  c.write(Buffer.concat([H.PREFACE, H.settings(), H.headers(1), ...times(400, () => H.ping())]));
   await h.waitFor(() => s.up.conns[0] && s.up.conns[0].frames.PING === 400, { what: 'all 400 PINGs at the upstream' });
   await h.waitFor(() => (c.count.PING || 0) === 400, { what: '400 PING ACKs back' });
   assert.equal(c.closed, false);

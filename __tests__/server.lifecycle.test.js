@@ -93,7 +93,7 @@ test('every log line is one JSON object { ts, event, ...payload }: blocked, bloc
   }
   const blocked = child.events.filter((e) => e.event === 'blocked');
   assert.equal(blocked.length >= 1 && blocked.length <= 2 + 2, true, `${blocked.length} blocked events`); // within the cap
-  assert.deepEqual(Object.keys(blocked[0]).sort(), ['event', 'ip', 'ja3', 'ja4', 'listener', 'observed', 'port', 'reason', 'ts']);
+  assert.deepEqual(Object.keys(blocked[0]).sort(), ['detail', 'event', 'ip', 'ja3', 'ja4', 'listener', 'observed', 'port', 'reason', 'ts']);
   assert.equal(blocked[0].ip, '127.0.0.9');
   assert.equal(blocked[0].reason, 'cidr_blocked');
   const summary = child.events.find((e) => e.event === 'blockedSummary');
