@@ -586,7 +586,7 @@ impl Covers {
     }
 }
 
-/// Several listeners on one port (DESIGN §7.1): the same host and port twice, and a specific
+/// Several listeners on one port (README: Config): the same host and port twice, and a specific
 /// address beside a wildcard that already takes it, are errors naming both listeners. `::` is
 /// dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address too: beside `::` a
 /// port can have no other listener. `binds` holds `(index, host:port)` of each listener whose

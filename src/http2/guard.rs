@@ -25,7 +25,7 @@ pub struct H2GuardConfig {
     /// it is enforced also when the upstream advertises no limit.
     pub max_concurrent_streams: u32,
     /// New client streams per second (streams/s; `maxStreamsPerSecond`, default 100000), a GCRA
-    /// whose burst is `max_concurrent_streams`. DESIGN §7.3's table says 200, which honest
+    /// whose burst is `max_concurrent_streams`. The contract's table says 200, which honest
     /// clients measured through Rampart exceed on one connection: an honest client opens up to
     /// `max_concurrent_streams` streams per request round trip, so 100 streams over a 1 ms
     /// loopback round trip are 100k/s (node:http2 peaks at 10–20k/s, curl averages 2.2k/s,

@@ -1,4 +1,4 @@
-//! The HTTP/2 guard in the pump phase (DESIGN §7.3): [`H2Inspector`] runs one [`H2Guard`] over
+//! The HTTP/2 guard in the pump phase (README: HTTP/2 guard): [`H2Inspector`] runs one [`H2Guard`] over
 //! both directions of a terminated connection whose ALPN is `h2`, as the copy loop's
 //! [`Inspector`].
 //!

@@ -1,5 +1,5 @@
 //! Offenders: clients boxed for what they did on an admitted connection rather than for how
-//! often they connect — today the HTTP/2 guard's violations (DESIGN §7.3).
+//! often they connect — today the HTTP/2 guard's violations.
 //!
 //! **Rule**: a client whose `threshold`-th violation falls within `window` of its oldest counted
 //! one is boxed until `now + duration` (a running box only moves forward). The window slides

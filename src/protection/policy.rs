@@ -24,7 +24,7 @@ pub const DEFAULT_XDP_BAN_MS: u64 = 600_000;
 
 /// Default `http2.boxAfterViolations`.
 pub const DEFAULT_H2_BOX_AFTER_VIOLATIONS: u32 = 3;
-/// The window `http2.boxAfterViolations` is counted over, ns (60 s, DESIGN §7.3).
+/// The window `http2.boxAfterViolations` is counted over, ns (60 s).
 pub const H2_VIOLATION_WINDOW_NS: u64 = 60 * NS_PER_SEC;
 
 /// Largest accepted rate, per second (the emission interval stays >= 1 ns).
@@ -99,7 +99,7 @@ pub struct XdpSyn {
     pub syn_burst: u64,
 }
 
-/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (DESIGN §7.3). The
+/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (README: HTTP/2 guard). The
 /// limits are the guard's own config; this adds the off switch and the box threshold. The same
 /// defaults apply to a listener without protection.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,4 +1,4 @@
-//! The first request head of a terminated HTTP connection (`slowRequest`, DESIGN §7.2): when is
+//! The first request head of a terminated HTTP connection (`slowRequest`): when is
 //! it complete?
 //!
 //! - **HTTP/1.x**: the request line and header fields up to the empty line (`\r\n\r\n`), parsed
