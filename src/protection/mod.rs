@@ -34,7 +34,7 @@ pub mod reason;
 pub mod rescale;
 pub mod table;
 
-pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed};
+pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};
 pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
