@@ -214,3 +214,46 @@ test("mode 'http' config: defaultCert has no use there", () => {
   }
   assert.fail('expected a ConfigError');
 });
+
+test('mode http behind a trusted balancer: the ACME request reaches the upstream with the header client in its PROXY line', async (t) => {
+  const reply = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok';
+  const cap = await h.captureServer({ reply });
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [
+      {
+        host: '127.0.0.1',
+        port,
+        mode: 'http',
+        acceptProxyProtocol: { trustedCidrs: ['127.0.0.1'] },
+        protection: { blocklist: ['192.0.2.0/24'] },
+      },
+    ],
+    routes: [{ sni: 'acme.test', sourceAddressHeader: 'proxyProtocol', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }] }],
+  });
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(cap);
+  });
+  const c = rawClient(port);
+  await c.send('PROXY TCP4 203.0.113.5 198.51.100.1 6000 80\r\nGET /.well-known/acme-challenge/t0k HTTP/1.1\r\nHost: acme.test\r\n\r\n');
+  const r = await c.response();
+  assert.equal(r.status, 200);
+  assert.equal(r.body, 'ok');
+  await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].data.includes('\r\n\r\n'), { what: 'upstream request' });
+  assert.equal(
+    cap.captured[0].data.toString(),
+    'PROXY TCP4 203.0.113.5 198.51.100.1 6000 80\r\nGET /.well-known/acme-challenge/t0k HTTP/1.1\r\nHost: acme.test\r\nConnection: close\r\n\r\n'
+  );
+  c.socket.destroy();
+  // A blocklisted client behind the balancer is refused at admission, before its request is read.
+  const b = rawClient(port);
+  await b.send('PROXY TCP4 192.0.2.7 198.51.100.1 6001 80\r\nGET / HTTP/1.1\r\nHost: acme.test\r\n\r\n');
+  await b.waitClosed();
+  const ev = await h.waitFor(() => events.find((e) => e.ip === '192.0.2.7'), { what: 'blocked event' });
+  assert.equal(ev.reason, 'cidr_blocked');
+  assert.equal(cap.captured.length, 1);
+});
