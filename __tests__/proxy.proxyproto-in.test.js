@@ -107,6 +107,24 @@ test('PROXY headers from a trusted load balancer name the client; others are not
     r.socket.destroy();
   });
 
+  await t.test('an IPv6 client in a v1 header: the upstream PROXY v2 header is IPv6', async () => {
+    const before = cap.captured.length;
+    const r = await viaBalancer({ port, header: Buffer.from('PROXY TCP6 2001:db8::5 2001:db8::1 5000 443\r\n') });
+    assert.equal(r.secure, true);
+    const data = await upstreamSaw(before);
+    const want = Buffer.alloc(16 + 36);
+    SIG.copy(want, 0);
+    want.writeUInt8(0x21, 12);
+    want.writeUInt8(0x21, 13);
+    want.writeUInt16BE(36, 14);
+    Buffer.from('20010db8000000000000000000000005', 'hex').copy(want, 16);
+    Buffer.from('20010db8000000000000000000000001', 'hex').copy(want, 32);
+    want.writeUInt16BE(5000, 48);
+    want.writeUInt16BE(443, 50);
+    assert.deepEqual(data, Buffer.concat([want, Buffer.from('DATA')]));
+    r.socket.destroy();
+  });
+
   await t.test('v2 LOCAL (health check): the peer itself is the client', async () => {
     const before = cap.captured.length;
     const r = await viaBalancer({ port, header: V2_LOCAL });
