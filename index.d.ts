@@ -157,14 +157,31 @@ export interface ListenerConfig {
    * beside a wildcard that takes it); the port names all of them and they share one policy.
    */
   port: number;
-  /** Only 'tls' is supported yet; 'http' throws ConfigError. */
+  /**
+   * 'tls' (default): SNI routing. 'http': plain HTTP/1.1 — `GET /.well-known/acme-challenge/<token>`
+   * is proxied to the route whose `sni` matches Host, everything else gets 301 to https; no Host
+   * → 400, Host without a route → 404, a head over 16 KiB → 431. Takes no `defaultCert`.
+   */
   mode?: 'tls' | 'http';
+  /**
+   * Connections from these load balancers must begin with a PROXY v1/v2 header; its client is
+   * then the client for every check, event, list, metric and outbound `sourceAddressHeader`.
+   */
+  acceptProxyProtocol?: AcceptProxyProtocolConfig;
   defaultCert?: CertConfig;
   /** Concurrent connections on this listener; 0 = unlimited (default). */
   maxConnections?: number;
   /** Close after this many ms with no byte either way. Default 60000. */
   idleTimeoutMs?: number;
   protection?: ProtectionConfig;
+}
+
+/** `listeners[].acceptProxyProtocol`. */
+export interface AcceptProxyProtocolConfig {
+  /** CIDRs (or bare IPs) of the trusted balancers; at least one. */
+  trustedCidrs: string[];
+  /** ms from accept to the end of the header (else closed, `proxy_header_invalid`). Default 3000. */
+  timeoutMs?: number;
 }
 
 export interface ProxyConfig {
@@ -282,6 +299,7 @@ export interface ListenerMetrics {
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
   errors: number;
+  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol). */
   errorsByReason: Record<string, number>;
   bytesReceived: number;
   bytesSent: number;

@@ -596,7 +596,7 @@ fn rate(
 }
 
 /// An array of CIDR strings; each bad entry is reported at its index.
-fn cidrs(v: &Value, path: &str, issues: &mut Issues) -> Vec<IpNet> {
+pub(crate) fn cidrs(v: &Value, path: &str, issues: &mut Issues) -> Vec<IpNet> {
     strings(v, path, issues, parse_cidr)
 }
 
