@@ -485,6 +485,7 @@ impl Proxy {
         st.errors = self.shared.xdp.errors.load(Ordering::Relaxed);
         st.ban_queue_overflow = self.shared.xdp.bans.overflow.load(Ordering::Relaxed);
         st.known_good_queue_overflow = self.shared.xdp.known_good.overflow.load(Ordering::Relaxed);
+        st.known_good_mirrored = self.shared.xdp.known_good_mirrored.load(Ordering::Relaxed);
         st
     }
 
@@ -544,8 +545,14 @@ fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {
 fn push_known_good(shared: &Shared, mgr: &XdpManager, marks: &[KnownGoodClient]) {
     let now = clock::now_ns();
     for k in marks.iter().filter(|k| k.deadline_ns > now) {
-        if let Err(e) = mgr.set_known_good(k.ip, k.port, k.deadline_ns) {
-            shared.report_xdp_failure(&format!("known-good mark of {}", k.ip), &e);
+        match mgr.set_known_good(k.ip, k.port, k.deadline_ns) {
+            Ok(()) => {
+                shared
+                    .xdp
+                    .known_good_mirrored
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => shared.report_xdp_failure(&format!("known-good mark of {}", k.ip), &e),
         }
     }
 }

@@ -34,7 +34,9 @@
 //! connection has completed its handshake and moved application bytes both ways without a
 //! refusal): marked in their entry for `knownGoodTtlMs`. They keep every limit of their own and
 //! their prefix's, but skip the listener budget (and are not counted in it) and defense mode's
-//! tightening. A client that is boxed loses its mark.
+//! tightening. A client that is boxed loses its mark. The known-good listener
+//! ([`Engine::set_known_good_listener`]) hears of each new mark and of its refreshes (about twice
+//! per TTL): the XDP layer mirrors them into the kernel, where they skip `xdp.synBudgetPerSecond`.
 //!
 //! **Defense mode** ([`Engine::defense_tick`], [`super::defense`]): while it is on, a client that
 //! is not known-good is debited its rates (client and prefix) × `factor` ([`super::gcra::Gcra::tightened`]),

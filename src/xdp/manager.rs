@@ -599,6 +599,7 @@ impl XdpManager {
             ban_queue_overflow: 0,
             maps: self.sizes,
             known_good_queue_overflow: 0,
+            known_good_mirrored: 0,
         }
     }
 

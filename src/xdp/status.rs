@@ -182,6 +182,8 @@ pub struct XdpStatus {
     pub maps: XdpMapSizes,
     /// Known-good marks not mirrored to the kernel because their queue was full.
     pub known_good_queue_overflow: u64,
+    /// Known-good marks (and their refreshes) written to the kernel since start.
+    pub known_good_mirrored: u64,
 }
 
 impl XdpStatus {
@@ -197,6 +199,7 @@ impl XdpStatus {
             ban_queue_overflow: 0,
             maps: XdpMapSizes::default(),
             known_good_queue_overflow: 0,
+            known_good_mirrored: 0,
         }
     }
 }

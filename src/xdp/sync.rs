@@ -231,6 +231,8 @@ pub struct XdpSlot {
     pub bans: Arc<BanQueue>,
     /// Known-good marks waiting to be mirrored.
     pub known_good: Arc<KnownGoodQueue>,
+    /// Known-good marks written to the kernel since start (`xdpStatus().knownGoodMirrored`).
+    pub known_good_mirrored: AtomicU64,
     /// Failed kernel-map writes (bans, dynamic blocks) since start (`metrics().xdp.errors`).
     pub errors: AtomicU64,
     /// The `DynamicBlocks` generation last written to the kernel.
