@@ -79,8 +79,21 @@ export interface ProtectionConfig {
   slowHandshake?: { maxPendingPerIp?: number; minBytesPerSecond?: number };
   /** 'observe' decides and reports but admits everything. Default 'enforce'. */
   mode?: 'enforce' | 'observe';
-  /** Per-source SYN limit enforced in the kernel when XDP is attached. */
-  xdp?: { synPerSecond: number; synBurst?: number };
+  /**
+   * The kernel layer (applies while XDP is attached). `synPerSecond`/`synBurst`: per-source SYN
+   * limit (a source over it is banned for penaltyBox.durationMs). `synBudgetPerSecond`: SYNs per
+   * second this port admits from sources that are not known-good (a spoofed-source flood is
+   * shed beyond it; known-good clients always pass). `maxBans`: entries of the kernel ban maps
+   * (default: the largest maxTrackedIps of the protected listeners; 1024..16777216; read at
+   * attachXdp). `dropFragments`: drop every IP fragment on the interface (default false).
+   */
+  xdp?: {
+    synPerSecond?: number;
+    synBurst?: number;
+    synBudgetPerSecond?: number;
+    maxBans?: number;
+    dropFragments?: boolean;
+  };
   /**
    * The HTTP/2 guard of terminated connections whose ALPN is h2 (on by default on every listener,
    * also without protection). A violation closes the connection with GOAWAY ENHANCE_YOUR_CALM and
@@ -322,7 +335,19 @@ export interface XdpStatus {
   mode: 'native' | 'generic' | 'none';
   counters: {
     passed: number;
-    dropped: { cidr: number; dynamic: number; penalty: number; synFlood: number; unparsed: number };
+    dropped: {
+      cidr: number;
+      dynamic: number;
+      penalty: number;
+      synFlood: number;
+      unparsed: number;
+      /** SYNs from sources that are not known-good beyond xdp.synBudgetPerSecond. */
+      synBudget: number;
+      /** UDP / UDP-Lite / SCTP / DCCP packets to a protected port. */
+      nonTcp: number;
+      /** IP fragments dropped by xdp.dropFragments. */
+      fragment: number;
+    };
     /** Sources the kernel banned for SYN excess (xdp.synPerSecond). */
     banned: number;
     /** Kernel ban deadlines moved forward by continued SYN excess. */
@@ -333,6 +358,12 @@ export interface XdpStatus {
   errors: number;
   /** Penalty boxes not mirrored as kernel bans because the ban queue was full. */
   banQueueOverflow: number;
+  /** Entries the sized kernel maps were created with (0 when not attached). */
+  maps: { bans: number; prefixBans: number; synStates: number; knownGood: number };
+  /** Known-good marks not mirrored to the kernel because their queue was full. */
+  knownGoodQueueOverflow: number;
+  /** Known-good marks (and their refreshes, about twice per knownGoodTtlMs) written to the kernel. */
+  knownGoodMirrored: number;
 }
 
 export interface Metrics {

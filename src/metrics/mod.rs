@@ -407,6 +407,9 @@ impl MetricsSnapshot {
                 ("penalty", c.dropped_penalty),
                 ("synFlood", c.dropped_syn_flood),
                 ("unparsed", c.dropped_unparsed),
+                ("synBudget", c.dropped_syn_budget),
+                ("nonTcp", c.dropped_non_tcp),
+                ("fragment", c.dropped_fragment),
             ];
             for (r, n) in dropped {
                 let _ = writeln!(
@@ -435,12 +438,30 @@ impl MetricsSnapshot {
                     "Penalty boxes not mirrored as kernel bans (queue full).",
                     x.ban_queue_overflow,
                 ),
+                (
+                    "xdp_known_good_queue_overflow_total",
+                    "Known-good marks not mirrored to the kernel (queue full).",
+                    x.known_good_queue_overflow,
+                ),
             ];
             for (name, help, n) in totals {
                 let _ = writeln!(
                     out,
                     "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
                 );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP rampart_xdp_map_entries Entries the attached program's sized maps were created with.\n# TYPE rampart_xdp_map_entries gauge"
+            );
+            let m = &x.maps;
+            for (map, n) in [
+                ("bans", m.bans),
+                ("prefixBans", m.prefix_bans),
+                ("synStates", m.syn_states),
+                ("knownGood", m.known_good),
+            ] {
+                let _ = writeln!(out, "rampart_xdp_map_entries{{map=\"{map}\"}} {n}");
             }
         }
         out
