@@ -255,7 +255,8 @@ async function nginxStream() {
  * processes (Rampart: 2 worker threads, HAProxy: nbthread 2). Session resumption as the others
  * offer it: tickets on (one key for all workers, made by the master) and a shared session cache.
  * `protection` maps Rampart's `maxConcurrentPerIp` to `limit_conn` per `$binary_remote_addr`
- * (checked in the preaccess phase, before the TLS handshake); `connectionsPerSecond` has no
+ * (checked in the preaccess phase, before the TLS handshake; capped at nginx's maximum, 65535);
+ * `connectionsPerSecond` has no
  * equivalent in `stream` (`limit_req` is HTTP-only) and is left out.
  */
 function nginxConfig({ dir, port, certFile, keyFile, upstreams, workers, maxconn, loadModule, protection }) {
@@ -265,7 +266,8 @@ function nginxConfig({ dir, port, certFile, keyFile, upstreams, workers, maxconn
   limit_conn_log_level info;
 `
     : '';
-  const protServer = protection ? `    limit_conn perip ${protection.maxConcurrentPerIp};\n` : '';
+  // nginx caps limit_conn at 65535 ("connection limit must be less 65536").
+  const protServer = protection ? `    limit_conn perip ${Math.min(protection.maxConcurrentPerIp, 65535)};\n` : '';
   return `${loadModule ? `load_module ${loadModule};\n` : ''}${root ? 'user root;\n' : ''}daemon off;
 master_process on;
 worker_processes ${workers};
