@@ -326,7 +326,7 @@ async function measureWrk(ctx, kind, row) {
       return { rps: NaN, mbps: NaN, p99Ms: NaN, errors: 0, cpuUsPerReq: NaN, cpuPct: NaN };
     }
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
-    ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${args.map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
+    ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk).map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
     return {
       rps: w.rps,
       mbps: w.mbps,
