@@ -706,3 +706,32 @@ fn second_round_fields_are_validated_with_paths() {
         format!("{PATH}.prefixLimit.maxConcurrent: must be an integer in [1, 1000000], got 0")
     );
 }
+
+#[test]
+fn xdp_kernel_fields_beside_syn_per_second() {
+    let p = ok(json!({"xdp": {"synBudgetPerSecond": 200, "maxBans": 5000, "dropFragments": true}}));
+    assert_eq!(p.xdp(), None, "synPerSecond is optional");
+    let k = p.xdp_kernel();
+    assert_eq!(
+        (k.syn_budget_per_second, k.max_bans, k.drop_fragments),
+        (Some(200), Some(5000), true)
+    );
+    let k = ok(json!({"xdp": {}})).xdp_kernel();
+    assert_eq!(
+        (k.syn_budget_per_second, k.max_bans, k.drop_fragments),
+        (None, None, false)
+    );
+    // Every offending field is named at once.
+    assert_eq!(
+        issues(
+            json!({"xdp": {"synBudgetPerSecond": nan(), "maxBans": 100_000_000, "dropFragments": 1}})
+        ),
+        vec![
+            format!(
+                "{PATH}.xdp.synBudgetPerSecond: must be an integer in [1, 1000000000], got NaN"
+            ),
+            format!("{PATH}.xdp.maxBans: must be an integer in [1024, 16777216], got 100000000"),
+            format!("{PATH}.xdp.dropFragments: must be a boolean, got 1"),
+        ]
+    );
+}

@@ -245,3 +245,93 @@ impl XdpSlot {
         self.mgr.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gcra::Gcra;
+    use crate::protection::{DynamicBlocks, RateLimit};
+
+    fn policy(f: impl FnOnce(&mut ProtectionPolicy)) -> Option<Arc<ProtectionPolicy>> {
+        let mut p = ProtectionPolicy::default();
+        f(&mut p);
+        Some(Arc::new(p))
+    }
+
+    #[test]
+    fn map_sizes_follow_max_tracked_ips_or_max_bans() {
+        let a = policy(|p| p.max_tracked_ips = 5000);
+        let b = policy(|p| p.max_tracked_ips = 20_000);
+        assert_eq!(
+            map_sizes(&[(443, a.clone()), (8443, b.clone()), (80, None)]),
+            XdpMapSizes::uniform(20_000)
+        );
+        let capped = policy(|p| p.xdp_kernel.max_bans = Some(3000));
+        assert_eq!(
+            map_sizes(&[(443, a), (8443, b), (9443, capped)]),
+            XdpMapSizes::uniform(3000)
+        );
+        assert_eq!(map_sizes(&[(80, None)]), XdpMapSizes::DEFAULT);
+        assert_eq!(
+            map_sizes(&[(443, policy(|p| p.max_tracked_ips = 10))]).bans,
+            XdpMapSizes::MIN
+        );
+    }
+
+    #[test]
+    fn the_rate_limit_budget_and_fragments_reach_the_port_policy() {
+        let gcra = Gcra::new(500_000_000, 4);
+        let enforce = policy(|p| {
+            p.rate_limit = Some(RateLimit {
+                rate: 2.0,
+                burst: 4,
+                gcra,
+            });
+            p.xdp_kernel.syn_budget_per_second = Some(200);
+        });
+        let observe = policy(|p| {
+            p.mode = Mode::Observe;
+            p.xdp_kernel.drop_fragments = true;
+        });
+        let x = build_policy(&[(443, enforce), (8443, observe)]);
+        assert_eq!(x.ports.len(), 1);
+        assert_eq!(x.ports[0].ban_rate, Some(gcra));
+        assert_eq!(x.ports[0].syn_per_second, None);
+        assert_eq!(x.ports[0].syn_budget_per_second, Some(200));
+        assert_eq!(x.listener_ports, vec![8443]);
+        assert!(
+            x.drop_fragments,
+            "dropFragments applies whatever the listener's mode"
+        );
+    }
+
+    #[test]
+    fn known_good_marks_reach_the_queue_about_twice_per_ttl() {
+        let engine = Engine::new(443, Arc::new(DynamicBlocks::new()));
+        // knownGoodTtlMs 10 s: refreshed when the mark enters a new 5 s window.
+        engine.set_policy(policy(|p| p.known_good_ttl_ns = 10_000_000_000), 0);
+        let q = Arc::new(KnownGoodQueue::default());
+        q.listen(&engine);
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let t0 = 100_000_000_000;
+        assert!(engine.mark_known_good(ip, t0));
+        // Mark until ceil(t0 + 10 s) = 110 s; the mirror lasts half a TTL longer.
+        assert_eq!(
+            q.drain(),
+            vec![KnownGoodClient {
+                ip,
+                port: 443,
+                deadline_ns: 115_000_000_000
+            }]
+        );
+        // Within the same half-TTL window: nothing new.
+        assert!(engine.mark_known_good(ip, t0 + 1_000_000_000));
+        assert!(q.drain().is_empty());
+        // 5 s later the mark enters the next window: refreshed.
+        assert!(engine.mark_known_good(ip, t0 + 5_000_000_000));
+        assert_eq!(
+            q.drain().iter().map(|k| k.deadline_ns).collect::<Vec<_>>(),
+            vec![120_000_000_000]
+        );
+    }
+}
