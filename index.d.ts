@@ -174,6 +174,20 @@ export interface ProxyConfig {
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
   blockedEvents?: { maxPerSecond?: number };
+  /**
+   * TCP keepalive on client and TCP upstream sockets. Default `{ enabled: true, idleMs: 300000,
+   * intervalMs: 30000, retries: 5 }`; `idleMs`/`intervalMs` are whole seconds in ms
+   * (1000..32767000), `retries` 1..127.
+   */
+  tcpKeepalive?: { enabled?: boolean; idleMs?: number; intervalMs?: number; retries?: number };
+  /** ms a half-closed pair may stay open after its first EOF; 0 = off. Default 300000. */
+  halfCloseTimeoutMs?: number;
+  /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
+  readBufferSize?: number;
+  /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
+  clientReadBufferSize?: number;
+  /** Read size for bytes from the upstream (512..1048576). Default `readBufferSize`, else 65536. */
+  upstreamReadBufferSize?: number;
 }
 
 export type BlockReason =

@@ -133,6 +133,7 @@ impl Proxy {
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
             xdp,
+            socket: cfg.socket,
         });
         Ok(Proxy {
             rt: Some(rt),

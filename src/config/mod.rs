@@ -9,6 +9,7 @@
 pub mod error;
 pub mod protection;
 pub mod proxy;
+pub mod socket;
 pub mod update;
 pub mod value;
 

@@ -5,6 +5,7 @@
 
 use super::error::{ConfigError, Issues};
 use super::protection::parse_protection;
+use super::socket::{parse_socket_options, SocketOptions, SOCKET_FIELDS};
 use super::value::{self as v, field, join};
 use crate::protection::ProtectionPolicy;
 use crate::tls::certs::{load_certified_key, CertifiedKey};
@@ -31,6 +32,8 @@ pub struct ProxyConfig {
     pub worker_threads: usize,
     /// `'blocked'` events per second before they are only counted.
     pub blocked_events_per_second: u64,
+    /// `tcpKeepalive`, `halfCloseTimeoutMs` and the copy buffer sizes.
+    pub socket: SocketOptions,
 }
 
 /// One listening address.
@@ -664,12 +667,10 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     let Some(obj) = v::object(val, "config", &mut issues) else {
         return Err(ConfigError::new(issues.0));
     };
-    v::reject_unknown(
-        obj,
-        &["listeners", "routes", "workerThreads", "blockedEvents"],
-        "",
-        &mut issues,
-    );
+    let mut known = vec!["listeners", "routes", "workerThreads", "blockedEvents"];
+    known.extend(SOCKET_FIELDS);
+    v::reject_unknown(obj, &known, "", &mut issues);
+    let socket = parse_socket_options(obj, &mut issues);
     let mut listeners = Vec::new();
     match field(obj, "listeners") {
         Some(l) => {
@@ -725,6 +726,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         routes,
         worker_threads,
         blocked_events_per_second,
+        socket,
     })
 }
 

@@ -28,8 +28,11 @@ use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
-use crate::proxy::copy::{proxy_pair_inspected, CopyEnd, Dir, Flow, Inspector, KnownGood, Pass};
+use crate::proxy::copy::{
+    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
+};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
+use crate::proxy::keepalive;
 use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::upstream::{self, UpstreamStream};
@@ -410,6 +413,9 @@ impl Conn<'_> {
                     Some(format!("upstream {which}: {e}")),
                 )
             })?;
+        if let (Some(k), UpstreamStream::Tcp(s)) = (&self.shared.socket.keepalive, &up) {
+            let _ = keepalive::apply(s, k);
+        }
         let header = match rc.source_address_header {
             SourceAddressHeader::None => None,
             SourceAddressHeader::ProxyV1 => Some(v1_header(self.peer, local)),
@@ -470,16 +476,27 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let opts = self.copy_options();
         let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
         let mut inspector = KnownGood::new(Pass, !head.is_empty(), self.known_good_hook(&client));
         let end = match client {
-            Client::Tls(s) => proxy_pair_inspected(*s, up, idle, rx, tx, &mut inspector).await,
-            Client::Raw(s) => proxy_pair_inspected(s, up, idle, rx, tx, &mut inspector).await,
+            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
+            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,
         };
-        match end {
-            CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
-            _ => Ok(()),
+        copy_end(end)
+    }
+
+    /// The copy loop's timeouts and buffers: the listener's `idleTimeoutMs`, the proxy's
+    /// `halfCloseTimeoutMs` and read buffer sizes.
+    fn copy_options(&self) -> CopyOptions {
+        let s = &self.shared.socket;
+        CopyOptions {
+            idle_timeout: Duration::from_millis(
+                self.shared.listeners[self.li].config.idle_timeout_ms,
+            ),
+            half_close_timeout: s.half_close_timeout,
+            client_buf: s.client_read_buffer,
+            upstream_buf: s.upstream_read_buffer,
         }
     }
 
@@ -512,7 +529,7 @@ impl Conn<'_> {
     ) -> Result<(), Refusal> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let opts = self.copy_options();
         let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
@@ -545,12 +562,11 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let end = proxy_pair_inspected(client, up, idle, rx, tx, &mut *inspector).await;
+        let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut *inspector).await;
         match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
-            None if end == CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
-            None => Ok(()),
+            None => copy_end(end),
         }
     }
 
@@ -559,6 +575,9 @@ impl Conn<'_> {
         let l = &self.shared.listeners[self.li];
         let accepted_at = Instant::now();
         let _ = sock.set_nodelay(true); // best effort: a socket that refuses it still works
+        if let Some(k) = &self.shared.socket.keepalive {
+            let _ = keepalive::apply(&sock, k); // best effort, as TCP_NODELAY
+        }
         let pending = self.pending()?;
         let policy = l.engine.policy();
         let timeout_ns = policy
@@ -584,6 +603,16 @@ impl Conn<'_> {
         let head = self.head(&route, &mut client).await?;
         let up = self.connect(&route, local).await?;
         self.pump(client, up, head).await
+    }
+}
+
+/// How a copy loop that ran to its end is counted: an idle or half-close timeout is an error
+/// of the listener (`idle_timeout`, `half_close_timeout`), a close is not.
+fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
+    match end {
+        CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
+        CopyEnd::HalfClosed => Err(Refusal::Failed(ErrorReason::HalfCloseTimeout, None)),
+        CopyEnd::Closed => Ok(()),
     }
 }
 

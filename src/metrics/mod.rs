@@ -34,11 +34,13 @@ pub enum ErrorReason {
     /// On a route that carries HTTP, the first bytes after the TLS handshake were not the
     /// beginning of an HTTP/1.x request head or an HTTP/2 preface and header block.
     BadRequest,
+    /// One direction ended and the other did not within `halfCloseTimeoutMs`: closed.
+    HalfCloseTimeout,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 10] = [
+    pub const ALL: [ErrorReason; 11] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -49,6 +51,7 @@ impl ErrorReason {
         ErrorReason::IdleTimeout,
         ErrorReason::H2ProtocolError,
         ErrorReason::BadRequest,
+        ErrorReason::HalfCloseTimeout,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -63,6 +66,7 @@ impl ErrorReason {
             ErrorReason::IdleTimeout => "idle_timeout",
             ErrorReason::H2ProtocolError => "h2_protocol_error",
             ErrorReason::BadRequest => "bad_request",
+            ErrorReason::HalfCloseTimeout => "half_close_timeout",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
