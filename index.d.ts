@@ -40,6 +40,19 @@ export interface RouteConfig {
    * 'http' route of a protected listener, `protection.slowRequest` applies.
    */
   protocol?: 'http' | 'opaque';
+  /**
+   * Client certificates for this route (terminated routes only); replaces the listener's `mtls`.
+   * `requireClientCert` defaults to false here. With `sourceAddressHeader: 'proxyProtocolV2'` the
+   * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).
+   */
+  mtls?: MtlsConfig;
+}
+
+/** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */
+export interface MtlsConfig {
+  clientCaCert: string | Buffer;
+  /** Refuse a handshake without a client certificate. Default: true on a listener, false on a route. */
+  requireClientCert?: boolean;
 }
 
 export interface ProtectionConfig {
@@ -165,6 +178,8 @@ export interface ListenerConfig {
   /** Close after this many ms with no byte either way. Default 60000. */
   idleTimeoutMs?: number;
   protection?: ProtectionConfig;
+  /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
+  mtls?: MtlsConfig;
 }
 
 export interface ProxyConfig {

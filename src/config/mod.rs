@@ -7,6 +7,7 @@
 //! at the first one, so a [`ConfigError`] names every offending field at once.
 
 pub mod error;
+pub mod mtls;
 pub mod protection;
 pub mod proxy;
 pub mod socket;

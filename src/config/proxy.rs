@@ -4,6 +4,7 @@
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
 
 use super::error::{ConfigError, Issues};
+use super::mtls::{parse_mtls, Mtls};
 use super::protection::parse_protection;
 use super::socket::{parse_socket_options, SocketOptions, SOCKET_FIELDS};
 use super::value::{self as v, field, join};
@@ -52,6 +53,8 @@ pub struct ListenerConfig {
     pub idle_timeout_ms: u64,
     /// Protection policy, if any.
     pub protection: Option<Arc<ProtectionPolicy>>,
+    /// Client certificates on this listener's terminated routes (`mtls`; required by default).
+    pub mtls: Option<Mtls>,
 }
 
 impl ListenerConfig {
@@ -144,6 +147,9 @@ pub struct RouteConfig {
     pub connect_timeout_ms: u64,
     /// Route-wide new-connection limit (all clients together): `(connections/s, burst)`.
     pub rate_limit: Option<(f64, u64)>,
+    /// Client certificates for this route (`mtls`; optional by default), replacing the
+    /// listener's.
+    pub mtls: Option<Mtls>,
 }
 
 impl RouteConfig {
@@ -317,6 +323,7 @@ fn parse_route(
             "maxConnectionsPerSecond",
             "burst",
             "protocol",
+            "mtls",
         ],
         path,
         issues,
@@ -428,6 +435,13 @@ fn parse_route(
             "needs sourceAddressHeader: 'proxyProtocolV2' (the fingerprint rides a PROXY v2 TLV)",
         );
     }
+    let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), false, issues));
+    if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
+        issues.push(
+            join(path, "mtls"),
+            "needs terminateTls: true (client certificates are verified where TLS is terminated)",
+        );
+    }
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -461,6 +475,7 @@ fn parse_route(
         forward_fingerprint: ff,
         connect_timeout_ms,
         rate_limit,
+        mtls,
     })
 }
 
@@ -501,6 +516,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
             "maxConnections",
             "idleTimeoutMs",
             "protection",
+            "mtls",
         ],
         path,
         issues,
@@ -546,6 +562,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
     let protection = field(obj, "protection")
         .and_then(|p| parse_protection(p, &join(path, "protection"), issues))
         .map(Arc::new);
+    let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), true, issues));
     if issues.len() != before {
         return None;
     }
@@ -556,6 +573,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
         max_connections,
         idle_timeout_ms,
         protection,
+        mtls,
     })
 }
 

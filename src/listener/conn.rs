@@ -33,7 +33,9 @@ use crate::proxy::copy::{
 };
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::keepalive;
-use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
+use crate::proxy::proxy_protocol::{
+    ssl_tlv_value, v1_header, v2_header, TLV_JA3, TLV_JA4, TLV_SSL,
+};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::upstream::{self, UpstreamStream};
 use crate::shared::Shared;
@@ -397,11 +399,36 @@ impl Conn<'_> {
         }
     }
 
-    /// Phase 4: the upstream connection and the route's source-address header.
+    /// The `PP2_TYPE_SSL` TLV value of a terminated connection on a route where mTLS applies
+    /// and the upstream gets a PROXY v2 header: the verify result, TLS version and the client
+    /// certificate's subject CN (README: mTLS). `None` otherwise.
+    fn client_cert_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
+        let rc = &route.config;
+        if rc.source_address_header != SourceAddressHeader::ProxyV2
+            || !route.mtls.get(self.li).copied().unwrap_or(false)
+        {
+            return None;
+        }
+        let Client::Tls(s) = client else {
+            return None;
+        };
+        let tls = s.get_ref().1;
+        let version = match tls.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "TLSv1.3",
+        };
+        let leaf = tls.peer_certificates().and_then(|c| c.first());
+        let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
+        Some(ssl_tlv_value(leaf.is_some(), version, cn.as_deref()))
+    }
+
+    /// Phase 4: the upstream connection and the route's source-address header (with `ssl`, the
+    /// client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
     async fn connect(
         &mut self,
         route: &Route,
         local: SocketAddr,
+        ssl: Option<Vec<u8>>,
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
         let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
@@ -422,11 +449,14 @@ impl Conn<'_> {
             SourceAddressHeader::ProxyV2 => {
                 let (fp, peer) = (rc.forward_fingerprint, self.peer);
                 let (ja3, ja4) = self.fingerprints();
-                let tlv: Vec<(u8, &[u8])> = match fp {
+                let mut tlv: Vec<(u8, &[u8])> = match fp {
                     ForwardFingerprint::None => vec![],
                     ForwardFingerprint::Ja3 => vec![(TLV_JA3, ja3.as_bytes())],
                     ForwardFingerprint::Ja4 => vec![(TLV_JA4, ja4.as_bytes())],
                 };
+                if let Some(ssl) = ssl.as_deref() {
+                    tlv.push((TLV_SSL, ssl));
+                }
                 Some(v2_header(peer, local, &tlv))
             }
         };
@@ -601,7 +631,8 @@ impl Conn<'_> {
         let (route, mut client) = self.terminate(sock, deadline).await?;
         drop(pending);
         let head = self.head(&route, &mut client).await?;
-        let up = self.connect(&route, local).await?;
+        let ssl = self.client_cert_tlv(&route, &client);
+        let up = self.connect(&route, local, ssl).await?;
         self.pump(client, up, head).await
     }
 }

@@ -27,6 +27,9 @@ pub struct CompiledRoute {
     pub next_upstream: AtomicUsize,
     /// Route-wide GCRA (`maxConnectionsPerSecond`, `burst`) and its theoretical arrival time.
     pub limit: Option<(Gcra, AtomicU64)>,
+    /// Per listener index: whether terminated connections ask for a client certificate (the
+    /// route's `mtls`, else the listener's): their facts then ride the PROXY v2 header.
+    pub mtls: Vec<bool>,
 }
 
 impl CompiledRoute {
@@ -57,6 +60,7 @@ impl RouteTable {
     pub fn build(routes: &[RouteConfig], listeners: &[ListenerConfig]) -> RouteTable {
         let mut t = RouteTable::default();
         for r in routes {
+            let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
             let tls = listeners
                 .iter()
                 .map(|l| {
@@ -64,8 +68,13 @@ impl RouteTable {
                         return None;
                     }
                     let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
-                    Some(server_config(cert, r.http2))
+                    let client_auth = mtls_of(l).map(|m| m.verifier);
+                    Some(server_config(cert, r.http2, client_auth))
                 })
+                .collect();
+            let mtls = listeners
+                .iter()
+                .map(|l| r.terminate_tls && mtls_of(l).is_some())
                 .collect();
             let cr = Arc::new(CompiledRoute {
                 config: r.clone(),
@@ -77,6 +86,7 @@ impl RouteTable {
                         AtomicU64::new(0),
                     )
                 }),
+                mtls,
             });
             match &r.sni {
                 SniPattern::Exact(h) => {
@@ -143,6 +153,7 @@ mod tests {
             forward_fingerprint: ForwardFingerprint::None,
             connect_timeout_ms: 1000,
             rate_limit: None,
+            mtls: None,
         }
     }
 
