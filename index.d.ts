@@ -46,6 +46,8 @@ export interface RouteConfig {
    * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).
    */
   mtls?: MtlsConfig;
+  /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
+  metricsGroup?: string;
 }
 
 /** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */
@@ -353,7 +355,25 @@ export interface Metrics {
   eventsDropped: number;
   trackedIps: number;
   listeners: ListenerMetrics[];
+  /** Per route of the live table, in config order. */
+  routeMetrics: RouteMetrics[];
   xdp?: XdpStatus;
+}
+
+/** `metrics().routeMetrics[i]`: one route's counters (Symphony-compatible). */
+export interface RouteMetrics {
+  /** The route's `sni` as configured, normalised ('' = default route). */
+  route: string;
+  /** `routes[].metricsGroup` (default: the route's name). */
+  metricsGroup: string;
+  activeConnections: number;
+  /** Connections routed here and let through the route's limit. */
+  connections: number;
+  errors: number;
+  bytesReceived: number;
+  bytesSent: number;
+  /** Same keys as a listener's errorsByReason; a route-limit refusal is 'route_rate_limited'. */
+  errorsByReason: Record<string, number>;
 }
 
 /** One problem found in the input: the field's path and what is wrong with it. */

@@ -45,6 +45,8 @@ pub struct Shared {
     pub xdp: XdpSlot,
     /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).
     pub socket: SocketOptions,
+    /// Per-route counters by name and group, kept across route-table swaps.
+    pub route_metrics: crate::metrics::route::RouteRegistry,
 }
 
 impl Shared {

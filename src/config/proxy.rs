@@ -124,6 +124,18 @@ pub enum SniPattern {
     Default,
 }
 
+impl SniPattern {
+    /// The pattern as written, normalised (`api.example.com`, `*.example.com`, `''`): a route's
+    /// name in `routeMetrics`.
+    pub fn name(&self) -> String {
+        match self {
+            SniPattern::Exact(h) => h.clone(),
+            SniPattern::Wildcard(s) => format!("*.{s}"),
+            SniPattern::Default => String::new(),
+        }
+    }
+}
+
 /// One route.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
@@ -150,6 +162,8 @@ pub struct RouteConfig {
     /// Client certificates for this route (`mtls`; optional by default), replacing the
     /// listener's.
     pub mtls: Option<Mtls>,
+    /// `metricsGroup`: the `group` of this route's metrics (default: the route's name).
+    pub metrics_group: Option<String>,
 }
 
 impl RouteConfig {
@@ -224,8 +238,14 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
             return None;
         }
     };
+    if field(obj, "protocol").is_some() {
+        issues.push(
+            join(path, "protocol"),
+            "is not supported yet (Symphony field; see README: Coming from Symphony)",
+        );
+    }
     if kind == "tcp" {
-        v::reject_unknown(obj, &["kind", "host", "port"], path, issues);
+        v::reject_unknown(obj, &["kind", "host", "port", "protocol"], path, issues);
         let host = match field(obj, "host") {
             Some(h) => v::string(h, &join(path, "host"), issues).map(str::to_string),
             None => {
@@ -254,7 +274,7 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
             port: port? as u16,
         })
     } else {
-        v::reject_unknown(obj, &["kind", "path"], path, issues);
+        v::reject_unknown(obj, &["kind", "path", "protocol"], path, issues);
         match field(obj, "path") {
             Some(p) => {
                 let s = v::string(p, &join(path, "path"), issues)?;
@@ -272,6 +292,37 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
                 None
             }
         }
+    }
+}
+
+/// Symphony route fields Rampart accepts by name but does not implement yet (README: Coming from
+/// Symphony): each given one is an error saying so, never a silently ignored field.
+fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &mut Issues) {
+    for key in [
+        "suspended",
+        "suspendTimeoutMs",
+        "balance",
+        "ipAffinity",
+        "ipAffinityTtlMs",
+    ] {
+        if field(obj, key).is_some() {
+            issues.push(
+                join(path, key),
+                "is not supported yet (Symphony field; see README: Coming from Symphony)",
+            );
+        }
+    }
+    if field(obj, "sourceAddressHeader").and_then(Value::as_str) == Some("xForwardedFor") {
+        issues.push(
+            join(path, "sourceAddressHeader"),
+            "'xForwardedFor' is not supported yet (Symphony value; see README: Coming from Symphony)",
+        );
+    }
+    if matches!(field(obj, "forwardFingerprint"), Some(Value::Array(_))) {
+        issues.push(
+            join(path, "forwardFingerprint"),
+            "a list (X-JA3/X-JA4 headers) is not supported yet (Symphony value; see README: Coming from Symphony)",
+        );
     }
 }
 
@@ -324,10 +375,17 @@ fn parse_route(
             "burst",
             "protocol",
             "mtls",
+            "metricsGroup",
+            "suspended",
+            "suspendTimeoutMs",
+            "balance",
+            "ipAffinity",
+            "ipAffinityTtlMs",
         ],
         path,
         issues,
     );
+    not_supported_yet(obj, path, issues);
     let protocol = match field(obj, "protocol") {
         Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
             Some("http") => RouteProtocol::Http,
@@ -400,6 +458,7 @@ fn parse_route(
         .and_then(|b| v::boolean(b, &join(path, "http2"), issues))
         .unwrap_or(false);
     let sah = field(obj, "sourceAddressHeader")
+        .filter(|s| s.as_str() != Some("xForwardedFor"))
         .and_then(|s| {
             v::one_of(
                 s,
@@ -415,6 +474,7 @@ fn parse_route(
         })
         .unwrap_or(SourceAddressHeader::None);
     let ff = field(obj, "forwardFingerprint")
+        .filter(|s| !s.is_array())
         .and_then(|s| {
             v::one_of(
                 s,
@@ -442,6 +502,18 @@ fn parse_route(
             "needs terminateTls: true (client certificates are verified where TLS is terminated)",
         );
     }
+    let metrics_group = field(obj, "metricsGroup").and_then(|g| {
+        let p = join(path, "metricsGroup");
+        let g = v::string(g, &p, issues)?;
+        if g.is_empty() || g.len() > 128 || g.chars().any(char::is_control) {
+            issues.push(
+                p,
+                format!("must be 1..=128 characters without control characters, got {g:?}"),
+            );
+            return None;
+        }
+        Some(g.to_string())
+    });
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -476,6 +548,7 @@ fn parse_route(
         connect_timeout_ms,
         rate_limit,
         mtls,
+        metrics_group,
     })
 }
 

@@ -208,6 +208,10 @@ struct Conn<'a> {
     /// No check refused this connection, not even in observe mode: it may earn the known-good
     /// mark.
     clean: bool,
+    /// The route, once chosen (its counters take the connection's bytes and errors).
+    route: Option<Arc<Route>>,
+    /// Holds the connection in the route's `activeConnections`.
+    route_guard: Option<crate::metrics::route::RouteGuard>,
 }
 
 impl Conn<'_> {
@@ -322,9 +326,12 @@ impl Conn<'_> {
             .lookup(sni)
             .cloned()
             .ok_or(Refusal::Failed(ErrorReason::NoRoute, None))?;
+        self.route = Some(route.clone());
         if !route.admit(clock::now_ns()) {
-            return Err(Refusal::Blocked(BlockReason::RateLimited));
+            // The route's own limit: an error of the route, not the client's fault.
+            return Err(Refusal::Failed(ErrorReason::RouteRateLimited, None));
         }
+        self.route_guard = Some(route.metrics.open());
         let Some(tls) = route.tls.get(self.li).cloned().flatten() else {
             return Ok((route, Client::Raw(sock)));
         };
@@ -384,9 +391,9 @@ impl Conn<'_> {
                 }
                 Ok(Ok(n)) => {
                     buf.extend_from_slice(&chunk[..n]);
-                    l.metrics
-                        .bytes_received
-                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    for c in [&l.metrics.bytes_received, &route.metrics.bytes_received] {
+                        c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 Err(_) => {
                     self.enforce(Some(Verdict {
@@ -477,6 +484,7 @@ impl Conn<'_> {
     /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
     async fn pump(
         &mut self,
+        route: &Route,
         client: Client,
         mut up: UpstreamStream,
         head: Vec<u8>,
@@ -497,7 +505,7 @@ impl Conn<'_> {
             let Client::Tls(s) = client else {
                 unreachable!("the guard is only chosen for TLS clients")
             };
-            return self.pump_h2(*s, up, head, &config, observe).await;
+            return self.pump_h2(route, *s, up, head, &config, observe).await;
         }
         self.hello = None;
         self.fingerprints = None;
@@ -507,7 +515,9 @@ impl Conn<'_> {
             })?;
         }
         let opts = self.copy_options();
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
         let mut inspector = KnownGood::new(Pass, !head.is_empty(), self.known_good_hook(&client));
         let end = match client {
             Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
@@ -551,6 +561,7 @@ impl Conn<'_> {
     /// by [`serve`], in observe mode it is reported here and the connection goes on.
     async fn pump_h2(
         &self,
+        route: &Route,
         client: TlsClient,
         mut up: UpstreamStream,
         mut head: Vec<u8>,
@@ -560,7 +571,9 @@ impl Conn<'_> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
         let opts = self.copy_options();
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
             l.engine.record_h2_violation(ip, clock::now_ns());
@@ -633,7 +646,7 @@ impl Conn<'_> {
         let head = self.head(&route, &mut client).await?;
         let ssl = self.client_cert_tlv(&route, &client);
         let up = self.connect(&route, local, ssl).await?;
-        self.pump(client, up, head).await
+        self.pump(&route, client, up, head).await
     }
 }
 
@@ -665,6 +678,8 @@ pub async fn serve(
         hello: None,
         fingerprints: None,
         clean,
+        route: None,
+        route_guard: None,
     };
     match c.run(sock).await {
         Ok(()) => {}
@@ -683,6 +698,9 @@ pub async fn serve(
             Some(v),
         ),
         Err(Refusal::Failed(reason, message)) => {
+            if let Some(r) = &c.route {
+                r.metrics.error(reason);
+            }
             shared.report_error(li, Some(ip), reason, message);
         }
     }

@@ -33,8 +33,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 pub struct Meter<'a> {
     /// Last activity, CLOCK_MONOTONIC ms.
     pub last_active_ms: &'a AtomicU64,
-    /// Bytes read from this side.
-    pub read_bytes: &'a AtomicU64,
+    /// Bytes read from this side, added to each (the listener's and the route's counter).
+    pub read_bytes: [&'a AtomicU64; 2],
 }
 
 /// A stream wrapper that records activity and bytes read.
@@ -65,7 +65,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<'_, S> {
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
-            this.meter.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            for c in this.meter.read_bytes {
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
             this.meter.last_active_ms.store(now_ms(), Ordering::Relaxed);
         }
         r
@@ -478,14 +480,14 @@ pub enum CopyEnd {
 }
 
 /// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`.
-/// `client_bytes` counts bytes read from the client (listener `bytesReceived`), `upstream_bytes`
-/// bytes read from the upstream and sent to the client (listener `bytesSent`).
+/// `client_bytes` count bytes read from the client (listener and route `bytesReceived`),
+/// `upstream_bytes` bytes read from the upstream and sent to the client (`bytesSent`).
 pub async fn proxy_pair<C, U>(
     client: C,
     upstream: U,
     idle_timeout: Duration,
-    client_bytes: &AtomicU64,
-    upstream_bytes: &AtomicU64,
+    client_bytes: [&AtomicU64; 2],
+    upstream_bytes: [&AtomicU64; 2],
 ) -> CopyEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -508,8 +510,8 @@ pub async fn proxy_pair_inspected<C, U, I>(
     client: C,
     upstream: U,
     opts: &CopyOptions,
-    client_bytes: &AtomicU64,
-    upstream_bytes: &AtomicU64,
+    client_bytes: [&AtomicU64; 2],
+    upstream_bytes: [&AtomicU64; 2],
     inspector: &mut I,
 ) -> CopyEnd
 where

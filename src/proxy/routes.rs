@@ -9,6 +9,7 @@
 
 use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
+use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
 use rustls::ServerConfig;
 use std::collections::HashMap;
@@ -30,6 +31,8 @@ pub struct CompiledRoute {
     /// Per listener index: whether terminated connections ask for a client certificate (the
     /// route's `mtls`, else the listener's): their facts then ride the PROXY v2 header.
     pub mtls: Vec<bool>,
+    /// This route's counters (`routeMetrics`).
+    pub metrics: Arc<RouteMetrics>,
 }
 
 impl CompiledRoute {
@@ -53,11 +56,18 @@ pub struct RouteTable {
     exact: HashMap<String, Arc<CompiledRoute>>,
     wildcard: HashMap<String, Arc<CompiledRoute>>,
     default: Option<Arc<CompiledRoute>>,
+    /// Every route, in config order (for `routeMetrics`).
+    all: Vec<Arc<CompiledRoute>>,
 }
 
 impl RouteTable {
-    /// Builds the table; `listeners` gives each listener's default certificate.
-    pub fn build(routes: &[RouteConfig], listeners: &[ListenerConfig]) -> RouteTable {
+    /// Builds the table; `listeners` gives each listener's default certificate, `registry` each
+    /// route's counters (kept for a route whose name and group survive; the others forgotten).
+    pub fn build(
+        routes: &[RouteConfig],
+        listeners: &[ListenerConfig],
+        registry: &RouteRegistry,
+    ) -> RouteTable {
         let mut t = RouteTable::default();
         for r in routes {
             let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
@@ -87,7 +97,13 @@ impl RouteTable {
                     )
                 }),
                 mtls,
+                metrics: {
+                    let name = r.sni.name();
+                    let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
+                    registry.get(&name, &group)
+                },
             });
+            t.all.push(cr.clone());
             match &r.sni {
                 SniPattern::Exact(h) => {
                     t.exact.insert(h.clone(), cr);
@@ -98,7 +114,14 @@ impl RouteTable {
                 SniPattern::Default => t.default = Some(cr),
             }
         }
+        let keep: Vec<_> = t.all.iter().map(|r| r.metrics.clone()).collect();
+        registry.retain(&keep);
         t
+    }
+
+    /// Every route, in config order.
+    pub fn routes(&self) -> &[Arc<CompiledRoute>] {
+        &self.all
     }
 
     /// Finds the route for a ClientHello's server_name (`None` when the hello had no SNI).
@@ -154,6 +177,7 @@ mod tests {
             connect_timeout_ms: 1000,
             rate_limit: None,
             mtls: None,
+            metrics_group: None,
         }
     }
 
@@ -173,6 +197,7 @@ mod tests {
                 route("", 3),
             ],
             &[],
+            &RouteRegistry::default(),
         );
         assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
         assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
@@ -191,6 +216,7 @@ mod tests {
                 route("", 3),
             ],
             &[],
+            &RouteRegistry::default(),
         );
         // The wildcards do match one more non-empty label.
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
@@ -216,6 +242,7 @@ mod tests {
         let t = RouteTable::build(
             &[route("*.example.com", 2), route("*.a.example.com", 4)],
             &[],
+            &RouteRegistry::default(),
         );
         for name in [".example.com", ".a.example.com", "a..example.com", "."] {
             assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
@@ -225,7 +252,11 @@ mod tests {
 
     #[test]
     fn an_exact_route_is_not_reached_through_an_empty_label() {
-        let t = RouteTable::build(&[route("api.example.com", 1), route("", 3)], &[]);
+        let t = RouteTable::build(
+            &[route("api.example.com", 1), route("", 3)],
+            &[],
+            &RouteRegistry::default(),
+        );
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
         }
@@ -233,7 +264,11 @@ mod tests {
 
     #[test]
     fn no_default_means_no_route() {
-        let t = RouteTable::build(&[route("*.Example.com.", 2)], &[]);
+        let t = RouteTable::build(
+            &[route("*.Example.com.", 2)],
+            &[],
+            &RouteRegistry::default(),
+        );
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("other.org"))), None);
         assert_eq!(port_of(t.lookup(None)), None);
