@@ -48,6 +48,12 @@ export interface RouteConfig {
   mtls?: MtlsConfig;
   /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
   metricsGroup?: string;
+  /**
+   * Which upstream a new connection tries first: the one with the fewest open connections of this
+   * route, or the next in turn. Default 'leastConnections' when every upstream is 'uds', else
+   * 'roundRobin'.
+   */
+  balance?: 'leastConnections' | 'roundRobin';
 }
 
 /** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */

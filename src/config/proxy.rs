@@ -113,6 +113,16 @@ pub enum RouteProtocol {
     Http,
 }
 
+/// How a route spreads new connections over its upstreams (`routes[].balance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Each new connection starts at the next upstream in turn.
+    RoundRobin,
+    /// Each new connection starts at the upstream with the fewest open connections from this
+    /// route (ties in turn): the default when every upstream is a Unix socket, as in Symphony.
+    LeastConnections,
+}
+
 /// An SNI pattern, normalised to lower case without a trailing dot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SniPattern {
@@ -164,6 +174,8 @@ pub struct RouteConfig {
     pub mtls: Option<Mtls>,
     /// `metricsGroup`: the `group` of this route's metrics (default: the route's name).
     pub metrics_group: Option<String>,
+    /// `balance` (default: least connections for an all-UDS set, else round robin).
+    pub balance: Balance,
 }
 
 impl RouteConfig {
@@ -301,7 +313,6 @@ fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &
     for key in [
         "suspended",
         "suspendTimeoutMs",
-        "balance",
         "ipAffinity",
         "ipAffinityTtlMs",
     ] {
@@ -514,6 +525,17 @@ fn parse_route(
         }
         Some(g.to_string())
     });
+    let balance = field(obj, "balance").and_then(|b| {
+        match v::one_of(
+            b,
+            &join(path, "balance"),
+            &["leastConnections", "roundRobin"],
+            issues,
+        )? {
+            "leastConnections" => Some(Balance::LeastConnections),
+            _ => Some(Balance::RoundRobin),
+        }
+    });
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -538,7 +560,6 @@ fn parse_route(
     }
     Some(RouteConfig {
         sni: sni?,
-        upstreams: upstreams?,
         terminate_tls,
         cert,
         http2,
@@ -549,7 +570,19 @@ fn parse_route(
         rate_limit,
         mtls,
         metrics_group,
+        balance: balance.unwrap_or_else(|| default_balance(upstreams.as_deref().unwrap_or(&[]))),
+        upstreams: upstreams?,
     })
+}
+
+/// Symphony's default: least connections for a set of Unix-socket upstreams (local workers),
+/// round robin otherwise.
+fn default_balance(ups: &[Upstream]) -> Balance {
+    if !ups.is_empty() && ups.iter().all(|u| matches!(u, Upstream::Uds { .. })) {
+        Balance::LeastConnections
+    } else {
+        Balance::RoundRobin
+    }
 }
 
 /// `host` as a bind address (`localhost` is 127.0.0.1; brackets allowed).

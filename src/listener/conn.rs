@@ -212,6 +212,8 @@ struct Conn<'a> {
     route: Option<Arc<Route>>,
     /// Holds the connection in the route's `activeConnections`.
     route_guard: Option<crate::metrics::route::RouteGuard>,
+    /// Holds the connection in its upstream's count (`balance: 'leastConnections'`).
+    upstream_guard: Option<crate::proxy::routes::UpstreamGuard>,
 }
 
 impl Conn<'_> {
@@ -433,13 +435,13 @@ impl Conn<'_> {
     /// client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
     async fn connect(
         &mut self,
-        route: &Route,
+        route: &Arc<Route>,
         local: SocketAddr,
         ssl: Option<Vec<u8>>,
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
         let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
-        let mut up = upstream::connect(&rc.upstreams, route.pick(), connect_timeout)
+        let (at, mut up) = upstream::connect(&rc.upstreams, route.pick(), connect_timeout)
             .await
             .map_err(|(which, e)| {
                 Refusal::Failed(
@@ -447,6 +449,7 @@ impl Conn<'_> {
                     Some(format!("upstream {which}: {e}")),
                 )
             })?;
+        self.upstream_guard = Some(route.hold_upstream(at));
         if let (Some(k), UpstreamStream::Tcp(s)) = (&self.shared.socket.keepalive, &up) {
             let _ = keepalive::apply(s, k);
         }
@@ -680,6 +683,7 @@ pub async fn serve(
         clean,
         route: None,
         route_guard: None,
+        upstream_guard: None,
     };
     match c.run(sock).await {
         Ok(()) => {}

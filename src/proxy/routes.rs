@@ -7,7 +7,7 @@
 //! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
-use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
+use crate::config::proxy::{Balance, ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
 use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
@@ -33,12 +33,46 @@ pub struct CompiledRoute {
     pub mtls: Vec<bool>,
     /// This route's counters (`routeMetrics`).
     pub metrics: Arc<RouteMetrics>,
+    /// Open connections of this route per upstream (for `balance: 'leastConnections'`).
+    pub upstream_active: Vec<AtomicUsize>,
+}
+
+/// One open connection on upstream `i` of a route (its `upstream_active` count).
+#[derive(Debug)]
+pub struct UpstreamGuard(Arc<CompiledRoute>, usize);
+
+impl Drop for UpstreamGuard {
+    fn drop(&mut self) {
+        self.0.upstream_active[self.1].fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl CompiledRoute {
-    /// Index of the upstream to try first for a new connection.
+    /// Index of the upstream to try first for a new connection: the next in turn, or with
+    /// least connections the one with the fewest open connections (ties: the first from the
+    /// next in turn).
     pub fn pick(&self) -> usize {
-        self.next_upstream.fetch_add(1, Ordering::Relaxed) % self.config.upstreams.len()
+        let n = self.config.upstreams.len();
+        let start = self.next_upstream.fetch_add(1, Ordering::Relaxed) % n;
+        if self.config.balance == Balance::RoundRobin {
+            return start;
+        }
+        let mut best = start;
+        let mut least = usize::MAX;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let a = self.upstream_active[i].load(Ordering::Relaxed);
+            if a < least {
+                (best, least) = (i, a);
+            }
+        }
+        best
+    }
+
+    /// Counts a connection open on upstream `i` until the guard drops.
+    pub fn hold_upstream(self: &Arc<Self>, i: usize) -> UpstreamGuard {
+        self.upstream_active[i].fetch_add(1, Ordering::Relaxed);
+        UpstreamGuard(self.clone(), i)
     }
 
     /// Route-wide limit: true when a new connection at `now_ns` conforms (and is debited).
@@ -97,6 +131,7 @@ impl RouteTable {
                     )
                 }),
                 mtls,
+                upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
                 metrics: {
                     let name = r.sni.name();
                     let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
@@ -178,6 +213,7 @@ mod tests {
             rate_limit: None,
             mtls: None,
             metrics_group: None,
+            balance: Balance::RoundRobin,
         }
     }
 
