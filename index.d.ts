@@ -54,6 +54,10 @@ export interface RouteConfig {
    * 'roundRobin'.
    */
   balance?: 'leastConnections' | 'roundRobin';
+  /** A client IP goes back to the upstream that last served it. Default false. */
+  ipAffinity?: boolean;
+  /** ms an affinity entry lives after the client's last connection (needs ipAffinity). Default 3600000. */
+  ipAffinityTtlMs?: number;
 }
 
 /** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */

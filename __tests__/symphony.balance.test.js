@@ -73,3 +73,41 @@ test('balance is validated', () => {
     (e) => e.errors.length === 1 && e.errors[0].path === 'routes[0].balance' && e.errors[0].message === "must be one of 'leastConnections', 'roundRobin', got \"random\""
   );
 });
+
+test('ipAffinity: a client IP keeps its upstream while least connections would move it', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-aff-'));
+  const socks = ['u0', 'u1', 'u2'].map((n) => path.join(dir, `${n}.sock`));
+  const ups = await Promise.all(socks.map((p, i) => h.echoServer({ tag: `u${i}`, path: p })));
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) }],
+    routes: [{ sni: '', upstreams: socks.map((p) => ({ kind: 'uds', path: p })), ipAffinity: true, ipAffinityTtlMs: 60000 }],
+    workerThreads: 1,
+  });
+  await proxy.start();
+  const held = [];
+  t.after(async () => {
+    for (const c of held) c.socket.destroy();
+    await proxy.stop();
+    for (const u of ups) await h.closeServer(u);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const holdFrom = (localAddress) =>
+    new Promise((resolve, reject) => {
+      const s = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', localAddress, rejectUnauthorized: false });
+      s.once('data', (d) => resolve({ socket: s, tag: d.toString() }));
+      s.once('error', reject);
+    });
+  // Three held connections from one IP: least connections alone would spread them; affinity
+  // keeps all three on the first one's upstream.
+  for (let i = 0; i < 3; i++) held.push(await holdFrom('127.0.0.2'));
+  const tags = held.map((c) => c.tag);
+  assert.deepEqual(tags, [tags[0], tags[0], tags[0]]);
+  // Another IP gets least connections: not the loaded upstream.
+  const other = await holdFrom('127.0.0.3');
+  held.push(other);
+  assert.notEqual(other.tag, tags[0]);
+  const again = await holdFrom('127.0.0.3');
+  held.push(again);
+  assert.equal(again.tag, other.tag, 'and keeps it');
+});

@@ -19,6 +19,8 @@ use std::sync::Arc;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default upstream connect timeout, in ms.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Default `ipAffinityTtlMs`: a client keeps its upstream while it reconnects within 1 hour.
+pub const DEFAULT_IP_AFFINITY_TTL_MS: u64 = 3_600_000;
 /// Default cap on `'blocked'` events per second.
 pub const DEFAULT_BLOCKED_EVENTS_PER_SECOND: u64 = 1_000;
 
@@ -176,6 +178,9 @@ pub struct RouteConfig {
     pub metrics_group: Option<String>,
     /// `balance` (default: least connections for an all-UDS set, else round robin).
     pub balance: Balance,
+    /// `ipAffinity` + `ipAffinityTtlMs`: a client IP goes back to the upstream it last used
+    /// while it reconnects within this many ms (`None`: off).
+    pub ip_affinity_ttl_ms: Option<u64>,
 }
 
 impl RouteConfig {
@@ -310,12 +315,7 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
 /// Symphony route fields Rampart accepts by name but does not implement yet (README: Coming from
 /// Symphony): each given one is an error saying so, never a silently ignored field.
 fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &mut Issues) {
-    for key in [
-        "suspended",
-        "suspendTimeoutMs",
-        "ipAffinity",
-        "ipAffinityTtlMs",
-    ] {
+    for key in ["suspended", "suspendTimeoutMs"] {
         if field(obj, key).is_some() {
             issues.push(
                 join(path, key),
@@ -536,6 +536,15 @@ fn parse_route(
             _ => Some(Balance::RoundRobin),
         }
     });
+    let affinity = field(obj, "ipAffinity")
+        .and_then(|b| v::boolean(b, &join(path, "ipAffinity"), issues))
+        .unwrap_or(false);
+    let affinity_ttl = field(obj, "ipAffinityTtlMs")
+        .and_then(|n| v::duration_ms(n, &join(path, "ipAffinityTtlMs"), 1, issues));
+    if affinity_ttl.is_some() && !affinity {
+        issues.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
+    }
+    let ip_affinity_ttl_ms = affinity.then(|| affinity_ttl.unwrap_or(DEFAULT_IP_AFFINITY_TTL_MS));
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -570,6 +579,7 @@ fn parse_route(
         rate_limit,
         mtls,
         metrics_group,
+        ip_affinity_ttl_ms,
         balance: balance.unwrap_or_else(|| default_balance(upstreams.as_deref().unwrap_or(&[]))),
         upstreams: upstreams?,
     })

@@ -441,7 +441,8 @@ impl Conn<'_> {
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
         let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
-        let (at, mut up) = upstream::connect(&rc.upstreams, route.pick(), connect_timeout)
+        let first = route.pick_for(self.ip, clock::now_ns());
+        let (at, mut up) = upstream::connect(&rc.upstreams, first, connect_timeout)
             .await
             .map_err(|(which, e)| {
                 Refusal::Failed(
@@ -450,6 +451,7 @@ impl Conn<'_> {
                 )
             })?;
         self.upstream_guard = Some(route.hold_upstream(at));
+        route.remember(self.ip, at, clock::now_ns());
         if let (Some(k), UpstreamStream::Tcp(s)) = (&self.shared.socket.keepalive, &up) {
             let _ = keepalive::apply(s, k);
         }

@@ -13,6 +13,7 @@ use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
 use rustls::ServerConfig;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -35,7 +36,15 @@ pub struct CompiledRoute {
     pub metrics: Arc<RouteMetrics>,
     /// Open connections of this route per upstream (for `balance: 'leastConnections'`).
     pub upstream_active: Vec<AtomicUsize>,
+    /// `ipAffinity`: client IP → (upstream index, deadline ns), and the TTL in ns.
+    pub affinity: Option<(AffinityMap, u64)>,
 }
+
+/// `ipAffinity` entries: client IP → (upstream index, deadline in CLOCK_MONOTONIC ns).
+pub type AffinityMap = dashmap::DashMap<IpAddr, (usize, u64)>;
+
+/// Affinity entries kept before expired ones are swept (on insert).
+pub const AFFINITY_SWEEP_AT: usize = 65_536;
 
 /// One open connection on upstream `i` of a route (its `upstream_active` count).
 #[derive(Debug)]
@@ -48,6 +57,29 @@ impl Drop for UpstreamGuard {
 }
 
 impl CompiledRoute {
+    /// Index of the upstream to try first for `ip` at `now_ns`: with `ipAffinity`, the upstream
+    /// `ip` last used while its entry lives; else [`Self::pick`].
+    pub fn pick_for(&self, ip: IpAddr, now_ns: u64) -> usize {
+        if let Some((map, _)) = &self.affinity {
+            if let Some(e) = map.get(&ip) {
+                if e.1 > now_ns && e.0 < self.config.upstreams.len() {
+                    return e.0;
+                }
+            }
+        }
+        self.pick()
+    }
+
+    /// Records that `ip` was served by upstream `i` at `now_ns` (`ipAffinity`; no-op without).
+    pub fn remember(&self, ip: IpAddr, i: usize, now_ns: u64) {
+        if let Some((map, ttl)) = &self.affinity {
+            if map.len() >= AFFINITY_SWEEP_AT {
+                map.retain(|_, e| e.1 > now_ns);
+            }
+            map.insert(ip, (i, now_ns.saturating_add(*ttl)));
+        }
+    }
+
     /// Index of the upstream to try first for a new connection: the next in turn, or with
     /// least connections the one with the fewest open connections (ties: the first from the
     /// next in turn).
@@ -132,6 +164,9 @@ impl RouteTable {
                 }),
                 mtls,
                 upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
+                affinity: r
+                    .ip_affinity_ttl_ms
+                    .map(|ms| (AffinityMap::new(), ms.saturating_mul(1_000_000))),
                 metrics: {
                     let name = r.sni.name();
                     let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
@@ -214,6 +249,7 @@ mod tests {
             mtls: None,
             metrics_group: None,
             balance: Balance::RoundRobin,
+            ip_affinity_ttl_ms: None,
         }
     }
 
@@ -296,6 +332,35 @@ mod tests {
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
         }
+    }
+
+    #[test]
+    fn ip_affinity_keeps_an_ip_on_its_upstream_until_the_ttl() {
+        let mut r = route("", 1);
+        r.upstreams = (1..=3)
+            .map(|p| Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port: p,
+            })
+            .collect();
+        r.ip_affinity_ttl_ms = Some(1000);
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let cr = t.lookup(None).unwrap();
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let ms = 1_000_000;
+        let first = cr.pick_for(a, 0);
+        cr.remember(a, first, 0);
+        // Round robin moves on for everyone else; `a` stays while its entry lives.
+        assert_ne!(cr.pick_for(b, ms), first);
+        for now in [ms, 500 * ms, 999 * ms] {
+            assert_eq!(cr.pick_for(a, now), first);
+        }
+        // Each use refreshes the deadline (remember is called once connected).
+        cr.remember(a, first, 999 * ms);
+        assert_eq!(cr.pick_for(a, 1998 * ms), first);
+        // Past the TTL `a` is balanced again: the cursor is at the next upstream in turn.
+        let next = cr.pick_for(a, 2000 * ms);
+        assert_ne!(next, first);
     }
 
     #[test]
