@@ -104,8 +104,21 @@ export interface ProtectionConfig {
   slowHandshake?: { maxPendingPerIp?: number; minBytesPerSecond?: number };
   /** 'observe' decides and reports but admits everything. Default 'enforce'. */
   mode?: 'enforce' | 'observe';
-  /** Per-source SYN limit enforced in the kernel when XDP is attached. */
-  xdp?: { synPerSecond: number; synBurst?: number };
+  /**
+   * The kernel layer (applies while XDP is attached). `synPerSecond`/`synBurst`: per-source SYN
+   * limit (a source over it is banned for penaltyBox.durationMs). `synBudgetPerSecond`: SYNs per
+   * second this port admits from sources that are not known-good (a spoofed-source flood is
+   * shed beyond it; known-good clients always pass). `maxBans`: entries of the kernel ban maps
+   * (default: the largest maxTrackedIps of the protected listeners; 1024..16777216; read at
+   * attachXdp). `dropFragments`: drop every IP fragment on the interface (default false).
+   */
+  xdp?: {
+    synPerSecond?: number;
+    synBurst?: number;
+    synBudgetPerSecond?: number;
+    maxBans?: number;
+    dropFragments?: boolean;
+  };
   /**
    * The HTTP/2 guard of terminated connections whose ALPN is h2 (on by default on every listener,
    * also without protection). A violation closes the connection with GOAWAY ENHANCE_YOUR_CALM and
@@ -182,8 +195,17 @@ export interface ListenerConfig {
    * beside a wildcard that takes it); the port names all of them and they share one policy.
    */
   port: number;
-  /** Only 'tls' is supported yet; 'http' throws ConfigError. */
+  /**
+   * 'tls' (default): SNI routing. 'http': plain HTTP/1.1 — `GET /.well-known/acme-challenge/<token>`
+   * is proxied to the route whose `sni` matches Host, everything else gets 301 to https; no Host
+   * → 400, Host without a route → 404, a head over 16 KiB → 431. Takes no `defaultCert`.
+   */
   mode?: 'tls' | 'http';
+  /**
+   * Connections from these load balancers must begin with a PROXY v1/v2 header; its client is
+   * then the client for every check, event, list, metric and outbound `sourceAddressHeader`.
+   */
+  acceptProxyProtocol?: AcceptProxyProtocolConfig;
   defaultCert?: CertConfig;
   /** Concurrent connections on this listener; 0 = unlimited (default). */
   maxConnections?: number;
@@ -192,6 +214,14 @@ export interface ListenerConfig {
   protection?: ProtectionConfig;
   /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
   mtls?: MtlsConfig;
+}
+
+/** `listeners[].acceptProxyProtocol`. */
+export interface AcceptProxyProtocolConfig {
+  /** CIDRs (or bare IPs) of the trusted balancers; at least one. */
+  trustedCidrs: string[];
+  /** ms from accept to the end of the header (else closed, `proxy_header_invalid`). Default 3000. */
+  timeoutMs?: number;
 }
 
 export interface ProxyConfig {
@@ -323,6 +353,7 @@ export interface ListenerMetrics {
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
   errors: number;
+  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol). */
   errorsByReason: Record<string, number>;
   bytesReceived: number;
   bytesSent: number;
@@ -345,7 +376,19 @@ export interface XdpStatus {
   mode: 'native' | 'generic' | 'none';
   counters: {
     passed: number;
-    dropped: { cidr: number; dynamic: number; penalty: number; synFlood: number; unparsed: number };
+    dropped: {
+      cidr: number;
+      dynamic: number;
+      penalty: number;
+      synFlood: number;
+      unparsed: number;
+      /** SYNs from sources that are not known-good beyond xdp.synBudgetPerSecond. */
+      synBudget: number;
+      /** UDP / UDP-Lite / SCTP / DCCP packets to a protected port. */
+      nonTcp: number;
+      /** IP fragments dropped by xdp.dropFragments. */
+      fragment: number;
+    };
     /** Sources the kernel banned for SYN excess (xdp.synPerSecond). */
     banned: number;
     /** Kernel ban deadlines moved forward by continued SYN excess. */
@@ -356,6 +399,12 @@ export interface XdpStatus {
   errors: number;
   /** Penalty boxes not mirrored as kernel bans because the ban queue was full. */
   banQueueOverflow: number;
+  /** Entries the sized kernel maps were created with (0 when not attached). */
+  maps: { bans: number; prefixBans: number; synStates: number; knownGood: number };
+  /** Known-good marks not mirrored to the kernel because their queue was full. */
+  knownGoodQueueOverflow: number;
+  /** Known-good marks (and their refreshes, about twice per knownGoodTtlMs) written to the kernel. */
+  knownGoodMirrored: number;
 }
 
 export interface Metrics {

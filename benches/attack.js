@@ -19,14 +19,19 @@
 // RSS ≤ 512 MiB.
 //
 // Options: --duration S (default 15), --only id,id (baseline, hs-single, hs-diverse, slowloris,
-// slowhs, garbage), --no-haproxy, --json FILE, --write (replace the section in BENCHMARKS.md).
+// slowhs, garbage), --no-haproxy, --no-pin, --json FILE, --write (replace the section in
+// BENCHMARKS.md).
+// Pinning (default with ≥ 2 CPUs and `taskset`): the attacker runs on CPUs 1.., and everything
+// defended — the proxy, the origin and the probe (this process) — on CPU 0, so a row measures
+// what the attack does to the proxy, not the attacker's own CPU taking the probe's (on a real
+// deployment the attacker is on other machines). Both proxies get the same pinning.
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const tls = require('node:tls');
 const http2 = require('node:http2');
-const { fork } = require('node:child_process');
+const { fork, execFileSync } = require('node:child_process');
 const L = require('./lib');
 const { recordClientHello, legitProbe } = require('./clients');
 
@@ -46,6 +51,14 @@ const ONLY = opt('--only', '') ? opt('--only', '').split(',') : null;
 const WITH_HAPROXY = !flag('--no-haproxy');
 const JSON_OUT = opt('--json', '');
 const THREADS = 2;
+const PIN = !flag('--no-pin') && os.cpus().length >= 2 && L.haveTool('taskset');
+const DEFENDED_CPUS = '0';
+const ATTACKER_CPUS = `1-${os.cpus().length - 1}`;
+
+/** Pins every thread of `pid` (and the threads it starts later) to `cpus` (a taskset list). */
+function pin(pid, cpus) {
+  if (PIN) execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
+}
 const PROBE_RATE = 20; // every 50 ms
 const PREROLL_MS = 1000;
 const log = (...a) => console.error(...a);
@@ -334,6 +347,7 @@ function h2Probe({ port, localAddress, rate, durationMs, timeoutMs = 5000 }) {
 // ---------- one measurement ----------
 async function measure(ctx, kind, row) {
   const p = await startProxy(ctx, kind);
+  pin(p.pid, DEFENDED_CPUS);
   const o0 = await ctx.origin.ask('stats');
   const s0 = L.procStat(p.pid);
   let peakRssKb = s0.rssKb;
@@ -351,6 +365,7 @@ async function measure(ctx, kind, row) {
   let attack = null;
   if (row.mode) {
     attack = forkReady('attack-clients.js', [row.mode, JSON.stringify({ host: '127.0.0.1', port: ctx.port, ...row.opts })]);
+    pin(attack.child.pid, ATTACKER_CPUS);
   }
   await L.sleep(DURATION * 1000);
   const c1 = L.procStat(p.pid);
@@ -440,7 +455,9 @@ async function main() {
   fs.writeFileSync(ctx.certFile, cert);
   fs.writeFileSync(ctx.keyFile, key);
   fs.writeFileSync(ctx.pemFile, cert + key);
+  pin(process.pid, DEFENDED_CPUS);
   ctx.origin = await startOrigin(ctx);
+  pin(ctx.origin.child.pid, DEFENDED_CPUS);
   const hello = (await recordClientHello('localhost')).toString('base64');
   const kinds = WITH_HAPROXY ? ['rampart', 'haproxy'] : ['rampart'];
   const load0 = os.loadavg();
@@ -458,7 +475,7 @@ async function main() {
   const load1 = os.loadavg();
   const out = [];
   const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
-  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before.`);
+  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}.`);
   out.push('');
   out.push(table(results, base));
   out.push('');

@@ -7,10 +7,10 @@ const { spawn, fork } = require('node:child_process');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Runs a command to completion: `{ code, stdout, stderr }` (strings); never rejects. */
-function run(cmd, args, { timeoutMs = 120000, env } = {}) {
+/** Runs a command to completion (in `cwd` when given): `{ code, stdout, stderr }` (strings); never rejects. */
+function run(cmd, args, { timeoutMs = 120000, env, cwd } = {}) {
   return new Promise((resolve) => {
-    const p = spawn(cmd, args, { env: env || process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(cmd, args, { env: env || process.env, cwd, stdio: ['ignore', 'pipe', 'pipe'] });
     const out = [];
     const err = [];
     const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
@@ -76,6 +76,37 @@ function procStat(pid) {
   const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return { rssKb, cpuTicks: Number(f[11]) + Number(f[12]) };
+}
+
+/**
+ * `{ rssKb, cpuTicks }` summed over `pid` and its child processes (nginx: master + workers), from
+ * /proc/<pid>/task/<tid>/children. RSS is the plain sum, so pages the workers share with the
+ * master (code, the configuration) are counted once per process.
+ */
+function procStatTree(pid) {
+  const pids = [pid];
+  try {
+    for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+      const kids = fs.readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      if (kids) pids.push(...kids.split(/\s+/).map(Number));
+    }
+  } catch {
+    // the process is gone: its own reading below throws the error the caller sees
+  }
+  const out = { rssKb: 0, cpuTicks: 0, processes: 0 };
+  for (const p of pids) {
+    let s;
+    try {
+      s = procStat(p);
+    } catch (e) {
+      if (p === pid) throw e;
+      continue; // a child that just exited
+    }
+    out.rssKb += s.rssKb;
+    out.cpuTicks += s.cpuTicks;
+    out.processes++;
+  }
+  return out;
 }
 
 /** Clock ticks per second (USER_HZ); 100 on every Linux build in practice. */
@@ -195,6 +226,120 @@ function haproxyInfo(sockPath, cmd = 'show info') {
   });
 }
 
+// ---------- nginx ----------
+
+/**
+ * How this nginx gets its `stream` module: `{ ok, loadModule }` (`loadModule` = path of
+ * ngx_stream_module.so for a dynamic build, '' when built in), or `{ ok: false, why }`.
+ */
+async function nginxStream() {
+  const v = await run('nginx', ['-V']);
+  if (v.code !== 0) return { ok: false, why: `nginx -V failed: ${v.stderr.trim()}` };
+  const t = v.stdout + v.stderr;
+  const version = (/nginx version: (\S+)/.exec(t) || [])[1] || 'nginx ?';
+  if (/--with-stream(\s|$)/.test(t)) return { ok: true, loadModule: '', version };
+  if (!/--with-stream=dynamic/.test(t)) return { ok: false, why: 'this nginx is built without the stream module', version };
+  const prefix = (/--prefix=(\S+)/.exec(t) || [])[1] || '/usr/share/nginx';
+  const modulesPath = (/--modules-path=(\S+)/.exec(t) || [])[1];
+  const candidates = [modulesPath, path.join(prefix, 'modules'), '/usr/lib/nginx/modules', '/usr/lib64/nginx/modules']
+    .filter(Boolean)
+    .map((d) => path.join(d, 'ngx_stream_module.so'));
+  const found = candidates.find((f) => fs.existsSync(f));
+  if (!found) return { ok: false, why: `stream is a dynamic module and ngx_stream_module.so is not installed (apt-get install libnginx-mod-stream)`, version };
+  return { ok: true, loadModule: found, version };
+}
+
+/**
+ * nginx as the proxy under test: `stream` module, TLS 1.3 terminated on the listen line (same
+ * certificate and key files as Rampart), round-robin over the same origin addresses, 2 worker
+ * processes (Rampart: 2 worker threads, HAProxy: nbthread 2). Session resumption as the others
+ * offer it: tickets on (one key for all workers, made by the master) and a shared session cache.
+ * `protection` maps Rampart's `maxConcurrentPerIp` to `limit_conn` per `$binary_remote_addr`
+ * (checked in the preaccess phase, before the TLS handshake; capped at nginx's maximum, 65535);
+ * `connectionsPerSecond` has no
+ * equivalent in `stream` (`limit_req` is HTTP-only) and is left out.
+ */
+function nginxConfig({ dir, port, certFile, keyFile, upstreams, workers, maxconn, loadModule, protection }) {
+  const root = typeof process.getuid === 'function' && process.getuid() === 0;
+  const prot = protection
+    ? `  limit_conn_zone $binary_remote_addr zone=perip:16m;
+  limit_conn_log_level info;
+`
+    : '';
+  // nginx caps limit_conn at 65535 ("connection limit must be less 65536").
+  const protServer = protection ? `    limit_conn perip ${Math.min(protection.maxConcurrentPerIp, 65535)};\n` : '';
+  return `${loadModule ? `load_module ${loadModule};\n` : ''}${root ? 'user root;\n' : ''}daemon off;
+master_process on;
+worker_processes ${workers};
+worker_rlimit_nofile ${2 * maxconn + 1000};
+pid ${path.join(dir, 'nginx.pid')};
+error_log ${path.join(dir, 'nginx-error.log')} warn;
+events {
+  worker_connections ${2 * maxconn + 100};
+  multi_accept on;
+}
+stream {
+${prot}  upstream origin {
+${upstreams.map((u) => `    server ${u.host}:${u.port};`).join('\n')}
+  }
+  server {
+    listen 127.0.0.1:${port} ssl;
+    ssl_certificate ${certFile};
+    ssl_certificate_key ${keyFile};
+    ssl_protocols TLSv1.3;
+    ssl_session_tickets on;
+    ssl_session_cache shared:BENCH:32m;
+    ssl_session_timeout 10m;
+    ssl_handshake_timeout 10s;
+    tcp_nodelay on;
+    proxy_connect_timeout 5s;
+    proxy_timeout 60s;
+${protServer}    proxy_pass origin;
+  }
+}
+`;
+}
+
+/**
+ * Starts `nginx -p dir -c cfg -e errlog` (master in the foreground); resolves `{ pid, child,
+ * stop() }` once it listens and all `workers` worker processes are forked (the master listens
+ * before it forks them, and their CPU must be in the first reading).
+ */
+async function startNginx(cfgPath, port, dir, workers = 1) {
+  const errLog = path.join(dir, 'nginx-error.log');
+  const base = ['-p', dir, '-e', errLog, '-c', cfgPath];
+  const check = await run('nginx', ['-t', '-q', ...base]);
+  if (check.code !== 0) throw new Error(`nginx config ${cfgPath} rejected:\n${check.stdout}${check.stderr}`);
+  const child = spawn('nginx', base, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (d) => (log += d));
+  const exited = new Promise((r) => child.once('exit', r));
+  await Promise.race([
+    waitPort(port),
+    exited.then(() => {
+      throw new Error(`nginx exited: ${log}`);
+    }),
+  ]);
+  const end = Date.now() + 10000;
+  while (procStatTree(child.pid).processes < workers + 1) {
+    if (Date.now() > end) throw new Error(`nginx did not fork ${workers} workers in 10 s: ${log}`);
+    await sleep(20);
+  }
+  // SIGTERM = fast shutdown (the master stops its workers and exits).
+  return { pid: child.pid, child, stop: () => killWait(child, 'SIGTERM'), log: () => log };
+}
+
+/** Established TCP connections whose local port is `port` (from /proc/net/tcp, IPv4). */
+function establishedOn(port) {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  let n = 0;
+  for (const line of fs.readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length > 3 && f[3] === '01' && f[1].endsWith(`:${hex}`)) n++;
+  }
+  return n;
+}
+
 // ---------- Rampart ----------
 
 /**
@@ -284,6 +429,7 @@ module.exports = {
   freePort,
   waitPort,
   procStat,
+  procStatTree,
   CLK_TCK,
   nofileLimits,
   killWait,
@@ -291,6 +437,10 @@ module.exports = {
   haproxyConfig,
   startHaproxy,
   haproxyInfo,
+  nginxStream,
+  nginxConfig,
+  startNginx,
+  establishedOn,
   startRampart,
   parseWrk,
   median,

@@ -1,23 +1,31 @@
 // SPDX-License-Identifier: MIT
 /*
- * rampart.c — Rampart's XDP filter: per-listener CIDR lists, dynamic blocks, bans and a
- * per-source SYN limit (GCRA), decided before the kernel allocates an skb.
+ * rampart.c — Rampart's XDP filter: per-listener CIDR lists, dynamic blocks, bans (per source
+ * and per boxed prefix), a per-source SYN limit (GCRA), a per-port SYN budget for sources that
+ * are not known-good, non-TCP and fragment drops, decided before the kernel allocates an skb.
  *
- * Scope: the program acts only on TCP packets whose destination port has an entry in the live
- * port-policy map, and only on connection attempts (SYN without ACK): a blocked or banned
- * source cannot open new connections, exactly like the userspace engine, which refuses at
- * accept. Everything else — other ports (an operator's SSH), non-TCP traffic, segments of
- * established connections — is XDP_PASS. One exception, by design: a packet from a banned or
- * blocklisted source whose port cannot be read (IPv4/IPv6 non-first fragment, ESP, IP-in-IP,
- * GRE, too many IPv6 extension headers, a cut TCP header) is dropped and counted as unparsed,
- * since it may carry a SYN to a protected port.
+ * Scope: the program acts on TCP connection attempts (SYN without ACK) whose destination port
+ * has an entry in the live port-policy map: a blocked or banned source cannot open new
+ * connections, exactly like the userspace engine, which refuses at accept. UDP, UDP-Lite, SCTP
+ * and DCCP packets to a protected port are dropped (nonTcp): nothing listens there but the TCP
+ * proxy. With the set header's RAMPART_SET_DROP_FRAGMENTS every IPv4 fragment (MF or offset set)
+ * and every IPv6 packet with a fragment header is dropped (fragment), whatever its port.
+ * Everything else — other ports (an operator's SSH), ICMP, segments of established connections —
+ * is XDP_PASS. One exception, by design: a packet from a banned or blocklisted source whose port
+ * cannot be read (IPv4/IPv6 non-first fragment, ESP, IP-in-IP, GRE, too many IPv6 extension
+ * headers, a cut TCP header) is dropped and counted as unparsed, since it may carry a SYN to a
+ * protected port.
  *
  * Decision order for a SYN to a protected port (the userspace check order): allowlist (pass,
- * skips everything) → blocklist (drop, cidr) → dynamic blocks (drop, dynamic) → live ban (drop,
- * by ban reason) → SYN limit (conforming: pass; excess: ban for penalty_ns, drop, synFlood).
- * While banned (reason penalty or synFlood) each SYN still runs the SYN limit: a conforming
- * one is debited, an excess one moves the deadline to now + penalty_ns (never backwards,
- * saturating) — the userspace penalty-box rule.
+ * skips everything) → blocklist (drop, cidr) → dynamic blocks (drop, dynamic) → live ban of the
+ * source, then of its longest boxed prefix (drop, by ban reason) → SYN limit (conforming: go on;
+ * excess: ban for penalty_ns, drop, synFlood) → SYN budget (known-good source: pass; else within
+ * the port's budget: pass; beyond: drop, synBudget).
+ * While banned (reason penalty or synFlood) each SYN is measured against the port's ban rate
+ * (xdp.synPerSecond, else the listener's rateLimit) with a GCRA whose TAT lives in the ban value:
+ * a conforming one is debited, an excess one moves the deadline to now + penalty_ns (never
+ * backwards, saturating) — the userspace penalty-box rule. So a source that keeps flooding stays
+ * banned, and is released penalty_ns after its excess stops.
  *
  * Policy sets: the port, allow and block maps exist twice; rampart_active[0] (one u32) names
  * the live set. The loader fills the idle set, then writes the index, so a packet sees either
@@ -25,11 +33,19 @@
  * block tries of a set serve every port: one key per CIDR, valued with the bitmask of the
  * ports (their list_bit) whose list holds it.
  *
+ * SYN budget: one GCRA TAT per port in a shared (not per-CPU) array, updated with a
+ * compare-and-swap: the budget is exact whatever the RSS spread (a per-CPU budget would admit up
+ * to n_cpus × the budget when the flood hashes onto every queue, and starve a queue it hashes
+ * onto alone). The cost is one contended cache line per non-known-good SYN during a flood; a
+ * CAS lost CAS_TRIES times counts as over budget (fail-closed for unknown sources only).
+ *
  * Bounds: at most RAMPART_MAX_VLAN VLAN tags and RAMPART_MAX_IPV6_EXT IPv6 extension headers
- * are walked; every read is bounds-checked against data_end. Cost per packet to a protected
- * port: one array + one hash lookup, up to 1 + 1 + 2 LPM lookups, one LRU hash lookup, and for
- * a SYN limit one more LRU lookup and a compare-and-swap. Time is bpf_ktime_get_ns
- * (CLOCK_MONOTONIC ns), the clock the loader's deadlines use.
+ * are walked; every read is bounds-checked against data_end. Cost per SYN to a protected
+ * port: one array + one hash lookup, up to 1 + 1 + 2 LPM lookups, one LRU hash lookup, one LPM
+ * lookup (prefix bans), for a SYN limit one more LRU lookup and a compare-and-swap, for a SYN
+ * budget one LRU lookup (known-good) and one array CAS. A fragment costs one more hash lookup
+ * (the set header). Time is bpf_ktime_get_ns (CLOCK_MONOTONIC ns), the clock the loader's
+ * deadlines use.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -99,6 +115,27 @@ struct {
 	__type(value, struct rampart_syn_state);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rampart_syn SEC(".maps");
+
+/* Boxed prefixes of the prefix tier (prefixLimit): longest prefix holding the source. */
+LPM_MAP(rampart_prefix_bans, struct rampart_cidr_key, struct rampart_ban, RAMPART_MAX_PREFIX_BANS);
+
+/* Known-good sources per (source, port), mirrored from userspace: value = mark deadline ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_MAX_KNOWN_GOOD);
+	__type(key, struct rampart_syn_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rampart_known_good SEC(".maps");
+
+/* The SYN budget's GCRA TAT per destination port (shared by every CPU, see the header). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RAMPART_BUDGET_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rampart_budget SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -170,11 +207,16 @@ struct tcp_hdr {
 #define TCP_FLAG_ACK 0x10
 
 #define PROTO_TCP 6
+#define PROTO_UDP 17
+#define PROTO_DCCP 33
+#define PROTO_SCTP 132
+#define PROTO_UDPLITE 136
 
 enum parse_result {
-	PARSE_IGNORE = 0,   /* not ours: no source address, or not TCP */
+	PARSE_IGNORE = 0,   /* not ours: no source address, or no port-carrying L4 */
 	PARSE_TCP = 1,      /* source, destination port and flags read */
 	PARSE_UNPARSED = 2, /* source read, port not: fragment, encapsulation, cut header */
+	PARSE_OTHER_L4 = 3, /* UDP / UDP-Lite / SCTP / DCCP: source and destination port read */
 };
 
 struct pkt {
@@ -182,7 +224,26 @@ struct pkt {
 	__u16 dport;           /* host order */
 	__u8 flags;            /* TCP flags */
 	__u8 is_v6;            /* native IPv6 source (masked by ipv6_prefix_len for bans) */
+	__u8 frag;             /* an IP fragment (IPv4 MF or offset, IPv6 fragment header) */
 };
+
+/* Transports with a 16-bit destination port at offset 2, other than TCP. */
+static __always_inline int ported_l4(__u8 proto)
+{
+	return proto == PROTO_UDP || proto == PROTO_UDPLITE || proto == PROTO_SCTP ||
+	       proto == PROTO_DCCP;
+}
+
+/* UDP-like header: the destination port only. A cut header is ignored (nothing to judge). */
+static __always_inline int parse_ported(void *l4, void *end, struct pkt *p)
+{
+	__be16 *ports = l4;
+
+	if ((void *)(ports + 2) > end)
+		return PARSE_IGNORE;
+	p->dport = bpf_ntohs(ports[1]);
+	return PARSE_OTHER_L4;
+}
 
 /* Protocols whose payload may hide a TCP header we do not parse. */
 static __always_inline int opaque_l4(__u8 proto)
@@ -216,10 +277,14 @@ static __always_inline int parse_ipv4(void *cur, void *end, struct pkt *p)
 	ihl = (ip->ver_ihl & 0x0f) * 4;
 	if (ihl < sizeof(*ip))
 		return PARSE_UNPARSED;
+	if (ip->frag_off & bpf_htons(0x3fff)) /* MF or an offset: a fragment */
+		p->frag = 1;
 	if (ip->frag_off & bpf_htons(0x1fff)) /* fragment offset != 0: no L4 header here */
 		return PARSE_UNPARSED;
 	if (ip->protocol == PROTO_TCP)
 		return parse_tcp(cur + ihl, end, p);
+	if (ported_l4(ip->protocol))
+		return parse_ported(cur + (ihl & 0x3c), end, p);
 	return opaque_l4(ip->protocol) ? PARSE_UNPARSED : PARSE_IGNORE;
 }
 
@@ -258,6 +323,7 @@ static __always_inline int parse_ipv6(void *cur, void *end, struct pkt *p)
 			cur += ((__u32)ext->hdrlen + 2) * 4;
 			break;
 		case 44: /* fragment */
+			p->frag = 1;
 			if ((void *)(ext + 1) > end)
 				return PARSE_UNPARSED;
 			if (ext->frag_off & bpf_htons(0xfff8)) /* non-first fragment */
@@ -267,6 +333,11 @@ static __always_inline int parse_ipv6(void *cur, void *end, struct pkt *p)
 			break;
 		case PROTO_TCP:
 			return parse_tcp(cur, end, p);
+		case PROTO_UDP:
+		case PROTO_UDPLITE:
+		case PROTO_SCTP:
+		case PROTO_DCCP:
+			return parse_ported(cur, end, p);
 		default:
 			return opaque_l4(nh) ? PARSE_UNPARSED : PARSE_IGNORE;
 		}
@@ -464,6 +535,21 @@ static __always_inline __u32 ban_counter(__u32 reason)
  * (a refused attempt does not consume). One compare-and-swap per decision; under contention
  * on one source from several CPUs it retries CAS_TRIES times, then counts as excess.
  */
+static __always_inline int gcra_tat(__u64 *tat_p, __u64 now, __u64 interval, __u64 tolerance)
+{
+#pragma unroll
+	for (int i = 0; i < CAS_TRIES; i++) {
+		__u64 tat = *(volatile __u64 *)tat_p;
+		__u64 base = tat > now ? tat : now;
+
+		if (base - now > tolerance)
+			return GCRA_EXCESS;
+		if (__sync_val_compare_and_swap(tat_p, tat, sat_add(base, interval)) == tat)
+			return GCRA_CONFORM;
+	}
+	return GCRA_EXCESS;
+}
+
 static __always_inline int gcra(struct rampart_syn_key *key, __u64 now, __u64 interval,
 				__u64 tolerance)
 {
@@ -478,17 +564,7 @@ static __always_inline int gcra(struct rampart_syn_key *key, __u64 now, __u64 in
 		if (!st)
 			return GCRA_CONFORM;
 	}
-#pragma unroll
-	for (int i = 0; i < CAS_TRIES; i++) {
-		__u64 tat = *(volatile __u64 *)&st->tat_ns;
-		__u64 base = tat > now ? tat : now;
-
-		if (base - now > tolerance)
-			return GCRA_EXCESS;
-		if (__sync_val_compare_and_swap(&st->tat_ns, tat, sat_add(base, interval)) == tat)
-			return GCRA_CONFORM;
-	}
-	return GCRA_EXCESS;
+	return gcra_tat(&st->tat_ns, now, interval, tolerance);
 }
 
 /* deadline = max(deadline, target): never backwards. */
@@ -505,6 +581,18 @@ static __always_inline void extend_ban(struct rampart_ban *b, __u64 target)
 			return;
 		}
 	}
+}
+
+/* A SYN from a banned source (or prefix): measured against the port's ban rate; excess extends
+ * the ban to now + penalty_ns. Dynamic bans (blockIp) keep their fixed deadline. */
+static __always_inline void judge_banned(struct rampart_ban *ban, struct rampart_port_policy *pol,
+					 __u64 now)
+{
+	if (ban->reason == RAMPART_BAN_DYNAMIC || !(pol->flags & RAMPART_PORT_BAN_RATE))
+		return;
+	if (gcra_tat(&ban->tat_ns, now, pol->ban_interval_ns, pol->ban_tolerance_ns) ==
+	    GCRA_EXCESS)
+		extend_ban(ban, sat_add(now, pol->penalty_ns));
 }
 
 /* ---- decisions ---- */
@@ -531,6 +619,8 @@ static __always_inline int decide_unparsed(__u32 set, struct pkt *p)
 		return drop(RAMPART_CNT_DROP_UNPARSED);
 	source_id(&id, p, hdr->ipv6_prefix_len);
 	if (ban_live(bpf_map_lookup_elem(&rampart_bans, &id), now))
+		return drop(RAMPART_CNT_DROP_UNPARSED);
+	if (ban_live(bpf_map_lookup_elem(&rampart_prefix_bans, &ck), now))
 		return drop(RAMPART_CNT_DROP_UNPARSED);
 	return pass();
 }
@@ -572,19 +662,23 @@ static __always_inline int decide_syn(__u32 set, struct rampart_port_policy *pol
 	if (ban_live(ban, now)) {
 		__u32 reason = ban->reason;
 
-		if ((flags & RAMPART_PORT_SYN_LIMIT) && reason != RAMPART_BAN_DYNAMIC &&
-		    gcra(&sk, now, pol->syn_interval_ns, pol->syn_tolerance_ns) == GCRA_EXCESS)
-			extend_ban(ban, sat_add(now, pol->penalty_ns));
+		judge_banned(ban, pol, now);
+		return drop(ban_counter(reason));
+	}
+	ban = bpf_map_lookup_elem(&rampart_prefix_bans, &ck);
+	if (ban_live(ban, now)) {
+		__u32 reason = ban->reason;
+
+		judge_banned(ban, pol, now);
 		return drop(ban_counter(reason));
 	}
 
-	if (!(flags & RAMPART_PORT_SYN_LIMIT))
-		return pass();
-	if (gcra(&sk, now, pol->syn_interval_ns, pol->syn_tolerance_ns) == GCRA_CONFORM)
-		return pass();
-	{
+	if ((flags & RAMPART_PORT_SYN_LIMIT) &&
+	    gcra(&sk, now, pol->syn_interval_ns, pol->syn_tolerance_ns) == GCRA_EXCESS) {
 		struct rampart_ban fresh = {
 			.deadline_ns = sat_add(now, pol->penalty_ns),
+			/* The burst was just exceeded: the next SYN within T extends. */
+			.tat_ns = sat_add(now, sat_add(pol->ban_tolerance_ns, pol->ban_interval_ns)),
 			.reason = RAMPART_BAN_SYNFLOOD,
 			.port = p->dport,
 			.prefix_len = (p->is_v6 && !is_v4_mapped(p->src.addr)) ? pol->ipv6_prefix_len : 32,
@@ -592,8 +686,22 @@ static __always_inline int decide_syn(__u32 set, struct rampart_port_policy *pol
 
 		bpf_map_update_elem(&rampart_bans, &id, &fresh, BPF_ANY);
 		count(RAMPART_CNT_BANNED);
+		return drop(RAMPART_CNT_DROP_SYNFLOOD);
 	}
-	return drop(RAMPART_CNT_DROP_SYNFLOOD);
+
+	if (flags & RAMPART_PORT_SYN_BUDGET) {
+		__u64 *kg = bpf_map_lookup_elem(&rampart_known_good, &sk);
+		__u32 slot = p->dport;
+		__u64 *tat;
+
+		if (kg && *kg > now)
+			return pass();
+		tat = bpf_map_lookup_elem(&rampart_budget, &slot);
+		if (tat && gcra_tat(tat, now, pol->budget_interval_ns, pol->budget_tolerance_ns) ==
+			       GCRA_EXCESS)
+			return drop(RAMPART_CNT_DROP_SYN_BUDGET);
+	}
+	return pass();
 }
 
 SEC("xdp")
@@ -604,6 +712,14 @@ int rampart_xdp(struct xdp_md *ctx)
 	__u32 set;
 	int parsed = parse(ctx, &p);
 
+	if (p.frag) {
+		struct rampart_port_policy *hdr;
+
+		set = active_set();
+		hdr = port_policy(set, 0);
+		if (hdr && (hdr->flags & RAMPART_SET_DROP_FRAGMENTS))
+			return drop(RAMPART_CNT_DROP_FRAGMENT);
+	}
 	if (parsed == PARSE_IGNORE)
 		return pass();
 	set = active_set();
@@ -612,6 +728,8 @@ int rampart_xdp(struct xdp_md *ctx)
 	pol = port_policy(set, p.dport);
 	if (!pol || p.dport == 0)
 		return pass();
+	if (parsed == PARSE_OTHER_L4)
+		return (pol->flags & RAMPART_PORT_PROTECTED) ? drop(RAMPART_CNT_DROP_NON_TCP) : pass();
 	/* Only connection attempts are judged; established traffic is never touched. */
 	if ((p.flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
 		return pass();

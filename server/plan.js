@@ -38,10 +38,13 @@ function sameCert(a, b) {
 function runConfig(proxy) {
   const config = structuredClone(proxy);
   const listeners = Array.isArray(config.listeners) ? config.listeners : [];
-  const first = listeners[0] && listeners[0].defaultCert;
+  // `mode: 'http'` listeners have no certificate: they neither share nor break the shared one.
+  const isTls = (l) => !l || l.mode === undefined || l.mode === null || l.mode === 'tls';
+  const tlsListeners = listeners.filter(isTls);
+  const first = tlsListeners[0] && tlsListeners[0].defaultCert;
   const shared =
-    listeners.length > 0 &&
-    listeners.every((l) => (l.mode === undefined || l.mode === null || l.mode === 'tls') && sameCert(l.defaultCert, first));
+    tlsListeners.length > 0 &&
+    listeners.every((l) => (isTls(l) ? sameCert(l.defaultCert, first) : !l.defaultCert));
   if (shared && Array.isArray(config.routes)) {
     for (const r of config.routes) {
       if (r && r.terminateTls !== false && (r.cert === undefined || r.cert === null)) {

@@ -15,7 +15,7 @@ use crate::protection::{
 };
 use crate::proxy::routes::RouteTable;
 use crate::shared::{ListenerRt, Shared};
-use crate::xdp::sync::{build_policy, BoxedClient, XdpSlot};
+use crate::xdp::sync::{build_policy, map_sizes, BoxedClient, KnownGoodClient, XdpSlot};
 use crate::xdp::{BanReason, XdpError, XdpManager, XdpMode, XdpStatus};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
@@ -118,6 +118,7 @@ impl Proxy {
                 let engine = Engine::new(lc.port, dynamic.clone());
                 engine.set_policy(lc.protection.clone(), now);
                 xdp.bans.listen(&engine);
+                xdp.known_good.listen(&engine);
                 ListenerRt {
                     label: lc.label(),
                     config: lc.clone(),
@@ -256,8 +257,10 @@ impl Proxy {
                     }
                 }
                 let boxed = shared.xdp.bans.drain();
+                let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
                     push_bans(&shared, mgr, &boxed);
+                    push_known_good(&shared, mgr, &known_good);
                     sync_dynamic(&shared, mgr, false);
                     if n.is_multiple_of(10) {
                         mgr.sweep(now);
@@ -365,9 +368,10 @@ impl Proxy {
         }
         if let Some(mgr) = self.xdp().as_ref() {
             for b in mgr.bans() {
-                // Userspace boxes and blockIp entries are listed from the engines already.
+                // Userspace boxes and blockIp entries are listed from the engines already; a
+                // box the kernel extended past its userspace deadline is listed from here.
                 if b.deadline_ns <= now
-                    || b.reason != BanReason::SynFlood
+                    || b.reason == BanReason::Dynamic
                     || port.is_some_and(|p| p != b.port)
                 {
                     continue;
@@ -385,7 +389,14 @@ impl Proxy {
                         ip,
                         reason: BlockReason::PenaltyBoxed,
                         remaining_ms: Some(clock::ns_to_ms_ceil(b.deadline_ns - now)),
-                        note: Some(KERNEL_SYN_BAN_NOTE.to_string()),
+                        note: Some(
+                            if b.reason == BanReason::SynFlood {
+                                KERNEL_SYN_BAN_NOTE
+                            } else {
+                                KERNEL_EXTENDED_NOTE
+                            }
+                            .to_string(),
+                        ),
                     },
                     port: b.port,
                 });
@@ -425,7 +436,8 @@ impl Proxy {
         if let Some(m) = slot.as_ref() {
             return Err(AttachError::AlreadyAttached(m.status().interface));
         }
-        let mgr = XdpManager::attach(interface, mode).map_err(AttachError::Xdp)?;
+        let sizes = map_sizes(&self.live_policies());
+        let mgr = XdpManager::attach(interface, mode, sizes).map_err(AttachError::Xdp)?;
         if let Err(e) = mgr.apply(&build_policy(&self.live_policies())) {
             if let Err(d) = mgr.detach() {
                 self.shared
@@ -446,6 +458,7 @@ impl Proxy {
                         port: l.config.port,
                         deadline_ns: d,
                         prefix,
+                        net: k.to_ipnet(),
                     }),
             );
         }
@@ -476,6 +489,8 @@ impl Proxy {
         let mut st = mgr.status();
         st.errors = self.shared.xdp.errors.load(Ordering::Relaxed);
         st.ban_queue_overflow = self.shared.xdp.bans.overflow.load(Ordering::Relaxed);
+        st.known_good_queue_overflow = self.shared.xdp.known_good.overflow.load(Ordering::Relaxed);
+        st.known_good_mirrored = self.shared.xdp.known_good_mirrored.load(Ordering::Relaxed);
         st
     }
 
@@ -518,14 +533,39 @@ impl Proxy {
 /// `note` of a kernel SYN-limit ban in `blockedIps({ detail: true })`.
 pub const KERNEL_SYN_BAN_NOTE: &str = "banned in the kernel by xdp.synPerSecond";
 
-/// Writes penalty boxes as kernel bans; each failure is counted and reported. Boxed prefixes of
-/// the prefix tier are not written (the ban map has one source per key; see
-/// [`BoxedClient::prefix`]).
+/// `note` of a penalty box the kernel extended past its userspace deadline (the client kept
+/// sending SYNs over its rate while banned) in `blockedIps({ detail: true })`.
+pub const KERNEL_EXTENDED_NOTE: &str = "ban extended in the kernel by continued SYN excess";
+
+/// Writes penalty boxes as kernel bans (a boxed prefix into the prefix-ban trie); each failure
+/// is counted and reported.
 fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {
     let now = clock::now_ns();
-    for b in bans.iter().filter(|b| b.deadline_ns > now && !b.prefix) {
-        if let Err(e) = mgr.ban(b.ip, b.port, b.deadline_ns, BanReason::Penalty) {
-            shared.report_xdp_failure(&format!("kernel ban of {}", b.ip), &e);
+    for b in bans.iter().filter(|b| b.deadline_ns > now) {
+        let written = if b.prefix {
+            mgr.ban_prefix(b.net, b.port, b.deadline_ns, BanReason::Penalty)
+        } else {
+            mgr.ban(b.ip, b.port, b.deadline_ns, BanReason::Penalty)
+        };
+        if let Err(e) = written {
+            shared.report_xdp_failure(&format!("kernel ban of {}", b.net), &e);
+        }
+    }
+}
+
+/// Mirrors known-good marks into the kernel's known-good map; each failure is counted and
+/// reported.
+fn push_known_good(shared: &Shared, mgr: &XdpManager, marks: &[KnownGoodClient]) {
+    let now = clock::now_ns();
+    for k in marks.iter().filter(|k| k.deadline_ns > now) {
+        match mgr.set_known_good(k.ip, k.port, k.deadline_ns) {
+            Ok(()) => {
+                shared
+                    .xdp
+                    .known_good_mirrored
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => shared.report_xdp_failure(&format!("known-good mark of {}", k.ip), &e),
         }
     }
 }

@@ -6,16 +6,12 @@ mod common;
 use common::engine::*;
 use rampart::protection::{Admission, BlockReason, Engine, IpKey, PREFIX_NOTE};
 use serde_json::json;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-fn v4(i: u32) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(i))
 }
 
 /// `None` when admitted cleanly, else the (enforced) refusal reason.
@@ -577,12 +573,6 @@ fn a_prefix_escalates_like_a_client() {
 
 // ---------- both tiers under a flood
 
-fn rss_bytes() -> Option<usize> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
-}
-
 /// 2,000,000 addresses, each in its own /24, against `maxTrackedIps: 1000000`: both tables stay
 /// at exactly the cap, and boxed clients and boxed prefixes are kept over the flood's idle
 /// entries.
@@ -624,15 +614,7 @@ fn flood_of_two_million_addresses_pins_both_tiers_at_their_caps() {
         );
     }
     // One connection per address, each in its own /24, 1 µs apart.
-    for i in 0..flood {
-        let now = T0 + u64::from(i) * 1_000;
-        let a = e.admit(v4(0x4000_0000u32.wrapping_add(i << 8) | 1), now);
-        assert!(a.verdict.is_none(), "address {i}");
-        if i % 65_536 == 0 {
-            e.evict_tick(now, 10_000);
-        }
-    }
-    let end = T0 + u64::from(flood) * 1_000;
+    let end = common::engine::flood(&e, flood, |i| v4(0x4000_0000u32.wrapping_add(i << 8) | 1));
     assert_eq!(e.tracked_ips(), cap);
     assert_eq!(e.tracked_prefixes(), cap);
     for &a in &boxed {

@@ -399,8 +399,20 @@ fn booleans_modes_lists_and_xdp() {
         )
     );
     assert_eq!(
-        one(json!({"xdp": {}})),
-        format!("{PATH}.xdp.synPerSecond: is required: an integer in [1, 1000000000] (SYNs per second per source)")
+        one(json!({"xdp": {"synBurst": 5}})),
+        format!("{PATH}.xdp.synPerSecond: is required with synBurst: an integer in [1, 1000000000] (SYNs per second per source)")
+    );
+    assert_eq!(
+        one(json!({"xdp": {"synBudgetPerSecond": -1}})),
+        format!("{PATH}.xdp.synBudgetPerSecond: must be an integer in [1, 1000000000], got -1")
+    );
+    assert_eq!(
+        one(json!({"xdp": {"maxBans": 10}})),
+        format!("{PATH}.xdp.maxBans: must be an integer in [1024, 16777216], got 10")
+    );
+    assert_eq!(
+        one(json!({"xdp": {"dropFragments": "yes"}})),
+        format!("{PATH}.xdp.dropFragments: must be a boolean, got \"yes\"")
     );
     assert_eq!(
         one(json!({"xdp": {"synPerSecond": 0}})),
@@ -412,7 +424,7 @@ fn booleans_modes_lists_and_xdp() {
     );
     assert_eq!(
         one(json!({"xdp": {"synPerSecond": 10, "synburst": 5}})),
-        format!("{PATH}.xdp.synburst: unknown field; expected one of: synPerSecond, synBurst")
+        format!("{PATH}.xdp.synburst: unknown field; expected one of: synPerSecond, synBurst, synBudgetPerSecond, maxBans, dropFragments")
     );
 }
 

@@ -6,13 +6,9 @@ use common::engine::*;
 use rampart::config::protection::policy_from_json;
 use rampart::protection::{BlockReason, Engine};
 use serde_json::json;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
-
-fn v4(i: u32) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(i))
-}
 
 fn reason(e: &Engine, ip: IpAddr, now: u64) -> Option<BlockReason> {
     e.admit(ip, now).verdict.map(|v| v.reason)
@@ -145,12 +141,6 @@ fn ipv6_prefixes_take_one_entry_each() {
     assert_eq!(e.tracked_ips(), 1);
 }
 
-fn rss_bytes() -> Option<usize> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
-}
-
 /// 2,000,000 distinct addresses against a 1,000,000 cap: the table stays at the cap, boxed
 /// clients are kept over the flood, and the memory per entry is printed.
 #[test]
@@ -173,15 +163,7 @@ fn flood_of_two_million_addresses() {
     }
     // One connection per address, 1 µs apart (2 s in all): each address is limited for 100 ms,
     // then idle.
-    for i in 0..flood {
-        let now = T0 + u64::from(i) * 1_000;
-        let a = e.admit(v4(0x6440_0000 + i), now);
-        assert!(a.verdict.is_none());
-        if i % 65_536 == 0 {
-            e.evict_tick(now, 10_000);
-        }
-    }
-    let end = T0 + u64::from(flood) * 1_000;
+    let end = common::engine::flood(&e, flood, |i| v4(0x6440_0000 + i));
     assert_eq!(e.tracked_ips(), cap);
     for &ip in &boxed {
         assert_eq!(reason(&e, ip, end), Some(BlockReason::PenaltyBoxed));

@@ -189,6 +189,8 @@ fn port(p: u16) -> XdpPortPolicy {
         allow: Vec::new(),
         block: Vec::new(),
         ipv6_prefix_len: 64,
+        ban_rate: None,
+        syn_budget_per_second: None,
     }
 }
 
@@ -227,8 +229,10 @@ fn syns_to_protected_ports_are_judged_and_other_ports_pass() {
         verdict(run(&m, &segment("192.0.2.7", 443, SYN | ACK))),
         "pass"
     );
-    // Non-TCP traffic passes.
+    // UDP to a protected port is dropped (nonTcp); to another port, and ARP, pass.
     let udp = eth(&[], 0x0800, &ipv4(v4("192.0.2.7"), 17, 0, &tcp(443, SYN)));
+    assert_eq!(verdict(run(&m, &udp)), "drop");
+    let udp = eth(&[], 0x0800, &ipv4(v4("192.0.2.7"), 17, 0, &tcp(53, 0)));
     assert_eq!(verdict(run(&m, &udp)), "pass");
     let arp = eth(&[], 0x0806, &[0u8; 28]);
     assert_eq!(verdict(run(&m, &arp)), "pass");
@@ -238,6 +242,7 @@ fn syns_to_protected_ports_are_judged_and_other_ports_pass() {
         XdpCounters {
             passed: 8,
             dropped_cidr: 2,
+            dropped_non_tcp: 1,
             ..XdpCounters::default()
         }
     );
@@ -468,32 +473,33 @@ fn a_boxed_source_is_debited_by_conforming_syns_and_extended_by_excess() {
     p.penalty_ns = 60 * SEC;
     m.apply_policy(&[p]).unwrap();
 
-    // Boxed by userspace until now + 10 s.
-    let boxed_until = now_ns() + 10 * SEC;
+    // Boxed by userspace until now + 10 s: the ban starts as the box did, with its burst just
+    // exceeded (TAT = write time + tau + T = + 3 s).
+    let t_ban = now_ns();
+    let boxed_until = t_ban + 10 * SEC;
     m.ban(ip("203.0.113.60"), 443, boxed_until, BanReason::Penalty)
         .unwrap();
-    // Three conforming attempts: dropped (boxed), debited, deadline unchanged.
-    for i in 0..3 {
-        assert_eq!(verdict(run(&m, &syn("203.0.113.60", 443))), "drop", "{i}");
-        assert_eq!(m.bans()[0].deadline_ns, boxed_until);
-    }
-    let tat = m.syn_tat(ip("203.0.113.60"), 443).unwrap();
-    assert!(
-        tat >= boxed_until - 10 * SEC + 3 * SEC,
-        "three SYNs debited"
-    );
-    // The fourth would not conform: the deadline resets to now + penalty.
+    let tat0 = m.bans()[0].tat_ns;
+    assert!(tat0 >= t_ban + 3 * SEC && tat0 <= now_ns() + 3 * SEC);
+    // A SYN within T is excess: the deadline moves to now + penalty; nothing is debited.
     let t = now_ns();
     assert_eq!(verdict(run(&m, &syn("203.0.113.60", 443))), "drop");
     let ban = m.bans()[0];
     assert!(ban.deadline_ns > t + 60 * SEC && ban.deadline_ns <= now_ns() + 60 * SEC);
     assert_eq!(ban.reason, BanReason::Penalty);
-    // An excess attempt does not consume.
-    assert_eq!(m.syn_tat(ip("203.0.113.60"), 443), Some(tat));
+    assert_eq!(ban.tat_ns, tat0);
+    // A re-ban by userspace with an earlier deadline keeps the kernel's later one and its TAT.
+    m.ban(ip("203.0.113.60"), 443, boxed_until, BanReason::Penalty)
+        .unwrap();
+    assert_eq!(m.bans()[0].deadline_ns, ban.deadline_ns);
+    assert_eq!(m.bans()[0].tat_ns, tat0);
+    assert_eq!(verdict(run(&m, &syn("203.0.113.60", 443))), "drop");
+    // The per-source SYN state is not touched while banned.
+    assert_eq!(m.syn_tat(ip("203.0.113.60"), 443), None);
 
     let c = m.status().counters;
-    assert_eq!((c.dropped_penalty, c.dropped_syn_flood), (4, 0));
-    assert_eq!(m.counter(counter::BAN_EXTENDED), 1);
+    assert_eq!((c.dropped_penalty, c.dropped_syn_flood), (2, 0));
+    assert_eq!(m.counter(counter::BAN_EXTENDED), 2);
 }
 
 #[test]
@@ -575,6 +581,7 @@ fn a_policy_swap_is_all_or_nothing() {
         ports: vec![b],
         listener_ports: vec![443],
         ipv6_prefix_len: 64,
+        drop_fragments: false,
     };
     m.stage(&policy_b).unwrap();
     assert_eq!(m.live_set().unwrap(), live, "staging does not flip");
@@ -620,6 +627,7 @@ fn dynamic_blocks_cover_listeners_until_their_deadline() {
         ports: vec![protected],
         listener_ports: vec![8080],
         ipv6_prefix_len: 64,
+        drop_fragments: false,
     })
     .unwrap();
     // The kernel's trie is derived from the engine's one set of `blockIp` entries.
@@ -714,7 +722,7 @@ fn pins_with_another_map_definition_are_refused() {
         text.contains("rampart_bans is Some(LruHash) key 20 value 8"),
         "{text}"
     );
-    assert!(text.contains("expects LruHash key 16 value 16"), "{text}");
+    assert!(text.contains("expects LruHash key 16 value 24"), "{text}");
 }
 
 #[test]
@@ -739,6 +747,7 @@ fn ipv6_sources_share_bans_by_the_configured_prefix() {
             ports: vec![p],
             listener_ports: Vec::new(),
             ipv6_prefix_len: prefix,
+            drop_fragments: false,
         })
         .unwrap();
         m.ban(ip(banned), 443, later, BanReason::Penalty).unwrap();
@@ -762,6 +771,7 @@ fn each_port_bans_ipv6_by_its_own_prefix_and_a_ban_records_its_port() {
         ports: vec![a, b],
         listener_ports: Vec::new(),
         ipv6_prefix_len: 48,
+        drop_fragments: false,
     })
     .unwrap();
     let later = now_ns() + 60 * SEC;
@@ -904,7 +914,12 @@ fn attaches_natively_to_a_veth_and_drops_real_syns() {
     );
     let attach = |mode| {
         VethNs::run(&v.server, || {
-            XdpManager::attach_with(&v.srv_if, mode, &pin_root())
+            XdpManager::attach_with(
+                &v.srv_if,
+                mode,
+                &pin_root(),
+                rampart::xdp::XdpMapSizes::DEFAULT,
+            )
         })
         .map(|m| Loaded(Some(m)))
     };
@@ -957,8 +972,13 @@ fn attach_errors_name_the_cause() {
         prereq::skip_or_fail(why);
         return;
     }
-    let err =
-        XdpManager::attach_with("rpx-none0", rampart::xdp::XdpMode::Auto, &pin_root()).unwrap_err();
+    let err = XdpManager::attach_with(
+        "rpx-none0",
+        rampart::xdp::XdpMode::Auto,
+        &pin_root(),
+        rampart::xdp::XdpMapSizes::DEFAULT,
+    )
+    .unwrap_err();
     assert_eq!(
         err,
         XdpError::InterfaceMissing {
@@ -978,9 +998,374 @@ fn a_missing_object_is_named_by_attach() {
             };
             assert_eq!(object_available(), Err(want.clone()));
             assert_eq!(want.to_string(), format!("XDP object not built: {why}"));
-            let err = XdpManager::attach("lo", rampart::xdp::XdpMode::Auto).unwrap_err();
+            let err = XdpManager::attach(
+                "lo",
+                rampart::xdp::XdpMode::Auto,
+                rampart::xdp::XdpMapSizes::DEFAULT,
+            )
+            .unwrap_err();
             assert_eq!(err, want);
         }
         None => assert_eq!(object_available(), Ok(())),
     }
+}
+
+// ---------------------------------------------------------------- the kernel layer, completed
+
+/// A port with the listener's `rateLimit` mirrored (1/s, burst 3) and no `xdp.synPerSecond`.
+fn rate_limited(p: u16) -> XdpPortPolicy {
+    let mut pol = port(p);
+    pol.ban_rate = Some(rampart::gcra::Gcra::new(SEC, 3));
+    pol.penalty_ns = 60 * SEC;
+    pol
+}
+
+#[test]
+fn without_a_syn_limit_a_banned_source_is_extended_by_its_rate_limit() {
+    let Some(m) = load("ban_rate") else {
+        return;
+    };
+    let mut plain = port(8443); // no rateLimit mirrored: a ban there is never extended
+    plain.penalty_ns = 60 * SEC;
+    m.apply_policy(&[rate_limited(443), plain]).unwrap();
+
+    for (src, vlans) in [
+        ("203.0.113.70", &[][..]),
+        ("2001:db8:70::1", &[0x8100u16][..]),
+    ] {
+        let boxed_until = now_ns() + 10 * SEC;
+        m.ban(ip(src), 443, boxed_until, BanReason::Penalty)
+            .unwrap();
+        // No per-source SYN limit: a fresh source passes, the banned one is dropped.
+        let frame = |s: &str| match ip(s) {
+            IpAddr::V4(a) => eth(vlans, 0x0800, &ipv4(a, 6, 0, &tcp(443, SYN))),
+            IpAddr::V6(a) => eth(vlans, 0x86dd, &ipv6(a, 6, &tcp(443, SYN))),
+        };
+        let t = now_ns();
+        assert_eq!(verdict(run(&m, &frame(src))), "drop", "{src}");
+        let ban = m.bans()[0];
+        assert!(
+            ban.deadline_ns > t + 60 * SEC && ban.deadline_ns <= now_ns() + 60 * SEC,
+            "{src}: excess while banned extends to now + durationMs"
+        );
+        m.unban(ip(src), 443).unwrap();
+    }
+    assert_eq!(verdict(run(&m, &syn("203.0.113.71", 443))), "pass");
+    assert_eq!(m.counter(counter::BAN_EXTENDED), 2);
+
+    // On the port without a mirrored rate the deadline stays fixed however fast the SYNs come.
+    let until = now_ns() + 10 * SEC;
+    m.ban(ip("203.0.113.72"), 8443, until, BanReason::Penalty)
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(verdict(run(&m, &syn("203.0.113.72", 8443))), "drop");
+    }
+    assert_eq!(m.bans()[0].deadline_ns, until);
+    // A dynamic ban (blockIp) is never extended, whatever the port.
+    m.ban(ip("203.0.113.73"), 443, until, BanReason::Dynamic)
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(verdict(run(&m, &syn("203.0.113.73", 443))), "drop");
+    }
+    let b = m
+        .bans()
+        .into_iter()
+        .find(|b| b.ip == ip("203.0.113.73"))
+        .unwrap();
+    assert_eq!(b.deadline_ns, until);
+
+    let c = m.status().counters;
+    assert_eq!(
+        (
+            c.dropped_penalty,
+            c.dropped_dynamic,
+            c.ban_extended,
+            c.banned
+        ),
+        (7, 3, 2, 0)
+    );
+}
+
+#[test]
+fn boxed_prefixes_are_banned_by_prefix_and_extended_by_continued_excess() {
+    let Some(m) = load("prefix_bans") else {
+        return;
+    };
+    m.apply_policy(&[rate_limited(443)]).unwrap();
+    let until = now_ns() + 10 * SEC;
+    m.ban_prefix(net("203.0.113.0/24"), 443, until, BanReason::Penalty)
+        .unwrap();
+    m.ban_prefix(net("2001:db8:77::/48"), 443, until, BanReason::Penalty)
+        .unwrap();
+
+    assert_eq!(verdict(run(&m, &syn("203.0.113.9", 443))), "drop");
+    assert_eq!(verdict(run(&m, &syn("203.0.114.9", 443))), "pass");
+    assert_eq!(verdict(run(&m, &syn("2001:db8:77:5::1", 443))), "drop");
+    assert_eq!(verdict(run(&m, &syn("2001:db8:78::1", 443))), "pass");
+    // Unprotected ports are untouched.
+    assert_eq!(verdict(run(&m, &syn("203.0.113.9", 22))), "pass");
+
+    let mut listed: Vec<String> = m.bans().iter().map(|b| b.display()).collect();
+    listed.sort();
+    assert_eq!(listed, ["2001:db8:77::/48", "203.0.113.0/24"]);
+    assert_eq!(
+        m.status().banned_ips,
+        ["2001:db8:77::/48", "203.0.113.0/24"]
+    );
+    // Each prefix's first SYN was excess (its box's burst was just exceeded): extended to
+    // now + durationMs, never backwards.
+    let v4 = m
+        .bans()
+        .into_iter()
+        .find(|b| b.display() == "203.0.113.0/24")
+        .unwrap();
+    assert!(v4.deadline_ns > until + 40 * SEC);
+    assert_eq!(v4.port, 443);
+    assert!(v4.prefix);
+    // A userspace re-ban with its earlier deadline keeps the extended one.
+    m.ban_prefix(net("203.0.113.0/24"), 443, until, BanReason::Penalty)
+        .unwrap();
+    let again = m
+        .bans()
+        .into_iter()
+        .find(|b| b.display() == "203.0.113.0/24")
+        .unwrap();
+    assert_eq!(again.deadline_ns, v4.deadline_ns);
+
+    assert!(m.unban_prefix(net("203.0.113.0/24")).unwrap());
+    assert!(!m.unban_prefix(net("203.0.113.0/24")).unwrap());
+    assert_eq!(verdict(run(&m, &syn("203.0.113.9", 443))), "pass");
+    // An expired prefix ban is swept.
+    m.ban_prefix(
+        net("198.51.100.0/24"),
+        443,
+        now_ns() - 1,
+        BanReason::Penalty,
+    )
+    .unwrap();
+    assert_eq!(verdict(run(&m, &syn("198.51.100.1", 443))), "pass");
+    assert_eq!(m.sweep(now_ns()), 1);
+
+    let c = m.status().counters;
+    assert_eq!((c.dropped_penalty, c.ban_extended), (2, 2));
+}
+
+#[test]
+fn the_syn_budget_admits_exactly_its_burst_and_known_good_sources_always_pass() {
+    let Some(m) = load("syn_budget") else {
+        return;
+    };
+    let mut p = port(443);
+    // T = 500 ms, burst 2: the budget is spent until 500 ms after the first SYN, far beyond the
+    // test's duration.
+    p.syn_budget_per_second = Some(2);
+    let mut other = port(8443);
+    other.syn_budget_per_second = Some(1);
+    m.apply_policy(&[p, other]).unwrap();
+    let later = now_ns() + 60 * SEC;
+    m.set_known_good(ip("192.0.2.10"), 443, later).unwrap();
+    m.set_known_good(ip("2001:db8:10::1"), 443, later).unwrap();
+    m.set_known_good(ip("192.0.2.11"), 443, now_ns() - 1)
+        .unwrap(); // expired mark
+    assert_eq!(m.known_good(ip("192.0.2.10"), 443), Some(later));
+
+    // Spoofed sources, each new: exactly 2 pass, then the budget is spent.
+    let verdicts: Vec<&str> = (0..8)
+        .map(|i| verdict(run(&m, &syn(&format!("198.18.{i}.1"), 443))))
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["pass", "pass", "drop", "drop", "drop", "drop", "drop", "drop"]
+    );
+    // VLAN-tagged and IPv6 spoofs are budgeted too.
+    let tagged = eth(
+        &[0x8100],
+        0x0800,
+        &ipv4(v4("198.18.9.1"), 6, 0, &tcp(443, SYN)),
+    );
+    assert_eq!(verdict(run(&m, &tagged)), "drop");
+    assert_eq!(verdict(run(&m, &syn("2001:db8:99::1", 443))), "drop");
+    // Known-good sources always pass (IPv6 by the port's /64), also VLAN-tagged.
+    for _ in 0..10 {
+        assert_eq!(verdict(run(&m, &syn("192.0.2.10", 443))), "pass");
+    }
+    assert_eq!(verdict(run(&m, &syn("2001:db8:10::2", 443))), "pass");
+    let tagged = eth(
+        &[0x8100],
+        0x0800,
+        &ipv4(v4("192.0.2.10"), 6, 0, &tcp(443, SYN)),
+    );
+    assert_eq!(verdict(run(&m, &tagged)), "pass");
+    // An expired mark does not.
+    assert_eq!(verdict(run(&m, &syn("192.0.2.11", 443))), "drop");
+    // Each port has its own budget, and a mark its own port: on 8443 the known-good source of
+    // 443 is budgeted like any other (and takes the one SYN of its budget).
+    assert_eq!(verdict(run(&m, &syn("192.0.2.10", 8443))), "pass");
+    assert_eq!(verdict(run(&m, &syn("192.0.2.10", 8443))), "drop");
+    assert_eq!(verdict(run(&m, &syn("192.0.2.13", 8443))), "drop");
+    assert!(m.budget_tat(443) > now_ns());
+    // Established traffic is never budgeted.
+    assert_eq!(verdict(run(&m, &segment("198.18.7.1", 443, ACK))), "pass");
+
+    let c = m.status().counters;
+    assert_eq!(
+        (c.dropped_syn_budget, c.passed),
+        (6 + 2 + 1 + 2, 2 + 10 + 1 + 1 + 1 + 1)
+    );
+}
+
+#[test]
+fn non_tcp_to_protected_ports_is_dropped_and_passes_elsewhere() {
+    let Some(m) = load("non_tcp") else {
+        return;
+    };
+    m.apply(&XdpPolicy {
+        ports: vec![port(443)],
+        listener_ports: vec![9000],
+        ipv6_prefix_len: 64,
+        drop_fragments: false,
+    })
+    .unwrap();
+    let udp = |src: &str, dport: u16, vlans: &[u16], proto: u8| match ip(src) {
+        IpAddr::V4(a) => eth(vlans, 0x0800, &ipv4(a, proto, 0, &tcp(dport, 0)[..8])),
+        IpAddr::V6(a) => eth(vlans, 0x86dd, &ipv6(a, proto, &tcp(dport, 0)[..8])),
+    };
+    // UDP, UDP-Lite, SCTP, DCCP to the protected port: dropped, IPv4 and IPv6, tagged or not.
+    assert_eq!(verdict(run(&m, &udp("203.0.113.1", 443, &[], 17))), "drop");
+    assert_eq!(verdict(run(&m, &udp("2001:db8::1", 443, &[], 17))), "drop");
+    assert_eq!(
+        verdict(run(&m, &udp("203.0.113.1", 443, &[0x88a8, 0x8100], 17))),
+        "drop"
+    );
+    assert_eq!(
+        verdict(run(&m, &udp("2001:db8::1", 443, &[0x8100], 17))),
+        "drop"
+    );
+    for proto in [136u8, 132, 33] {
+        assert_eq!(
+            verdict(run(&m, &udp("203.0.113.1", 443, &[], proto))),
+            "drop",
+            "{proto}"
+        );
+    }
+    // IPv6 UDP behind a destination-options header is found too.
+    let opts = eth(
+        &[],
+        0x86dd,
+        &ipv6(v6("2001:db8::1"), 60, &v6_opts(17, &tcp(443, 0)[..8])),
+    );
+    assert_eq!(verdict(run(&m, &opts)), "drop");
+    // To an unprotected listener port and to any other port: passed.
+    assert_eq!(verdict(run(&m, &udp("203.0.113.1", 9000, &[], 17))), "pass");
+    assert_eq!(verdict(run(&m, &udp("203.0.113.1", 53, &[], 17))), "pass");
+    assert_eq!(
+        verdict(run(&m, &udp("2001:db8::1", 9000, &[0x8100], 17))),
+        "pass"
+    );
+    // ICMP has no port: passed (path MTU discovery needs it).
+    let icmp = eth(
+        &[],
+        0x0800,
+        &ipv4(v4("203.0.113.1"), 1, 0, &[8, 0, 0, 0, 0, 0, 0, 0]),
+    );
+    assert_eq!(verdict(run(&m, &icmp)), "pass");
+    // A cut UDP header has nothing to judge.
+    let cut = eth(&[], 0x0800, &ipv4(v4("203.0.113.1"), 17, 0, &[0, 53, 1]));
+    assert_eq!(verdict(run(&m, &cut)), "pass");
+
+    let c = m.status().counters;
+    assert_eq!((c.dropped_non_tcp, c.passed), (8, 5));
+}
+
+#[test]
+fn fragments_pass_by_default_and_are_all_dropped_with_drop_fragments() {
+    let Some(m) = load("fragments") else {
+        return;
+    };
+    let first_v4 = eth(
+        &[],
+        0x0800,
+        &ipv4(v4("203.0.113.5"), 6, 0x2000, &tcp(443, SYN)),
+    );
+    let later_v4 = eth(&[], 0x0800, &ipv4(v4("203.0.113.5"), 6, 0x0010, &[0u8; 16]));
+    let udp_v4 = eth(
+        &[0x8100],
+        0x0800,
+        &ipv4(v4("203.0.113.5"), 17, 0x2000, &[0u8; 16]),
+    );
+    let first_v6 = eth(
+        &[],
+        0x86dd,
+        &ipv6(v6("2001:db8::5"), 44, &v6_frag(6, 0, true, &tcp(443, SYN))),
+    );
+    let later_v6 = eth(
+        &[0x8100],
+        0x86dd,
+        &ipv6(v6("2001:db8::5"), 44, &v6_frag(6, 2, false, &[0u8; 16])),
+    );
+    let frames = [&first_v4, &later_v4, &udp_v4, &first_v6, &later_v6];
+    let policy = |drop_fragments| XdpPolicy {
+        ports: vec![port(443)],
+        listener_ports: Vec::new(),
+        ipv6_prefix_len: 64,
+        drop_fragments,
+    };
+
+    m.apply(&policy(false)).unwrap();
+    let verdicts: Vec<&str> = frames.iter().map(|f| verdict(run(&m, f))).collect();
+    assert_eq!(verdicts, ["pass", "pass", "pass", "pass", "pass"]);
+    assert_eq!(m.status().counters.dropped_fragment, 0);
+
+    m.apply(&policy(true)).unwrap();
+    let verdicts: Vec<&str> = frames.iter().map(|f| verdict(run(&m, f))).collect();
+    assert_eq!(verdicts, ["drop", "drop", "drop", "drop", "drop"]);
+    // Whole packets still pass.
+    assert_eq!(verdict(run(&m, &syn("203.0.113.5", 443))), "pass");
+    assert_eq!(verdict(run(&m, &syn("2001:db8::5", 22))), "pass");
+    let c = m.status().counters;
+    assert_eq!((c.dropped_fragment, c.passed), (5, 7));
+}
+
+#[test]
+fn sized_maps_are_created_at_the_size_asked_and_resized_on_the_next_load() {
+    if let Some(why) = skip_reason() {
+        prereq::skip_or_fail(why);
+        return;
+    }
+    let info = |dir: &std::path::Path, name: &str| {
+        aya::maps::MapInfo::from_pin(dir.join(name))
+            .unwrap()
+            .max_entries()
+    };
+    let sizes = rampart::xdp::XdpMapSizes::uniform(5000);
+    let m = Loaded(Some(
+        XdpManager::load_unattached_sized(&pin_root(), "sized", sizes).unwrap(),
+    ));
+    assert_eq!(m.sizes(), sizes);
+    assert_eq!(m.status().maps, sizes);
+    let dir = m.pin_dir().to_path_buf();
+    for name in [
+        "rampart_bans",
+        "rampart_prefix_bans",
+        "rampart_syn",
+        "rampart_known_good",
+    ] {
+        assert_eq!(info(&dir, name), 5000, "{name}");
+    }
+    let mgr = m.take();
+    drop(mgr); // keep the pins: the next load finds them at another size
+    let bigger = rampart::xdp::XdpMapSizes::uniform(7000);
+    let m = Loaded(Some(
+        XdpManager::load_unattached_sized(&pin_root(), "sized", bigger).unwrap(),
+    ));
+    for name in [
+        "rampart_bans",
+        "rampart_prefix_bans",
+        "rampart_syn",
+        "rampart_known_good",
+    ] {
+        assert_eq!(info(&dir, name), 7000, "{name}");
+    }
+    assert_eq!(rampart::xdp::XdpMapSizes::uniform(10).bans, 1024);
+    drop(m);
 }

@@ -3,6 +3,7 @@
 // (`ip netns exec <ns> node xdp-proxy.js <json>`). Starts an echo upstream, a plain TCP server on
 // an unprotected port, and Rampart on the protected port; attaches XDP to the veth end; then
 // answers one JSON command per stdin line with one JSON line on stdout.
+const dgram = require('node:dgram');
 const net = require('node:net');
 const readline = require('node:readline');
 const { RampartProxy, generateSelfSignedCert } = require('../..');
@@ -19,6 +20,17 @@ async function main() {
     s.end('plain-ok');
   });
   await new Promise((r) => plain.listen(opts.plainPort, '0.0.0.0', r));
+  // UDP receivers on the protected and the unprotected port: what reaches the proxy's stack.
+  const udp = {};
+  for (const port of [opts.port, opts.plainPort]) {
+    const sock = dgram.createSocket('udp4');
+    udp[port] = { datagrams: 0, bytes: 0, sock };
+    sock.on('message', (m) => {
+      udp[port].datagrams += 1;
+      udp[port].bytes += m.length;
+    });
+    await new Promise((r) => sock.bind(port, '0.0.0.0', r));
+  }
   const [certChain, privateKey] = generateSelfSignedCert(['xdp.test']);
   const proxy = new RampartProxy({
     workerThreads: 2,
@@ -35,11 +47,14 @@ async function main() {
     metrics: () => proxy.metrics(),
     events: () => events.splice(0),
     blockIp: (a) => proxy.blockIp(a.cidr, a.opts),
+    update: (a) => proxy.updateConfig(a),
+    udp: () => Object.fromEntries(Object.entries(udp).map(([p, u]) => [p, { datagrams: u.datagrams, bytes: u.bytes }])),
     detach: () => proxy.detachXdp(),
     exit: async () => {
       await proxy.stop();
       echo.close();
       plain.close();
+      for (const u of Object.values(udp)) u.sock.close();
       setImmediate(() => process.exit(0));
       return true;
     },

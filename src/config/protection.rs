@@ -29,7 +29,7 @@ use crate::protection::entry::MAX_PENDING;
 use crate::protection::policy::{
     Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit, Mode,
     PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, DEFAULT_PREFIX_V4,
-    DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC,
+    DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC, XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
 };
 use ipnet::IpNet;
 use serde_json::{Map, Value};
@@ -190,7 +190,18 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
     if let Some(v) = field(obj, "xdp") {
         let path = f("xdp");
         if let Some(o) = object(v, &path, issues) {
-            reject_unknown(o, &["synPerSecond", "synBurst"], &path, issues);
+            reject_unknown(
+                o,
+                &[
+                    "synPerSecond",
+                    "synBurst",
+                    "synBudgetPerSecond",
+                    "maxBans",
+                    "dropFragments",
+                ],
+                &path,
+                issues,
+            );
             let sps = match field(o, "synPerSecond") {
                 Some(v) => number_in(
                     v,
@@ -200,14 +211,43 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
                     true,
                     issues,
                 ),
-                None => {
+                None if field(o, "synBurst").is_some() => {
                     issues.push(
                         join(&path, "synPerSecond"),
-                        "is required: an integer in [1, 1000000000] (SYNs per second per source)",
+                        "is required with synBurst: an integer in [1, 1000000000] (SYNs per \
+                         second per source)",
                     );
                     None
                 }
+                None => None,
             };
+            if let Some(v) = field(o, "synBudgetPerSecond") {
+                p.xdp_kernel.syn_budget_per_second = number_in(
+                    v,
+                    &join(&path, "synBudgetPerSecond"),
+                    1.0,
+                    MAX_COUNT_LIMIT,
+                    true,
+                    issues,
+                )
+                .map(|n| n as u64);
+            }
+            if let Some(v) = field(o, "maxBans") {
+                p.xdp_kernel.max_bans = number_in(
+                    v,
+                    &join(&path, "maxBans"),
+                    f64::from(XDP_MAX_BANS_MIN),
+                    f64::from(XDP_MAX_BANS_MAX),
+                    true,
+                    issues,
+                )
+                .map(|n| n as u64);
+            }
+            if let Some(v) = field(o, "dropFragments") {
+                if let Some(b) = boolean(v, &join(&path, "dropFragments"), issues) {
+                    p.xdp_kernel.drop_fragments = b;
+                }
+            }
             let burst = field(o, "synBurst").map(|v| {
                 number_in(
                     v,
@@ -596,7 +636,7 @@ fn rate(
 }
 
 /// An array of CIDR strings; each bad entry is reported at its index.
-fn cidrs(v: &Value, path: &str, issues: &mut Issues) -> Vec<IpNet> {
+pub(crate) fn cidrs(v: &Value, path: &str, issues: &mut Issues) -> Vec<IpNet> {
     strings(v, path, issues, parse_cidr)
 }
 

@@ -5,9 +5,10 @@
 
 use super::error::{ConfigError, Issues};
 use super::mtls::{parse_mtls, Mtls};
-use super::protection::parse_protection;
+use super::protection::{cidrs, parse_protection};
 use super::socket::{parse_socket_options, SocketOptions, SOCKET_FIELDS};
 use super::value::{self as v, field, join};
+use crate::protection::cidr::CidrSet;
 use crate::protection::ProtectionPolicy;
 use crate::tls::certs::{load_certified_key, CertifiedKey};
 use serde_json::Value;
@@ -23,6 +24,9 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_IP_AFFINITY_TTL_MS: u64 = 3_600_000;
 /// Default cap on `'blocked'` events per second.
 pub const DEFAULT_BLOCKED_EVENTS_PER_SECOND: u64 = 1_000;
+/// Default time a trusted peer has to send its whole PROXY header, in ms
+/// (`acceptProxyProtocol.timeoutMs`).
+pub const DEFAULT_PROXY_HEADER_TIMEOUT_MS: u64 = 3_000;
 
 /// The whole validated proxy config.
 #[derive(Debug, Clone)]
@@ -57,6 +61,76 @@ pub struct ListenerConfig {
     pub protection: Option<Arc<ProtectionPolicy>>,
     /// Client certificates on this listener's terminated routes (`mtls`; required by default).
     pub mtls: Option<Mtls>,
+    /// `mode`: TLS (SNI routing) or plain HTTP/1.1 (ACME HTTP-01 and redirects to https).
+    pub mode: ListenerMode,
+    /// `acceptProxyProtocol`: peers whose PROXY header names the client.
+    pub accept_proxy_protocol: Option<AcceptProxyProtocol>,
+}
+
+/// What a listener speaks (`listeners[].mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListenerMode {
+    /// TLS: SNI routing, termination or passthrough (the default).
+    #[default]
+    Tls,
+    /// HTTP/1.1 without TLS: `GET /.well-known/acme-challenge/<token>` is proxied to the route
+    /// whose `sni` matches `Host`, everything else is redirected to https (README: HTTP listener).
+    Http,
+}
+
+/// `listeners[].acceptProxyProtocol` (README: Client addresses from a load balancer).
+#[derive(Debug, Clone)]
+pub struct AcceptProxyProtocol {
+    /// `trustedCidrs`: a connection from one of these peers must begin with a PROXY v1 or v2
+    /// header, whose source address is then the client everywhere.
+    pub trusted: CidrSet,
+    /// `timeoutMs`: ms from accept to the end of the header.
+    pub timeout_ms: u64,
+}
+
+impl AcceptProxyProtocol {
+    /// Whether `peer` (canonical, see [`IpAddr::to_canonical`]) is a trusted load balancer.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.trusted.contains(peer)
+    }
+}
+
+/// Parses `acceptProxyProtocol: { trustedCidrs, timeoutMs }` at `path`.
+fn parse_accept_proxy_protocol(
+    val: &Value,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<AcceptProxyProtocol> {
+    let obj = v::object(val, path, issues)?;
+    let before = issues.len();
+    v::reject_unknown(obj, &["trustedCidrs", "timeoutMs"], path, issues);
+    let trusted = match field(obj, "trustedCidrs") {
+        Some(c) => {
+            let p = join(path, "trustedCidrs");
+            let nets = cidrs(c, &p, issues);
+            if nets.is_empty() && c.as_array().is_some_and(|a| a.is_empty()) {
+                issues.push(
+                    &p,
+                    "must hold at least one CIDR (leave acceptProxyProtocol out to trust no peer)",
+                );
+            }
+            nets
+        }
+        None => {
+            issues.push(
+                join(path, "trustedCidrs"),
+                "is required (the load balancers' addresses, e.g. ['10.0.0.0/24'])",
+            );
+            Vec::new()
+        }
+    };
+    let timeout_ms = field(obj, "timeoutMs")
+        .and_then(|n| v::duration_ms(n, &join(path, "timeoutMs"), 1, issues))
+        .unwrap_or(DEFAULT_PROXY_HEADER_TIMEOUT_MS);
+    (issues.len() == before).then(|| AcceptProxyProtocol {
+        trusted: CidrSet::new(trusted),
+        timeout_ms,
+    })
 }
 
 impl ListenerConfig {
@@ -551,7 +625,7 @@ fn parse_route(
     if terminate_tls_field == Some(true) && cert.is_none() && field(obj, "cert").is_none() {
         let missing: Vec<String> = listeners
             .iter()
-            .filter(|l| l.default_cert.is_none())
+            .filter(|l| l.mode == ListenerMode::Tls && l.default_cert.is_none())
             .map(|l| l.label())
             .collect();
         if !missing.is_empty() {
@@ -633,6 +707,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
             "idleTimeoutMs",
             "protection",
             "mtls",
+            "acceptProxyProtocol",
         ],
         path,
         issues,
@@ -659,16 +734,23 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
             None
         }
     };
-    if let Some(m) = field(obj, "mode") {
-        if v::one_of(m, &join(path, "mode"), &["tls", "http"], issues) == Some("http") {
-            issues.push(
-                join(path, "mode"),
-                "'http' is not supported yet (only 'tls' listeners)",
-            );
-        }
-    }
+    let mode = match field(obj, "mode") {
+        Some(m) => match v::one_of(m, &join(path, "mode"), &["tls", "http"], issues) {
+            Some("http") => ListenerMode::Http,
+            _ => ListenerMode::Tls,
+        },
+        None => ListenerMode::Tls,
+    };
     let default_cert =
         field(obj, "defaultCert").and_then(|c| parse_cert(c, &join(path, "defaultCert"), issues));
+    if mode == ListenerMode::Http && field(obj, "defaultCert").is_some() {
+        issues.push(
+            join(path, "defaultCert"),
+            "has no use on a mode 'http' listener (no TLS there); leave it out",
+        );
+    }
+    let accept_proxy_protocol = field(obj, "acceptProxyProtocol")
+        .and_then(|a| parse_accept_proxy_protocol(a, &join(path, "acceptProxyProtocol"), issues));
     let max_connections = field(obj, "maxConnections")
         .and_then(|n| v::count(n, &join(path, "maxConnections"), 0, issues))
         .unwrap_or(0);
@@ -690,6 +772,8 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
         idle_timeout_ms,
         protection,
         mtls,
+        mode,
+        accept_proxy_protocol,
     })
 }
 

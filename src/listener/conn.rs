@@ -63,7 +63,8 @@ enum Peeked {
     TooSlow,
 }
 
-fn peek_now(sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+/// One `recv(MSG_PEEK)` of what the socket holds now (`WouldBlock` when nothing).
+pub(super) fn peek_now(sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     sock.try_io(Interest::READABLE, || {
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is owned by `sock`.
         let n = unsafe {
@@ -200,6 +201,9 @@ struct Conn<'a> {
     li: usize,
     peer: SocketAddr,
     ip: IpAddr,
+    /// The address the client connected to, when a load balancer's PROXY header named it (else
+    /// the socket's local address): the destination of the outbound PROXY header.
+    local: Option<SocketAddr>,
     /// The ClientHello, once peeked.
     hello: Option<Box<ClientHello>>,
     /// JA3/JA4 of `hello`, computed on first use (a fingerprint list, a `'blocked'` event,
@@ -640,8 +644,9 @@ impl Conn<'_> {
         let min_bps = policy.as_ref().map_or(0, |p| p.min_bytes_per_second());
         drop(policy);
         let deadline = accepted_at + Duration::from_nanos(timeout_ns);
-        let local = sock
-            .local_addr()
+        let local = self
+            .local
+            .or_else(|| sock.local_addr().ok())
             .unwrap_or(SocketAddr::new(l.config.host, l.config.port));
 
         let closed = self.peek(&sock, deadline, min_bps).await?;
@@ -665,14 +670,16 @@ fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
     }
 }
 
-/// Serves one admitted connection to the end; a refusal is reported here, once. `clean`: the
-/// admission at accept refused nothing (not even in observe mode).
+/// Serves one admitted connection to the end; a refusal is reported here, once. `peer` is the
+/// client (`ip` its canonical address), `local` the address it connected to when a PROXY header
+/// named it. `clean`: the admission at accept refused nothing (not even in observe mode).
 pub async fn serve(
     shared: &Shared,
     li: usize,
     sock: TcpStream,
     peer: SocketAddr,
     ip: IpAddr,
+    local: Option<SocketAddr>,
     clean: bool,
 ) {
     let mut c = Conn {
@@ -680,6 +687,7 @@ pub async fn serve(
         li,
         peer,
         ip,
+        local,
         hello: None,
         fingerprints: None,
         clean,

@@ -9,14 +9,26 @@
 //! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency, the prefix
 //! tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE, ENOBUFS, ...) are counted and back
 //! off briefly so the loop never spins and resumes once descriptors free up.
+//!
+//! Behind a load balancer (`acceptProxyProtocol`), a connection from a trusted peer is admitted
+//! only once its PROXY header ([`proxy_in`]) has named the client: the same admission then runs
+//! on the header's address (HAProxy's `expect-proxy` followed by its session rules). No check
+//! keys on the balancer's own address, which stands for every client behind it.
+//!
+//! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a
+//! `mode: 'http'` one.
 
 pub mod conn;
 pub mod h2;
+pub mod http;
+pub mod proxy_in;
 
 use crate::clock;
+use crate::config::proxy::ListenerMode;
 use crate::metrics::ErrorReason;
 use crate::protection::{BlockReason, ConnGuard, Verdict};
 use crate::shared::{ActiveGuard, Shared};
+use proxy_in::{HeaderFailure, Origin};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
@@ -139,15 +151,37 @@ pub async fn accept_loop(
         match accepted {
             Ok((sock, peer)) => {
                 let ip = peer.ip().to_canonical();
+                let trusted = shared.listeners[li]
+                    .config
+                    .accept_proxy_protocol
+                    .as_ref()
+                    .filter(|p| p.trusts(ip))
+                    .map(|p| p.timeout_ms);
+                if let Some(timeout_ms) = trusted {
+                    let shared = shared.clone();
+                    let cancel = conn_cancel.clone();
+                    let peer = SocketAddr::new(ip, peer.port());
+                    conns.spawn(async move {
+                        tokio::select! {
+                            _ = cancel.cancelled() => {}
+                            _ = behind_balancer(&shared, li, sock, peer, timeout_ms) => {}
+                        }
+                    });
+                    continue;
+                }
                 let Some((adm, active, clean)) = admit(&shared, li, ip) else {
                     continue; // dropped: closed at once
                 };
                 let shared = shared.clone();
                 let cancel = conn_cancel.clone();
+                let origin = Origin {
+                    client: peer,
+                    local: None,
+                };
                 conns.spawn(async move {
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = conn::serve(&shared, li, sock, peer, ip, clean) => {}
+                        _ = serve(&shared, li, sock, origin, clean) => {}
                     }
                     drop(adm);
                     drop(active);
@@ -162,6 +196,68 @@ pub async fn accept_loop(
                 }
             }
         }
+    }
+}
+
+/// A connection from a trusted load balancer (`peer`, canonical): its PROXY header within
+/// `timeout_ms` of accept, then admission and service as the header's client. A header that is
+/// not one, or does not arrive in time, closes the connection (`proxy_header_invalid`, with an
+/// `'error'` event naming the peer); a peer that closes before sending anything (a TCP health
+/// check) is `client_closed`.
+async fn behind_balancer(
+    shared: &Arc<Shared>,
+    li: usize,
+    sock: tokio::net::TcpStream,
+    peer: SocketAddr,
+    timeout_ms: u64,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    let origin = match proxy_in::read_header(&sock, peer, deadline).await {
+        Ok(o) => o,
+        Err(HeaderFailure::Closed) => {
+            shared.report_error(li, Some(peer.ip()), ErrorReason::ClientClosed, None);
+            return;
+        }
+        Err(f) => {
+            let why = match f {
+                HeaderFailure::TimedOut => {
+                    format!("no complete PROXY header within {timeout_ms} ms")
+                }
+                _ => "the first bytes are not a PROXY v1 or v2 header".to_string(),
+            };
+            let message = format!("trusted peer {}: {why}", peer.ip());
+            shared.report_error(
+                li,
+                Some(peer.ip()),
+                ErrorReason::ProxyHeaderInvalid,
+                Some(message),
+            );
+            return;
+        }
+    };
+    let ip = origin.client.ip().to_canonical();
+    let Some((adm, active, clean)) = admit(shared, li, ip) else {
+        return;
+    };
+    serve(shared, li, sock, origin, clean).await;
+    drop(adm);
+    drop(active);
+}
+
+/// Serves an admitted connection by the listener's `mode`.
+async fn serve(
+    shared: &Shared,
+    li: usize,
+    sock: tokio::net::TcpStream,
+    origin: Origin,
+    clean: bool,
+) {
+    let ip = origin.client.ip().to_canonical();
+    match shared.listeners[li].config.mode {
+        ListenerMode::Tls => {
+            conn::serve(shared, li, sock, origin.client, ip, origin.local, clean).await
+        }
+        ListenerMode::Http => http::serve(shared, li, sock, origin, ip).await,
     }
 }
 

@@ -41,11 +41,14 @@ pub enum ErrorReason {
     /// The route's own `maxConnectionsPerSecond` refused the connection (an error of the route,
     /// not a `'blocked'` event: the client is not at fault).
     RouteRateLimited,
+    /// A connection from a trusted load balancer (`acceptProxyProtocol.trustedCidrs`) that did
+    /// not begin with a valid PROXY v1/v2 header within `timeoutMs`; closed.
+    ProxyHeaderInvalid,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 12] = [
+    pub const ALL: [ErrorReason; 13] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -58,6 +61,7 @@ impl ErrorReason {
         ErrorReason::BadRequest,
         ErrorReason::HalfCloseTimeout,
         ErrorReason::RouteRateLimited,
+        ErrorReason::ProxyHeaderInvalid,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -74,6 +78,7 @@ impl ErrorReason {
             ErrorReason::BadRequest => "bad_request",
             ErrorReason::HalfCloseTimeout => "half_close_timeout",
             ErrorReason::RouteRateLimited => "route_rate_limited",
+            ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -484,6 +489,9 @@ impl MetricsSnapshot {
                 ("penalty", c.dropped_penalty),
                 ("synFlood", c.dropped_syn_flood),
                 ("unparsed", c.dropped_unparsed),
+                ("synBudget", c.dropped_syn_budget),
+                ("nonTcp", c.dropped_non_tcp),
+                ("fragment", c.dropped_fragment),
             ];
             for (r, n) in dropped {
                 let _ = writeln!(
@@ -512,12 +520,30 @@ impl MetricsSnapshot {
                     "Penalty boxes not mirrored as kernel bans (queue full).",
                     x.ban_queue_overflow,
                 ),
+                (
+                    "xdp_known_good_queue_overflow_total",
+                    "Known-good marks not mirrored to the kernel (queue full).",
+                    x.known_good_queue_overflow,
+                ),
             ];
             for (name, help, n) in totals {
                 let _ = writeln!(
                     out,
                     "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
                 );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP rampart_xdp_map_entries Entries the attached program's sized maps were created with.\n# TYPE rampart_xdp_map_entries gauge"
+            );
+            let m = &x.maps;
+            for (map, n) in [
+                ("bans", m.bans),
+                ("prefixBans", m.prefix_bans),
+                ("synStates", m.syn_states),
+                ("knownGood", m.known_good),
+            ] {
+                let _ = writeln!(out, "rampart_xdp_map_entries{{map=\"{map}\"}} {n}");
             }
         }
         out

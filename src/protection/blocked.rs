@@ -39,30 +39,85 @@ pub struct BlockedEntry {
     pub note: Option<String>,
 }
 
-/// The blocked clients and networks of one listener at one instant; each list sorted by `ip`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BlockedView {
-    /// Clients whose rate limit is exhausted after a `rate_limited` refusal.
-    pub rate_limited: Vec<BlockedEntry>,
-    /// Clients at `maxConcurrentPerIp` after a `too_many_connections` refusal.
-    pub concurrency_limited: Vec<BlockedEntry>,
-    /// The policy's `blocklist`.
-    pub cidr_blocklist: Vec<BlockedEntry>,
-    /// Clients in the penalty box.
-    pub penalty_boxed: Vec<BlockedEntry>,
-    /// `blockIp` entries applying to this listener.
-    pub dynamic_blocklist: Vec<BlockedEntry>,
+/// The five lists of the blocked view, in the documented order, with entries of type `T`:
+/// [`BlockedView`] (one listener's, bare entries) and [`BlockedIps`] (the union over listeners,
+/// each entry with its port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lists<T> {
+    /// `rateLimited`: clients whose rate limit is exhausted after a `rate_limited` refusal.
+    pub rate_limited: Vec<T>,
+    /// `concurrencyLimited`: clients at `maxConcurrentPerIp` after a `too_many_connections`
+    /// refusal.
+    pub concurrency_limited: Vec<T>,
+    /// `cidrBlocklist`: the policy's `blocklist`.
+    pub cidr_blocklist: Vec<T>,
+    /// `penaltyBoxed`: clients and prefixes in the penalty box (userspace boxes and kernel bans).
+    pub penalty_boxed: Vec<T>,
+    /// `dynamicBlocklist`: `blockIp` entries.
+    pub dynamic_blocklist: Vec<T>,
 }
 
-impl BlockedView {
-    pub(crate) fn sort(&mut self) {
-        for list in [
+impl<T> Default for Lists<T> {
+    fn default() -> Self {
+        Lists {
+            rate_limited: Vec::new(),
+            concurrency_limited: Vec::new(),
+            cidr_blocklist: Vec::new(),
+            penalty_boxed: Vec::new(),
+            dynamic_blocklist: Vec::new(),
+        }
+    }
+}
+
+/// The JS names of the five lists, in the order of [`Lists::lists`].
+pub const LIST_NAMES: [&str; 5] = [
+    "rateLimited",
+    "concurrencyLimited",
+    "cidrBlocklist",
+    "penaltyBoxed",
+    "dynamicBlocklist",
+];
+
+impl<T> Lists<T> {
+    /// The five lists with their JS names, in the documented order.
+    pub fn lists(&self) -> [(&'static str, &[T]); 5] {
+        let [a, b, c, d, e] = LIST_NAMES;
+        [
+            (a, &self.rate_limited),
+            (b, &self.concurrency_limited),
+            (c, &self.cidr_blocklist),
+            (d, &self.penalty_boxed),
+            (e, &self.dynamic_blocklist),
+        ]
+    }
+
+    fn lists_mut(&mut self) -> [&mut Vec<T>; 5] {
+        [
             &mut self.rate_limited,
             &mut self.concurrency_limited,
             &mut self.cidr_blocklist,
             &mut self.penalty_boxed,
             &mut self.dynamic_blocklist,
-        ] {
+        ]
+    }
+
+    fn into_lists(self) -> [Vec<T>; 5] {
+        [
+            self.rate_limited,
+            self.concurrency_limited,
+            self.cidr_blocklist,
+            self.penalty_boxed,
+            self.dynamic_blocklist,
+        ]
+    }
+}
+
+/// The blocked clients and networks of one listener at one instant; each list sorted by `ip`.
+pub type BlockedView = Lists<BlockedEntry>;
+
+impl Lists<BlockedEntry> {
+    pub(crate) fn sort(&mut self) {
+        for list in self.lists_mut() {
             list.sort_by(|a, b| a.ip.cmp(&b.ip));
         }
     }
@@ -80,55 +135,19 @@ pub struct Listed {
 /// `blockedIps()`: the union over the listeners asked for, each list sorted by `(ip, port)` with
 /// exact duplicates (same ip, port and reason) removed. Serialised at the JS boundary (bare `ip`
 /// lists by default, `{ ip, port, reason, remainingMs?, note? }` with `detail`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BlockedIps {
-    /// `rateLimited`.
-    pub rate_limited: Vec<Listed>,
-    /// `concurrencyLimited`.
-    pub concurrency_limited: Vec<Listed>,
-    /// `cidrBlocklist`.
-    pub cidr_blocklist: Vec<Listed>,
-    /// `penaltyBoxed` (userspace boxes and kernel bans).
-    pub penalty_boxed: Vec<Listed>,
-    /// `dynamicBlocklist`.
-    pub dynamic_blocklist: Vec<Listed>,
-}
+pub type BlockedIps = Lists<Listed>;
 
-impl BlockedIps {
-    /// The five lists with their JS names, in the documented order.
-    pub fn lists(&self) -> [(&'static str, &[Listed]); 5] {
-        [
-            ("rateLimited", &self.rate_limited),
-            ("concurrencyLimited", &self.concurrency_limited),
-            ("cidrBlocklist", &self.cidr_blocklist),
-            ("penaltyBoxed", &self.penalty_boxed),
-            ("dynamicBlocklist", &self.dynamic_blocklist),
-        ]
-    }
-
+impl Lists<Listed> {
     /// Adds one listener's view.
     pub fn add(&mut self, port: u16, view: BlockedView) {
-        let pairs = [
-            (&mut self.rate_limited, view.rate_limited),
-            (&mut self.concurrency_limited, view.concurrency_limited),
-            (&mut self.cidr_blocklist, view.cidr_blocklist),
-            (&mut self.penalty_boxed, view.penalty_boxed),
-            (&mut self.dynamic_blocklist, view.dynamic_blocklist),
-        ];
-        for (list, entries) in pairs {
+        for (list, entries) in self.lists_mut().into_iter().zip(view.into_lists()) {
             list.extend(entries.into_iter().map(|entry| Listed { entry, port }));
         }
     }
 
     /// Sorts every list by `(ip, port)` and removes exact duplicates.
     pub fn finish(&mut self) {
-        for list in [
-            &mut self.rate_limited,
-            &mut self.concurrency_limited,
-            &mut self.cidr_blocklist,
-            &mut self.penalty_boxed,
-            &mut self.dynamic_blocklist,
-        ] {
+        for list in self.lists_mut() {
             list.sort_by(|a, b| (&a.entry.ip, a.port).cmp(&(&b.entry.ip, b.port)));
             list.dedup_by(|a, b| {
                 a.entry.ip == b.entry.ip && a.port == b.port && a.entry.reason == b.entry.reason

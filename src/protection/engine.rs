@@ -34,7 +34,9 @@
 //! connection has completed its handshake and moved application bytes both ways without a
 //! refusal): marked in their entry for `knownGoodTtlMs`. They keep every limit of their own and
 //! their prefix's, but skip the listener budget (and are not counted in it) and defense mode's
-//! tightening. A client that is boxed loses its mark.
+//! tightening. A client that is boxed loses its mark. The known-good listener
+//! ([`Engine::set_known_good_listener`]) hears of each new mark and of its refreshes (about twice
+//! per TTL): the XDP layer mirrors them into the kernel, where they skip `xdp.synBudgetPerSecond`.
 //!
 //! **Defense mode** ([`Engine::defense_tick`], [`super::defense`]): while it is on, a client that
 //! is not known-good is debited its rates (client and prefix) × `factor` ([`super::gcra::Gcra::tightened`]),
@@ -139,6 +141,15 @@ pub type BoxListener = dyn Fn(IpKey, u64, bool) + Send + Sync;
 
 struct ListenerCell(Arc<BoxListener>);
 
+/// Called with the client's key and a deadline (CLOCK_MONOTONIC ns) when a client is marked
+/// known-good, and again each time its mark moves into a new half-TTL window (so at most about
+/// twice per `knownGoodTtlMs` per client); the deadline is the mark's plus half the TTL, so a
+/// mirror refreshed this way never ends before the mark (XDP known-good map sync). Runs on the
+/// connection path: keep it cheap.
+pub type KnownGoodListener = dyn Fn(IpKey, u64) + Send + Sync;
+
+struct KnownGoodCell(Arc<KnownGoodListener>);
+
 /// The protection engine of one listener. Per-IP state lives as long as the engine and survives
 /// every policy swap.
 pub struct Engine {
@@ -151,6 +162,7 @@ pub struct Engine {
     /// The prefix tier (`prefixLimit`), keyed by network prefix.
     prefixes: Table,
     box_listener: ArcSwapOption<ListenerCell>,
+    known_good_listener: ArcSwapOption<KnownGoodCell>,
     untracked: AtomicU64,
     offenders: Offenders,
     untracked_prefixes: AtomicU64,
@@ -182,6 +194,7 @@ impl Engine {
             table: Table::new(),
             prefixes: Table::new(),
             box_listener: ArcSwapOption::empty(),
+            known_good_listener: ArcSwapOption::empty(),
             untracked: AtomicU64::new(0),
             offenders: Offenders::default(),
             untracked_prefixes: AtomicU64::new(0),
@@ -252,6 +265,12 @@ impl Engine {
     pub fn set_box_listener(&self, f: Option<Arc<BoxListener>>) {
         self.box_listener
             .store(f.map(|f| Arc::new(ListenerCell(f))));
+    }
+
+    /// Sets (or clears) the known-good listener.
+    pub fn set_known_good_listener(&self, f: Option<Arc<KnownGoodListener>>) {
+        self.known_good_listener
+            .store(f.map(|f| Arc::new(KnownGoodCell(f))));
     }
 
     fn ctx<'a>(
@@ -775,24 +794,34 @@ impl Engine {
             .div_ceil(1_000_000_000)
             .min(u64::from(u32::MAX)) as u32;
         let key = IpKey::new(ip, p.ipv6_prefix_length());
+        let half_s = (p.known_good_ttl_ns().div_ceil(2_000_000_000)).max(1) as u32;
         let marked = self.table.with(
             key,
             &ctx,
             || now_ns,
             |e, now| {
                 if p.penalty_box() && penalty::is_boxed(e.penalty, epoch, now) {
-                    return false;
+                    return (false, false);
                 }
+                let fresh = e.marks & MARK_KNOWN_GOOD == 0 || !e.known_good(now);
                 if e.marks & MARK_KNOWN_GOOD == 0 {
                     e.marks |= MARK_KNOWN_GOOD;
                     self.table.marked.fetch_add(1, Ordering::Relaxed);
                 }
+                let before = e.known_good_s;
                 e.known_good_s = e.known_good_s.max(until_s);
                 e.marks &= !MARK_NEW;
-                true
+                (true, fresh || before / half_s != e.known_good_s / half_s)
             },
         );
-        marked.is_some_and(|(m, _)| m)
+        let (marked, tell) = marked.map(|(m, _)| m).unwrap_or((false, false));
+        if tell {
+            if let Some(l) = self.known_good_listener.load().as_ref() {
+                let deadline = u64::from(until_s.saturating_add(half_s)) * 1_000_000_000;
+                (l.0)(key, deadline);
+            }
+        }
+        marked
     }
 
     /// Whether `ip`'s client is known-good at `now_ns`.

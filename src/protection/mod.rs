@@ -34,16 +34,17 @@ pub mod reason;
 pub mod rescale;
 pub mod table;
 
-pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed};
+pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};
 pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::{
-    Admission, BoxListener, ConnGuard, Engine, HelloFacts, PendingGuard, Verdict, PREFIX_NOTE,
+    Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, PendingGuard,
+    Verdict, PREFIX_NOTE,
 };
 pub use key::IpKey;
 pub use policy::{
     Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit, ProtectionPolicy,
-    RateLimit, SlowHandshake, XdpSyn,
+    RateLimit, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;

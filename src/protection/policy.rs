@@ -99,6 +99,25 @@ pub struct XdpSyn {
     pub syn_burst: u64,
 }
 
+/// `xdp.maxBans` at least (also the smallest size of a kernel ban map).
+pub const XDP_MAX_BANS_MIN: u32 = 1024;
+/// `xdp.maxBans` at most (also the largest size of a kernel ban map).
+pub const XDP_MAX_BANS_MAX: u32 = 1 << 24;
+
+/// The `xdp` fields beside the SYN limit (README: XDP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpKernel {
+    /// `synBudgetPerSecond`: SYNs per second this port admits in the kernel from sources that
+    /// are not known-good (burst: one second's worth); `None` = no budget.
+    pub syn_budget_per_second: Option<u64>,
+    /// `maxBans`: entries of the kernel's ban maps (the largest over the listeners wins; without
+    /// it the largest `maxTrackedIps` of the protected listeners).
+    pub max_bans: Option<u64>,
+    /// `dropFragments`: every IP fragment is dropped by the attached program (any listener
+    /// setting it turns it on).
+    pub drop_fragments: bool,
+}
+
 /// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (README: HTTP/2 guard). The
 /// limits are the guard's own config; this adds the off switch and the box threshold. The same
 /// defaults apply to a listener without protection.
@@ -262,6 +281,7 @@ pub struct ProtectionPolicy {
     pub(crate) slow_handshake: SlowHandshake,
     pub(crate) mode: Mode,
     pub(crate) xdp: Option<XdpSyn>,
+    pub(crate) xdp_kernel: XdpKernel,
     pub(crate) http2: Http2Policy,
     pub(crate) prefix_limit: Option<PrefixLimit>,
     pub(crate) listener_limit: Option<ListenerLimit>,
@@ -293,6 +313,7 @@ impl Default for ProtectionPolicy {
             },
             mode: Mode::Enforce,
             xdp: None,
+            xdp_kernel: XdpKernel::default(),
             http2: Http2Policy::default(),
             prefix_limit: None,
             listener_limit: None,
@@ -393,6 +414,10 @@ impl ProtectionPolicy {
     /// `xdp` SYN limit, if set.
     pub fn xdp(&self) -> Option<XdpSyn> {
         self.xdp
+    }
+    /// The other `xdp` fields (SYN budget, map size, fragments).
+    pub fn xdp_kernel(&self) -> XdpKernel {
+        self.xdp_kernel
     }
     /// `http2`.
     pub fn http2(&self) -> &Http2Policy {

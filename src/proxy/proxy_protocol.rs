@@ -1,5 +1,7 @@
-//! PROXY protocol headers (HAProxy "The PROXY protocol", versions 1 and 2), built with the `ppp`
-//! crate. Sent to the upstream before any application byte.
+//! PROXY protocol headers (HAProxy "The PROXY protocol", versions 1 and 2), built and parsed with
+//! the `ppp` crate. Built: sent to the upstream before any application byte. Parsed
+//! ([`parse_inbound`]): received from a trusted load balancer (`acceptProxyProtocol`) before the
+//! client's own bytes.
 //!
 //! v1 is the text line `PROXY TCP4 <src> <dst> <sport> <dport>\r\n`; v2 is the binary header
 //! (12-byte signature, version/command 0x21, family/protocol 0x11 or 0x21, addresses) followed by
@@ -7,6 +9,7 @@
 //! spec): 0xE0 carries the client's JA3 (32 ASCII hex), 0xE1 its JA4 (ASCII).
 
 use ppp::v2::{Builder, Command, Protocol, Version};
+use ppp::{HeaderResult, PartialResult};
 use std::net::{IpAddr, SocketAddr};
 
 /// PROXY v2 `PP2_TYPE_SSL`: the client's TLS facts (client flags, verify result, sub-TLVs).
@@ -45,6 +48,110 @@ pub fn ssl_tlv_value(cert_verified: bool, version: &str, cn: Option<&str>) -> Ve
         sub(SUBTLV_SSL_CN, cn.as_bytes());
     }
     v
+}
+
+/// Most bytes an inbound PROXY header may take (v1 is at most 107; a v2 header with its TLVs
+/// beyond this is refused as invalid).
+pub const MAX_INBOUND_HEADER_BYTES: usize = 16 * 1024;
+
+/// An inbound PROXY header at the start of a buffer ([`parse_inbound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inbound {
+    /// A header of `len` bytes naming the client (`source`) and the address it connected to
+    /// (`destination`), both canonical (IPv4-mapped IPv6 as IPv4).
+    Proxy {
+        /// Header length in bytes (TLVs included; they are ignored).
+        len: usize,
+        /// The client.
+        source: SocketAddr,
+        /// The address the client connected to (the load balancer's frontend).
+        destination: SocketAddr,
+    },
+    /// A header of `len` bytes that names no client: v2 `LOCAL` (the balancer's own health
+    /// check), v1 `UNKNOWN`, or a v2 family without IP addresses. The peer is the client.
+    Local {
+        /// Header length in bytes.
+        len: usize,
+    },
+    /// A prefix of a header: more bytes are needed.
+    Partial,
+    /// Not a PROXY v1 or v2 header (or one over [`MAX_INBOUND_HEADER_BYTES`]).
+    Invalid,
+}
+
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+/// Most bytes of a v1 header, CRLF included (the spec's 107).
+const V1_MAX_BYTES: usize = 107;
+
+/// Parses a PROXY v1 or v2 header at the start of `buf` (the bytes after it are not looked at).
+pub fn parse_inbound(buf: &[u8]) -> Inbound {
+    // A v1 line is judged whole: `ppp` takes a line cut inside a field (`... 5000 `) for a
+    // malformed one, and TCP may deliver it in pieces.
+    if buf.starts_with(b"PROXY") || b"PROXY".starts_with(buf) {
+        let head = &buf[..buf.len().min(V1_MAX_BYTES)];
+        if !head.contains(&b'\n') {
+            return if buf.len() >= V1_MAX_BYTES {
+                Inbound::Invalid
+            } else {
+                Inbound::Partial
+            };
+        }
+    }
+    let parsed = HeaderResult::parse(buf);
+    if parsed.is_incomplete() {
+        return if buf.len() >= MAX_INBOUND_HEADER_BYTES {
+            Inbound::Invalid
+        } else {
+            Inbound::Partial
+        };
+    }
+    match parsed {
+        HeaderResult::V1(Ok(h)) => {
+            let len = h.header.len();
+            match h.addresses {
+                ppp::v1::Addresses::Tcp4(a) => Inbound::Proxy {
+                    len,
+                    source: SocketAddr::new(a.source_address.into(), a.source_port),
+                    destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+                },
+                ppp::v1::Addresses::Tcp6(a) => Inbound::Proxy {
+                    len,
+                    source: canonical(SocketAddr::new(a.source_address.into(), a.source_port)),
+                    destination: canonical(SocketAddr::new(
+                        a.destination_address.into(),
+                        a.destination_port,
+                    )),
+                },
+                ppp::v1::Addresses::Unknown => Inbound::Local { len },
+            }
+        }
+        HeaderResult::V2(Ok(h)) => {
+            let len = h.header.len();
+            if len > MAX_INBOUND_HEADER_BYTES {
+                return Inbound::Invalid;
+            }
+            match (h.command, h.addresses) {
+                (Command::Proxy, ppp::v2::Addresses::IPv4(a)) => Inbound::Proxy {
+                    len,
+                    source: SocketAddr::new(a.source_address.into(), a.source_port),
+                    destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
+                },
+                (Command::Proxy, ppp::v2::Addresses::IPv6(a)) => Inbound::Proxy {
+                    len,
+                    source: canonical(SocketAddr::new(a.source_address.into(), a.source_port)),
+                    destination: canonical(SocketAddr::new(
+                        a.destination_address.into(),
+                        a.destination_port,
+                    )),
+                },
+                _ => Inbound::Local { len },
+            }
+        }
+        HeaderResult::V1(Err(_)) | HeaderResult::V2(Err(_)) => Inbound::Invalid,
+    }
 }
 
 /// PROXY v2 TLV type carrying the JA3 MD5 (lower hex, 32 bytes of ASCII).
@@ -104,6 +211,79 @@ pub fn v2_header(client: SocketAddr, local: SocketAddr, tlvs: &[(u8, &[u8])]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inbound_v1() {
+        let h = b"PROXY TCP4 192.0.2.7 10.0.0.1 5000 443\r\n\x16\x03\x01";
+        let want = Inbound::Proxy {
+            len: h.len() - 3,
+            source: "192.0.2.7:5000".parse().unwrap(),
+            destination: "10.0.0.1:443".parse().unwrap(),
+        };
+        assert_eq!(parse_inbound(h), want);
+        for cut in 0..h.len() - 3 {
+            assert_eq!(parse_inbound(&h[..cut]), Inbound::Partial, "cut {cut}");
+        }
+        assert_eq!(
+            parse_inbound(b"PROXY TCP6 ::ffff:192.0.2.7 ::1 1 2\r\n"),
+            Inbound::Proxy {
+                len: 37,
+                source: "192.0.2.7:1".parse().unwrap(),
+                destination: "[::1]:2".parse().unwrap(),
+            }
+        );
+        assert_eq!(
+            parse_inbound(b"PROXY UNKNOWN\r\n"),
+            Inbound::Local { len: 15 }
+        );
+        assert_eq!(parse_inbound(b"\x16\x03\x01\x02\x00"), Inbound::Invalid);
+        assert_eq!(parse_inbound(b"GET / HTTP/1.1\r\n"), Inbound::Invalid);
+        assert_eq!(
+            parse_inbound(b"PROXY TCP4 300.0.0.1 10.0.0.1 1 2\r\n"),
+            Inbound::Invalid
+        );
+    }
+
+    #[test]
+    fn inbound_v2_round_trips_the_outbound_header() {
+        let mut h = v2_header(
+            "192.0.2.9:4000".parse().unwrap(),
+            "10.0.0.1:443".parse().unwrap(),
+            &[(TLV_JA4, b"t13d")],
+        );
+        let len = h.len();
+        h.extend(b"\x16\x03\x01");
+        let want = Inbound::Proxy {
+            len,
+            source: "192.0.2.9:4000".parse().unwrap(),
+            destination: "10.0.0.1:443".parse().unwrap(),
+        };
+        assert_eq!(parse_inbound(&h), want);
+        for cut in 0..len {
+            assert_eq!(parse_inbound(&h[..cut]), Inbound::Partial, "cut {cut}");
+        }
+        let v6 = v2_header(
+            "[2001:db8::5]:1".parse().unwrap(),
+            "[::1]:2".parse().unwrap(),
+            &[],
+        );
+        assert_eq!(
+            parse_inbound(&v6),
+            Inbound::Proxy {
+                len: 52,
+                source: "[2001:db8::5]:1".parse().unwrap(),
+                destination: "[::1]:2".parse().unwrap(),
+            }
+        );
+        // LOCAL (a health check): no client named.
+        let mut local = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        local.extend([0x20, 0x00, 0, 0]);
+        assert_eq!(parse_inbound(&local), Inbound::Local { len: 16 });
+        // A bad version nibble.
+        let mut bad = local.clone();
+        bad[12] = 0x11;
+        assert_eq!(parse_inbound(&bad), Inbound::Invalid);
+    }
 
     #[test]
     fn v1_ipv4_and_mapped() {

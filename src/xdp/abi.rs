@@ -13,7 +13,7 @@ use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// `RAMPART_ABI_VERSION`: layout version shared with the C program.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// `RAMPART_MAX_VLAN`: VLAN tags (802.1Q / 802.1ad) walked before the L3 header.
 pub const MAX_VLAN: usize = 3;
@@ -29,10 +29,18 @@ pub const MAX_CIDRS: u32 = 1 << 20;
 pub const MAX_LIST_PORTS: usize = 64;
 /// `RAMPART_MAX_DYNAMIC`: entries of the dynamic-block trie.
 pub const MAX_DYNAMIC: u32 = 1 << 18;
-/// `RAMPART_MAX_BANS`: ban LRU hash entries (least recently used bans are evicted beyond it).
+/// `RAMPART_MAX_BANS`: the object's ban LRU hash size (least recently used bans are evicted
+/// beyond it), used by unattached loads; `attachXdp` sizes the map from the config
+/// ([`super::manager::MapSizes`]).
 pub const MAX_BANS: u32 = 1 << 17;
-/// `RAMPART_MAX_SYN_STATES`: per-(source, port) SYN GCRA states (LRU).
+/// `RAMPART_MAX_SYN_STATES`: the object's per-(source, port) SYN GCRA state size (LRU).
 pub const MAX_SYN_STATES: u32 = 1 << 17;
+/// `RAMPART_MAX_KNOWN_GOOD`: the object's known-good LRU size.
+pub const MAX_KNOWN_GOOD: u32 = 1 << 17;
+/// `RAMPART_MAX_PREFIX_BANS`: the object's prefix-ban trie size.
+pub const MAX_PREFIX_BANS: u32 = 1 << 17;
+/// `RAMPART_BUDGET_SLOTS`: SYN-budget TATs, one per destination port.
+pub const BUDGET_SLOTS: u32 = 65_536;
 
 /// `RAMPART_PORT_PROTECTED`: lists, bans and the SYN limit apply on this port.
 pub const PORT_PROTECTED: u32 = 1 << 0;
@@ -42,6 +50,12 @@ pub const PORT_HAS_ALLOW: u32 = 1 << 1;
 pub const PORT_HAS_BLOCK: u32 = 1 << 2;
 /// `RAMPART_PORT_SYN_LIMIT`: the per-source SYN GCRA applies.
 pub const PORT_SYN_LIMIT: u32 = 1 << 3;
+/// `RAMPART_PORT_BAN_RATE`: a banned source's SYNs are measured (`ban_*`), excess extends.
+pub const PORT_BAN_RATE: u32 = 1 << 4;
+/// `RAMPART_PORT_SYN_BUDGET`: SYNs of sources that are not known-good are budgeted (`budget_*`).
+pub const PORT_SYN_BUDGET: u32 = 1 << 5;
+/// `RAMPART_SET_DROP_FRAGMENTS`: set header only: every IP fragment is dropped.
+pub const SET_DROP_FRAGMENTS: u32 = 1 << 6;
 /// `RAMPART_PORT_SET_HEADER`: the port-0 entry holding set-wide settings.
 pub const PORT_SET_HEADER: u32 = 1 << 31;
 
@@ -70,8 +84,14 @@ pub mod counter {
     pub const BAN_EXTENDED: u32 = 6;
     /// Sources banned by the kernel SYN limit.
     pub const BANNED: u32 = 7;
+    /// SYNs of sources that are not known-good beyond the port's SYN budget.
+    pub const DROP_SYN_BUDGET: u32 = 8;
+    /// UDP / UDP-Lite / SCTP / DCCP packets to a protected port.
+    pub const DROP_NON_TCP: u32 = 9;
+    /// IP fragments (`xdp.dropFragments`).
+    pub const DROP_FRAGMENT: u32 = 10;
     /// Number of slots.
-    pub const MAX: u32 = 8;
+    pub const MAX: u32 = 11;
 }
 
 /// Map names in the object (also the pin file names).
@@ -92,6 +112,12 @@ pub mod map_name {
     pub const BANS: &str = "rampart_bans";
     /// `LRU_HASH RampartSynKey → RampartSynState`.
     pub const SYN: &str = "rampart_syn";
+    /// `LPM_TRIE RampartCidrKey → RampartBan`: boxed prefixes.
+    pub const PREFIX_BANS: &str = "rampart_prefix_bans";
+    /// `LRU_HASH RampartSynKey → u64` known-good deadline (ns).
+    pub const KNOWN_GOOD: &str = "rampart_known_good";
+    /// `ARRAY[65536] → u64`: SYN-budget TAT per port.
+    pub const BUDGET: &str = "rampart_budget";
     /// `PERCPU_ARRAY[counter::MAX] → u64`.
     pub const STATS: &str = "rampart_stats";
 }
@@ -131,10 +157,20 @@ pub struct RampartPortPolicy {
     pub penalty_ns: u64,
     /// This port's bit (0..64) in allow/block trie values.
     pub list_bit: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Configured SYN budget (SYN/s, `xdp.synBudgetPerSecond`); 0 = none. Informational.
+    pub syn_budget_per_second: u32,
+    /// GCRA T of a banned source's SYNs (ns): `synPerSecond`'s, else `rateLimit`'s.
+    pub ban_interval_ns: u64,
+    /// Its tau (ns).
+    pub ban_tolerance_ns: u64,
+    /// GCRA T of the port's SYN budget = 1e9 / synBudgetPerSecond (ns).
+    pub budget_interval_ns: u64,
+    /// Its tau = T × (budget − 1) (ns): one second of budget at once.
+    pub budget_tolerance_ns: u64,
 }
-const _: () = assert!(size_of::<RampartPortPolicy>() == 48);
+const _: () = assert!(size_of::<RampartPortPolicy>() == 80);
+const _: () = assert!(offset_of!(RampartPortPolicy, ban_interval_ns) == 48);
+const _: () = assert!(offset_of!(RampartPortPolicy, budget_tolerance_ns) == 72);
 const _: () = assert!(offset_of!(RampartPortPolicy, list_bit) == 40);
 const _: () = assert!(offset_of!(RampartPortPolicy, ipv6_prefix_len) == 12);
 const _: () = assert!(offset_of!(RampartPortPolicy, syn_interval_ns) == 16);
@@ -210,6 +246,8 @@ const _: () = assert!(size_of::<RampartIp>() == 16);
 pub struct RampartBan {
     /// CLOCK_MONOTONIC ns; live while now < deadline.
     pub deadline_ns: u64,
+    /// GCRA TAT (ns) of the banned source's SYNs, measured against the port's ban rate.
+    pub tat_ns: u64,
     /// `BAN_*`.
     pub reason: u32,
     /// Listener port the ban was made for.
@@ -217,12 +255,13 @@ pub struct RampartBan {
     /// Bits of the source the key holds: 32 for IPv4, the port's IPv6 prefix length for IPv6.
     pub prefix_len: u16,
 }
-const _: () = assert!(size_of::<RampartBan>() == 16);
-const _: () = assert!(offset_of!(RampartBan, reason) == 8);
-const _: () = assert!(offset_of!(RampartBan, port) == 12);
-const _: () = assert!(offset_of!(RampartBan, prefix_len) == 14);
+const _: () = assert!(size_of::<RampartBan>() == 24);
+const _: () = assert!(offset_of!(RampartBan, reason) == 16);
+const _: () = assert!(offset_of!(RampartBan, port) == 20);
+const _: () = assert!(offset_of!(RampartBan, prefix_len) == 22);
 
-/// `struct rampart_syn_key`: one SYN GCRA state per (source, listener port).
+/// `struct rampart_syn_key`: one SYN GCRA state per (source, listener port); also the key of
+/// the known-good map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RampartSynKey {
@@ -314,7 +353,7 @@ mod tests {
 
     #[test]
     fn layout_number_matches_the_header_formula() {
-        assert_eq!(LAYOUT, (48 << 24) | (24 << 16) | (20 << 8) | 20);
+        assert_eq!(LAYOUT, (80 << 24) | (24 << 16) | (20 << 8) | 20);
     }
 
     #[test]

@@ -18,10 +18,17 @@
 //! the next time, an RCU grace period ([`super::sys::RcuSync`]) guarantees no packet still
 //! reads it.
 //!
-//! All map writes go through one mutex; `status` and `sweep` walk the ban map (O(bans)).
+//! Sizes: the bans, prefix-ban, SYN-state and known-good maps are created with the
+//! [`XdpMapSizes`] given to [`XdpManager::attach`] (the server passes the largest `maxTrackedIps`
+//! of the protected listeners, or `xdp.maxBans`); [`XdpManager::sizes`] and the status say what
+//! was allocated. A pinned map of another size is replaced (see [`super::pins`]).
+//!
+//! All map writes go through one mutex; `status` and `sweep` walk the ban maps (O(bans)).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -38,7 +45,7 @@ use super::maps::{is_not_found, map_err, take_maps, Maps};
 use super::object;
 use super::pins::{check_pins, remove_pins};
 use super::policy::{self, SetContents, XdpPolicy, XdpPortPolicy};
-use super::status::{BanReason, XdpCounters, XdpMode, XdpStatus};
+use super::status::{BanReason, XdpCounters, XdpMapSizes, XdpMode, XdpStatus};
 use super::sys::{self, RcuSync};
 use crate::protection::key::DEFAULT_IPV6_PREFIX;
 use crate::protection::DynamicRule;
@@ -54,22 +61,29 @@ pub const XDP_PASS: u32 = 2;
 /// One kernel ban.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XdpBan {
-    /// Banned source (IPv6: the network address of its prefix).
+    /// Banned source (IPv6: the network address of its prefix; a boxed prefix: its network).
     pub ip: IpAddr,
-    /// 32 for IPv4; the IPv6 prefix length sources are banned by.
+    /// 32 for IPv4; the IPv6 prefix length sources are banned by; for a boxed prefix
+    /// (`prefix`) its length in its own family (IPv4 /24 = 24).
     pub prefix_len: u8,
+    /// A boxed prefix of the prefix tier (the prefix-ban trie), not one source.
+    pub prefix: bool,
     /// The listener port the ban was made for.
     pub port: u16,
     /// CLOCK_MONOTONIC deadline in ns (the kernel may have extended it).
     pub deadline_ns: u64,
+    /// GCRA TAT (ns) of the banned source's SYNs against the port's ban rate.
+    pub tat_ns: u64,
     /// Why.
     pub reason: BanReason,
 }
 
 impl XdpBan {
-    /// `blockedIps()` form: bare IPv4 / IPv6 address at /128, else `addr/len`.
+    /// `blockedIps()` form: bare IPv4 / IPv6 address at /128, else `addr/len`; a boxed prefix
+    /// always as a CIDR (`203.0.113.0/24`).
     pub fn display(&self) -> String {
         match self.ip {
+            ip if self.prefix => format!("{ip}/{}", self.prefix_len),
             IpAddr::V6(v6) if self.prefix_len < 128 => format!("{v6}/{}", self.prefix_len),
             ip => ip.to_string(),
         }
@@ -97,6 +111,21 @@ pub(super) struct State {
     pub(super) dyn_kernel: BTreeMap<LpmKey, RampartDynValue>,
 }
 
+/// What a userspace write to a ban map stores: the later of the old and the new deadline, and
+/// (for a new or expired ban) a TAT at `now + tau + T` of the port's ban rate, as if the burst
+/// had just been exceeded (what boxed the client), so that a flood that goes on extends the ban
+/// at once while one SYN per T or slower never does.
+fn merged_ban(old: Option<RampartBan>, fresh: RampartBan, now: u64) -> RampartBan {
+    match old {
+        Some(old) if old.deadline_ns > now => RampartBan {
+            deadline_ns: old.deadline_ns.max(fresh.deadline_ns),
+            tat_ns: old.tat_ns,
+            ..fresh
+        },
+        _ => fresh,
+    }
+}
+
 // The napi layer shares one manager between threads.
 const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
@@ -111,6 +140,7 @@ pub struct XdpManager {
     attached: bool,
     pin_dir: PathBuf,
     pin_root: PathBuf,
+    sizes: XdpMapSizes,
 }
 
 impl std::fmt::Debug for XdpManager {
@@ -128,8 +158,13 @@ impl XdpManager {
     /// Attaches to `interface` with pins under [`DEFAULT_PIN_ROOT`]. `Auto` tries native (driver)
     /// XDP, then generic. Errors name the cause: object not built (clang missing), no
     /// CAP_BPF/CAP_NET_ADMIN, interface missing, bpffs unavailable, stale pins, busy interface.
-    pub fn attach(interface: &str, mode: XdpMode) -> Result<XdpManager, XdpError> {
-        Self::attach_with(interface, mode, Path::new(DEFAULT_PIN_ROOT))
+    /// The sized maps are created with `sizes`.
+    pub fn attach(
+        interface: &str,
+        mode: XdpMode,
+        sizes: XdpMapSizes,
+    ) -> Result<XdpManager, XdpError> {
+        Self::attach_with(interface, mode, Path::new(DEFAULT_PIN_ROOT), sizes)
     }
 
     /// [`attach`](Self::attach) with another pin root (a directory on a bpffs).
@@ -137,6 +172,7 @@ impl XdpManager {
         interface: &str,
         mode: XdpMode,
         pin_root: &Path,
+        sizes: XdpMapSizes,
     ) -> Result<XdpManager, XdpError> {
         object::object()?;
         if interface.is_empty() || interface.contains('/') || !interface_exists(interface) {
@@ -144,13 +180,23 @@ impl XdpManager {
                 interface: interface.to_string(),
             });
         }
-        Self::open(pin_root, interface, Some(mode))
+        Self::open(pin_root, interface, Some(mode), sizes)
     }
 
     /// Loads the program and maps without attaching them to an interface, pinned under
     /// `<pin_root>/v<ABI>/<label>/`: for [`test_run`](Self::test_run) (`BPF_PROG_TEST_RUN`)
     /// and tooling. Same errors as [`attach`](Self::attach) minus the interface ones.
+    /// The sized maps get the object's sizes ([`XdpMapSizes::DEFAULT`]).
     pub fn load_unattached(pin_root: &Path, label: &str) -> Result<XdpManager, XdpError> {
+        Self::load_unattached_sized(pin_root, label, XdpMapSizes::DEFAULT)
+    }
+
+    /// [`load_unattached`](Self::load_unattached) with the sized maps at `sizes`.
+    pub fn load_unattached_sized(
+        pin_root: &Path,
+        label: &str,
+        sizes: XdpMapSizes,
+    ) -> Result<XdpManager, XdpError> {
         object::object()?;
         if label.is_empty() || label.contains('/') {
             return Err(XdpError::Load {
@@ -158,17 +204,22 @@ impl XdpManager {
                 cause: format!("invalid pin label {label:?}"),
             });
         }
-        Self::open(pin_root, label, None)
+        Self::open(pin_root, label, None, sizes)
     }
 
-    fn open(pin_root: &Path, name: &str, attach: Option<XdpMode>) -> Result<XdpManager, XdpError> {
+    fn open(
+        pin_root: &Path,
+        name: &str,
+        attach: Option<XdpMode>,
+        sizes: XdpMapSizes,
+    ) -> Result<XdpManager, XdpError> {
         let obj = object::object()?;
         if pin_root.starts_with("/sys/fs/bpf") {
             sys::ensure_bpffs(Path::new("/sys/fs/bpf"))?;
         }
         let pin_dir = pin_root.join(format!("v{}", abi::ABI_VERSION)).join(name);
         let existed = pin_dir.exists();
-        let result = Self::open_in(obj, pin_root, &pin_dir, name, attach);
+        let result = Self::open_in(obj, pin_root, &pin_dir, name, attach, sizes);
         if result.is_err() && !existed {
             // Leave no trace of a failed first attach (pins of an earlier run are kept).
             let _ = remove_pins(&pin_dir, pin_root);
@@ -182,6 +233,7 @@ impl XdpManager {
         pin_dir: &Path,
         name: &str,
         attach: Option<XdpMode>,
+        sizes: XdpMapSizes,
     ) -> Result<XdpManager, XdpError> {
         std::fs::create_dir_all(pin_dir).map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => XdpError::PermissionDenied {
@@ -199,10 +251,14 @@ impl XdpManager {
                 cause: "not on a bpffs (mount -t bpf bpf /sys/fs/bpf)".to_string(),
             });
         }
-        check_pins(pin_dir)?;
+        check_pins(pin_dir, &sizes)?;
 
         let mut ebpf = EbpfLoader::new()
             .default_map_pin_directory(pin_dir)
+            .map_max_entries(map_name::BANS, sizes.bans)
+            .map_max_entries(map_name::PREFIX_BANS, sizes.prefix_bans)
+            .map_max_entries(map_name::SYN, sizes.syn_states)
+            .map_max_entries(map_name::KNOWN_GOOD, sizes.known_good)
             .load(obj)
             .map_err(|e| classify("loading the XDP object", &e))?;
         let program: &mut Xdp = ebpf
@@ -246,7 +302,13 @@ impl XdpManager {
             attached: attach.is_some(),
             pin_dir: pin_dir.to_path_buf(),
             pin_root: pin_root.to_path_buf(),
+            sizes,
         })
+    }
+
+    /// What the sized maps were created with.
+    pub fn sizes(&self) -> XdpMapSizes {
+        self.sizes
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -327,12 +389,10 @@ impl XdpManager {
         let mut state = self.lock();
         let prefix = state.ipv6_prefix_len(port);
         let key = abi::source_id(ip, prefix);
-        let deadline = match state.maps.bans.get(&key, 0) {
-            Ok(old) if old.deadline_ns > deadline_ns => old.deadline_ns,
-            _ => deadline_ns,
-        };
-        let value = RampartBan {
-            deadline_ns: deadline,
+        let now = crate::clock::now_ns();
+        let fresh = RampartBan {
+            deadline_ns,
+            tat_ns: now.saturating_add(state.ban_excess_tat_ns(port)),
             reason: reason.code(),
             port,
             prefix_len: if abi::ip_from16(key.addr).is_ipv4() {
@@ -341,11 +401,93 @@ impl XdpManager {
                 u16::from(prefix)
             },
         };
+        let value = merged_ban(state.maps.bans.get(&key, 0).ok(), fresh, now);
         state
             .maps
             .bans
             .insert(key, value, 0)
             .map_err(|e| map_err(map_name::BANS, "insert", e))
+    }
+
+    /// Bans every source in `net` (a boxed prefix of the prefix tier) until `deadline_ns`
+    /// (CLOCK_MONOTONIC) on behalf of listener `port`, in the prefix-ban trie keyed by the
+    /// prefix. The kernel judges a SYN by the longest boxed prefix holding its source, measures
+    /// it against the port's ban rate and extends the ban on excess, as for one source. A live
+    /// ban with a later deadline keeps it.
+    pub fn ban_prefix(
+        &self,
+        net: IpNet,
+        port: u16,
+        deadline_ns: u64,
+        reason: BanReason,
+    ) -> Result<(), XdpError> {
+        let mut state = self.lock();
+        let net = net.trunc();
+        let key = super::lpm::cidr_key(net);
+        let trie_key = aya::maps::lpm_trie::Key::new(key.prefixlen, key.addr);
+        let now = crate::clock::now_ns();
+        let fresh = RampartBan {
+            deadline_ns,
+            tat_ns: now.saturating_add(state.ban_excess_tat_ns(port)),
+            reason: reason.code(),
+            port,
+            prefix_len: u16::from(net.prefix_len()),
+        };
+        let old = state.maps.prefix_bans.get(&trie_key, 0).ok();
+        // An exact-key read: `get` on an LPM trie is a longest-prefix lookup.
+        let old = old.filter(|_| state.prefix_ban_keys().contains(&key));
+        let value = merged_ban(old, fresh, now);
+        state
+            .maps
+            .prefix_bans
+            .insert(&trie_key, value, 0)
+            .map_err(|e| map_err(map_name::PREFIX_BANS, "insert", e))
+    }
+
+    /// Lifts the ban on the boxed prefix `net`; true if there was one.
+    pub fn unban_prefix(&self, net: IpNet) -> Result<bool, XdpError> {
+        let mut state = self.lock();
+        let key = super::lpm::cidr_key(net.trunc());
+        let trie_key = aya::maps::lpm_trie::Key::new(key.prefixlen, key.addr);
+        match state.maps.prefix_bans.remove(&trie_key) {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(map_err(map_name::PREFIX_BANS, "remove", e)),
+        }
+    }
+
+    /// Marks `ip`'s client known-good on listener `port` until `deadline_ns` (CLOCK_MONOTONIC):
+    /// its SYNs skip that port's SYN budget (never its bans or SYN limit). IPv6 clients by the
+    /// port's prefix, as bans. A later deadline in the map is kept.
+    pub fn set_known_good(&self, ip: IpAddr, port: u16, deadline_ns: u64) -> Result<(), XdpError> {
+        let mut state = self.lock();
+        let id = abi::source_id(ip, state.ipv6_prefix_len(port));
+        let key = RampartSynKey {
+            addr: id.addr,
+            port,
+            pad: 0,
+        };
+        let deadline = match state.maps.known_good.get(&key, 0) {
+            Ok(old) => old.max(deadline_ns),
+            Err(_) => deadline_ns,
+        };
+        state
+            .maps
+            .known_good
+            .insert(key, deadline, 0)
+            .map_err(|e| map_err(map_name::KNOWN_GOOD, "insert", e))
+    }
+
+    /// The known-good deadline (ns) of `ip` on `port` in the kernel map, if any.
+    pub fn known_good(&self, ip: IpAddr, port: u16) -> Option<u64> {
+        let state = self.lock();
+        let id = abi::source_id(ip, state.ipv6_prefix_len(port));
+        let key = RampartSynKey {
+            addr: id.addr,
+            port,
+            pad: 0,
+        };
+        state.maps.known_good.get(&key, 0).ok()
     }
 
     /// Lifts the ban on `ip` (its prefix under listener `port`'s policy for IPv6); true if
@@ -387,6 +529,19 @@ impl XdpManager {
                 if ban.deadline_ns <= now_ns && state.maps.bans.remove(&key).is_ok() {
                     removed += 1;
                 }
+            }
+        }
+        let expired: Vec<_> = state
+            .maps
+            .prefix_bans
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, ban)| ban.deadline_ns <= now_ns)
+            .map(|(k, _)| k)
+            .collect();
+        for key in expired {
+            if state.maps.prefix_bans.remove(&key).is_ok() {
+                removed += 1;
             }
         }
         removed
@@ -435,10 +590,16 @@ impl XdpManager {
                 dropped_unparsed: c(abi::counter::DROP_UNPARSED),
                 banned: c(abi::counter::BANNED),
                 ban_extended: c(abi::counter::BAN_EXTENDED),
+                dropped_syn_budget: c(abi::counter::DROP_SYN_BUDGET),
+                dropped_non_tcp: c(abi::counter::DROP_NON_TCP),
+                dropped_fragment: c(abi::counter::DROP_FRAGMENT),
             },
             banned_ips: banned,
             errors: 0,
             ban_queue_overflow: 0,
+            maps: self.sizes,
+            known_good_queue_overflow: 0,
+            known_good_mirrored: 0,
         }
     }
 
@@ -457,6 +618,15 @@ impl XdpManager {
             pad: 0,
         };
         state.maps.syn.get(&key, 0).ok().map(|s| s.tat_ns)
+    }
+
+    /// The SYN budget's GCRA theoretical arrival time (ns) of `port` (0: never used).
+    pub fn budget_tat(&self, port: u16) -> u64 {
+        self.lock()
+            .maps
+            .budget
+            .get(&u32::from(port), 0)
+            .unwrap_or(0)
     }
 
     /// Runs the program once on `frame` with `BPF_PROG_TEST_RUN` and returns its action
@@ -497,6 +667,29 @@ impl XdpManager {
 }
 
 impl State {
+    /// tau + T (ns) of listener `port`'s ban rate in the live set (0 without one): a new ban's
+    /// TAT is now + this.
+    fn ban_excess_tat_ns(&self, port: u16) -> u64 {
+        self.sets[self.live as usize]
+            .ports
+            .get(&port)
+            .map(|p| p.ban_tolerance_ns.saturating_add(p.ban_interval_ns))
+            .unwrap_or(0)
+    }
+
+    /// The exact keys the prefix-ban trie holds.
+    fn prefix_ban_keys(&self) -> Vec<abi::RampartCidrKey> {
+        self.maps
+            .prefix_bans
+            .keys()
+            .filter_map(Result::ok)
+            .map(|k| abi::RampartCidrKey {
+                prefixlen: k.prefix_len(),
+                addr: k.data(),
+            })
+            .collect()
+    }
+
     /// The IPv6 prefix of listener `port` in the live set (the set header's when the port has
     /// no entry).
     fn ipv6_prefix_len(&self, port: u16) -> u8 {
@@ -525,11 +718,28 @@ impl State {
             .map(|(key, ban)| XdpBan {
                 ip: abi::ip_from16(key.addr),
                 prefix_len: ban.prefix_len.min(128) as u8,
+                prefix: false,
                 port: ban.port,
                 deadline_ns: ban.deadline_ns,
+                tat_ns: ban.tat_ns,
                 reason: BanReason::from_code(ban.reason),
             })
             .collect();
+        out.extend(
+            self.maps
+                .prefix_bans
+                .iter()
+                .filter_map(Result::ok)
+                .map(|(key, ban)| XdpBan {
+                    ip: abi::ip_from16(key.data()),
+                    prefix_len: ban.prefix_len.min(128) as u8,
+                    prefix: true,
+                    port: ban.port,
+                    deadline_ns: ban.deadline_ns,
+                    tat_ns: ban.tat_ns,
+                    reason: BanReason::from_code(ban.reason),
+                }),
+        );
         out.sort_by_key(|b| (b.ip, b.deadline_ns));
         out
     }

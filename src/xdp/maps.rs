@@ -28,6 +28,9 @@ pub(super) struct Maps {
     pub(super) dynamic: LpmTrie<MapData, RampartLpmData, RampartDynValue>,
     pub(super) bans: HashMap<MapData, RampartIp, RampartBan>,
     pub(super) syn: HashMap<MapData, RampartSynKey, RampartSynState>,
+    pub(super) prefix_bans: LpmTrie<MapData, [u8; 16], RampartBan>,
+    pub(super) known_good: HashMap<MapData, RampartSynKey, u64>,
+    pub(super) budget: Array<MapData, u64>,
     pub(super) stats: PerCpuArray<MapData, u64>,
 }
 
@@ -69,6 +72,9 @@ pub(super) fn take_maps(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
         dynamic: take(ebpf, map_name::DYNAMIC)?,
         bans: take(ebpf, map_name::BANS)?,
         syn: take(ebpf, map_name::SYN)?,
+        prefix_bans: take(ebpf, map_name::PREFIX_BANS)?,
+        known_good: take(ebpf, map_name::KNOWN_GOOD)?,
+        budget: take(ebpf, map_name::BUDGET)?,
         stats: take(ebpf, map_name::STATS)?,
     })
 }

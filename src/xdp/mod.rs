@@ -43,4 +43,4 @@ pub use error::XdpError;
 pub use manager::{XdpBan, XdpManager, DEFAULT_PIN_ROOT};
 pub use object::object_available;
 pub use policy::{XdpPolicy, XdpPortPolicy};
-pub use status::{BanReason, XdpCounters, XdpMode, XdpStatus};
+pub use status::{BanReason, XdpCounters, XdpMapSizes, XdpMode, XdpStatus};

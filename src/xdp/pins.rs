@@ -6,6 +6,11 @@
 //! (type, key size, value size, max entries, flags) before the object is loaded, because the
 //! loader would otherwise reuse a mismatched pin and misread it. Cost: one `BPF_OBJ_GET` and
 //! one `BPF_OBJ_GET_INFO_BY_FD` per pinned map at attach.
+//!
+//! Sized maps (bans, prefix bans, SYN states, known-good: [`XdpMapSizes`]) follow the config: a
+//! pin of one of them that differs from this build's definition only in `max_entries` is removed
+//! (its entries are lost; the attaching process re-writes the bans of its engines) so the map is
+//! created at the size asked for.
 
 use std::path::Path;
 
@@ -16,6 +21,7 @@ use super::abi::{
     RampartMeta, RampartPortPolicy, RampartSynKey, RampartSynState,
 };
 use super::error::XdpError;
+use super::status::XdpMapSizes;
 use super::sys;
 
 /// One pinned map as this build defines it.
@@ -33,10 +39,12 @@ pub struct MapDef {
     pub max_entries: u32,
     /// map_flags (`BPF_F_NO_PREALLOC` = 1 for LPM tries).
     pub flags: u32,
+    /// `max_entries` follows the config ([`XdpMapSizes`]).
+    pub sized: bool,
 }
 
-/// Every map of the object, with the sizes of the `abi` twins.
-pub fn map_defs() -> Vec<MapDef> {
+/// Every map of the object, with the sizes of the `abi` twins and the sized maps at `sizes`.
+pub fn map_defs(sizes: &XdpMapSizes) -> Vec<MapDef> {
     fn def<K, V>(name: &'static str, map_type: MapType, max_entries: u32) -> MapDef {
         MapDef {
             name,
@@ -45,7 +53,12 @@ pub fn map_defs() -> Vec<MapDef> {
             value: size_of::<V>() as u32,
             max_entries,
             flags: if map_type == MapType::LpmTrie { 1 } else { 0 },
+            sized: false,
         }
+    }
+    fn sized(mut d: MapDef) -> MapDef {
+        d.sized = true;
+        d
     }
     use std::mem::size_of;
     use MapType::{Array, Hash, LpmTrie, LruHash, PerCpuArray};
@@ -53,8 +66,27 @@ pub fn map_defs() -> Vec<MapDef> {
         def::<u32, RampartMeta>(map_name::META, Array, 1),
         def::<u32, u32>(map_name::ACTIVE, Array, 1),
         def::<RampartLpmKey, RampartDynValue>(map_name::DYNAMIC, LpmTrie, abi::MAX_DYNAMIC),
-        def::<RampartIp, RampartBan>(map_name::BANS, LruHash, abi::MAX_BANS),
-        def::<RampartSynKey, RampartSynState>(map_name::SYN, LruHash, abi::MAX_SYN_STATES),
+        sized(def::<RampartIp, RampartBan>(
+            map_name::BANS,
+            LruHash,
+            sizes.bans,
+        )),
+        sized(def::<RampartSynKey, RampartSynState>(
+            map_name::SYN,
+            LruHash,
+            sizes.syn_states,
+        )),
+        sized(def::<RampartCidrKey, RampartBan>(
+            map_name::PREFIX_BANS,
+            LpmTrie,
+            sizes.prefix_bans,
+        )),
+        sized(def::<RampartSynKey, u64>(
+            map_name::KNOWN_GOOD,
+            LruHash,
+            sizes.known_good,
+        )),
+        def::<u32, u64>(map_name::BUDGET, Array, abi::BUDGET_SLOTS),
         def::<u32, u64>(map_name::STATS, PerCpuArray, abi::counter::MAX),
     ];
     for set in 0..2 {
@@ -70,9 +102,10 @@ pub fn map_defs() -> Vec<MapDef> {
     defs
 }
 
-/// Refuses pins whose definition differs from this build's.
-pub fn check_pins(pin_dir: &Path) -> Result<(), XdpError> {
-    for d in map_defs() {
+/// Refuses pins whose definition differs from this build's; removes a sized map's pin whose
+/// only difference is its size.
+pub fn check_pins(pin_dir: &Path, sizes: &XdpMapSizes) -> Result<(), XdpError> {
+    for d in map_defs(sizes) {
         let (map_type, key, value, max, flags) =
             (d.map_type, d.key, d.value, d.max_entries, d.flags);
         let path = pin_dir.join(d.name);
@@ -95,6 +128,19 @@ pub fn check_pins(pin_dir: &Path) -> Result<(), XdpError> {
             info.max_entries(),
             info.map_flags(),
         );
+        if d.sized && got.3 != max && got == (Some(map_type), key, value, got.3, flags) {
+            tracing::info!(
+                map = d.name,
+                from = got.3,
+                to = max,
+                "XDP map resized: the pinned copy is replaced"
+            );
+            std::fs::remove_file(&path).map_err(|e| XdpError::BpfFs {
+                path: path.clone(),
+                cause: format!("removing a pin of another size: {e}"),
+            })?;
+            continue;
+        }
         if got != (Some(map_type), key, value, max, flags) {
             return Err(XdpError::StalePins {
                 dir: pin_dir.to_path_buf(),
@@ -119,7 +165,7 @@ pub fn check_pins(pin_dir: &Path) -> Result<(), XdpError> {
 
 /// Removes this build's pins from `pin_dir`, then the directories that became empty.
 pub fn remove_pins(pin_dir: &Path, pin_root: &Path) -> Result<(), XdpError> {
-    for d in map_defs() {
+    for d in map_defs(&XdpMapSizes::DEFAULT) {
         let path = pin_dir.join(d.name);
         match std::fs::remove_file(&path) {
             Ok(()) => {}

@@ -2,10 +2,12 @@
 //! contents of one policy set (port map + allow trie + block trie).
 //!
 //! A set holds, per protected port: a `RampartPortPolicy` (flags, GCRA interval
-//! T = 1e9 / syn_per_second ns and tolerance tau = T × (burst − 1) ns, penalty, and a list bit
+//! T = 1e9 / syn_per_second ns and tolerance tau = T × (burst − 1) ns, penalty, the ban rate a
+//! banned source's SYNs are measured against (the SYN limit's, else the listener's `rateLimit`),
+//! the SYN budget's GCRA (T = 1e9 / budget, tau = T × (budget − 1)), and a list bit
 //! 0..64 when the port has an allowlist or blocklist); per unprotected listener port: a policy
 //! with flags 0 (only dynamic blocks apply there); when any port is present, a set header at
-//! port 0 (`ipv6_prefix_len`). The allow and block tries hold each CIDR once, valued with the
+//! port 0 (`ipv6_prefix_len`, `SET_DROP_FRAGMENTS`). The allow and block tries hold each CIDR once, valued with the
 //! bitmask of the ports listing it (see [`super::lpm`]); any bit set means "listed somewhere",
 //! which is what a packet whose port cannot be read is judged by.
 //!
@@ -17,11 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::IpNet;
 
 use super::abi::{
-    self, RampartCidrKey, RampartPortPolicy, PORT_HAS_ALLOW, PORT_HAS_BLOCK, PORT_PROTECTED,
-    PORT_SET_HEADER, PORT_SYN_LIMIT,
+    self, RampartCidrKey, RampartPortPolicy, PORT_BAN_RATE, PORT_HAS_ALLOW, PORT_HAS_BLOCK,
+    PORT_PROTECTED, PORT_SET_HEADER, PORT_SYN_BUDGET, PORT_SYN_LIMIT, SET_DROP_FRAGMENTS,
 };
 use super::error::XdpError;
 use super::lpm;
+use crate::gcra::Gcra;
 
 /// Kernel protection for one listener port (from its `ProtectionConfig`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,9 +35,15 @@ pub struct XdpPortPolicy {
     pub syn_per_second: Option<u32>,
     /// SYN burst (`xdp.synBurst`, defaults to the rate); ≥ 1 when a limit is set.
     pub syn_burst: u32,
-    /// Ban duration in ns after SYN excess (`penaltyBox.durationMs`, 10 min without one);
-    /// > 0 when a limit is set.
+    /// Ban duration in ns after SYN excess, and the extension of a ban by continued excess
+    /// (`penaltyBox.durationMs`, 10 min without one); > 0 when a limit or a ban rate is set.
     pub penalty_ns: u64,
+    /// The rate a banned source's SYNs are measured against when `syn_per_second` is `None`:
+    /// the listener's `rateLimit` (its GCRA). `None` and no SYN limit: bans are never extended.
+    pub ban_rate: Option<Gcra>,
+    /// `xdp.synBudgetPerSecond`: SYNs per second from sources that are not known-good on this
+    /// port (burst: one second's worth); `None` = no budget.
+    pub syn_budget_per_second: Option<u32>,
     /// Allowlist CIDRs: skip every kernel check.
     pub allow: Vec<IpNet>,
     /// Blocklist CIDRs: SYNs dropped (`cidr`).
@@ -55,6 +64,8 @@ pub struct XdpPolicy {
     /// The prefix IPv6 sources are judged by where the port cannot be read (the set header, for
     /// fragments and unparsed packets) and on unprotected listener ports (0..=128; default 64).
     pub ipv6_prefix_len: u8,
+    /// `xdp.dropFragments`: every IP fragment is dropped, on every port.
+    pub drop_fragments: bool,
 }
 
 impl XdpPolicy {
@@ -64,6 +75,7 @@ impl XdpPolicy {
             ports: ports.to_vec(),
             listener_ports: Vec::new(),
             ipv6_prefix_len: 64,
+            drop_fragments: false,
         }
     }
 }
@@ -129,7 +141,12 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
     set.ports.insert(
         0,
         RampartPortPolicy {
-            flags: PORT_SET_HEADER,
+            flags: PORT_SET_HEADER
+                | if policy.drop_fragments {
+                    SET_DROP_FRAGMENTS
+                } else {
+                    0
+                },
             ipv6_prefix_len: prefix,
             ..Default::default()
         },
@@ -178,6 +195,30 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
             entry.syn_interval_ns = interval;
             entry.syn_tolerance_ns = interval.saturating_mul(u64::from(p.syn_burst - 1));
             entry.penalty_ns = p.penalty_ns;
+            entry.flags |= PORT_BAN_RATE;
+            entry.ban_interval_ns = entry.syn_interval_ns;
+            entry.ban_tolerance_ns = entry.syn_tolerance_ns;
+        } else if let Some(g) = p.ban_rate {
+            if p.penalty_ns == 0 {
+                return invalid(format!("port {}: penalty_ns must be > 0, got 0", p.port));
+            }
+            entry.flags |= PORT_BAN_RATE;
+            entry.ban_interval_ns = g.interval_ns();
+            entry.ban_tolerance_ns = g.tolerance_ns();
+            entry.penalty_ns = p.penalty_ns;
+        }
+        if let Some(budget) = p.syn_budget_per_second {
+            if budget == 0 || budget > 1_000_000_000 {
+                return invalid(format!(
+                    "port {}: syn_budget_per_second must be 1..=1e9, got {budget}",
+                    p.port
+                ));
+            }
+            let interval = 1_000_000_000 / u64::from(budget);
+            entry.flags |= PORT_SYN_BUDGET;
+            entry.syn_budget_per_second = budget;
+            entry.budget_interval_ns = interval;
+            entry.budget_tolerance_ns = interval.saturating_mul(u64::from(budget - 1));
         }
         if !p.allow.is_empty() || !p.block.is_empty() {
             if next_bit as usize == abi::MAX_LIST_PORTS {
@@ -291,6 +332,8 @@ mod tests {
             allow: vec!["192.0.2.1/32".parse().unwrap()],
             block: vec!["192.0.2.0/24".parse().unwrap()],
             ipv6_prefix_len: 64,
+            ban_rate: None,
+            syn_budget_per_second: None,
         }
     }
 
@@ -300,10 +343,14 @@ mod tests {
         let pol = set.ports[&443];
         assert_eq!(
             pol.flags,
-            PORT_PROTECTED | PORT_SYN_LIMIT | PORT_HAS_ALLOW | PORT_HAS_BLOCK
+            PORT_PROTECTED | PORT_SYN_LIMIT | PORT_BAN_RATE | PORT_HAS_ALLOW | PORT_HAS_BLOCK
         );
         assert_eq!(pol.syn_interval_ns, 250_000_000);
         assert_eq!(pol.syn_tolerance_ns, 500_000_000);
+        assert_eq!(
+            (pol.ban_interval_ns, pol.ban_tolerance_ns),
+            (250_000_000, 500_000_000)
+        );
         assert_eq!(pol.ipv6_prefix_len, 64);
         assert_eq!(set.ports[&0].flags, PORT_SET_HEADER);
         // One key per CIDR; the /32 inherits the /24's bit.
@@ -315,6 +362,42 @@ mod tests {
             set.block,
             vec![(lpm::cidr_key("192.0.2.0/24".parse().unwrap()), 1)]
         );
+    }
+
+    #[test]
+    fn without_a_syn_limit_the_rate_limit_measures_bans_and_a_budget_is_a_gcra() {
+        let mut p = port(443);
+        p.syn_per_second = None;
+        p.ban_rate = Some(Gcra::new(500_000_000, 3));
+        p.syn_budget_per_second = Some(200);
+        let mut policy = XdpPolicy::from_ports(&[p]);
+        policy.drop_fragments = true;
+        let set = build(&policy).unwrap();
+        let pol = set.ports[&443];
+        assert_eq!(pol.flags & PORT_SYN_LIMIT, 0);
+        assert_eq!(
+            pol.flags & (PORT_BAN_RATE | PORT_SYN_BUDGET),
+            PORT_BAN_RATE | PORT_SYN_BUDGET
+        );
+        assert_eq!(
+            (pol.ban_interval_ns, pol.ban_tolerance_ns, pol.penalty_ns),
+            (500_000_000, 1_000_000_000, 600_000_000_000)
+        );
+        assert_eq!(
+            (
+                pol.budget_interval_ns,
+                pol.budget_tolerance_ns,
+                pol.syn_budget_per_second
+            ),
+            (5_000_000, 995_000_000, 200)
+        );
+        assert_eq!(set.ports[&0].flags, PORT_SET_HEADER | SET_DROP_FRAGMENTS);
+        let mut bad = port(443);
+        bad.syn_budget_per_second = Some(0);
+        let err = build(&XdpPolicy::from_ports(&[bad]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("port 443: syn_budget_per_second"), "{err}");
     }
 
     #[test]

@@ -66,10 +66,17 @@ pub struct XdpCounters {
     pub banned: u64,
     /// Ban deadlines the kernel moved forward because a banned source kept flooding.
     pub ban_extended: u64,
+    /// SYNs of sources that are not known-good beyond the port's `xdp.synBudgetPerSecond`.
+    pub dropped_syn_budget: u64,
+    /// UDP / UDP-Lite / SCTP / DCCP packets to a protected port.
+    pub dropped_non_tcp: u64,
+    /// IP fragments dropped by `xdp.dropFragments`.
+    pub dropped_fragment: u64,
 }
 
 impl Serialize for XdpCounters {
-    /// `{ passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed }, banned, banExtended }`.
+    /// `{ passed, dropped: { cidr, dynamic, penalty, synFlood, unparsed, synBudget, nonTcp,
+    /// fragment }, banned, banExtended }`.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -79,6 +86,9 @@ impl Serialize for XdpCounters {
             penalty: u64,
             syn_flood: u64,
             unparsed: u64,
+            syn_budget: u64,
+            non_tcp: u64,
+            fragment: u64,
         }
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -96,11 +106,56 @@ impl Serialize for XdpCounters {
                 penalty: self.dropped_penalty,
                 syn_flood: self.dropped_syn_flood,
                 unparsed: self.dropped_unparsed,
+                syn_budget: self.dropped_syn_budget,
+                non_tcp: self.dropped_non_tcp,
+                fragment: self.dropped_fragment,
             },
             banned: self.banned,
             ban_extended: self.ban_extended,
         }
         .serialize(s)
+    }
+}
+
+/// The sizes (max entries) the attached program's sized maps were created with: the largest
+/// `maxTrackedIps` of the protected listeners, or the largest `xdp.maxBans` when one sets it.
+/// LRU hashes are preallocated (about 100 bytes of kernel memory per entry each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct XdpMapSizes {
+    /// Per-source bans (LRU hash).
+    pub bans: u32,
+    /// Boxed prefixes (LPM trie, allocated per entry).
+    pub prefix_bans: u32,
+    /// Per-(source, port) SYN GCRA states (LRU hash).
+    pub syn_states: u32,
+    /// Known-good sources per port (LRU hash).
+    pub known_good: u32,
+}
+
+impl XdpMapSizes {
+    /// The object's own sizes (unattached loads, tests).
+    pub const DEFAULT: XdpMapSizes = XdpMapSizes {
+        bans: abi::MAX_BANS,
+        prefix_bans: abi::MAX_PREFIX_BANS,
+        syn_states: abi::MAX_SYN_STATES,
+        known_good: abi::MAX_KNOWN_GOOD,
+    };
+
+    /// Smallest size of a sized map.
+    pub const MIN: u32 = crate::protection::policy::XDP_MAX_BANS_MIN;
+    /// Largest size of a sized map (`xdp.maxBans` at most).
+    pub const MAX: u32 = crate::protection::policy::XDP_MAX_BANS_MAX;
+
+    /// Every sized map at `n` entries, clamped to [`MIN`](Self::MIN)..=[`MAX`](Self::MAX).
+    pub fn uniform(n: u64) -> XdpMapSizes {
+        let n = n.clamp(u64::from(Self::MIN), u64::from(Self::MAX)) as u32;
+        XdpMapSizes {
+            bans: n,
+            prefix_bans: n,
+            syn_states: n,
+            known_good: n,
+        }
     }
 }
 
@@ -123,6 +178,12 @@ pub struct XdpStatus {
     pub errors: u64,
     /// Penalty boxes not mirrored as kernel bans because the ban queue was full.
     pub ban_queue_overflow: u64,
+    /// What the sized maps were allocated with (all zero when not attached).
+    pub maps: XdpMapSizes,
+    /// Known-good marks not mirrored to the kernel because their queue was full.
+    pub known_good_queue_overflow: u64,
+    /// Known-good marks (and their refreshes) written to the kernel since start.
+    pub known_good_mirrored: u64,
 }
 
 impl XdpStatus {
@@ -136,6 +197,9 @@ impl XdpStatus {
             banned_ips: Vec::new(),
             errors: 0,
             ban_queue_overflow: 0,
+            maps: XdpMapSizes::default(),
+            known_good_queue_overflow: 0,
+            known_good_mirrored: 0,
         }
     }
 }

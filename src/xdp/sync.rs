@@ -9,13 +9,21 @@
 //!   change, and again whenever expiry changed the set ([`XdpSlot::dynamic_generation`]).
 //! - Penalty boxes: each engine reports boxes and extensions through its box listener into a
 //!   bounded [`BanQueue`] (never blocks admission; overflow is counted) which the background tick
-//!   drains into kernel bans, each under the port of the listener that boxed it.
+//!   drains into kernel bans, each under the port of the listener that boxed it: one source in
+//!   the ban map, a boxed prefix of the prefix tier in the prefix-ban trie (keyed by the prefix).
+//!   The kernel then measures the banned source's SYNs against the port's ban rate (the
+//!   listener's `rateLimit`, or `xdp.synPerSecond`) and extends the ban while the excess goes on.
+//! - Known-good clients: each engine reports marks through its known-good listener into a bounded
+//!   [`KnownGoodQueue`], drained by the same tick into the kernel's known-good LRU map (per
+//!   port), which `xdp.synBudgetPerSecond` exempts.
+//! - Map sizes: [`map_sizes`], from the listeners' config at attach.
 //!
 //! Nothing is swallowed: a failed write is counted in [`XdpSlot::errors`] and reported by the
 //! caller as an `'error'` event with code [`XDP_SYNC_FAILED`].
 
 use super::manager::XdpManager;
 use super::policy::{XdpPolicy, XdpPortPolicy};
+use super::status::XdpMapSizes;
 use crate::clock::ms_to_ns;
 use crate::protection::{Engine, Mode, ProtectionPolicy};
 use std::net::IpAddr;
@@ -36,6 +44,7 @@ pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPo
     let mut ports: Vec<XdpPortPolicy> = Vec::new();
     let mut listener_ports: Vec<u16> = Vec::new();
     let mut v6 = None;
+    let mut drop_fragments = false;
     for (port, p) in listeners {
         if ports.iter().any(|x| x.port == *port) || listener_ports.contains(port) {
             continue;
@@ -44,6 +53,8 @@ pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPo
             Some(p) if p.mode() == Mode::Enforce => {
                 v6.get_or_insert(p.ipv6_prefix_length());
                 let xdp = p.xdp();
+                let kernel = p.xdp_kernel();
+                drop_fragments |= kernel.drop_fragments;
                 ports.push(XdpPortPolicy {
                     port: *port,
                     syn_per_second: xdp.map(|x| x.syn_per_second.min(u32::MAX as u64) as u32),
@@ -54,7 +65,16 @@ pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPo
                     allow: p.allowlist_nets(),
                     block: p.blocklist_nets(),
                     ipv6_prefix_len: p.ipv6_prefix_length(),
+                    ban_rate: p.rate_limit().map(|r| r.gcra),
+                    syn_budget_per_second: kernel
+                        .syn_budget_per_second
+                        .map(|b| b.min(u32::MAX as u64) as u32),
                 });
+            }
+            // dropFragments applies to the attached program whatever the listener's mode.
+            Some(p) => {
+                drop_fragments |= p.xdp_kernel().drop_fragments;
+                listener_ports.push(*port)
             }
             _ => listener_ports.push(*port),
         }
@@ -63,6 +83,21 @@ pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPo
         ports,
         listener_ports,
         ipv6_prefix_len: v6.unwrap_or(crate::protection::key::DEFAULT_IPV6_PREFIX),
+        drop_fragments,
+    }
+}
+
+/// The sizes of the kernel's sized maps for these listener policies: the largest `xdp.maxBans`
+/// when any listener sets it, else the largest `maxTrackedIps` of the listeners with a policy
+/// (observe mode included: switching it to enforce needs no re-attach); the object's defaults
+/// when no listener has a policy. Clamped to [`XdpMapSizes::MIN`]..=[`XdpMapSizes::MAX`].
+pub fn map_sizes(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpMapSizes {
+    let policies = || listeners.iter().filter_map(|(_, p)| p.as_deref());
+    let max_bans = policies().filter_map(|p| p.xdp_kernel().max_bans).max();
+    let tracked = policies().map(|p| p.max_tracked_ips() as u64).max();
+    match max_bans.or(tracked) {
+        Some(n) => XdpMapSizes::uniform(n),
+        None => XdpMapSizes::DEFAULT,
     }
 }
 
@@ -75,11 +110,70 @@ pub struct BoxedClient {
     pub port: u16,
     /// CLOCK_MONOTONIC deadline, ns.
     pub deadline_ns: u64,
-    /// A whole prefix of the prefix tier (`prefixLimit`) rather than one client. The kernel's
-    /// ban map is keyed by one source (an IPv4 address, an IPv6 client prefix), so such a box is
-    /// not written there yet (a prefix-keyed ban trie is a follow-up): its clients are refused
-    /// in userspace (`penalty_boxed`).
+    /// A whole prefix of the prefix tier (`prefixLimit`) rather than one client: written to the
+    /// prefix-ban trie with `net` as the key.
     pub prefix: bool,
+    /// The boxed network: the client's key (`/32`, the IPv6 client prefix) or the prefix.
+    pub net: ipnet::IpNet,
+}
+
+/// One known-good mark to mirror into the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownGoodClient {
+    /// The client (IPv6: the network address of its prefix).
+    pub ip: IpAddr,
+    /// The port of the listener that marked it.
+    pub port: u16,
+    /// CLOCK_MONOTONIC deadline, ns.
+    pub deadline_ns: u64,
+}
+
+/// Capacity of the known-good queue (marks between two background ticks).
+pub const KNOWN_GOOD_QUEUE: usize = 65_536;
+
+/// Bounded queue of known-good marks waiting to be written to the kernel.
+pub struct KnownGoodQueue {
+    tx: SyncSender<KnownGoodClient>,
+    rx: Mutex<Receiver<KnownGoodClient>>,
+    /// Marks not queued because the queue was full (`xdpStatus().knownGoodQueueOverflow`).
+    pub overflow: AtomicU64,
+}
+
+impl Default for KnownGoodQueue {
+    fn default() -> Self {
+        let (tx, rx) = sync_channel(KNOWN_GOOD_QUEUE);
+        KnownGoodQueue {
+            tx,
+            rx: Mutex::new(rx),
+            overflow: AtomicU64::new(0),
+        }
+    }
+}
+
+impl KnownGoodQueue {
+    /// Registers a known-good listener on `engine` feeding this queue (non-blocking).
+    pub fn listen(self: &Arc<Self>, engine: &Engine) {
+        let q = self.clone();
+        let port = engine.port();
+        engine.set_known_good_listener(Some(Arc::new(move |key, deadline_ns| {
+            let k = KnownGoodClient {
+                ip: key.addr(),
+                port,
+                deadline_ns,
+            };
+            if let Err(TrySendError::Full(_)) = q.tx.try_send(k) {
+                q.overflow.fetch_add(1, Ordering::Relaxed);
+            }
+        })));
+    }
+
+    /// Takes every queued mark.
+    pub fn drain(&self) -> Vec<KnownGoodClient> {
+        match self.rx.lock() {
+            Ok(rx) => rx.try_iter().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
 }
 
 /// Bounded queue of boxes waiting to become kernel bans.
@@ -112,6 +206,7 @@ impl BanQueue {
                 port,
                 deadline_ns,
                 prefix,
+                net: key.to_ipnet(),
             };
             if let Err(TrySendError::Full(_)) = q.tx.try_send(b) {
                 q.overflow.fetch_add(1, Ordering::Relaxed);
@@ -134,6 +229,10 @@ pub struct XdpSlot {
     mgr: Mutex<Option<XdpManager>>,
     /// Boxes waiting to become kernel bans.
     pub bans: Arc<BanQueue>,
+    /// Known-good marks waiting to be mirrored.
+    pub known_good: Arc<KnownGoodQueue>,
+    /// Known-good marks written to the kernel since start (`xdpStatus().knownGoodMirrored`).
+    pub known_good_mirrored: AtomicU64,
     /// Failed kernel-map writes (bans, dynamic blocks) since start (`metrics().xdp.errors`).
     pub errors: AtomicU64,
     /// The `DynamicBlocks` generation last written to the kernel.

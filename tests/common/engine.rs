@@ -26,3 +26,31 @@ pub fn engine(v: Value) -> Engine {
     e.set_policy(Some(policy(v)), T0);
     e
 }
+
+/// The IPv4 address with integer value `i`.
+pub fn v4(i: u32) -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::from(i))
+}
+
+/// This process's resident set size (bytes), from `/proc/self/statm`.
+pub fn rss_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// An IP-diverse flood: one connection from each of `addr(0)`, …, `addr(n − 1)`, 1 µs apart
+/// from `T0` (each asserted admitted and its guard dropped at once), with an eviction tick of
+/// 10,000 slots every 65,536 connections, as the engine's background task would. Returns the
+/// time after the last one (ns).
+pub fn flood(e: &Engine, n: u32, addr: impl Fn(u32) -> std::net::IpAddr) -> u64 {
+    for i in 0..n {
+        let now = T0 + u64::from(i) * 1_000;
+        let a = e.admit(addr(i), now);
+        assert!(a.verdict.is_none(), "flood address {i}");
+        if i % 65_536 == 0 {
+            e.evict_tick(now, 10_000);
+        }
+    }
+    T0 + u64::from(n) * 1_000
+}

@@ -80,6 +80,7 @@ impl Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
+        self.shard.prefetch(self.hash);
         let mut inner = self.shard.lock();
         // The entry cannot have been evicted while this count was held.
         if let Some(pos) = inner.find(self.key, self.hash) {

@@ -11,7 +11,7 @@ use crate::protection::rescale::{Installed, Tier};
 use arc_swap::ArcSwap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// What an entry is worth keeping, at `now`.
@@ -172,6 +172,31 @@ pub(super) const TICK_BATCH: usize = 64;
 /// One shard. Guards hold an `Arc<Shard>` so they can be released after the engine is gone.
 pub(crate) struct Shard {
     pub(super) inner: Mutex<ShardInner>,
+    /// Where the shard's arrays were when last resized, for [`Shard::prefetch`] only: read
+    /// without the lock, so possibly stale (a prefetch of a stale address is harmless: it never
+    /// faults and is never dereferenced).
+    hint: Hint,
+}
+
+#[derive(Default)]
+struct Hint {
+    ctrl: AtomicPtr<u8>,
+    slots: AtomicPtr<Entry>,
+    cap: AtomicUsize,
+}
+
+/// Asks the CPU to start loading the cache line at `p` (no-op off x86_64). Never dereferences
+/// `p`: any address is allowed.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    // SAFETY: PREFETCHT0 is a hint: it reads no memory the program can observe, never faults
+    // (an invalid address is dropped), and SSE is part of the x86_64 baseline.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 pub(super) struct ShardInner {
@@ -184,6 +209,40 @@ pub(super) struct ShardInner {
 }
 
 impl Shard {
+    /// An empty shard.
+    pub(super) fn new() -> Shard {
+        Shard {
+            inner: Mutex::new(ShardInner::new()),
+            hint: Hint::default(),
+        }
+    }
+
+    /// Starts loading the control byte and the entry at `h`'s home slot before the lock is
+    /// taken. At a million clients both are memory misses, and the lock's atomic exchange
+    /// orders every later load after it: prefetched first, the two misses overlap each other
+    /// and the lock instead of following it one after the other.
+    #[inline(always)]
+    pub(super) fn prefetch(&self, h: u64) {
+        let cap = self.hint.cap.load(Ordering::Relaxed);
+        if cap == 0 {
+            return;
+        }
+        let pos = home(h, cap);
+        prefetch(self.hint.ctrl.load(Ordering::Relaxed).wrapping_add(pos));
+        prefetch(self.hint.slots.load(Ordering::Relaxed).wrapping_add(pos));
+    }
+
+    /// Records where `inner`'s arrays are now (called under the lock after they moved).
+    pub(super) fn publish_hint(&self, inner: &mut ShardInner) {
+        self.hint
+            .ctrl
+            .store(inner.ctrl.as_mut_ptr(), Ordering::Relaxed);
+        self.hint
+            .slots
+            .store(inner.slots.as_mut_ptr(), Ordering::Relaxed);
+        self.hint.cap.store(inner.ctrl.len(), Ordering::Relaxed);
+    }
+
     #[inline]
     pub(super) fn lock(&self) -> MutexGuard<'_, ShardInner> {
         // Every mutation leaves the table consistent between statements that can panic, so a

@@ -1,0 +1,589 @@
+//! `mode: 'http'` listeners: HTTP/1.1 without TLS, for ACME HTTP-01 and redirects to https
+//! (README: HTTP listener).
+//!
+//! Per request head (parsed with `httparse`, at most [`MAX_HEAD_BYTES`]):
+//! - no `Host` (or more than one) → `400`; a `Host` that is not `name[:port]` → `400` and close;
+//! - a `Host` (port stripped) that no route's `sni` matches — the route table's own matcher, so
+//!   the rules are those of TLS routing, default route `''` included — → `404`;
+//! - `GET /.well-known/acme-challenge/<token>` → proxied to that route's upstreams (its
+//!   `sourceAddressHeader` first), with `Connection: close`: the upstream's answer goes back to
+//!   the client and the connection ends with it;
+//! - anything else → `301 Location: https://<host><path>` (path and query as sent).
+//!
+//! `301`, `400` and `404` keep the connection alive (HTTP/1.1 unless `Connection: close`;
+//! HTTP/1.0 with `Connection: keep-alive`) unless the request has a body, which is not read. A
+//! head that does not fit [`MAX_HEAD_BYTES`] is answered `431`, bytes that are not HTTP/1.x `400`,
+//! and the connection closed. Admission at accept ran before this; `slowRequest` bounds each
+//! head: the first within `headTimeoutMs` of accept, a later one within `headTimeoutMs` of its
+//! first byte (the wait for that byte is bounded by `idleTimeoutMs`). Without protection the
+//! default `headTimeoutMs` (10 s) applies.
+
+use super::proxy_in::Origin;
+use crate::config::proxy::SourceAddressHeader;
+use crate::metrics::ErrorReason;
+use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
+use crate::protection::{BlockReason, Mode, Verdict};
+use crate::proxy::copy::{proxy_pair, CopyEnd};
+use crate::proxy::head::MAX_HEAD_BYTES;
+use crate::proxy::proxy_protocol::{v1_header, v2_header};
+use crate::proxy::routes::CompiledRoute;
+use crate::proxy::upstream;
+use crate::shared::Shared;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The path prefix of ACME HTTP-01 challenges (RFC 8555 §8.3).
+pub const ACME_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// Header fields `httparse` is given room for; more is answered `431`.
+const MAX_FIELDS: usize = 100;
+
+/// How long a closing connection's unread bytes are drained so the client reads the answer
+/// (instead of a reset), at most.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// What the listener needs of one request head.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    /// Bytes of the head in the buffer.
+    len: usize,
+    /// `Host` without its port, when there is exactly one valid `Host`.
+    host: HostField,
+    /// Path and query for the redirect (`/` for `*` and authority-form targets).
+    path: String,
+    /// `GET /.well-known/acme-challenge/<token>`.
+    acme: bool,
+    /// The connection may carry another request after the answer.
+    keep_alive: bool,
+    /// The head rewritten for the upstream: `Connection: close` instead of the client's
+    /// connection options.
+    upstream_head: Vec<u8>,
+}
+
+/// The request's `Host`.
+#[derive(Debug, PartialEq, Eq)]
+enum HostField {
+    /// None at all.
+    Missing,
+    /// Several, or one that is not `name[:port]`.
+    Invalid,
+    /// The name, port stripped (IPv6 literals keep their brackets).
+    Name(String),
+}
+
+/// How far the head in a buffer is.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    Complete(Box<Request>),
+    Partial,
+    /// Over [`MAX_HEAD_BYTES`] or [`MAX_FIELDS`]: `431`.
+    TooLarge,
+    /// Not an HTTP/1.x request head: `400`.
+    Invalid,
+}
+
+/// `name[:port]` → `name`; `None` when it is not a host name, IPv4 or bracketed IPv6 literal.
+fn strip_port(v: &str) -> Option<&str> {
+    let (name, port) = if v.starts_with('[') {
+        let end = v.find(']')?;
+        let rest = &v[end + 1..];
+        let port = match rest.strip_prefix(':') {
+            Some(p) => p,
+            None if rest.is_empty() => "",
+            None => return None,
+        };
+        let inner = &v[1..end];
+        if inner.is_empty()
+            || !inner
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return None;
+        }
+        (&v[..=end], port)
+    } else {
+        let (name, port) = v.rsplit_once(':').unwrap_or((v, ""));
+        let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_';
+        if name.is_empty() || name.len() > 253 || !name.bytes().all(ok) {
+            return None;
+        }
+        (name, port)
+    };
+    port.bytes().all(|b| b.is_ascii_digit()).then_some(name)
+}
+
+/// Whether a comma-separated header value lists `token` (case-insensitive).
+fn lists(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Parses the request head at the start of `buf`.
+fn parse(buf: &[u8]) -> Parsed {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut req = httparse::Request::new(&mut fields);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => return Parsed::TooLarge,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(httparse::Error::TooManyHeaders) => return Parsed::TooLarge,
+        Err(_) => return Parsed::Invalid,
+    };
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Parsed::Invalid;
+    };
+    let mut hosts = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"));
+    let host = match (hosts.next(), hosts.next()) {
+        (None, _) => HostField::Missing,
+        (Some(h), None) => match std::str::from_utf8(h.value)
+            .ok()
+            .map(str::trim)
+            .and_then(strip_port)
+        {
+            Some(name) => HostField::Name(name.to_string()),
+            None => HostField::Invalid,
+        },
+        (Some(_), Some(_)) => HostField::Invalid,
+    };
+    let header = |name: &'static str| {
+        req.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let close = header("connection").any(|v| lists(v, "close"));
+    let keep = header("connection").any(|v| lists(v, "keep-alive"));
+    let has_body = header("transfer-encoding").next().is_some()
+        || header("content-length").any(|v| v.trim_ascii() != b"0");
+    let keep_alive = !has_body && !close && (version == 1 || keep);
+    // origin-form as sent; absolute-form (`http://host/p?q`) keeps its path and query.
+    let path = if target.starts_with('/') {
+        target.to_string()
+    } else if let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        match rest.find('/') {
+            Some(i) => rest[i..].to_string(),
+            None => "/".to_string(),
+        }
+    } else {
+        "/".to_string()
+    };
+    let acme = method == "GET"
+        && path
+            .strip_prefix(ACME_PREFIX)
+            .is_some_and(|token| !token.is_empty());
+    let mut up = format!("{method} {target} HTTP/1.{version}\r\n").into_bytes();
+    for h in req.headers.iter() {
+        let hop = ["connection", "keep-alive", "proxy-connection"];
+        if hop.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        up.extend_from_slice(h.name.as_bytes());
+        up.extend_from_slice(b": ");
+        up.extend_from_slice(h.value);
+        up.extend_from_slice(b"\r\n");
+    }
+    up.extend_from_slice(b"Connection: close\r\n\r\n");
+    Parsed::Complete(Box::new(Request {
+        len,
+        host,
+        path,
+        acme,
+        keep_alive,
+        upstream_head: up,
+    }))
+}
+
+/// A complete response with a short text body (none for redirects).
+fn response(status: u16, location: Option<&str>, keep_alive: bool) -> Vec<u8> {
+    let reason = match status {
+        301 => "Moved Permanently",
+        400 => "Bad Request",
+        404 => "Not Found",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        _ => "Error",
+    };
+    let body = if location.is_some() {
+        String::new()
+    } else {
+        format!("{status} {reason}\n")
+    };
+    let mut r = format!("HTTP/1.1 {status} {reason}\r\n");
+    if let Some(l) = location {
+        r.push_str(&format!("Location: {l}\r\n"));
+    } else {
+        r.push_str("Content-Type: text/plain\r\n");
+    }
+    let conn = if keep_alive { "keep-alive" } else { "close" };
+    r.push_str(&format!(
+        "Content-Length: {}\r\nConnection: {conn}\r\n\r\n{body}",
+        body.len()
+    ));
+    r.into_bytes()
+}
+
+/// One connection of an HTTP listener.
+struct HttpConn<'a> {
+    shared: &'a Shared,
+    li: usize,
+    origin: Origin,
+    ip: IpAddr,
+    sock: TcpStream,
+}
+
+/// How a request ended the connection, if it did.
+enum Next {
+    /// Read the next request.
+    KeepAlive,
+    /// Close (gracefully, so the client reads the answer).
+    Close,
+    /// Already closed.
+    Done,
+}
+
+impl HttpConn<'_> {
+    fn count_received(&self, n: usize) {
+        let l = &self.shared.listeners[self.li];
+        l.metrics
+            .bytes_received
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> bool {
+        let ok = self.sock.write_all(bytes).await.is_ok();
+        if ok {
+            let l = &self.shared.listeners[self.li];
+            l.metrics
+                .bytes_sent
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Sends an answer; `reason` counts it in `errorsByReason`.
+    async fn answer(
+        &mut self,
+        status: u16,
+        location: Option<&str>,
+        keep_alive: bool,
+        reason: Option<ErrorReason>,
+    ) -> Next {
+        if let Some(r) = reason {
+            self.shared.report_error(self.li, Some(self.ip), r, None);
+        }
+        if !self.send(&response(status, location, keep_alive)).await {
+            return Next::Done;
+        }
+        if keep_alive {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        }
+    }
+
+    /// FIN, then drop what the client still sends for a moment: closing with unread bytes would
+    /// reset the connection and could destroy the answer before the client reads it.
+    async fn linger(mut self) {
+        let _ = self.sock.shutdown().await;
+        let end = Instant::now() + LINGER;
+        let mut scratch = [0u8; 4096];
+        while let Ok(Ok(n)) = tokio::time::timeout_at(end, self.sock.read(&mut scratch)).await {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Proxies an ACME challenge request (and whatever the client sends after it) to the route's
+    /// upstream until either side closes.
+    async fn acme(mut self, route: Arc<CompiledRoute>, head: Vec<u8>, rest: Vec<u8>) {
+        let rc = &route.config;
+        let timeout = Duration::from_millis(rc.connect_timeout_ms);
+        let mut up = match upstream::connect(&rc.upstreams, route.pick(), timeout).await {
+            Ok((_, u)) => u,
+            Err((which, e)) => {
+                let msg = format!("upstream {which}: {e}");
+                let (shared, li, ip) = (self.shared, self.li, self.ip);
+                shared.report_error(li, Some(ip), ErrorReason::UpstreamConnectFailed, Some(msg));
+                if self.send(&response(502, None, false)).await {
+                    self.linger().await;
+                }
+                return;
+            }
+        };
+        let local = self
+            .origin
+            .local
+            .or_else(|| self.sock.local_addr().ok())
+            .unwrap_or_else(|| {
+                let c = &self.shared.listeners[self.li].config;
+                SocketAddr::new(c.host, c.port)
+            });
+        let mut first = match rc.source_address_header {
+            SourceAddressHeader::None => Vec::new(),
+            SourceAddressHeader::ProxyV1 => v1_header(self.origin.client, local),
+            SourceAddressHeader::ProxyV2 => v2_header(self.origin.client, local, &[]),
+        };
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&rest);
+        if let Err(e) = up.write_all(&first).await {
+            let (shared, li, ip) = (self.shared, self.li, self.ip);
+            let msg = Some(e.to_string());
+            shared.report_error(li, Some(ip), ErrorReason::UpstreamWriteFailed, msg);
+            return;
+        }
+        let (shared, li, ip) = (self.shared, self.li, self.ip);
+        let l = &shared.listeners[li];
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        if proxy_pair(self.sock, up, idle, rx, tx).await == CopyEnd::Idle {
+            shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
+        }
+    }
+
+    /// Reads into `buf` (at most [`MAX_HEAD_BYTES`] in all) by `deadline`: `Some(n)` bytes read
+    /// (0 = the client closed), `None` at the deadline.
+    async fn read_by(&mut self, buf: &mut Vec<u8>, deadline: Instant) -> Option<usize> {
+        let mut chunk = [0u8; 4096];
+        let room = chunk
+            .len()
+            .min(MAX_HEAD_BYTES.saturating_sub(buf.len()).max(1));
+        match tokio::time::timeout_at(deadline, self.sock.read(&mut chunk[..room])).await {
+            Ok(Ok(n)) => {
+                buf.extend_from_slice(&chunk[..n]);
+                self.count_received(n);
+                Some(n)
+            }
+            Ok(Err(_)) => Some(0),
+            Err(_) => None,
+        }
+    }
+
+    /// Serves requests until one ends the connection.
+    async fn run(mut self) {
+        let shared = self.shared;
+        let l = &shared.listeners[self.li];
+        let (head_ns, observe) = match l.engine.policy() {
+            Some(p) => (p.head_timeout_ns(), p.mode() == Mode::Observe),
+            None => (DEFAULT_HEAD_TIMEOUT_MS * 1_000_000, false),
+        };
+        let head_timeout = Duration::from_nanos(head_ns);
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let mut deadline = Instant::now() + head_timeout;
+        let mut buf: Vec<u8> = Vec::with_capacity(1024);
+        let mut first = true;
+        loop {
+            if !first {
+                if buf.is_empty() {
+                    // Between requests: the next one may take up to idleTimeoutMs to begin.
+                    match self.read_by(&mut buf, Instant::now() + idle).await {
+                        Some(0) => return,
+                        Some(_) => {}
+                        None => {
+                            let (shared, li, ip) = (self.shared, self.li, self.ip);
+                            shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
+                            return;
+                        }
+                    }
+                }
+                deadline = Instant::now() + head_timeout;
+            }
+            first = false;
+            let mut reported = false;
+            let req = loop {
+                match parse(&buf) {
+                    Parsed::Complete(r) => break r,
+                    Parsed::TooLarge => {
+                        let reason = Some(ErrorReason::BadRequest);
+                        if let Next::Close = self.answer(431, None, false, reason).await {
+                            self.linger().await;
+                        }
+                        return;
+                    }
+                    Parsed::Invalid => {
+                        let reason = Some(ErrorReason::BadRequest);
+                        if let Next::Close = self.answer(400, None, false, reason).await {
+                            self.linger().await;
+                        }
+                        return;
+                    }
+                    Parsed::Partial => {}
+                }
+                match self.read_by(&mut buf, deadline).await {
+                    Some(0) => {
+                        if !buf.is_empty() {
+                            let (shared, li, ip) = (self.shared, self.li, self.ip);
+                            shared.report_error(li, Some(ip), ErrorReason::ClientClosed, None);
+                        }
+                        return;
+                    }
+                    Some(_) => {}
+                    None if observe && !reported => {
+                        // Observe mode: report once, then allow the idle timeout.
+                        reported = true;
+                        let v = Verdict {
+                            reason: BlockReason::SlowRequest,
+                            observed: true,
+                        };
+                        self.shared
+                            .report_block(self.li, self.ip, v, None, ("", ""));
+                        deadline = Instant::now() + idle;
+                    }
+                    None => {
+                        let v = Verdict {
+                            reason: BlockReason::SlowRequest,
+                            observed: false,
+                        };
+                        if !reported {
+                            self.shared
+                                .report_block(self.li, self.ip, v, None, ("", ""));
+                        }
+                        return;
+                    }
+                }
+            };
+            let rest = buf.split_off(req.len);
+            buf = rest;
+            let next = match &req.host {
+                HostField::Missing => {
+                    let reason = Some(ErrorReason::BadRequest);
+                    self.answer(400, None, req.keep_alive, reason).await
+                }
+                HostField::Invalid => {
+                    let reason = Some(ErrorReason::BadRequest);
+                    self.answer(400, None, false, reason).await
+                }
+                HostField::Name(name) => {
+                    let route = self.shared.routes.load().lookup(Some(name)).cloned();
+                    match route {
+                        None => {
+                            let reason = Some(ErrorReason::NoRoute);
+                            self.answer(404, None, req.keep_alive, reason).await
+                        }
+                        Some(route) if req.acme => {
+                            let rest = std::mem::take(&mut buf);
+                            self.acme(route, req.upstream_head, rest).await;
+                            return;
+                        }
+                        Some(_) => {
+                            let location = format!("https://{name}{}", req.path);
+                            self.answer(301, Some(&location), req.keep_alive, None)
+                                .await
+                        }
+                    }
+                }
+            };
+            match next {
+                Next::KeepAlive => {}
+                Next::Close => return self.linger().await,
+                Next::Done => return,
+            }
+        }
+    }
+}
+
+/// Serves one admitted connection of a `mode: 'http'` listener; `origin` is the client (from a
+/// PROXY header when a trusted balancer sent one), `ip` its canonical address.
+pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, origin: Origin, ip: IpAddr) {
+    let _ = sock.set_nodelay(true); // best effort
+    HttpConn {
+        shared,
+        li,
+        origin,
+        ip,
+        sock,
+    }
+    .run()
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(buf: &[u8]) -> Request {
+        match parse(buf) {
+            Parsed::Complete(r) => *r,
+            other => panic!("not complete: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(strip_port("Example.com:8080"), Some("Example.com"));
+        assert_eq!(strip_port("example.com"), Some("example.com"));
+        assert_eq!(strip_port("example.com:"), Some("example.com"));
+        assert_eq!(strip_port("[2001:db8::1]:80"), Some("[2001:db8::1]"));
+        assert_eq!(strip_port("[::1]"), Some("[::1]"));
+        assert_eq!(strip_port("a b"), None);
+        assert_eq!(strip_port("a/b"), None);
+        assert_eq!(strip_port("a:80x"), None);
+        assert_eq!(strip_port(""), None);
+        assert_eq!(strip_port("[::1]x"), None);
+    }
+
+    #[test]
+    fn requests() {
+        let r = complete(b"GET /a?b=1 HTTP/1.1\r\nHost: www.example.com:80\r\n\r\nGET");
+        assert_eq!(r.len, 49);
+        assert_eq!(r.host, HostField::Name("www.example.com".into()));
+        assert_eq!(r.path, "/a?b=1");
+        assert!(!r.acme && r.keep_alive);
+        let r = complete(b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n");
+        assert!(r.acme);
+        assert_eq!(
+            r.upstream_head,
+            b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        );
+        assert!(!complete(b"GET /.well-known/acme-challenge/ HTTP/1.1\r\nHost: a\r\n\r\n").acme);
+        assert!(!complete(b"POST /.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").acme);
+        assert_eq!(complete(b"GET / HTTP/1.1\r\n\r\n").host, HostField::Missing);
+        assert_eq!(
+            complete(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").host,
+            HostField::Invalid
+        );
+        assert!(!complete(b"GET / HTTP/1.0\r\nHost: a\r\n\r\n").keep_alive);
+        assert!(
+            complete(b"GET / HTTP/1.0\r\nHost: a\r\nConnection: Keep-Alive\r\n\r\n").keep_alive
+        );
+        assert!(!complete(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x, close\r\n\r\n").keep_alive);
+        assert!(
+            !complete(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc").keep_alive
+        );
+        assert_eq!(
+            complete(b"GET http://a/p?q HTTP/1.1\r\nHost: a\r\n\r\n").path,
+            "/p?q"
+        );
+        assert_eq!(parse(b"GET / HTTP/1.1\r\nHost"), Parsed::Partial);
+        assert_eq!(parse(b"\x16\x03\x01\x00"), Parsed::Invalid);
+        let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        big.resize(MAX_HEAD_BYTES, b'a');
+        assert_eq!(parse(&big), Parsed::TooLarge);
+    }
+
+    #[test]
+    fn responses() {
+        assert_eq!(
+            response(301, Some("https://a/x"), true),
+            b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://a/x\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+        );
+        assert_eq!(
+            response(404, None, false),
+            b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 14\r\nConnection: close\r\n\r\n404 Not Found\n"
+        );
+    }
+}
