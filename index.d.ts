@@ -40,6 +40,31 @@ export interface RouteConfig {
    * 'http' route of a protected listener, `protection.slowRequest` applies.
    */
   protocol?: 'http' | 'opaque';
+  /**
+   * Client certificates for this route (terminated routes only); replaces the listener's `mtls`.
+   * `requireClientCert` defaults to false here. With `sourceAddressHeader: 'proxyProtocolV2'` the
+   * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).
+   */
+  mtls?: MtlsConfig;
+  /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
+  metricsGroup?: string;
+  /**
+   * Which upstream a new connection tries first: the one with the fewest open connections of this
+   * route, or the next in turn. Default 'leastConnections' when every upstream is 'uds', else
+   * 'roundRobin'.
+   */
+  balance?: 'leastConnections' | 'roundRobin';
+  /** A client IP goes back to the upstream that last served it. Default false. */
+  ipAffinity?: boolean;
+  /** ms an affinity entry lives after the client's last connection (needs ipAffinity). Default 3600000. */
+  ipAffinityTtlMs?: number;
+}
+
+/** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */
+export interface MtlsConfig {
+  clientCaCert: string | Buffer;
+  /** Refuse a handshake without a client certificate. Default: true on a listener, false on a route. */
+  requireClientCert?: boolean;
 }
 
 export interface ProtectionConfig {
@@ -187,6 +212,8 @@ export interface ListenerConfig {
   /** Close after this many ms with no byte either way. Default 60000. */
   idleTimeoutMs?: number;
   protection?: ProtectionConfig;
+  /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
+  mtls?: MtlsConfig;
 }
 
 /** `listeners[].acceptProxyProtocol`. */
@@ -204,6 +231,20 @@ export interface ProxyConfig {
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
   blockedEvents?: { maxPerSecond?: number };
+  /**
+   * TCP keepalive on client and TCP upstream sockets. Default `{ enabled: true, idleMs: 300000,
+   * intervalMs: 30000, retries: 5 }`; `idleMs`/`intervalMs` are whole seconds in ms
+   * (1000..32767000), `retries` 1..127.
+   */
+  tcpKeepalive?: { enabled?: boolean; idleMs?: number; intervalMs?: number; retries?: number };
+  /** ms a half-closed pair may stay open after its first EOF; 0 = off. Default 300000. */
+  halfCloseTimeoutMs?: number;
+  /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
+  readBufferSize?: number;
+  /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
+  clientReadBufferSize?: number;
+  /** Read size for bytes from the upstream (512..1048576). Default `readBufferSize`, else 65536. */
+  upstreamReadBufferSize?: number;
 }
 
 export type BlockReason =
@@ -373,7 +414,25 @@ export interface Metrics {
   eventsDropped: number;
   trackedIps: number;
   listeners: ListenerMetrics[];
+  /** Per route of the live table, in config order. */
+  routeMetrics: RouteMetrics[];
   xdp?: XdpStatus;
+}
+
+/** `metrics().routeMetrics[i]`: one route's counters (Symphony-compatible). */
+export interface RouteMetrics {
+  /** The route's `sni` as configured, normalised ('' = default route). */
+  route: string;
+  /** `routes[].metricsGroup` (default: the route's name). */
+  metricsGroup: string;
+  activeConnections: number;
+  /** Connections routed here and let through the route's limit. */
+  connections: number;
+  errors: number;
+  bytesReceived: number;
+  bytesSent: number;
+  /** Same keys as a listener's errorsByReason; a route-limit refusal is 'route_rate_limited'. */
+  errorsByReason: Record<string, number>;
 }
 
 /** One problem found in the input: the field's path and what is wrong with it. */

@@ -127,13 +127,16 @@ impl Proxy {
                 }
             })
             .collect();
-        let routes = RouteTable::build(&cfg.routes, &cfg.listeners);
+        let route_metrics = crate::metrics::route::RouteRegistry::default();
+        let routes = RouteTable::build(&cfg.routes, &cfg.listeners, &route_metrics);
         let shared = Arc::new(Shared {
             listeners,
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
             xdp,
+            socket: cfg.socket,
+            route_metrics,
         });
         Ok(Proxy {
             rt: Some(rt),
@@ -326,9 +329,11 @@ impl Proxy {
                 .iter()
                 .map(|l| l.config.clone())
                 .collect();
-            self.shared
-                .routes
-                .store(Arc::new(RouteTable::build(&r, &listener_cfgs)));
+            self.shared.routes.store(Arc::new(RouteTable::build(
+                &r,
+                &listener_cfgs,
+                &self.shared.route_metrics,
+            )));
         }
         let now = clock::now_ns();
         for p in u.protection {
@@ -512,6 +517,14 @@ impl Proxy {
             })
             .collect();
         let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
+        m.route_metrics = self
+            .shared
+            .routes
+            .load()
+            .routes()
+            .iter()
+            .map(|r| r.metrics.snapshot())
+            .collect();
         m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
         m
     }

@@ -7,6 +7,7 @@
 
 use crate::clock;
 use crate::config::proxy::ListenerConfig;
+use crate::config::socket::SocketOptions;
 use crate::events::{BlockedEvent, ErrorEvent, EventHub};
 use crate::http2::Violation;
 use crate::metrics::{ErrorReason, ListenerMetrics};
@@ -42,6 +43,10 @@ pub struct Shared {
     pub events: EventHub,
     /// The XDP filter (when attached), its ban queue and its failure count.
     pub xdp: XdpSlot,
+    /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).
+    pub socket: SocketOptions,
+    /// Per-route counters by name and group, kept across route-table swaps.
+    pub route_metrics: crate::metrics::route::RouteRegistry,
 }
 
 impl Shared {

@@ -7,8 +7,10 @@
 //! at the first one, so a [`ConfigError`] names every offending field at once.
 
 pub mod error;
+pub mod mtls;
 pub mod protection;
 pub mod proxy;
+pub mod socket;
 pub mod update;
 pub mod value;
 

@@ -312,7 +312,7 @@ impl HttpConn<'_> {
         let rc = &route.config;
         let timeout = Duration::from_millis(rc.connect_timeout_ms);
         let mut up = match upstream::connect(&rc.upstreams, route.pick(), timeout).await {
-            Ok(u) => u,
+            Ok((_, u)) => u,
             Err((which, e)) => {
                 let msg = format!("upstream {which}: {e}");
                 let (shared, li, ip) = (self.shared, self.li, self.ip);
@@ -347,7 +347,9 @@ impl HttpConn<'_> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
         let idle = Duration::from_millis(l.config.idle_timeout_ms);
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
         if proxy_pair(self.sock, up, idle, rx, tx).await == CopyEnd::Idle {
             shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
         }

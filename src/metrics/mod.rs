@@ -1,6 +1,8 @@
 //! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
+pub mod route;
+
 use crate::http2::Violation;
 use crate::protection::BlockReason;
 use crate::xdp::XdpStatus;
@@ -34,6 +36,11 @@ pub enum ErrorReason {
     /// On a route that carries HTTP, the first bytes after the TLS handshake were not the
     /// beginning of an HTTP/1.x request head or an HTTP/2 preface and header block.
     BadRequest,
+    /// One direction ended and the other did not within `halfCloseTimeoutMs`: closed.
+    HalfCloseTimeout,
+    /// The route's own `maxConnectionsPerSecond` refused the connection (an error of the route,
+    /// not a `'blocked'` event: the client is not at fault).
+    RouteRateLimited,
     /// A connection from a trusted load balancer (`acceptProxyProtocol.trustedCidrs`) that did
     /// not begin with a valid PROXY v1/v2 header within `timeoutMs`; closed.
     ProxyHeaderInvalid,
@@ -41,7 +48,7 @@ pub enum ErrorReason {
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 11] = [
+    pub const ALL: [ErrorReason; 13] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -52,6 +59,8 @@ impl ErrorReason {
         ErrorReason::IdleTimeout,
         ErrorReason::H2ProtocolError,
         ErrorReason::BadRequest,
+        ErrorReason::HalfCloseTimeout,
+        ErrorReason::RouteRateLimited,
         ErrorReason::ProxyHeaderInvalid,
     ];
     /// Label (`no_route`, ...).
@@ -67,6 +76,8 @@ impl ErrorReason {
             ErrorReason::IdleTimeout => "idle_timeout",
             ErrorReason::H2ProtocolError => "h2_protocol_error",
             ErrorReason::BadRequest => "bad_request",
+            ErrorReason::HalfCloseTimeout => "half_close_timeout",
+            ErrorReason::RouteRateLimited => "route_rate_limited",
             ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
         }
     }
@@ -229,6 +240,13 @@ impl ListenerSnapshot {
     }
 }
 
+/// A Prometheus label value with `\\`, `"` and newlines escaped (format 0.0.4).
+fn prom_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A Prometheus family read off each listener: (name, type, help, getter).
 type Section = (
     &'static str,
@@ -253,6 +271,8 @@ pub struct MetricsSnapshot {
     pub tracked_ips: u64,
     /// Per listener.
     pub listeners: Vec<ListenerSnapshot>,
+    /// Per route of the live table, in config order.
+    pub route_metrics: Vec<route::RouteSnapshot>,
     /// XDP status when attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp: Option<XdpStatus>,
@@ -268,7 +288,68 @@ impl MetricsSnapshot {
             events_dropped,
             tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
             listeners,
+            route_metrics: Vec::new(),
             xdp: None,
+        }
+    }
+
+    /// The `rampart_route_*` families, labelled `route` and `group`.
+    fn route_prometheus(&self, out: &mut String) {
+        type Get = fn(&route::RouteSnapshot) -> u64;
+        let families: [(&str, &str, &str, Get); 4] = [
+            (
+                "route_active_connections",
+                "gauge",
+                "Open connections per route.",
+                |r| r.active_connections as u64,
+            ),
+            (
+                "route_connections_total",
+                "counter",
+                "Connections let through per route.",
+                |r| r.connections,
+            ),
+            (
+                "route_bytes_received_total",
+                "counter",
+                "Bytes read from clients per route.",
+                |r| r.bytes_received,
+            ),
+            (
+                "route_bytes_sent_total",
+                "counter",
+                "Bytes written to clients per route.",
+                |r| r.bytes_sent,
+            ),
+        ];
+        let label = |r: &route::RouteSnapshot| {
+            format!(
+                "route=\"{}\",group=\"{}\"",
+                prom_escape(&r.route),
+                prom_escape(&r.metrics_group)
+            )
+        };
+        for (name, kind, help, get) in families {
+            let _ = writeln!(
+                out,
+                "# HELP rampart_{name} {help}\n# TYPE rampart_{name} {kind}"
+            );
+            for r in &self.route_metrics {
+                let _ = writeln!(out, "rampart_{name}{{{}}} {}", label(r), get(r));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_route_errors_total Errors per route by reason.\n# TYPE rampart_route_errors_total counter"
+        );
+        for r in &self.route_metrics {
+            for (reason, n) in &r.errors_by_reason {
+                let _ = writeln!(
+                    out,
+                    "rampart_route_errors_total{{{},reason=\"{reason}\"}} {n}",
+                    label(r)
+                );
+            }
         }
     }
 
@@ -389,6 +470,7 @@ impl MetricsSnapshot {
                 );
             }
         }
+        self.route_prometheus(&mut out);
         let _ = writeln!(
             out,
             "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",
