@@ -42,6 +42,8 @@ pub struct Shared {
     pub events: EventHub,
     /// The XDP filter (when attached), its ban queue and its failure count.
     pub xdp: XdpSlot,
+    /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {
@@ -103,6 +105,18 @@ impl Shared {
         let ev = ErrorEvent {
             code: crate::xdp::sync::XDP_SYNC_FAILED,
             message: format!("{what}: {err}"),
+            ip: None,
+            port: None,
+            listener: None,
+        };
+        self.events.error(&ev, clock::now_ns());
+    }
+
+    /// Emits `'error'` `cluster_unavailable` (no listener: Redis serves every listener).
+    pub fn report_cluster_unavailable(&self, message: String) {
+        let ev = ErrorEvent {
+            code: crate::cluster::CLUSTER_UNAVAILABLE,
+            message,
             ip: None,
             port: None,
             listener: None,

@@ -31,6 +31,8 @@ pub struct ProxyConfig {
     pub worker_threads: usize,
     /// `'blocked'` events per second before they are only counted.
     pub blocked_events_per_second: u64,
+    /// The cluster tier on Redis (`cluster`), if configured.
+    pub cluster: Option<super::cluster::ClusterConfig>,
 }
 
 /// One listening address.
@@ -666,7 +668,13 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     };
     v::reject_unknown(
         obj,
-        &["listeners", "routes", "workerThreads", "blockedEvents"],
+        &[
+            "listeners",
+            "routes",
+            "workerThreads",
+            "blockedEvents",
+            "cluster",
+        ],
         "",
         &mut issues,
     );
@@ -719,12 +727,18 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
             }
         }
     }
+    let cluster = field(obj, "cluster")
+        .and_then(|c| super::cluster::parse_cluster(c, "cluster", &mut issues));
+    if field(obj, "cluster").is_none() {
+        super::cluster::require_cluster(&listeners, &mut issues);
+    }
     let routes = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
         listeners,
         routes,
         worker_threads,
         blocked_events_per_second,
+        cluster,
     })
 }
 

@@ -43,7 +43,7 @@ pub use engine::{
 };
 pub use key::IpKey;
 pub use policy::{
-    Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit, ProtectionPolicy,
-    RateLimit, SlowHandshake, XdpSyn,
+    ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
+    ProtectionPolicy, RateLimit, SlowHandshake, XdpSyn,
 };
 pub use reason::BlockReason;
