@@ -89,6 +89,10 @@ test.after(async () => {
   if (echo) await h.closeServer(echo);
 });
 
+test.beforeEach(async () => {
+  if (redis) await redisCli('FLUSHALL');
+});
+
 function needRedis(t) {
   return h.needTool(t, 'redis-server') && h.needTool(t, 'redis-cli', 'apt-get install redis-server');
 }
@@ -118,7 +122,7 @@ test('a box on node A refuses the client on B and C within 500 ms', async (t) =>
     const ev = (await n.call('events')).blocked;
     assert.deepEqual(ev.map((e) => [e.ip, e.reason]), [[client, 'penalty_boxed']]);
     const d = (await n.call('blockedIps', { detail: true })).penaltyBoxed;
-    assert.deepEqual(d.map((e) => [e.ip, e.port, e.node]), [[client, port, a.id]]);
+    assert.deepEqual(d.map((e) => [e.ip, e.port, e.node, e.note]), [[client, port, a.id, `penalty box from node ${a.id}`]]);
     assert.ok(d[0].remainingMs > 4000 && d[0].remainingMs <= 5000, `remainingMs ${d[0].remainingMs}`);
     const m = (await n.call('metrics')).cluster;
     assert.equal(m.bansReceived, 1);
@@ -230,7 +234,7 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
   if (!needRedis(t)) return;
   t.after(stopNodes);
   t.after(() => redis.kill('SIGCONT'));
-  const protection = { rateLimit: { connectionsPerSecond: 5, burst: 5 }, clusterRateLimit: { connectionsPerSecond: 1000, burst: 1000 } };
+  const protection = { rateLimit: { connectionsPerSecond: 0.5, burst: 5 }, clusterRateLimit: { connectionsPerSecond: 1000, burst: 1000 } };
   const ns = [await startNode(0, { protection }), await startNode(1, { protection }), await startNode(2, { protection })];
   const client = '127.0.10.1';
   const times = [];

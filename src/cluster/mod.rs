@@ -406,13 +406,14 @@ impl Cluster {
     }
 
     /// The `nodeId` a `blockedIps({detail:true})` entry came from (`ip` as listed, `reason` its
-    /// list): the origin of a ban received from another node, else this node.
-    pub fn origin(&self, reason: BlockReason, ip: &str, port: u16) -> String {
+    /// list): the origin of a ban received from another node, else this node; and whether it
+    /// came from another node.
+    pub fn origin(&self, reason: BlockReason, ip: &str, port: u16) -> (String, bool) {
         let net = match ip.parse::<IpNet>() {
             Ok(n) => n,
             Err(_) => match ip.parse::<IpAddr>() {
                 Ok(a) => IpNet::from(a),
-                Err(_) => return self.cfg.node_id.clone(),
+                Err(_) => return (self.cfg.node_id.clone(), false),
             },
         };
         let kinds: &[BanKind] = match reason {
@@ -426,7 +427,10 @@ impl Cluster {
             .iter()
             .filter_map(|k| origins.get(&(*k, net)))
             .find(|o| o.port.is_none_or(|p| p == port) && o.deadline_ns.is_none_or(|d| d > now))
-            .map_or_else(|| self.cfg.node_id.clone(), |o| o.node.clone())
+            .map_or_else(
+                || (self.cfg.node_id.clone(), false),
+                |o| (o.node.clone(), true),
+            )
     }
 
     /// `metrics().cluster`.

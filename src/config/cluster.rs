@@ -288,4 +288,38 @@ mod tests {
         assert_eq!(paths(json!({})), ["cluster.redis"]);
         assert_eq!(paths(json!({ "redis": {} })), ["cluster.redis.url"]);
     }
+
+    #[test]
+    fn cluster_rate_limit_is_validated_and_needs_cluster() {
+        use crate::config::protection::policy_from_json;
+        let p = policy_from_json(&json!({ "clusterRateLimit": { "connectionsPerSecond": 25 } }))
+            .unwrap();
+        let c = p.cluster_rate_limit().unwrap();
+        assert_eq!((c.limit.burst, c.lease), (25, 3));
+        let e = policy_from_json(&json!({
+            "clusterRateLimit": { "connectionsPerSecond": -1, "burst": 2, "lease": 0, "x": 1 }
+        }))
+        .unwrap_err();
+        let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(
+            got,
+            [
+                "protection.clusterRateLimit.x",
+                "protection.clusterRateLimit.connectionsPerSecond",
+                "protection.clusterRateLimit.lease",
+            ]
+        );
+        let e = policy_from_json(&json!({
+            "clusterRateLimit": { "connectionsPerSecond": 10, "burst": 4, "lease": 5 }
+        }))
+        .unwrap_err();
+        assert_eq!(e.issues[0].path, "protection.clusterRateLimit.lease");
+        let cfg = json!({
+            "listeners": [{ "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } }],
+            "routes": [{ "sni": "", "terminateTls": false, "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] }],
+        });
+        let e = crate::config::proxy::parse_proxy_config(&cfg, 1).unwrap_err();
+        let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(got, ["listeners[0].protection.clusterRateLimit"]);
+    }
 }

@@ -14,7 +14,7 @@ use crate::config::proxy::parse_proxy_config;
 use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
-use crate::protection::BlockedIps;
+use crate::protection::{BlockReason, BlockedIps};
 use crate::server::{AttachError, Proxy};
 use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
@@ -76,7 +76,11 @@ fn blocked_json(b: &BlockedIps, detail: bool, cluster: Option<&Cluster>) -> Valu
                         o["note"] = note.as_str().into();
                     }
                     if let Some(c) = cluster {
-                        o["node"] = c.origin(l.entry.reason, &l.entry.ip, l.port).into();
+                        let (node, remote) = c.origin(l.entry.reason, &l.entry.ip, l.port);
+                        if remote && l.entry.reason == BlockReason::PenaltyBoxed {
+                            o["note"] = format!("penalty box from node {node}").into();
+                        }
+                        o["node"] = node.into();
                     }
                     o
                 })
