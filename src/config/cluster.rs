@@ -212,21 +212,6 @@ pub fn parse_cluster(val: &Value, path: &str, issues: &mut Issues) -> Option<Clu
     })
 }
 
-/// `protection.clusterRateLimit` needs `cluster`: names each listener that sets it without one.
-pub fn require_cluster(listeners: &[super::proxy::ListenerConfig], issues: &mut Issues) {
-    for (i, l) in listeners.iter().enumerate() {
-        if l.protection
-            .as_ref()
-            .is_some_and(|p| p.cluster_rate_limit().is_some())
-        {
-            issues.push(
-                format!("listeners[{i}].protection.clusterRateLimit"),
-                "needs the proxy's `cluster` config (a Redis shared by the nodes)",
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,12 +299,5 @@ mod tests {
         }))
         .unwrap_err();
         assert_eq!(e.issues[0].path, "protection.clusterRateLimit.lease");
-        let cfg = json!({
-            "listeners": [{ "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } }],
-            "routes": [{ "sni": "", "terminateTls": false, "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] }],
-        });
-        let e = crate::config::proxy::parse_proxy_config(&cfg, 1).unwrap_err();
-        let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
-        assert_eq!(got, ["listeners[0].protection.clusterRateLimit"]);
     }
 }
