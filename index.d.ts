@@ -261,11 +261,11 @@ export interface DefenseEvent {
 }
 
 export interface ErrorEvent {
-  /** `upstream_connect_failed`, `handshake_failed`, ..., or `xdp_sync_failed` (a kernel-map write failed). */
+  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), or `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply). */
   code: string;
   message: string;
   ip: string | null;
-  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`). */
+  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`, `cluster_unavailable`). */
   port: number | null;
   /** 'host:port' of the listener; null for proxy-wide errors. */
   listener: string | null;

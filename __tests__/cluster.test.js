@@ -288,6 +288,47 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
     await h.waitFor(async () => (await n.call('blockedIps')).dynamicBlocklist.includes('127.0.11.1/32'), { timeoutMs: 5000 - (performance.now() - thawed), intervalMs: 20, what: `${n.id} reconciled` });
   }
   console.log(`# reconnected and reconciled ${(performance.now() - thawed).toFixed(0)} ms after SIGCONT`);
-  const prom = await ns[1].call('metrics');
-  assert.equal(prom.cluster.breakerOpen, false);
+  const prom = await ns[1].call('prometheus');
+  assert.match(prom, /^rampart_cluster_connected 1$/m);
+  assert.match(prom, /^rampart_cluster_breaker_open 0$/m);
+  assert.match(prom, /^rampart_cluster_bans_received_total [1-9]\d*$/m);
+  assert.match(prom, /^rampart_cluster_errors_total [1-9]\d*$/m);
+  assert.match(prom, /^rampart_cluster_ban_propagation_ms\{quantile="0.99"\} /m);
+});
+
+test('a node stopped and started again shares bans again', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const [a, b] = [await startNode(0), await startNode(1)];
+  await b.call('restart');
+  await h.waitFor(async () => (await b.call('metrics')).cluster.connected, { what: 'B connected again' });
+  await b.call('blockIp', '127.0.12.1', { ttlMs: 5000 });
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.12.1/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban from the restarted node' });
+  await a.call('blockIp', '127.0.12.2', { ttlMs: 5000 });
+  await h.waitFor(async () => (await b.call('blockedIps')).dynamicBlocklist.includes('127.0.12.2/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban to the restarted node' });
+});
+
+test('a bad cluster config names every field', () => {
+  const { RampartProxy, ConfigError } = require('..');
+  const routes = [{ sni: '', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }];
+  assert.throws(
+    () =>
+      new RampartProxy({
+        listeners: [{ port: 9, protection: { clusterRateLimit: { connectionsPerSecond: 10, lease: 11 } } }],
+        routes,
+        cluster: { redis: { url: 'http://x', commandTimeoutMs: NaN }, nodeId: 'a b', breaker: { openMs: 0 } },
+      }),
+    (e) => {
+      assert.ok(e instanceof ConfigError);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['listeners[0].protection.clusterRateLimit.lease', 'cluster.redis.url', 'cluster.redis.commandTimeoutMs', 'cluster.nodeId', 'cluster.breaker.openMs']
+      );
+      return true;
+    }
+  );
+  assert.throws(
+    () => new RampartProxy({ listeners: [{ port: 9, protection: { clusterRateLimit: { connectionsPerSecond: 10 } } }], routes }),
+    (e) => e instanceof ConfigError && e.errors.map((x) => x.path).join() === 'listeners[0].protection.clusterRateLimit'
+  );
 });

@@ -15,6 +15,12 @@ const commands = {
   unblockIp: ([cidr, o]) => proxy.unblockIp(cidr, o),
   blockedIps: ([o]) => proxy.blockedIps(o),
   metrics: () => proxy.metrics(),
+  prometheus: () => proxy.prometheus(),
+  restart: async () => {
+    await proxy.stop();
+    await proxy.start();
+    return true;
+  },
   events: () => events,
   clearEvents: () => {
     events.blocked.length = 0;

@@ -199,9 +199,9 @@ pub struct Cluster {
     stats: Stats,
     breaker: Mutex<Breaker>,
     out_tx: mpsc::Sender<Outgoing>,
-    out_rx: Mutex<Option<mpsc::Receiver<Outgoing>>>,
+    out_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Outgoing>>>,
     refill_tx: mpsc::Sender<Refill>,
-    refill_rx: Mutex<Option<mpsc::Receiver<Refill>>>,
+    refill_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Refill>>>,
     replay: Mutex<VecDeque<Outgoing>>,
     origins: Mutex<HashMap<(BanKind, IpNet), Origin>>,
     permanent: Mutex<HashSet<String>>,
@@ -232,9 +232,9 @@ impl Cluster {
             leases: Leases::default(),
             stats: Stats::default(),
             out_tx,
-            out_rx: Mutex::new(Some(out_rx)),
+            out_rx: Arc::new(tokio::sync::Mutex::new(out_rx)),
             refill_tx,
-            refill_rx: Mutex::new(Some(refill_rx)),
+            refill_rx: Arc::new(tokio::sync::Mutex::new(refill_rx)),
             replay: Mutex::new(VecDeque::new()),
             origins: Mutex::new(HashMap::new()),
             permanent: Mutex::new(HashSet::new()),
@@ -253,14 +253,10 @@ impl Cluster {
     }
 
     /// Starts the tasks on the current tokio runtime (call inside `Runtime::enter`); they end
-    /// when `stop` fires. Later calls do nothing.
+    /// when `stop` fires, and a later call (the proxy started again) starts them anew.
     pub fn start(self: &Arc<Self>, node: Arc<dyn Node>, stop: CancellationToken) {
-        let (Some(out_rx), Some(refill_rx)) =
-            (lock(&self.out_rx).take(), lock(&self.refill_rx).take())
-        else {
-            return;
-        };
         let _ = self.node.set(node);
+        let (out_rx, refill_rx) = (self.out_rx.clone(), self.refill_rx.clone());
         let mcfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(
                 self.cfg.redis.connect_timeout_ms,
@@ -270,18 +266,26 @@ impl Cluster {
             )))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(2_000));
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), mcfg) {
-            Ok(c) => {
-                let _ = self.conn.set(c);
+        if self.conn.get().is_none() {
+            match ConnectionManager::new_lazy_with_config(self.client.clone(), mcfg) {
+                Ok(c) => {
+                    let _ = self.conn.set(c);
+                }
+                Err(e) => self.failed(format!("Redis client: {e}")),
             }
-            Err(e) => self.failed(format!("Redis client: {e}")),
         }
         let me = self.clone();
         let s = stop.clone();
-        tokio::spawn(async move { me.writer(out_rx, s).await });
+        tokio::spawn(async move {
+            let mut rx = out_rx.lock().await;
+            me.writer(&mut rx, s).await
+        });
         let me = self.clone();
         let s = stop.clone();
-        tokio::spawn(async move { me.refiller(refill_rx, s).await });
+        tokio::spawn(async move {
+            let mut rx = refill_rx.lock().await;
+            me.refiller(&mut rx, s).await
+        });
         let me = self.clone();
         let s = stop.clone();
         tokio::spawn(async move { me.reconciler(s).await });
@@ -535,7 +539,7 @@ impl Cluster {
 
     // ---- tasks ----
 
-    async fn writer(self: Arc<Self>, mut rx: mpsc::Receiver<Outgoing>, stop: CancellationToken) {
+    async fn writer(&self, rx: &mut mpsc::Receiver<Outgoing>, stop: CancellationToken) {
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -716,7 +720,7 @@ impl Cluster {
         }
     }
 
-    async fn refiller(self: Arc<Self>, mut rx: mpsc::Receiver<Refill>, stop: CancellationToken) {
+    async fn refiller(&self, rx: &mut mpsc::Receiver<Refill>, stop: CancellationToken) {
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => return,
