@@ -156,6 +156,13 @@ export interface ProtectionConfig {
   };
   /** First request head deadline on terminated HTTP routes, from the end of the handshake (ms). Default { headTimeoutMs: 10000 }. */
   slowRequest?: { headTimeoutMs?: number };
+  /**
+   * A per-client limit over every node of the cluster (needs ProxyConfig `cluster`): a GCRA on
+   * Redis, refused 'cluster_rate_limited'. Each node admits from a local lease of `lease` tokens
+   * (default ceil(connectionsPerSecond / 10), at most burst); worst-case over-admission is
+   * nodes × lease. Burst defaults to the rate rounded up.
+   */
+  clusterRateLimit?: { connectionsPerSecond: number; burst?: number; lease?: number };
 }
 
 /** `protection.http2`; every limit is per connection. */
@@ -245,6 +252,27 @@ export interface ProxyConfig {
   clientReadBufferSize?: number;
   /** Read size for bytes from the upstream (512..1048576). Default `readBufferSize`, else 65536. */
   upstreamReadBufferSize?: number;
+  /** The cluster tier on Redis: shared bans, clusterRateLimit, circuit breaker. */
+  cluster?: ClusterConfig;
+}
+
+export interface ClusterConfig {
+  redis: {
+    /** 'redis://[user:pass@]host:port[/db]' or 'unix:///path'. */
+    url: string;
+    /** Prefix of every key and channel. Default 'rampart:'. */
+    keyPrefix?: string;
+    /** Default 1000 (ms). */
+    connectTimeoutMs?: number;
+    /** A command slower than this counts as a failure. Default 200 (ms). */
+    commandTimeoutMs?: number;
+  };
+  /** This node's name in ban messages and blockedIps({detail:true}).node. Default 'hostname:pid'. */
+  nodeId?: string;
+  /** Publish local bans and apply the other nodes'. Default true. */
+  shareBans?: boolean;
+  /** After `failures` failed commands Redis is not asked for `openMs`. Default { failures: 3, openMs: 1000 }. */
+  breaker?: { failures?: number; openMs?: number };
 }
 
 export type BlockReason =
@@ -264,7 +292,8 @@ export type BlockReason =
   | 'prefix_rate_limited'
   | 'prefix_too_many_connections'
   | 'listener_overloaded'
-  | 'slow_request';
+  | 'slow_request'
+  | 'cluster_rate_limited';
 
 export interface BlockedEvent {
   ip: string;
@@ -303,11 +332,11 @@ export interface DefenseEvent {
 }
 
 export interface ErrorEvent {
-  /** `upstream_connect_failed`, `handshake_failed`, ..., or `xdp_sync_failed` (a kernel-map write failed). */
+  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), or `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply). */
   code: string;
   message: string;
   ip: string | null;
-  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`). */
+  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`, `cluster_unavailable`). */
   port: number | null;
   /** 'host:port' of the listener; null for proxy-wide errors. */
   listener: string | null;
@@ -333,6 +362,8 @@ export interface BlockedDetail {
    */
   /** The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix. */
   note?: string;
+  /** With `cluster`: the nodeId the ban came from (this node's for its own). */
+  node?: string;
 }
 
 export interface BlockedIpsDetail {
@@ -417,6 +448,27 @@ export interface Metrics {
   /** Per route of the live table, in config order. */
   routeMetrics: RouteMetrics[];
   xdp?: XdpStatus;
+  /** With `cluster`. */
+  cluster?: ClusterMetrics;
+}
+
+export interface ClusterMetrics {
+  nodeId: string;
+  /** Redis answers and the ban channel is subscribed. */
+  connected: boolean;
+  /** Redis is not asked; local limits alone apply. */
+  breakerOpen: boolean;
+  bansPublished: number;
+  bansReceived: number;
+  leaseRefills: number;
+  /** Failed or timed-out Redis commands. */
+  errors: number;
+  /** Bans or refill requests dropped because a queue was full. */
+  queueOverflow: number;
+  /** Clients holding a clusterRateLimit lease entry. */
+  leaseClients: number;
+  /** Delay from a ban's origin to this node (wall clocks), over the newest 1024 messages. */
+  propagationDelayMs: { count: number; p50: number; p99: number; max: number };
 }
 
 /** `metrics().routeMetrics[i]`: one route's counters (Symphony-compatible). */

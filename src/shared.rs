@@ -47,6 +47,8 @@ pub struct Shared {
     pub socket: SocketOptions,
     /// Per-route counters by name and group, kept across route-table swaps.
     pub route_metrics: crate::metrics::route::RouteRegistry,
+    /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {
@@ -108,6 +110,18 @@ impl Shared {
         let ev = ErrorEvent {
             code: crate::xdp::sync::XDP_SYNC_FAILED,
             message: format!("{what}: {err}"),
+            ip: None,
+            port: None,
+            listener: None,
+        };
+        self.events.error(&ev, clock::now_ns());
+    }
+
+    /// Emits `'error'` `cluster_unavailable` (no listener: Redis serves every listener).
+    pub fn report_cluster_unavailable(&self, message: String) {
+        let ev = ErrorEvent {
+            code: crate::cluster::CLUSTER_UNAVAILABLE,
+            message,
             ip: None,
             port: None,
             listener: None,

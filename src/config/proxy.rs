@@ -41,6 +41,8 @@ pub struct ProxyConfig {
     pub blocked_events_per_second: u64,
     /// `tcpKeepalive`, `halfCloseTimeoutMs` and the copy buffer sizes.
     pub socket: SocketOptions,
+    /// The cluster tier on Redis (`cluster`), if configured.
+    pub cluster: Option<super::cluster::ClusterConfig>,
 }
 
 /// One listening address.
@@ -879,13 +881,34 @@ fn share_port_policies(parsed: &mut [(usize, ListenerConfig)], arr: &[Value], is
     }
 }
 
+/// `protection.clusterRateLimit` needs `cluster`: names each listener that sets it without one.
+fn require_cluster(listeners: &[ListenerConfig], issues: &mut Issues) {
+    for (i, l) in listeners.iter().enumerate() {
+        if l.protection
+            .as_ref()
+            .is_some_and(|p| p.cluster_rate_limit().is_some())
+        {
+            issues.push(
+                format!("listeners[{i}].protection.clusterRateLimit"),
+                "needs the proxy's `cluster` config (a Redis shared by the nodes)",
+            );
+        }
+    }
+}
+
 /// Parses the whole `ProxyConfig`; `cpus` is the default for `workerThreads`.
 pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, ConfigError> {
     let mut issues = Issues::default();
     let Some(obj) = v::object(val, "config", &mut issues) else {
         return Err(ConfigError::new(issues.0));
     };
-    let mut known = vec!["listeners", "routes", "workerThreads", "blockedEvents"];
+    let mut known = vec![
+        "listeners",
+        "routes",
+        "workerThreads",
+        "blockedEvents",
+        "cluster",
+    ];
     known.extend(SOCKET_FIELDS);
     v::reject_unknown(obj, &known, "", &mut issues);
     let socket = parse_socket_options(obj, &mut issues);
@@ -938,6 +961,11 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
             }
         }
     }
+    let cluster = field(obj, "cluster")
+        .and_then(|c| super::cluster::parse_cluster(c, "cluster", &mut issues));
+    if field(obj, "cluster").is_none() {
+        require_cluster(&listeners, &mut issues);
+    }
     let routes = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
         listeners,
@@ -945,6 +973,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         worker_threads,
         blocked_events_per_second,
         socket,
+        cluster,
     })
 }
 
@@ -1039,5 +1068,16 @@ mod tests {
                 "differs from listeners[0].protection: the listeners on port 443 share one policy (give it on one of them, or the same on each)".into()
             )]
         );
+    }
+
+    #[test]
+    fn cluster_rate_limit_needs_cluster() {
+        let cfg = json!({
+            "listeners": [{ "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } }],
+            "routes": [{ "sni": "", "terminateTls": false, "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] }],
+        });
+        let e = parse_proxy_config(&cfg, 1).unwrap_err();
+        let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(got, ["listeners[0].protection.clusterRateLimit"]);
     }
 }

@@ -276,6 +276,9 @@ pub struct MetricsSnapshot {
     /// XDP status when attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp: Option<XdpStatus>,
+    /// The cluster tier, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterSnapshot>,
 }
 
 impl MetricsSnapshot {
@@ -290,6 +293,7 @@ impl MetricsSnapshot {
             listeners,
             route_metrics: Vec::new(),
             xdp: None,
+            cluster: None,
         }
     }
 
@@ -476,6 +480,9 @@ impl MetricsSnapshot {
             "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",
             self.events_dropped
         );
+        if let Some(c) = &self.cluster {
+            cluster_prometheus(c, &mut out);
+        }
         if let Some(x) = &self.xdp {
             let c = &x.counters;
             let _ = writeln!(
@@ -548,4 +555,70 @@ impl MetricsSnapshot {
         }
         out
     }
+}
+
+/// The cluster tier's series (`rampart_cluster_*`).
+fn cluster_prometheus(c: &crate::cluster::ClusterSnapshot, out: &mut String) {
+    let gauges = [
+        (
+            "cluster_connected",
+            "1 when Redis answers and the ban channel is subscribed.",
+            u64::from(c.connected),
+        ),
+        (
+            "cluster_breaker_open",
+            "1 while the breaker keeps Redis unasked (local limits alone).",
+            u64::from(c.breaker_open),
+        ),
+        (
+            "cluster_lease_clients",
+            "Clients holding a clusterRateLimit lease entry.",
+            c.lease_clients,
+        ),
+    ];
+    for (name, help, n) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} gauge\nrampart_{name} {n}"
+        );
+    }
+    let counters = [
+        (
+            "cluster_bans_published_total",
+            "Local bans written to Redis and published.",
+            c.bans_published,
+        ),
+        (
+            "cluster_bans_received_total",
+            "Bans received from other nodes.",
+            c.bans_received,
+        ),
+        (
+            "cluster_lease_refills_total",
+            "clusterRateLimit lease refills answered by Redis.",
+            c.lease_refills,
+        ),
+        (
+            "cluster_errors_total",
+            "Failed or timed-out Redis commands.",
+            c.errors,
+        ),
+        (
+            "cluster_queue_overflow_total",
+            "Bans or refill requests dropped because a queue was full.",
+            c.queue_overflow,
+        ),
+    ];
+    for (name, help, n) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
+        );
+    }
+    let d = &c.propagation_delay_ms;
+    let _ = writeln!(
+        out,
+        "# HELP rampart_cluster_ban_propagation_ms Delay from a ban's origin to this node, ms (newest samples).\n# TYPE rampart_cluster_ban_propagation_ms summary\nrampart_cluster_ban_propagation_ms{{quantile=\"0.5\"}} {}\nrampart_cluster_ban_propagation_ms{{quantile=\"0.99\"}} {}\nrampart_cluster_ban_propagation_ms_count {}",
+        d.p50, d.p99, d.count
+    );
 }
