@@ -176,6 +176,13 @@ test('a spoofed-source SYN flood is shed by the SYN budget while a known-good cl
   // LEGIT becomes known-good (a TLS round trip) and is mirrored into the kernel.
   assert.equal(await client('tls', LEGIT), 'ok');
   await h.waitFor(async () => (await p.call('status')).knownGoodMirrored >= 1, { what: 'the known-good mirror' });
+  // Detached and attached again (as an operator might during an incident): the clients already
+  // known-good are written into the new program's map by attachXdp itself, not at their next
+  // mark refresh — the flood below meets a program that only knows LEGIT from that.
+  const before = (await p.call('status')).knownGoodMirrored;
+  await p.call('detach');
+  const again = await p.call('attach', { interface: VP, mode: 'native' });
+  assert.equal(again.knownGoodMirrored, before + 1);
   const cookiesBefore = await nstat('TcpExtSyncookiesSent');
 
   const flood = h.run('ip', ['netns', 'exec', NS_C, 'timeout', '-s', 'INT', '5', 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY], { timeoutMs: 20000 });

@@ -13,6 +13,10 @@
 //   userspace/hping XDP detached; `hping3 -S --flood`: SYNs only, the kernel answers them and the
 //                   engine never sees a connection
 //   xdp/conn, xdp/hping   the same floods with XDP attached natively on the proxy's veth end
+//   xdp/spoofed     `hping3 -S --rand-source --flood` (no per-source signal) against
+//                   `xdp.synBudgetPerSecond: 200`: the known-good legit client keeps passing,
+//                   and a new client (198.18.0.5, never seen before) shares the budget with the
+//                   flood; drops are xdpStatus().counters.dropped.synBudget
 // Engine refusals come from metrics().listeners[0].blockedByReason.cidr_blocked, kernel drops
 // from xdpStatus().counters.dropped.cidr, both as deltas over the phase, divided by D.
 //
@@ -31,6 +35,8 @@ const { execFileSync } = require('node:child_process');
 const PROXY = '198.18.0.1';
 const LEGIT = '198.18.0.3';
 const FLOOD = '198.18.0.4';
+const NEWC = '198.18.0.5';
+const SYN_BUDGET = 200;
 const PORT = 8443;
 const PLAIN = 9000;
 const SECTION = '## XDP vs userspace flood shedding';
@@ -263,7 +269,7 @@ async function main() {
   await ip('link', 'set', VP, 'netns', NS_P);
   await ip('link', 'set', VC, 'netns', NS_C);
   await ip('-n', NS_P, 'addr', 'add', `${PROXY}/24`, 'dev', VP);
-  for (const a of [LEGIT, FLOOD]) await ip('-n', NS_C, 'addr', 'add', `${a}/24`, 'dev', VC);
+  for (const a of [LEGIT, FLOOD, NEWC]) await ip('-n', NS_C, 'addr', 'add', `${a}/24`, 'dev', VC);
   for (const [ns, dev] of [[NS_P, VP], [NS_C, VC]]) {
     await ip('-n', ns, 'link', 'set', 'lo', 'up');
     await ip('-n', ns, 'link', 'set', dev, 'up');
@@ -280,7 +286,7 @@ async function main() {
   const proxyPid = nodePid(child.pid);
 
   const inClients = (args, timeoutMs) => run('ip', ['netns', 'exec', NS_C, ...args], { timeoutMs });
-  const legit = () => inClients([process.execPath, __filename, '--role', 'legit', PROXY, String(PORT), LEGIT, String(LEGIT_TIMEOUT), String(D * 1000)], D * 1000 + LEGIT_TIMEOUT + 10000);
+  const legit = (from = LEGIT) => inClients([process.execPath, __filename, '--role', 'legit', PROXY, String(PORT), from, String(LEGIT_TIMEOUT), String(D * 1000)], D * 1000 + LEGIT_TIMEOUT + 10000);
   const floods = {
     none: async () => null,
     conn: async () => {
@@ -299,6 +305,11 @@ async function main() {
       const m = /(\d+) packets transmitted/.exec(r.stdout + r.stderr);
       return { sent: m ? Number(m[1]) : null, unit: 'SYNs', detail: m ? undefined : (r.stdout + r.stderr).slice(-300) };
     },
+    spoofed: async () => {
+      const r = await inClients(['timeout', '-s', 'INT', String(D), 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY], D * 1000 + 10000);
+      const m = /(\d+) packets transmitted/.exec(r.stdout + r.stderr);
+      return { sent: m ? Number(m[1]) : null, unit: 'SYNs', detail: m ? undefined : (r.stdout + r.stderr).slice(-300) };
+    },
   };
 
   const snapshot = async () => {
@@ -308,6 +319,7 @@ async function main() {
       refused: m.listeners[0].blockedByReason.cidr_blocked || 0,
       accepted: m.listeners[0].accepted,
       xdpCidr: st.attached ? st.counters.dropped.cidr : 0,
+      xdpBudget: st.attached ? st.counters.dropped.synBudget || 0 : 0,
       ticks: procTicks(proxyPid),
       cpu: machineCpu(),
       tcp: await tcpCounters(NS_P),
@@ -317,10 +329,10 @@ async function main() {
 
   const rows = [];
   const phase = async (name, mode, kind) => {
-    if (kind === 'hping' && !hping) return;
+    if ((kind === 'hping' || kind === 'spoofed') && !hping) return;
     await sleep(1000); // let queues, retransmits and TIME_WAITs of the previous phase settle
     const a = await snapshot();
-    const [f, l] = await Promise.all([floods[kind](), legit()]);
+    const [f, l, n] = await Promise.all([floods[kind](), legit(), kind === 'spoofed' ? legit(NEWC) : null]);
     const b = await snapshot();
     const secs = Number(b.at - a.at) / 1e9;
     const lj = JSON.parse(l.stdout || '{}');
@@ -334,9 +346,9 @@ async function main() {
       unit: f ? f.unit : '',
       sentPerSec: f && f.sent != null ? f.sent / D : 0,
       refusedPerSec: (b.refused - a.refused) / D,
-      droppedPerSec: (b.xdpCidr - a.xdpCidr) / D,
+      droppedPerSec: (b.xdpCidr - a.xdpCidr + b.xdpBudget - a.xdpBudget) / D,
       refused: b.refused - a.refused,
-      dropped: b.xdpCidr - a.xdpCidr,
+      dropped: b.xdpCidr - a.xdpCidr + b.xdpBudget - a.xdpBudget,
       proxyCpu: ((b.ticks - a.ticks) / 100 / secs) * 100,
       machineBusy: (1 - (b.cpu.idle - a.cpu.idle) / cpuTotal) * 100 * os.cpus().length,
       softirq: ((b.cpu.softirq - a.cpu.softirq) / cpuTotal) * 100 * os.cpus().length,
@@ -349,6 +361,7 @@ async function main() {
         listenDrops: dt('TcpExtListenDrops'),
       },
       legit: lj,
+      newClient: n ? JSON.parse(n.stdout || '{}') : undefined,
       flood: f ? f.detail : undefined,
     };
     rows.push(row);
@@ -371,6 +384,8 @@ async function main() {
   if (xdpMode) {
     await phase('connect flood', `XDP (${xdpMode})`, 'conn');
     await phase('hping3 -S --flood', `XDP (${xdpMode})`, 'hping');
+    await call('update', { protection: [{ port: PORT, protection: { ...opts.protection, xdp: { synBudgetPerSecond: SYN_BUDGET } } }] });
+    await phase('hping3 -S --rand-source --flood', `XDP (${xdpMode}), synBudgetPerSecond ${SYN_BUDGET}`, 'spoofed');
     await call('detach');
   }
   const loadAfter = os.loadavg().map((x) => x.toFixed(2)).join(', ');
@@ -434,6 +449,12 @@ function render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter }) {
     notes.push(`The connect flood with XDP: ${int(xConn.droppedPerSec)} SYNs/s dropped against ${int(uConn.refusedPerSec)} refusals/s without. A connect()-based flooder whose SYNs go unanswered can only offer concurrency ÷ connect timeout (${CONC} ÷ ${CTO} ms ≈ ${int((CONC * 1000) / CTO)} SYNs/s), so this pair compares offered loads, not capacities.`);
   }
   const legitLine = (r) => `${r.legit.ok}/${r.legit.attempts} ok, p99 ${fmt(r.legit.p99)} ms`;
+  const sp = rows.find((r) => r.kind === 'spoofed');
+  if (sp) {
+    const nc = sp.newClient || {};
+    const pct = sp.sent ? (100 * sp.dropped) / sp.sent : null;
+    notes.push(`Spoofed-source SYN flood (\`hping3 -S --rand-source --flood\`, no per-source signal) against \`xdp.synBudgetPerSecond: ${SYN_BUDGET}\`: ${int(sp.dropped)} \`synBudget\` drops for ${int(sp.sent)} SYNs sent (${pct == null ? '–' : pct.toFixed(1)} %, ${int(sp.droppedPerSec)}/s), softirq ${fmt(sp.softirq, 0)} %, proxy CPU ${fmt(sp.proxyCpu, 0)} %; the kernel sent ${int(sp.kernel.syncookiesSent)} SYN cookies (${int(sp.kernel.listenDrops)} listen drops) for what the budget let through. The known-good client (mirrored into the kernel) ${legitLine(sp)}; a new client from ${NEWC}, whose SYNs share the budget with the flood, ${nc.attempts ? `${nc.ok}/${nc.attempts} ok (${((100 * nc.ok) / nc.attempts).toFixed(1)} %), p99 ${fmt(nc.p99)} ms (its SYN retransmits at 1 s, 3 s, … are what gets it in)` : 'made no attempt'}.`);
+  }
   const all = rows.filter((r) => r.legit.attempts);
   const worst = all.reduce((m, r) => Math.min(m, r.legit.ok / r.legit.attempts), 1);
   notes.push(`Legit client: lowest success rate ${(100 * worst).toFixed(2)} % over all rows (target ≥ 99 %).${base ? ` Its sequential round trips measure how much of the machine is left: baseline ${legitLine(base)}` : ''}${uConn ? `; userspace connect flood ${legitLine(uConn)}` : ''}${uHping ? `; userspace hping3 ${legitLine(uHping)}` : ''}${xConn ? `; XDP connect flood ${legitLine(xConn)}` : ''}${xHping ? `; XDP hping3 ${legitLine(xHping)}` : ''}.`);

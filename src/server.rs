@@ -484,6 +484,19 @@ impl Proxy {
             );
         }
         push_bans(&self.shared, &mgr, &boxed);
+        // Clients already known-good pass the SYN budget from the first packet, not from their
+        // next mark refresh (up to half a knownGoodTtlMs later).
+        let mut known_good = Vec::new();
+        for l in &self.shared.listeners {
+            known_good.extend(l.engine.known_good_marks(now).into_iter().map(|(k, d)| {
+                KnownGoodClient {
+                    ip: k.addr(),
+                    port: l.config.port,
+                    deadline_ns: d,
+                }
+            }));
+        }
+        push_known_good(&self.shared, &mgr, &known_good);
         let st = self.status_of(&mgr);
         *slot = Some(mgr);
         Ok(st)

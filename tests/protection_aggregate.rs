@@ -649,3 +649,28 @@ fn flood_of_two_million_addresses_pins_both_tiers_at_their_caps() {
     );
     assert!(heap / (2 * cap) <= 96);
 }
+
+/// What a newly attached XDP program is given: every running known-good mark, with the deadline
+/// the known-good listener would be told (the mark's end plus half a TTL); expired marks and
+/// unmarked clients are left out.
+#[test]
+fn known_good_marks_lists_running_marks_with_the_mirrored_deadline() {
+    let e = engine(json!({"knownGoodTtlMs": 10_000}));
+    let (good, late, plain) = (ip("198.51.100.1"), ip("198.51.100.2"), ip("198.51.100.3"));
+    assert!(e.mark_known_good(good, T0));
+    assert!(e.mark_known_good(late, T0 + 5 * S));
+    assert!(e.admit(plain, T0).admitted());
+    let mut marks = e.known_good_marks(T0 + 9 * S);
+    marks.sort();
+    assert_eq!(
+        marks,
+        vec![
+            (IpKey::new(good, 64), (T0 + 10 * S) + 5 * S),
+            (IpKey::new(late, 64), (T0 + 15 * S) + 5 * S),
+        ]
+    );
+    assert_eq!(
+        e.known_good_marks(T0 + 10 * S),
+        vec![(IpKey::new(late, 64), (T0 + 15 * S) + 5 * S)]
+    );
+}

@@ -829,6 +829,28 @@ impl Engine {
         marked
     }
 
+    /// Every client known-good at `now_ns`, with the deadline the known-good listener would be
+    /// told for it (its mark's end plus half a `knownGoodTtlMs`, CLOCK_MONOTONIC ns): what a
+    /// newly attached XDP program is given, so a site's regular users pass its SYN budget from
+    /// the first packet. O(tracked clients), each shard under its lock in turn; empty without a
+    /// policy.
+    pub fn known_good_marks(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
+        let Some(p) = self.installed.load().policy.clone() else {
+            return Vec::new();
+        };
+        let half_s = u64::from((p.known_good_ttl_ns().div_ceil(2_000_000_000)).max(1) as u32);
+        let mut out = Vec::new();
+        self.table.for_each(|e| {
+            if e.marks & MARK_KNOWN_GOOD != 0 && e.known_good(now_ns) {
+                out.push((
+                    e.key(),
+                    (u64::from(e.known_good_s) + half_s) * 1_000_000_000,
+                ));
+            }
+        });
+        out
+    }
+
     /// Whether `ip`'s client is known-good at `now_ns`.
     pub fn is_known_good(&self, ip: IpAddr, now_ns: u64) -> bool {
         let inst = self.installed.load();

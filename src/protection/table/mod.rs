@@ -159,6 +159,19 @@ impl Table {
         }
     }
 
+    /// Runs `f` on every live entry, one shard under its lock at a time (not a snapshot across
+    /// shards). O(capacity): for rare whole-table reads such as an XDP attach.
+    pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
+        for shard in self.shards.iter() {
+            let inner = shard.lock();
+            for (c, e) in inner.ctrl.iter().zip(inner.slots.iter()) {
+                if *c != 0 {
+                    f(e);
+                }
+            }
+        }
+    }
+
     #[cold]
     fn insert(
         &self,
