@@ -357,3 +357,28 @@ test('mode http under attack: the challenge path, absolute-form, Host forms, fra
     await h.waitFor(() => m().activeConnections === 0, { what: 'no connection left' });
   });
 });
+
+test('updateConfig on an http listener is all-or-nothing: a bad protection field keeps the old routes', async (t) => {
+  const port = await h.freePort();
+  const up = [{ kind: 'tcp', host: '127.0.0.1', port: 1 }];
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port, mode: 'http' }], routes: [{ sni: 'a.test', upstreams: up }] });
+  await proxy.start();
+  t.after(() => proxy.stop());
+  const status = async (host) => {
+    const c = rawClient(port);
+    await c.send(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    const r = await c.response();
+    c.socket.destroy();
+    return r.status;
+  };
+  assert.throws(
+    () => proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }], protection: [{ port, protection: { rateLimit: { connectionsPerSecond: NaN }, slowRequest: { headTimeoutMs: -1 } } }] }),
+    (e) => {
+      assert.deepEqual(e.errors.map((x) => x.path), ['protection[0].protection.rateLimit.connectionsPerSecond', 'protection[0].protection.slowRequest.headTimeoutMs']);
+      return true;
+    }
+  );
+  assert.deepEqual([await status('a.test'), await status('c.test')], [301, 404]);
+  proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }] });
+  assert.deepEqual([await status('a.test'), await status('c.test')], [404, 301]);
+});

@@ -83,6 +83,8 @@ pub fn parse_inbound(buf: &[u8]) -> Inbound {
         };
     }
     match parsed {
+        // Ports and addresses are digits, dots and colons: `ppp` takes `+5000` for a port.
+        HeaderResult::V1(Ok(h)) if h.header.contains('+') => Inbound::Invalid,
         HeaderResult::V1(Ok(h)) => {
             let len = h.header.len();
             match h.addresses {
@@ -217,6 +219,10 @@ mod tests {
         assert_eq!(parse_inbound(b"GET / HTTP/1.1\r\n"), Inbound::Invalid);
         assert_eq!(
             parse_inbound(b"PROXY TCP4 300.0.0.1 10.0.0.1 1 2\r\n"),
+            Inbound::Invalid
+        );
+        assert_eq!(
+            parse_inbound(b"PROXY TCP4 192.0.2.1 10.0.0.1 +5000 443\r\n"),
             Inbound::Invalid
         );
     }
