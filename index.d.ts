@@ -40,6 +40,31 @@ export interface RouteConfig {
    * 'http' route of a protected listener, `protection.slowRequest` applies.
    */
   protocol?: 'http' | 'opaque';
+  /**
+   * Client certificates for this route (terminated routes only); replaces the listener's `mtls`.
+   * `requireClientCert` defaults to false here. With `sourceAddressHeader: 'proxyProtocolV2'` the
+   * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).
+   */
+  mtls?: MtlsConfig;
+  /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
+  metricsGroup?: string;
+  /**
+   * Which upstream a new connection tries first: the one with the fewest open connections of this
+   * route, or the next in turn. Default 'leastConnections' when every upstream is 'uds', else
+   * 'roundRobin'.
+   */
+  balance?: 'leastConnections' | 'roundRobin';
+  /** A client IP goes back to the upstream that last served it. Default false. */
+  ipAffinity?: boolean;
+  /** ms an affinity entry lives after the client's last connection (needs ipAffinity). Default 3600000. */
+  ipAffinityTtlMs?: number;
+}
+
+/** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */
+export interface MtlsConfig {
+  clientCaCert: string | Buffer;
+  /** Refuse a handshake without a client certificate. Default: true on a listener, false on a route. */
+  requireClientCert?: boolean;
 }
 
 export interface ProtectionConfig {
@@ -131,6 +156,13 @@ export interface ProtectionConfig {
   };
   /** First request head deadline on terminated HTTP routes, from the end of the handshake (ms). Default { headTimeoutMs: 10000 }. */
   slowRequest?: { headTimeoutMs?: number };
+  /**
+   * A per-client limit over every node of the cluster (needs ProxyConfig `cluster`): a GCRA on
+   * Redis, refused 'cluster_rate_limited'. Each node admits from a local lease of `lease` tokens
+   * (default ceil(connectionsPerSecond / 10), at most burst); worst-case over-admission is
+   * nodes × lease. Burst defaults to the rate rounded up.
+   */
+  clusterRateLimit?: { connectionsPerSecond: number; burst?: number; lease?: number };
 }
 
 /** `protection.http2`; every limit is per connection. */
@@ -187,6 +219,8 @@ export interface ListenerConfig {
   /** Close after this many ms with no byte either way. Default 60000. */
   idleTimeoutMs?: number;
   protection?: ProtectionConfig;
+  /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
+  mtls?: MtlsConfig;
 }
 
 /** `listeners[].acceptProxyProtocol`. */
@@ -204,6 +238,41 @@ export interface ProxyConfig {
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
   blockedEvents?: { maxPerSecond?: number };
+  /**
+   * TCP keepalive on client and TCP upstream sockets. Default `{ enabled: true, idleMs: 300000,
+   * intervalMs: 30000, retries: 5 }`; `idleMs`/`intervalMs` are whole seconds in ms
+   * (1000..32767000), `retries` 1..127.
+   */
+  tcpKeepalive?: { enabled?: boolean; idleMs?: number; intervalMs?: number; retries?: number };
+  /** ms a half-closed pair may stay open after its first EOF; 0 = off. Default 300000. */
+  halfCloseTimeoutMs?: number;
+  /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
+  readBufferSize?: number;
+  /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
+  clientReadBufferSize?: number;
+  /** Read size for bytes from the upstream (512..1048576). Default `readBufferSize`, else 65536. */
+  upstreamReadBufferSize?: number;
+  /** The cluster tier on Redis: shared bans, clusterRateLimit, circuit breaker. */
+  cluster?: ClusterConfig;
+}
+
+export interface ClusterConfig {
+  redis: {
+    /** 'redis://[user:pass@]host:port[/db]' or 'unix:///path'. */
+    url: string;
+    /** Prefix of every key and channel. Default 'rampart:'. */
+    keyPrefix?: string;
+    /** Default 1000 (ms). */
+    connectTimeoutMs?: number;
+    /** A command slower than this counts as a failure. Default 200 (ms). */
+    commandTimeoutMs?: number;
+  };
+  /** This node's name in ban messages and blockedIps({detail:true}).node. Default 'hostname:pid'. */
+  nodeId?: string;
+  /** Publish local bans and apply the other nodes'. Default true. */
+  shareBans?: boolean;
+  /** After `failures` failed commands Redis is not asked for `openMs`. Default { failures: 3, openMs: 1000 }. */
+  breaker?: { failures?: number; openMs?: number };
 }
 
 export type BlockReason =
@@ -223,7 +292,8 @@ export type BlockReason =
   | 'prefix_rate_limited'
   | 'prefix_too_many_connections'
   | 'listener_overloaded'
-  | 'slow_request';
+  | 'slow_request'
+  | 'cluster_rate_limited';
 
 export interface BlockedEvent {
   ip: string;
@@ -262,11 +332,11 @@ export interface DefenseEvent {
 }
 
 export interface ErrorEvent {
-  /** `upstream_connect_failed`, `handshake_failed`, ..., or `xdp_sync_failed` (a kernel-map write failed). */
+  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), or `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply). */
   code: string;
   message: string;
   ip: string | null;
-  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`). */
+  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`, `cluster_unavailable`). */
   port: number | null;
   /** 'host:port' of the listener; null for proxy-wide errors. */
   listener: string | null;
@@ -292,6 +362,8 @@ export interface BlockedDetail {
    */
   /** The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix. */
   note?: string;
+  /** With `cluster`: the nodeId the ban came from (this node's for its own). */
+  node?: string;
 }
 
 export interface BlockedIpsDetail {
@@ -373,7 +445,46 @@ export interface Metrics {
   eventsDropped: number;
   trackedIps: number;
   listeners: ListenerMetrics[];
+  /** Per route of the live table, in config order. */
+  routeMetrics: RouteMetrics[];
   xdp?: XdpStatus;
+  /** With `cluster`. */
+  cluster?: ClusterMetrics;
+}
+
+export interface ClusterMetrics {
+  nodeId: string;
+  /** Redis answers and the ban channel is subscribed. */
+  connected: boolean;
+  /** Redis is not asked; local limits alone apply. */
+  breakerOpen: boolean;
+  bansPublished: number;
+  bansReceived: number;
+  leaseRefills: number;
+  /** Failed or timed-out Redis commands. */
+  errors: number;
+  /** Bans or refill requests dropped because a queue was full. */
+  queueOverflow: number;
+  /** Clients holding a clusterRateLimit lease entry. */
+  leaseClients: number;
+  /** Delay from a ban's origin to this node (wall clocks), over the newest 1024 messages. */
+  propagationDelayMs: { count: number; p50: number; p99: number; max: number };
+}
+
+/** `metrics().routeMetrics[i]`: one route's counters (Symphony-compatible). */
+export interface RouteMetrics {
+  /** The route's `sni` as configured, normalised ('' = default route). */
+  route: string;
+  /** `routes[].metricsGroup` (default: the route's name). */
+  metricsGroup: string;
+  activeConnections: number;
+  /** Connections routed here and let through the route's limit. */
+  connections: number;
+  errors: number;
+  bytesReceived: number;
+  bytesSent: number;
+  /** Same keys as a listener's errorsByReason; a route-limit refusal is 'route_rate_limited'. */
+  errorsByReason: Record<string, number>;
 }
 
 /** One problem found in the input: the field's path and what is wrong with it. */

@@ -5,6 +5,7 @@
 //! `cargo test` without Node.
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod events;
 pub mod gcra;

@@ -4,6 +4,7 @@
 //! Plain Rust: the napi layer only converts values and calls these methods.
 
 use crate::clock;
+use crate::cluster::Cluster;
 use crate::config::proxy::ProxyConfig;
 use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
@@ -110,6 +111,10 @@ impl Proxy {
             .build()?;
         let dynamic = Arc::new(DynamicBlocks::new());
         let xdp = XdpSlot::default();
+        let cluster = match cfg.cluster.clone() {
+            Some(c) => Some(Cluster::new(c).map_err(std::io::Error::other)?),
+            None => None,
+        };
         let now = clock::now_ns();
         let listeners = cfg
             .listeners
@@ -119,6 +124,9 @@ impl Proxy {
                 engine.set_policy(lc.protection.clone(), now);
                 xdp.bans.listen(&engine);
                 xdp.known_good.listen(&engine);
+                if let Some(c) = &cluster {
+                    c.listen(&engine);
+                }
                 ListenerRt {
                     label: lc.label(),
                     config: lc.clone(),
@@ -127,13 +135,17 @@ impl Proxy {
                 }
             })
             .collect();
-        let routes = RouteTable::build(&cfg.routes, &cfg.listeners);
+        let route_metrics = crate::metrics::route::RouteRegistry::default();
+        let routes = RouteTable::build(&cfg.routes, &cfg.listeners, &route_metrics);
         let shared = Arc::new(Shared {
             listeners,
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
             xdp,
+            socket: cfg.socket,
+            route_metrics,
+            cluster,
         });
         Ok(Proxy {
             rt: Some(rt),
@@ -225,6 +237,12 @@ impl Proxy {
             ));
         }
         self.spawn_background(&r.background);
+        if let Some(c) = &self.shared.cluster {
+            c.start(
+                Arc::new(ClusterPeer(self.shared.clone())),
+                r.background.clone(),
+            );
+        }
         *running = Some(r);
         Ok(())
     }
@@ -326,9 +344,11 @@ impl Proxy {
                 .iter()
                 .map(|l| l.config.clone())
                 .collect();
-            self.shared
-                .routes
-                .store(Arc::new(RouteTable::build(&r, &listener_cfgs)));
+            self.shared.routes.store(Arc::new(RouteTable::build(
+                &r,
+                &listener_cfgs,
+                &self.shared.route_metrics,
+            )));
         }
         let now = clock::now_ns();
         for p in u.protection {
@@ -406,6 +426,9 @@ impl Proxy {
     /// `'error'`; userspace enforces the block either way).
     pub fn block_ip(&self, req: BlockRequest) {
         let now = clock::now_ns();
+        if let Some(c) = &self.shared.cluster {
+            c.blocked(req.net, req.port, req.ttl_ms, req.reason.clone());
+        }
         self.shared
             .dynamic
             .block(req.net, req.ttl_ms, req.reason, req.port, now);
@@ -417,6 +440,9 @@ impl Proxy {
     /// `unblockIp(cidr, { port })`, validated already: true when an entry was removed.
     pub fn unblock_ip(&self, req: UnblockRequest) -> bool {
         let removed = self.shared.dynamic.unblock(req.net, req.port);
+        if let Some(c) = &self.shared.cluster {
+            c.unblocked(req.net, req.port);
+        }
         if let Some(mgr) = self.xdp().as_ref() {
             sync_dynamic(&self.shared, mgr, true);
         }
@@ -512,8 +538,59 @@ impl Proxy {
             })
             .collect();
         let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
+        m.route_metrics = self
+            .shared
+            .routes
+            .load()
+            .routes()
+            .iter()
+            .map(|r| r.metrics.snapshot())
+            .collect();
         m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
+        m.cluster = self.shared.cluster.as_ref().map(|c| c.snapshot());
         m
+    }
+
+    /// The cluster tier, if configured (for `blockedIps({ detail: true }).node`).
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.shared.cluster.as_ref()
+    }
+}
+
+/// The cluster tier's view of this proxy: received bans go to the engines (and from them to
+/// XDP: boxes through the box listener's ban queue, blocks through the `DynamicBlocks` sync).
+struct ClusterPeer(Arc<Shared>);
+
+impl crate::cluster::Node for ClusterPeer {
+    fn serves(&self, port: u16) -> bool {
+        self.0.listeners_on(port).next().is_some()
+    }
+
+    fn apply_box(&self, ip: std::net::IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64) {
+        for l in &self.0.listeners {
+            if port.is_none_or(|p| p == l.config.port) {
+                l.engine.box_client(ip, remaining_ns, now_ns);
+            }
+        }
+    }
+
+    fn apply_block(
+        &self,
+        net: ipnet::IpNet,
+        port: Option<u16>,
+        ttl_ms: Option<u64>,
+        note: Option<String>,
+        now_ns: u64,
+    ) {
+        self.0.dynamic.block(net, ttl_ms, note, port, now_ns);
+    }
+
+    fn apply_unblock(&self, net: ipnet::IpNet, port: Option<u16>) {
+        self.0.dynamic.unblock(net, port);
+    }
+
+    fn unavailable(&self, message: String) {
+        self.0.report_cluster_unavailable(message);
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::clock;
 use crate::config::proxy::ListenerConfig;
+use crate::config::socket::SocketOptions;
 use crate::events::{BlockedEvent, ErrorEvent, EventHub};
 use crate::http2::Violation;
 use crate::metrics::{ErrorReason, ListenerMetrics};
@@ -42,6 +43,12 @@ pub struct Shared {
     pub events: EventHub,
     /// The XDP filter (when attached), its ban queue and its failure count.
     pub xdp: XdpSlot,
+    /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).
+    pub socket: SocketOptions,
+    /// Per-route counters by name and group, kept across route-table swaps.
+    pub route_metrics: crate::metrics::route::RouteRegistry,
+    /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {
@@ -103,6 +110,18 @@ impl Shared {
         let ev = ErrorEvent {
             code: crate::xdp::sync::XDP_SYNC_FAILED,
             message: format!("{what}: {err}"),
+            ip: None,
+            port: None,
+            listener: None,
+        };
+        self.events.error(&ev, clock::now_ns());
+    }
+
+    /// Emits `'error'` `cluster_unavailable` (no listener: Redis serves every listener).
+    pub fn report_cluster_unavailable(&self, message: String) {
+        let ev = ErrorEvent {
+            code: crate::cluster::CLUSTER_UNAVAILABLE,
+            message,
             ip: None,
             port: None,
             listener: None,

@@ -673,6 +673,7 @@ fn block_reason_strings() {
             "prefix_too_many_connections",
             "listener_overloaded",
             "slow_request",
+            "cluster_rate_limited",
         ]
     );
 }

@@ -6,9 +6,12 @@
 //! [`serde_json::Value`], records every problem as a [`ConfigIssue`] with its path, and never stops
 //! at the first one, so a [`ConfigError`] names every offending field at once.
 
+pub mod cluster;
 pub mod error;
+pub mod mtls;
 pub mod protection;
 pub mod proxy;
+pub mod socket;
 pub mod update;
 pub mod value;
 

@@ -27,8 +27,8 @@ use crate::gcra::NS_PER_SEC;
 use crate::protection::cidr::{parse_cidr, CidrSet};
 use crate::protection::entry::MAX_PENDING;
 use crate::protection::policy::{
-    Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit, Mode,
-    PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, DEFAULT_PREFIX_V4,
+    ClusterRateLimit, Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit,
+    Mode, PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, DEFAULT_PREFIX_V4,
     DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC, XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
 };
 use ipnet::IpNet;
@@ -74,6 +74,7 @@ const FIELDS: &[&str] = &[
     "knownGoodTtlMs",
     "defense",
     "slowRequest",
+    "clusterRateLimit",
 ];
 
 const HTTP2_FIELDS: &[&str] = &[
@@ -99,6 +100,9 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
 
     if let Some(v) = field(obj, "rateLimit") {
         p.rate_limit = rate(v, &f("rateLimit"), "connectionsPerSecond", 1, issues);
+    }
+    if let Some(v) = field(obj, "clusterRateLimit") {
+        p.cluster_rate_limit = cluster_rate(v, &f("clusterRateLimit"), issues);
     }
     if let Some(v) = field(obj, "sustained") {
         p.sustained = rate(v, &f("sustained"), "connectionsPerMinute", 60, issues);
@@ -599,6 +603,41 @@ fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
             ns as u64
         }
     })
+}
+
+/// `clusterRateLimit: { connectionsPerSecond, burst?, lease? }` (README: Running several nodes);
+/// `lease` defaults to [`crate::protection::ClusterRateLimit::default_lease`] and is at most
+/// `burst`.
+fn cluster_rate(v: &Value, path: &str, issues: &mut Issues) -> Option<ClusterRateLimit> {
+    let o: &Map<String, Value> = object(v, path, issues)?;
+    reject_unknown(o, &["connectionsPerSecond", "burst", "lease"], path, issues);
+    let rest: Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| *k == "connectionsPerSecond" || *k == "burst")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let lease = o.get("lease");
+    let limit = rate(
+        &Value::Object(rest),
+        path,
+        "connectionsPerSecond",
+        1,
+        issues,
+    );
+    let lease = match lease.as_ref().filter(|l| !l.is_null()) {
+        Some(l) => Some(number_in(l, &join(path, "lease"), 1.0, 10_000.0, true, issues)? as u64),
+        None => None,
+    };
+    let limit = limit?;
+    let lease = lease.unwrap_or_else(|| ClusterRateLimit::default_lease(&limit));
+    if lease > limit.burst {
+        issues.push(
+            join(path, "lease"),
+            format!("must be at most burst ({}), got {lease}", limit.burst),
+        );
+        return None;
+    }
+    Some(ClusterRateLimit { limit, lease })
 }
 
 /// `rateLimit` / `sustained`: `{ <rate_field>, burst? }` per `period_s` seconds.

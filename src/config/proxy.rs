@@ -4,7 +4,9 @@
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
 
 use super::error::{ConfigError, Issues};
+use super::mtls::{parse_mtls, Mtls};
 use super::protection::{cidrs, parse_protection};
+use super::socket::{parse_socket_options, SocketOptions, SOCKET_FIELDS};
 use super::value::{self as v, field, join};
 use crate::protection::cidr::CidrSet;
 use crate::protection::ProtectionPolicy;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default upstream connect timeout, in ms.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Default `ipAffinityTtlMs`: a client keeps its upstream while it reconnects within 1 hour.
+pub const DEFAULT_IP_AFFINITY_TTL_MS: u64 = 3_600_000;
 /// Default cap on `'blocked'` events per second.
 pub const DEFAULT_BLOCKED_EVENTS_PER_SECOND: u64 = 1_000;
 /// Default time a trusted peer has to send its whole PROXY header, in ms
@@ -35,6 +39,10 @@ pub struct ProxyConfig {
     pub worker_threads: usize,
     /// `'blocked'` events per second before they are only counted.
     pub blocked_events_per_second: u64,
+    /// `tcpKeepalive`, `halfCloseTimeoutMs` and the copy buffer sizes.
+    pub socket: SocketOptions,
+    /// The cluster tier on Redis (`cluster`), if configured.
+    pub cluster: Option<super::cluster::ClusterConfig>,
 }
 
 /// One listening address.
@@ -53,6 +61,8 @@ pub struct ListenerConfig {
     pub idle_timeout_ms: u64,
     /// Protection policy, if any.
     pub protection: Option<Arc<ProtectionPolicy>>,
+    /// Client certificates on this listener's terminated routes (`mtls`; required by default).
+    pub mtls: Option<Mtls>,
     /// `mode`: TLS (SNI routing) or plain HTTP/1.1 (ACME HTTP-01 and redirects to https).
     pub mode: ListenerMode,
     /// `acceptProxyProtocol`: peers whose PROXY header names the client.
@@ -181,6 +191,16 @@ pub enum RouteProtocol {
     Http,
 }
 
+/// How a route spreads new connections over its upstreams (`routes[].balance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Each new connection starts at the next upstream in turn.
+    RoundRobin,
+    /// Each new connection starts at the upstream with the fewest open connections from this
+    /// route (ties in turn): the default when every upstream is a Unix socket, as in Symphony.
+    LeastConnections,
+}
+
 /// An SNI pattern, normalised to lower case without a trailing dot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SniPattern {
@@ -190,6 +210,18 @@ pub enum SniPattern {
     Wildcard(String),
     /// `''`: every other name and hellos without SNI.
     Default,
+}
+
+impl SniPattern {
+    /// The pattern as written, normalised (`api.example.com`, `*.example.com`, `''`): a route's
+    /// name in `routeMetrics`.
+    pub fn name(&self) -> String {
+        match self {
+            SniPattern::Exact(h) => h.clone(),
+            SniPattern::Wildcard(s) => format!("*.{s}"),
+            SniPattern::Default => String::new(),
+        }
+    }
 }
 
 /// One route.
@@ -215,6 +247,16 @@ pub struct RouteConfig {
     pub connect_timeout_ms: u64,
     /// Route-wide new-connection limit (all clients together): `(connections/s, burst)`.
     pub rate_limit: Option<(f64, u64)>,
+    /// Client certificates for this route (`mtls`; optional by default), replacing the
+    /// listener's.
+    pub mtls: Option<Mtls>,
+    /// `metricsGroup`: the `group` of this route's metrics (default: the route's name).
+    pub metrics_group: Option<String>,
+    /// `balance` (default: least connections for an all-UDS set, else round robin).
+    pub balance: Balance,
+    /// `ipAffinity` + `ipAffinityTtlMs`: a client IP goes back to the upstream it last used
+    /// while it reconnects within this many ms (`None`: off).
+    pub ip_affinity_ttl_ms: Option<u64>,
 }
 
 impl RouteConfig {
@@ -289,8 +331,14 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
             return None;
         }
     };
+    if field(obj, "protocol").is_some() {
+        issues.push(
+            join(path, "protocol"),
+            "is not supported yet (Symphony field; see README: Coming from Symphony)",
+        );
+    }
     if kind == "tcp" {
-        v::reject_unknown(obj, &["kind", "host", "port"], path, issues);
+        v::reject_unknown(obj, &["kind", "host", "port", "protocol"], path, issues);
         let host = match field(obj, "host") {
             Some(h) => v::string(h, &join(path, "host"), issues).map(str::to_string),
             None => {
@@ -319,7 +367,7 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
             port: port? as u16,
         })
     } else {
-        v::reject_unknown(obj, &["kind", "path"], path, issues);
+        v::reject_unknown(obj, &["kind", "path", "protocol"], path, issues);
         match field(obj, "path") {
             Some(p) => {
                 let s = v::string(p, &join(path, "path"), issues)?;
@@ -337,6 +385,31 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
                 None
             }
         }
+    }
+}
+
+/// Symphony route fields Rampart accepts by name but does not implement yet (README: Coming from
+/// Symphony): each given one is an error saying so, never a silently ignored field.
+fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &mut Issues) {
+    for key in ["suspended", "suspendTimeoutMs"] {
+        if field(obj, key).is_some() {
+            issues.push(
+                join(path, key),
+                "is not supported yet (Symphony field; see README: Coming from Symphony)",
+            );
+        }
+    }
+    if field(obj, "sourceAddressHeader").and_then(Value::as_str) == Some("xForwardedFor") {
+        issues.push(
+            join(path, "sourceAddressHeader"),
+            "'xForwardedFor' is not supported yet (Symphony value; see README: Coming from Symphony)",
+        );
+    }
+    if matches!(field(obj, "forwardFingerprint"), Some(Value::Array(_))) {
+        issues.push(
+            join(path, "forwardFingerprint"),
+            "a list (X-JA3/X-JA4 headers) is not supported yet (Symphony value; see README: Coming from Symphony)",
+        );
     }
 }
 
@@ -388,10 +461,18 @@ fn parse_route(
             "maxConnectionsPerSecond",
             "burst",
             "protocol",
+            "mtls",
+            "metricsGroup",
+            "suspended",
+            "suspendTimeoutMs",
+            "balance",
+            "ipAffinity",
+            "ipAffinityTtlMs",
         ],
         path,
         issues,
     );
+    not_supported_yet(obj, path, issues);
     let protocol = match field(obj, "protocol") {
         Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
             Some("http") => RouteProtocol::Http,
@@ -464,6 +545,7 @@ fn parse_route(
         .and_then(|b| v::boolean(b, &join(path, "http2"), issues))
         .unwrap_or(false);
     let sah = field(obj, "sourceAddressHeader")
+        .filter(|s| s.as_str() != Some("xForwardedFor"))
         .and_then(|s| {
             v::one_of(
                 s,
@@ -479,6 +561,7 @@ fn parse_route(
         })
         .unwrap_or(SourceAddressHeader::None);
     let ff = field(obj, "forwardFingerprint")
+        .filter(|s| !s.is_array())
         .and_then(|s| {
             v::one_of(
                 s,
@@ -499,6 +582,45 @@ fn parse_route(
             "needs sourceAddressHeader: 'proxyProtocolV2' (the fingerprint rides a PROXY v2 TLV)",
         );
     }
+    let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), false, issues));
+    if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
+        issues.push(
+            join(path, "mtls"),
+            "needs terminateTls: true (client certificates are verified where TLS is terminated)",
+        );
+    }
+    let metrics_group = field(obj, "metricsGroup").and_then(|g| {
+        let p = join(path, "metricsGroup");
+        let g = v::string(g, &p, issues)?;
+        if g.is_empty() || g.len() > 128 || g.chars().any(char::is_control) {
+            issues.push(
+                p,
+                format!("must be 1..=128 characters without control characters, got {g:?}"),
+            );
+            return None;
+        }
+        Some(g.to_string())
+    });
+    let balance = field(obj, "balance").and_then(|b| {
+        match v::one_of(
+            b,
+            &join(path, "balance"),
+            &["leastConnections", "roundRobin"],
+            issues,
+        )? {
+            "leastConnections" => Some(Balance::LeastConnections),
+            _ => Some(Balance::RoundRobin),
+        }
+    });
+    let affinity = field(obj, "ipAffinity")
+        .and_then(|b| v::boolean(b, &join(path, "ipAffinity"), issues))
+        .unwrap_or(false);
+    let affinity_ttl = field(obj, "ipAffinityTtlMs")
+        .and_then(|n| v::duration_ms(n, &join(path, "ipAffinityTtlMs"), 1, issues));
+    if affinity_ttl.is_some() && !affinity {
+        issues.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
+    }
+    let ip_affinity_ttl_ms = affinity.then(|| affinity_ttl.unwrap_or(DEFAULT_IP_AFFINITY_TTL_MS));
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -523,7 +645,6 @@ fn parse_route(
     }
     Some(RouteConfig {
         sni: sni?,
-        upstreams: upstreams?,
         terminate_tls,
         cert,
         http2,
@@ -532,7 +653,22 @@ fn parse_route(
         forward_fingerprint: ff,
         connect_timeout_ms,
         rate_limit,
+        mtls,
+        metrics_group,
+        ip_affinity_ttl_ms,
+        balance: balance.unwrap_or_else(|| default_balance(upstreams.as_deref().unwrap_or(&[]))),
+        upstreams: upstreams?,
     })
+}
+
+/// Symphony's default: least connections for a set of Unix-socket upstreams (local workers),
+/// round robin otherwise.
+fn default_balance(ups: &[Upstream]) -> Balance {
+    if !ups.is_empty() && ups.iter().all(|u| matches!(u, Upstream::Uds { .. })) {
+        Balance::LeastConnections
+    } else {
+        Balance::RoundRobin
+    }
 }
 
 /// `host` as a bind address (`localhost` is 127.0.0.1; brackets allowed).
@@ -572,6 +708,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
             "maxConnections",
             "idleTimeoutMs",
             "protection",
+            "mtls",
             "acceptProxyProtocol",
         ],
         path,
@@ -625,6 +762,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
     let protection = field(obj, "protection")
         .and_then(|p| parse_protection(p, &join(path, "protection"), issues))
         .map(Arc::new);
+    let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), true, issues));
     if issues.len() != before {
         return None;
     }
@@ -635,6 +773,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
         max_connections,
         idle_timeout_ms,
         protection,
+        mtls,
         mode,
         accept_proxy_protocol,
     })
@@ -742,18 +881,37 @@ fn share_port_policies(parsed: &mut [(usize, ListenerConfig)], arr: &[Value], is
     }
 }
 
+/// `protection.clusterRateLimit` needs `cluster`: names each listener that sets it without one.
+fn require_cluster(listeners: &[ListenerConfig], issues: &mut Issues) {
+    for (i, l) in listeners.iter().enumerate() {
+        if l.protection
+            .as_ref()
+            .is_some_and(|p| p.cluster_rate_limit().is_some())
+        {
+            issues.push(
+                format!("listeners[{i}].protection.clusterRateLimit"),
+                "needs the proxy's `cluster` config (a Redis shared by the nodes)",
+            );
+        }
+    }
+}
+
 /// Parses the whole `ProxyConfig`; `cpus` is the default for `workerThreads`.
 pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, ConfigError> {
     let mut issues = Issues::default();
     let Some(obj) = v::object(val, "config", &mut issues) else {
         return Err(ConfigError::new(issues.0));
     };
-    v::reject_unknown(
-        obj,
-        &["listeners", "routes", "workerThreads", "blockedEvents"],
-        "",
-        &mut issues,
-    );
+    let mut known = vec![
+        "listeners",
+        "routes",
+        "workerThreads",
+        "blockedEvents",
+        "cluster",
+    ];
+    known.extend(SOCKET_FIELDS);
+    v::reject_unknown(obj, &known, "", &mut issues);
+    let socket = parse_socket_options(obj, &mut issues);
     let mut listeners = Vec::new();
     match field(obj, "listeners") {
         Some(l) => {
@@ -803,12 +961,19 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
             }
         }
     }
+    let cluster = field(obj, "cluster")
+        .and_then(|c| super::cluster::parse_cluster(c, "cluster", &mut issues));
+    if field(obj, "cluster").is_none() {
+        require_cluster(&listeners, &mut issues);
+    }
     let routes = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
         listeners,
         routes,
         worker_threads,
         blocked_events_per_second,
+        socket,
+        cluster,
     })
 }
 
@@ -903,5 +1068,16 @@ mod tests {
                 "differs from listeners[0].protection: the listeners on port 443 share one policy (give it on one of them, or the same on each)".into()
             )]
         );
+    }
+
+    #[test]
+    fn cluster_rate_limit_needs_cluster() {
+        let cfg = json!({
+            "listeners": [{ "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } }],
+            "routes": [{ "sni": "", "terminateTls": false, "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] }],
+        });
+        let e = parse_proxy_config(&cfg, 1).unwrap_err();
+        let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(got, ["listeners[0].protection.clusterRateLimit"]);
     }
 }

@@ -28,9 +28,14 @@ use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
-use crate::proxy::copy::{proxy_pair_inspected, CopyEnd, Dir, Flow, Inspector, KnownGood, Pass};
+use crate::proxy::copy::{
+    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
+};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
-use crate::proxy::proxy_protocol::{v1_header, v2_header, TLV_JA3, TLV_JA4};
+use crate::proxy::keepalive;
+use crate::proxy::proxy_protocol::{
+    ssl_tlv_value, v1_header, v2_header, TLV_JA3, TLV_JA4, TLV_SSL,
+};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::upstream::{self, UpstreamStream};
 use crate::shared::Shared;
@@ -207,6 +212,12 @@ struct Conn<'a> {
     /// No check refused this connection, not even in observe mode: it may earn the known-good
     /// mark.
     clean: bool,
+    /// The route, once chosen (its counters take the connection's bytes and errors).
+    route: Option<Arc<Route>>,
+    /// Holds the connection in the route's `activeConnections`.
+    route_guard: Option<crate::metrics::route::RouteGuard>,
+    /// Holds the connection in its upstream's count (`balance: 'leastConnections'`).
+    upstream_guard: Option<crate::proxy::routes::UpstreamGuard>,
 }
 
 impl Conn<'_> {
@@ -321,9 +332,12 @@ impl Conn<'_> {
             .lookup(sni)
             .cloned()
             .ok_or(Refusal::Failed(ErrorReason::NoRoute, None))?;
+        self.route = Some(route.clone());
         if !route.admit(clock::now_ns()) {
-            return Err(Refusal::Blocked(BlockReason::RateLimited));
+            // The route's own limit: an error of the route, not the client's fault.
+            return Err(Refusal::Failed(ErrorReason::RouteRateLimited, None));
         }
+        self.route_guard = Some(route.metrics.open());
         let Some(tls) = route.tls.get(self.li).cloned().flatten() else {
             return Ok((route, Client::Raw(sock)));
         };
@@ -383,9 +397,9 @@ impl Conn<'_> {
                 }
                 Ok(Ok(n)) => {
                     buf.extend_from_slice(&chunk[..n]);
-                    l.metrics
-                        .bytes_received
-                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    for c in [&l.metrics.bytes_received, &route.metrics.bytes_received] {
+                        c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 Err(_) => {
                     self.enforce(Some(Verdict {
@@ -398,15 +412,41 @@ impl Conn<'_> {
         }
     }
 
-    /// Phase 4: the upstream connection and the route's source-address header.
+    /// The `PP2_TYPE_SSL` TLV value of a terminated connection on a route where mTLS applies
+    /// and the upstream gets a PROXY v2 header: the verify result, TLS version and the client
+    /// certificate's subject CN (README: mTLS). `None` otherwise.
+    fn client_cert_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
+        let rc = &route.config;
+        if rc.source_address_header != SourceAddressHeader::ProxyV2
+            || !route.mtls.get(self.li).copied().unwrap_or(false)
+        {
+            return None;
+        }
+        let Client::Tls(s) = client else {
+            return None;
+        };
+        let tls = s.get_ref().1;
+        let version = match tls.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "TLSv1.3",
+        };
+        let leaf = tls.peer_certificates().and_then(|c| c.first());
+        let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
+        Some(ssl_tlv_value(leaf.is_some(), version, cn.as_deref()))
+    }
+
+    /// Phase 4: the upstream connection and the route's source-address header (with `ssl`, the
+    /// client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
     async fn connect(
         &mut self,
-        route: &Route,
+        route: &Arc<Route>,
         local: SocketAddr,
+        ssl: Option<Vec<u8>>,
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
         let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
-        let mut up = upstream::connect(&rc.upstreams, route.pick(), connect_timeout)
+        let first = route.pick_for(self.ip, clock::now_ns());
+        let (at, mut up) = upstream::connect(&rc.upstreams, first, connect_timeout)
             .await
             .map_err(|(which, e)| {
                 Refusal::Failed(
@@ -414,17 +454,25 @@ impl Conn<'_> {
                     Some(format!("upstream {which}: {e}")),
                 )
             })?;
+        self.upstream_guard = Some(route.hold_upstream(at));
+        route.remember(self.ip, at, clock::now_ns());
+        if let (Some(k), UpstreamStream::Tcp(s)) = (&self.shared.socket.keepalive, &up) {
+            let _ = keepalive::apply(s, k);
+        }
         let header = match rc.source_address_header {
             SourceAddressHeader::None => None,
             SourceAddressHeader::ProxyV1 => Some(v1_header(self.peer, local)),
             SourceAddressHeader::ProxyV2 => {
                 let (fp, peer) = (rc.forward_fingerprint, self.peer);
                 let (ja3, ja4) = self.fingerprints();
-                let tlv: Vec<(u8, &[u8])> = match fp {
+                let mut tlv: Vec<(u8, &[u8])> = match fp {
                     ForwardFingerprint::None => vec![],
                     ForwardFingerprint::Ja3 => vec![(TLV_JA3, ja3.as_bytes())],
                     ForwardFingerprint::Ja4 => vec![(TLV_JA4, ja4.as_bytes())],
                 };
+                if let Some(ssl) = ssl.as_deref() {
+                    tlv.push((TLV_SSL, ssl));
+                }
                 Some(v2_header(peer, local, &tlv))
             }
         };
@@ -445,6 +493,7 @@ impl Conn<'_> {
     /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
     async fn pump(
         &mut self,
+        route: &Route,
         client: Client,
         mut up: UpstreamStream,
         head: Vec<u8>,
@@ -465,7 +514,7 @@ impl Conn<'_> {
             let Client::Tls(s) = client else {
                 unreachable!("the guard is only chosen for TLS clients")
             };
-            return self.pump_h2(*s, up, head, &config, observe).await;
+            return self.pump_h2(route, *s, up, head, &config, observe).await;
         }
         self.hello = None;
         self.fingerprints = None;
@@ -474,16 +523,29 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let opts = self.copy_options();
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
         let mut inspector = KnownGood::new(Pass, !head.is_empty(), self.known_good_hook(&client));
         let end = match client {
-            Client::Tls(s) => proxy_pair_inspected(*s, up, idle, rx, tx, &mut inspector).await,
-            Client::Raw(s) => proxy_pair_inspected(s, up, idle, rx, tx, &mut inspector).await,
+            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
+            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,
         };
-        match end {
-            CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
-            _ => Ok(()),
+        copy_end(end)
+    }
+
+    /// The copy loop's timeouts and buffers: the listener's `idleTimeoutMs`, the proxy's
+    /// `halfCloseTimeoutMs` and read buffer sizes.
+    fn copy_options(&self) -> CopyOptions {
+        let s = &self.shared.socket;
+        CopyOptions {
+            idle_timeout: Duration::from_millis(
+                self.shared.listeners[self.li].config.idle_timeout_ms,
+            ),
+            half_close_timeout: s.half_close_timeout,
+            client_buf: s.client_read_buffer,
+            upstream_buf: s.upstream_read_buffer,
         }
     }
 
@@ -508,6 +570,7 @@ impl Conn<'_> {
     /// by [`serve`], in observe mode it is reported here and the connection goes on.
     async fn pump_h2(
         &self,
+        route: &Route,
         client: TlsClient,
         mut up: UpstreamStream,
         mut head: Vec<u8>,
@@ -516,8 +579,10 @@ impl Conn<'_> {
     ) -> Result<(), Refusal> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
-        let (rx, tx) = (&l.metrics.bytes_received, &l.metrics.bytes_sent);
+        let opts = self.copy_options();
+        let rm = &route.metrics;
+        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
+        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
             l.engine.record_h2_violation(ip, clock::now_ns());
@@ -549,12 +614,11 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let end = proxy_pair_inspected(client, up, idle, rx, tx, &mut *inspector).await;
+        let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut *inspector).await;
         match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
-            None if end == CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
-            None => Ok(()),
+            None => copy_end(end),
         }
     }
 
@@ -563,6 +627,9 @@ impl Conn<'_> {
         let l = &self.shared.listeners[self.li];
         let accepted_at = Instant::now();
         let _ = sock.set_nodelay(true); // best effort: a socket that refuses it still works
+        if let Some(k) = &self.shared.socket.keepalive {
+            let _ = keepalive::apply(&sock, k); // best effort, as TCP_NODELAY
+        }
         let pending = self.pending()?;
         let policy = l.engine.policy();
         let timeout_ns = policy
@@ -587,8 +654,19 @@ impl Conn<'_> {
         let (route, mut client) = self.terminate(sock, deadline).await?;
         drop(pending);
         let head = self.head(&route, &mut client).await?;
-        let up = self.connect(&route, local).await?;
-        self.pump(client, up, head).await
+        let ssl = self.client_cert_tlv(&route, &client);
+        let up = self.connect(&route, local, ssl).await?;
+        self.pump(&route, client, up, head).await
+    }
+}
+
+/// How a copy loop that ran to its end is counted: an idle or half-close timeout is an error
+/// of the listener (`idle_timeout`, `half_close_timeout`), a close is not.
+fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
+    match end {
+        CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),
+        CopyEnd::HalfClosed => Err(Refusal::Failed(ErrorReason::HalfCloseTimeout, None)),
+        CopyEnd::Closed => Ok(()),
     }
 }
 
@@ -613,6 +691,9 @@ pub async fn serve(
         hello: None,
         fingerprints: None,
         clean,
+        route: None,
+        route_guard: None,
+        upstream_guard: None,
     };
     match c.run(sock).await {
         Ok(()) => {}
@@ -631,6 +712,9 @@ pub async fn serve(
             Some(v),
         ),
         Err(Refusal::Failed(reason, message)) => {
+            if let Some(r) = &c.route {
+                r.metrics.error(reason);
+            }
             shared.report_error(li, Some(ip), reason, message);
         }
     }

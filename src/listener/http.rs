@@ -370,7 +370,7 @@ impl HttpConn<'_> {
         let rc = &route.config;
         let timeout = Duration::from_millis(rc.connect_timeout_ms);
         let mut up = match upstream::connect(&rc.upstreams, route.pick(), timeout).await {
-            Ok(u) => u,
+            Ok((_, u)) => u,
             Err((which, e)) => {
                 let msg = format!("upstream {which}: {e}");
                 let (shared, li, ip) = (self.shared, self.li, self.ip);
@@ -412,6 +412,7 @@ impl HttpConn<'_> {
         let mut client_open = true;
         // Only the upstream's bytes count as activity: a client trickling bytes keeps nothing.
         let mut deadline = Instant::now() + idle;
+        let rm = &route.metrics;
         loop {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, up.read(&mut answer)) => match r {
@@ -420,6 +421,7 @@ impl HttpConn<'_> {
                         if !self.send(&answer[..n]).await {
                             return;
                         }
+                        rm.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
                         deadline = Instant::now() + idle;
                     }
                     Err(_) => {
@@ -429,7 +431,10 @@ impl HttpConn<'_> {
                 },
                 r = self.sock.read(&mut dropped), if client_open => match r {
                     Ok(0) => client_open = false,
-                    Ok(n) => self.count_received(n),
+                    Ok(n) => {
+                        self.count_received(n);
+                        rm.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                    }
                     Err(_) => return,
                 },
             }

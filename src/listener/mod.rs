@@ -277,6 +277,21 @@ fn admit(
             return None;
         }
     }
+    if adm.verdict.is_none() {
+        if let Some(c) = shared.cluster.as_deref() {
+            if let Some(v) = c.admit(
+                l.engine.policy().as_deref(),
+                l.config.port,
+                ip,
+                clock::now_ns(),
+            ) {
+                shared.report_block(li, ip, v, None, ("", ""));
+                if !v.observed {
+                    return None;
+                }
+            }
+        }
+    }
     let (active, prev) = ActiveGuard::open(shared, li);
     if l.config.max_connections > 0 && prev >= l.config.max_connections as i64 {
         drop(active);

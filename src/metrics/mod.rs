@@ -1,6 +1,8 @@
 //! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
+pub mod route;
+
 use crate::http2::Violation;
 use crate::protection::BlockReason;
 use crate::xdp::XdpStatus;
@@ -34,6 +36,11 @@ pub enum ErrorReason {
     /// On a route that carries HTTP, the first bytes after the TLS handshake were not the
     /// beginning of an HTTP/1.x request head or an HTTP/2 preface and header block.
     BadRequest,
+    /// One direction ended and the other did not within `halfCloseTimeoutMs`: closed.
+    HalfCloseTimeout,
+    /// The route's own `maxConnectionsPerSecond` refused the connection (an error of the route,
+    /// not a `'blocked'` event: the client is not at fault).
+    RouteRateLimited,
     /// A connection from a trusted load balancer (`acceptProxyProtocol.trustedCidrs`) that did
     /// not begin with a valid PROXY v1/v2 header within `timeoutMs`; closed.
     ProxyHeaderInvalid,
@@ -41,7 +48,7 @@ pub enum ErrorReason {
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 11] = [
+    pub const ALL: [ErrorReason; 13] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -52,6 +59,8 @@ impl ErrorReason {
         ErrorReason::IdleTimeout,
         ErrorReason::H2ProtocolError,
         ErrorReason::BadRequest,
+        ErrorReason::HalfCloseTimeout,
+        ErrorReason::RouteRateLimited,
         ErrorReason::ProxyHeaderInvalid,
     ];
     /// Label (`no_route`, ...).
@@ -67,6 +76,8 @@ impl ErrorReason {
             ErrorReason::IdleTimeout => "idle_timeout",
             ErrorReason::H2ProtocolError => "h2_protocol_error",
             ErrorReason::BadRequest => "bad_request",
+            ErrorReason::HalfCloseTimeout => "half_close_timeout",
+            ErrorReason::RouteRateLimited => "route_rate_limited",
             ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
         }
     }
@@ -229,6 +240,13 @@ impl ListenerSnapshot {
     }
 }
 
+/// A Prometheus label value with `\\`, `"` and newlines escaped (format 0.0.4).
+fn prom_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A Prometheus family read off each listener: (name, type, help, getter).
 type Section = (
     &'static str,
@@ -253,9 +271,14 @@ pub struct MetricsSnapshot {
     pub tracked_ips: u64,
     /// Per listener.
     pub listeners: Vec<ListenerSnapshot>,
+    /// Per route of the live table, in config order.
+    pub route_metrics: Vec<route::RouteSnapshot>,
     /// XDP status when attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp: Option<XdpStatus>,
+    /// The cluster tier, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterSnapshot>,
 }
 
 impl MetricsSnapshot {
@@ -268,7 +291,69 @@ impl MetricsSnapshot {
             events_dropped,
             tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
             listeners,
+            route_metrics: Vec::new(),
             xdp: None,
+            cluster: None,
+        }
+    }
+
+    /// The `rampart_route_*` families, labelled `route` and `group`.
+    fn route_prometheus(&self, out: &mut String) {
+        type Get = fn(&route::RouteSnapshot) -> u64;
+        let families: [(&str, &str, &str, Get); 4] = [
+            (
+                "route_active_connections",
+                "gauge",
+                "Open connections per route.",
+                |r| r.active_connections as u64,
+            ),
+            (
+                "route_connections_total",
+                "counter",
+                "Connections let through per route.",
+                |r| r.connections,
+            ),
+            (
+                "route_bytes_received_total",
+                "counter",
+                "Bytes read from clients per route.",
+                |r| r.bytes_received,
+            ),
+            (
+                "route_bytes_sent_total",
+                "counter",
+                "Bytes written to clients per route.",
+                |r| r.bytes_sent,
+            ),
+        ];
+        let label = |r: &route::RouteSnapshot| {
+            format!(
+                "route=\"{}\",group=\"{}\"",
+                prom_escape(&r.route),
+                prom_escape(&r.metrics_group)
+            )
+        };
+        for (name, kind, help, get) in families {
+            let _ = writeln!(
+                out,
+                "# HELP rampart_{name} {help}\n# TYPE rampart_{name} {kind}"
+            );
+            for r in &self.route_metrics {
+                let _ = writeln!(out, "rampart_{name}{{{}}} {}", label(r), get(r));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_route_errors_total Errors per route by reason.\n# TYPE rampart_route_errors_total counter"
+        );
+        for r in &self.route_metrics {
+            for (reason, n) in &r.errors_by_reason {
+                let _ = writeln!(
+                    out,
+                    "rampart_route_errors_total{{{},reason=\"{reason}\"}} {n}",
+                    label(r)
+                );
+            }
         }
     }
 
@@ -389,11 +474,15 @@ impl MetricsSnapshot {
                 );
             }
         }
+        self.route_prometheus(&mut out);
         let _ = writeln!(
             out,
             "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",
             self.events_dropped
         );
+        if let Some(c) = &self.cluster {
+            cluster_prometheus(c, &mut out);
+        }
         if let Some(x) = &self.xdp {
             let c = &x.counters;
             let _ = writeln!(
@@ -466,4 +555,70 @@ impl MetricsSnapshot {
         }
         out
     }
+}
+
+/// The cluster tier's series (`rampart_cluster_*`).
+fn cluster_prometheus(c: &crate::cluster::ClusterSnapshot, out: &mut String) {
+    let gauges = [
+        (
+            "cluster_connected",
+            "1 when Redis answers and the ban channel is subscribed.",
+            u64::from(c.connected),
+        ),
+        (
+            "cluster_breaker_open",
+            "1 while the breaker keeps Redis unasked (local limits alone).",
+            u64::from(c.breaker_open),
+        ),
+        (
+            "cluster_lease_clients",
+            "Clients holding a clusterRateLimit lease entry.",
+            c.lease_clients,
+        ),
+    ];
+    for (name, help, n) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} gauge\nrampart_{name} {n}"
+        );
+    }
+    let counters = [
+        (
+            "cluster_bans_published_total",
+            "Local bans written to Redis and published.",
+            c.bans_published,
+        ),
+        (
+            "cluster_bans_received_total",
+            "Bans received from other nodes.",
+            c.bans_received,
+        ),
+        (
+            "cluster_lease_refills_total",
+            "clusterRateLimit lease refills answered by Redis.",
+            c.lease_refills,
+        ),
+        (
+            "cluster_errors_total",
+            "Failed or timed-out Redis commands.",
+            c.errors,
+        ),
+        (
+            "cluster_queue_overflow_total",
+            "Bans or refill requests dropped because a queue was full.",
+            c.queue_overflow,
+        ),
+    ];
+    for (name, help, n) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
+        );
+    }
+    let d = &c.propagation_delay_ms;
+    let _ = writeln!(
+        out,
+        "# HELP rampart_cluster_ban_propagation_ms Delay from a ban's origin to this node, ms (newest samples).\n# TYPE rampart_cluster_ban_propagation_ms summary\nrampart_cluster_ban_propagation_ms{{quantile=\"0.5\"}} {}\nrampart_cluster_ban_propagation_ms{{quantile=\"0.99\"}} {}\nrampart_cluster_ban_propagation_ms_count {}",
+        d.p50, d.p99, d.count
+    );
 }

@@ -9,11 +9,12 @@
 //! [`XdpError`] variant. (`#[napi]` recognises only a literal `Result<T, S>` return type, so
 //! the status type `String` is spelled out at each method.)
 
+use crate::cluster::Cluster;
 use crate::config::proxy::parse_proxy_config;
 use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
-use crate::protection::BlockedIps;
+use crate::protection::{BlockReason, BlockedIps};
 use crate::server::{AttachError, Proxy};
 use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
@@ -59,7 +60,7 @@ fn xdp_code(e: &XdpError) -> &'static str {
 
 /// `blockedIps()` as JSON: bare `ip` lists, or `{ ip, port, reason, remainingMs?, note? }`
 /// objects with `detail` (README: blockedIps()).
-fn blocked_json(b: &BlockedIps, detail: bool) -> Value {
+fn blocked_json(b: &BlockedIps, detail: bool, cluster: Option<&Cluster>) -> Value {
     let mut out = serde_json::Map::new();
     for (name, list) in b.lists() {
         let v = if detail {
@@ -73,6 +74,13 @@ fn blocked_json(b: &BlockedIps, detail: bool) -> Value {
                     }
                     if let Some(note) = &l.entry.note {
                         o["note"] = note.as_str().into();
+                    }
+                    if let Some(c) = cluster {
+                        let (node, remote) = c.origin(l.entry.reason, &l.entry.ip, l.port);
+                        if remote && l.entry.reason == BlockReason::PenaltyBoxed {
+                            o["note"] = format!("penalty box from node {node}").into();
+                        }
+                        o["node"] = node.into();
                     }
                     o
                 })
@@ -154,7 +162,8 @@ impl NativeProxy {
     #[napi]
     pub fn blocked_ips(&self, port: u32, detail: bool) -> String {
         let p = (port > 0 && port <= 65535).then_some(port as u16);
-        blocked_json(&self.inner.blocked_ips(p), detail).to_string()
+        let cluster = self.inner.cluster().map(|c| &**c);
+        blocked_json(&self.inner.blocked_ips(p), detail, cluster).to_string()
     }
 
     /// `blockIp(cidr, optsJson)`.

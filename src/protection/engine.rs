@@ -261,6 +261,11 @@ impl Engine {
         self.installed.load().policy.clone()
     }
 
+    /// The box listener in force, if any (so another can be chained behind it).
+    pub fn box_listener(&self) -> Option<Arc<BoxListener>> {
+        self.box_listener.load().as_ref().map(|c| c.0.clone())
+    }
+
     /// Sets (or clears) the box listener.
     pub fn set_box_listener(&self, f: Option<Arc<BoxListener>>) {
         self.box_listener

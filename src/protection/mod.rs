@@ -44,7 +44,7 @@ pub use engine::{
 };
 pub use key::IpKey;
 pub use policy::{
-    Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit, ProtectionPolicy,
-    RateLimit, SlowHandshake, XdpKernel, XdpSyn,
+    ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
+    ProtectionPolicy, RateLimit, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;

@@ -80,6 +80,24 @@ impl RateLimit {
     }
 }
 
+/// `clusterRateLimit`: a per-client GCRA shared by every node through Redis
+/// ([`crate::cluster`]); each node admits from a local lease of `lease` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClusterRateLimit {
+    /// The limit (connections per second, burst) Redis enforces over all nodes.
+    pub limit: RateLimit,
+    /// Tokens one node takes from Redis per refill (1..=burst); the worst-case over-admission
+    /// over all nodes is nodes × lease (README: Running several nodes).
+    pub lease: u64,
+}
+
+impl ClusterRateLimit {
+    /// The default lease: a tenth of a second of the rate, at least 1, at most the burst.
+    pub fn default_lease(limit: &RateLimit) -> u64 {
+        ((limit.rate / 10.0).ceil() as u64).clamp(1, limit.burst.max(1))
+    }
+}
+
 /// `slowHandshake`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlowHandshake {
@@ -289,6 +307,7 @@ pub struct ProtectionPolicy {
     pub(crate) defense: Defense,
     pub(crate) head_timeout_ns: u64,
     pub(crate) escalation: Option<Escalation>,
+    pub(crate) cluster_rate_limit: Option<ClusterRateLimit>,
 }
 
 impl Default for ProtectionPolicy {
@@ -321,6 +340,7 @@ impl Default for ProtectionPolicy {
             defense: Defense::default(),
             head_timeout_ns: ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS),
             escalation: None,
+            cluster_rate_limit: None,
         }
     }
 }
@@ -330,6 +350,11 @@ impl ProtectionPolicy {
     pub fn rate_limit(&self) -> Option<&RateLimit> {
         self.rate_limit.as_ref()
     }
+    /// `clusterRateLimit`, if set.
+    pub fn cluster_rate_limit(&self) -> Option<&ClusterRateLimit> {
+        self.cluster_rate_limit.as_ref()
+    }
+
     /// `sustained` (per minute), if set.
     pub fn sustained(&self) -> Option<&RateLimit> {
         self.sustained.as_ref()

@@ -41,11 +41,13 @@ pub enum BlockReason {
     ListenerOverloaded,
     /// The first request head did not arrive within `slowRequest.headTimeoutMs` of the handshake.
     SlowRequest,
+    /// The attempt exceeded `clusterRateLimit` (the GCRA shared by every node through Redis).
+    ClusterRateLimited,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 17] = [
+    pub const ALL: [BlockReason; 18] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -63,6 +65,7 @@ impl BlockReason {
         BlockReason::PrefixTooManyConnections,
         BlockReason::ListenerOverloaded,
         BlockReason::SlowRequest,
+        BlockReason::ClusterRateLimited,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -85,6 +88,7 @@ impl BlockReason {
             BlockReason::PrefixTooManyConnections => "prefix_too_many_connections",
             BlockReason::ListenerOverloaded => "listener_overloaded",
             BlockReason::SlowRequest => "slow_request",
+            BlockReason::ClusterRateLimited => "cluster_rate_limited",
         }
     }
 

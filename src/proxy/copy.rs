@@ -8,7 +8,9 @@
 //! holds no copy buffer at all. Each side is
 //! wrapped in [`Metered`], which stamps the last-activity time (CLOCK_MONOTONIC ms) and adds the
 //! bytes to the listener counters; a watchdog closes the pair once no byte moved in either
-//! direction for `idle_timeout`.
+//! direction for `idle_timeout`. The buffer sizes are `clientReadBufferSize` /
+//! `upstreamReadBufferSize` ([`CopyOptions`]); once one direction ended, the other has
+//! `halfCloseTimeoutMs` to finish before the pair is closed ([`CopyEnd::HalfClosed`]).
 //!
 //! An [`Inspector`] may look at every chunk on its way (the HTTP/2 guard, see
 //! `crate::listener::h2`): it can rewrite a chunk in place, forward only its head and stop that
@@ -19,6 +21,7 @@
 
 use crate::clock;
 use std::cell::RefCell;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,8 +33,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 pub struct Meter<'a> {
     /// Last activity, CLOCK_MONOTONIC ms.
     pub last_active_ms: &'a AtomicU64,
-    /// Bytes read from this side.
-    pub read_bytes: &'a AtomicU64,
+    /// Bytes read from this side, added to each (the listener's and the route's counter).
+    pub read_bytes: [&'a AtomicU64; 2],
 }
 
 /// A stream wrapper that records activity and bytes read.
@@ -62,7 +65,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<'_, S> {
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
-            this.meter.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            for c in this.meter.read_bytes {
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
             this.meter.last_active_ms.store(now_ms(), Ordering::Relaxed);
         }
         r
@@ -212,10 +217,10 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
     }
 }
 
-/// Copy buffer for client → upstream bytes.
-pub const CLIENT_TO_UPSTREAM_BUF: usize = 16 * 1024;
-/// Copy buffer for upstream → client bytes.
-pub const UPSTREAM_TO_CLIENT_BUF: usize = 64 * 1024;
+/// Default copy buffer for client → upstream bytes.
+pub const CLIENT_TO_UPSTREAM_BUF: usize = crate::config::socket::DEFAULT_CLIENT_READ_BUFFER;
+/// Default copy buffer for upstream → client bytes.
+pub const UPSTREAM_TO_CLIENT_BUF: usize = crate::config::socket::DEFAULT_UPSTREAM_READ_BUFFER;
 /// Idle buffers kept per worker thread for reuse.
 const POOL_MAX: usize = 16;
 
@@ -392,14 +397,20 @@ impl Drop for Pump {
 
 /// Copies both ways until both directions ended (EOF, shutdown, stopped by `inspector`), one
 /// failed, or the inspector gave up on an ending pair.
-async fn copy_pair<C, U, I>(c: &mut C, u: &mut U, inspector: &mut I) -> io::Result<()>
+async fn copy_pair<C, U, I>(
+    c: &mut C,
+    u: &mut U,
+    opts: &CopyOptions,
+    inspector: &mut I,
+) -> io::Result<CopyEnd>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
     I: Inspector,
 {
-    let mut up = Pump::new(Dir::ToUpstream, CLIENT_TO_UPSTREAM_BUF);
-    let mut down = Pump::new(Dir::ToClient, UPSTREAM_TO_CLIENT_BUF);
+    let mut up = Pump::new(Dir::ToUpstream, opts.client_buf);
+    let mut down = Pump::new(Dir::ToClient, opts.upstream_buf);
+    let mut half_close: Option<Pin<Box<tokio::time::Sleep>>> = None;
     std::future::poll_fn(|cx| {
         let mut a = up.poll_pump(cx, c, u, inspector);
         let b = down.poll_pump(cx, u, c, inspector);
@@ -409,15 +420,52 @@ where
             a = up.poll_pump(cx, c, u, inspector);
         }
         if inspector.poll_give_up(cx).is_ready() {
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(Ok(CopyEnd::Closed));
         }
         match (a, b) {
             (Poll::Ready(Err(e)), _) | (_, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
-            (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
+            (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(CopyEnd::Closed)),
+            (Poll::Ready(Ok(())), _) | (_, Poll::Ready(Ok(()))) => {
+                // One direction ended (its EOF passed on as a shutdown): the other has
+                // `halfCloseTimeoutMs` from now to finish.
+                let Some(limit) = opts.half_close_timeout else {
+                    return Poll::Pending;
+                };
+                let timer = half_close.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Ok(CopyEnd::HalfClosed)),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
             _ => Poll::Pending,
         }
     })
     .await
+}
+
+/// How a pair copies: timeouts and buffer sizes (README: Config, "Socket behaviour").
+#[derive(Debug, Clone, Copy)]
+pub struct CopyOptions {
+    /// No byte in either direction for this long closes the pair (`idleTimeoutMs`).
+    pub idle_timeout: Duration,
+    /// After one direction ended, the other has this long (`halfCloseTimeoutMs`; `None` = off).
+    pub half_close_timeout: Option<Duration>,
+    /// Bytes read from the client per read (`clientReadBufferSize`).
+    pub client_buf: usize,
+    /// Bytes read from the upstream per read (`upstreamReadBufferSize`).
+    pub upstream_buf: usize,
+}
+
+impl CopyOptions {
+    /// The default buffers and no half-close limit, with `idle_timeout`.
+    pub fn idle(idle_timeout: Duration) -> CopyOptions {
+        CopyOptions {
+            idle_timeout,
+            half_close_timeout: None,
+            client_buf: CLIENT_TO_UPSTREAM_BUF,
+            upstream_buf: UPSTREAM_TO_CLIENT_BUF,
+        }
+    }
 }
 
 /// How a proxied pair ended.
@@ -427,17 +475,19 @@ pub enum CopyEnd {
     Closed,
     /// No byte either way for the idle timeout.
     Idle,
+    /// One direction ended and the other did not within `halfCloseTimeoutMs`.
+    HalfClosed,
 }
 
 /// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`.
-/// `client_bytes` counts bytes read from the client (listener `bytesReceived`), `upstream_bytes`
-/// bytes read from the upstream and sent to the client (listener `bytesSent`).
+/// `client_bytes` count bytes read from the client (listener and route `bytesReceived`),
+/// `upstream_bytes` bytes read from the upstream and sent to the client (`bytesSent`).
 pub async fn proxy_pair<C, U>(
     client: C,
     upstream: U,
     idle_timeout: Duration,
-    client_bytes: &AtomicU64,
-    upstream_bytes: &AtomicU64,
+    client_bytes: [&AtomicU64; 2],
+    upstream_bytes: [&AtomicU64; 2],
 ) -> CopyEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -446,7 +496,7 @@ where
     proxy_pair_inspected(
         client,
         upstream,
-        idle_timeout,
+        &CopyOptions::idle(idle_timeout),
         client_bytes,
         upstream_bytes,
         &mut Pass,
@@ -454,13 +504,14 @@ where
     .await
 }
 
-/// [`proxy_pair`] with every chunk shown to `inspector` on its way.
+/// [`proxy_pair`] with every chunk shown to `inspector` on its way, with `opts`' buffers and
+/// half-close limit.
 pub async fn proxy_pair_inspected<C, U, I>(
     client: C,
     upstream: U,
-    idle_timeout: Duration,
-    client_bytes: &AtomicU64,
-    upstream_bytes: &AtomicU64,
+    opts: &CopyOptions,
+    client_bytes: [&AtomicU64; 2],
+    upstream_bytes: [&AtomicU64; 2],
     inspector: &mut I,
 ) -> CopyEnd
 where
@@ -483,7 +534,7 @@ where
             read_bytes: upstream_bytes,
         },
     );
-    let idle_ms = idle_timeout.as_millis() as u64;
+    let idle_ms = opts.idle_timeout.as_millis() as u64;
     let watchdog = async {
         loop {
             let since = now_ms().saturating_sub(last.load(Ordering::Relaxed));
@@ -494,7 +545,7 @@ where
         }
     };
     tokio::select! {
-        _ = copy_pair(&mut c, &mut u, inspector) => CopyEnd::Closed,
+        r = copy_pair(&mut c, &mut u, opts, inspector) => r.unwrap_or(CopyEnd::Closed),
         _ = watchdog => CopyEnd::Idle,
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod copy;
 pub mod head;
+pub mod keepalive;
 pub mod proxy_protocol;
 pub mod routes;
 pub mod upstream;

@@ -12,6 +12,44 @@ use ppp::v2::{Builder, Command, Protocol, Version};
 use ppp::{HeaderResult, PartialResult};
 use std::net::{IpAddr, SocketAddr};
 
+/// PROXY v2 `PP2_TYPE_SSL`: the client's TLS facts (client flags, verify result, sub-TLVs).
+pub const TLV_SSL: u8 = 0x20;
+/// `PP2_SUBTYPE_SSL_VERSION` inside `PP2_TYPE_SSL`: the TLS version (`TLSv1.3`).
+pub const SUBTLV_SSL_VERSION: u8 = 0x21;
+/// `PP2_SUBTYPE_SSL_CN` inside `PP2_TYPE_SSL`: the client certificate's subject CN (UTF-8).
+pub const SUBTLV_SSL_CN: u8 = 0x22;
+/// `PP2_CLIENT_SSL`: the client connected over TLS.
+pub const PP2_CLIENT_SSL: u8 = 0x01;
+/// `PP2_CLIENT_CERT_CONN`: the client presented a certificate on this connection.
+pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+
+/// The value of a `PP2_TYPE_SSL` TLV (HAProxy PROXY protocol §2.2.5): `client` flags
+/// (`PP2_CLIENT_SSL`, plus `PP2_CLIENT_CERT_CONN` when a certificate was presented), `verify`
+/// (u32 big-endian: 0 when a client certificate was presented and verified, 1 when none was
+/// presented), then the `PP2_SUBTYPE_SSL_VERSION` and, with a certificate that has one, the
+/// `PP2_SUBTYPE_SSL_CN` sub-TLVs.
+pub fn ssl_tlv_value(cert_verified: bool, version: &str, cn: Option<&str>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + 3 + version.len() + cn.map_or(0, |c| 3 + c.len()));
+    let flags = PP2_CLIENT_SSL
+        | if cert_verified {
+            PP2_CLIENT_CERT_CONN
+        } else {
+            0
+        };
+    v.push(flags);
+    v.extend_from_slice(&u32::from(!cert_verified).to_be_bytes());
+    let mut sub = |kind: u8, value: &[u8]| {
+        v.push(kind);
+        v.extend_from_slice(&(value.len().min(u16::MAX as usize) as u16).to_be_bytes());
+        v.extend_from_slice(&value[..value.len().min(u16::MAX as usize)]);
+    };
+    sub(SUBTLV_SSL_VERSION, version.as_bytes());
+    if let Some(cn) = cn {
+        sub(SUBTLV_SSL_CN, cn.as_bytes());
+    }
+    v
+}
+
 /// Most bytes an inbound PROXY header may take (v1 is at most 107; a v2 header with its TLVs
 /// beyond this is refused as invalid).
 pub const MAX_INBOUND_HEADER_BYTES: usize = 16 * 1024;
@@ -320,6 +358,24 @@ mod tests {
         want.extend([0xE1, 0, 4]);
         want.extend(b"t13d");
         assert_eq!(h, want);
+    }
+
+    #[test]
+    fn ssl_tlv_is_byte_exact() {
+        assert_eq!(
+            ssl_tlv_value(true, "TLSv1.3", Some("alice")),
+            [
+                &[0x03, 0, 0, 0, 0, 0x21, 0, 7][..],
+                b"TLSv1.3",
+                &[0x22, 0, 5],
+                b"alice"
+            ]
+            .concat()
+        );
+        assert_eq!(
+            ssl_tlv_value(false, "TLSv1.2", None),
+            [&[0x01, 0, 0, 0, 1, 0x21, 0, 7][..], b"TLSv1.2"].concat()
+        );
     }
 
     #[test]

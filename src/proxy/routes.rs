@@ -7,11 +7,13 @@
 //! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
-use crate::config::proxy::{ListenerConfig, RouteConfig, SniPattern};
+use crate::config::proxy::{Balance, ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
+use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
 use rustls::ServerConfig;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -27,12 +29,82 @@ pub struct CompiledRoute {
     pub next_upstream: AtomicUsize,
     /// Route-wide GCRA (`maxConnectionsPerSecond`, `burst`) and its theoretical arrival time.
     pub limit: Option<(Gcra, AtomicU64)>,
+    /// Per listener index: whether terminated connections ask for a client certificate (the
+    /// route's `mtls`, else the listener's): their facts then ride the PROXY v2 header.
+    pub mtls: Vec<bool>,
+    /// This route's counters (`routeMetrics`).
+    pub metrics: Arc<RouteMetrics>,
+    /// Open connections of this route per upstream (for `balance: 'leastConnections'`).
+    pub upstream_active: Vec<AtomicUsize>,
+    /// `ipAffinity`: client IP → (upstream index, deadline ns), and the TTL in ns.
+    pub affinity: Option<(AffinityMap, u64)>,
+}
+
+/// `ipAffinity` entries: client IP → (upstream index, deadline in CLOCK_MONOTONIC ns).
+pub type AffinityMap = dashmap::DashMap<IpAddr, (usize, u64)>;
+
+/// Affinity entries kept before expired ones are swept (on insert).
+pub const AFFINITY_SWEEP_AT: usize = 65_536;
+
+/// One open connection on upstream `i` of a route (its `upstream_active` count).
+#[derive(Debug)]
+pub struct UpstreamGuard(Arc<CompiledRoute>, usize);
+
+impl Drop for UpstreamGuard {
+    fn drop(&mut self) {
+        self.0.upstream_active[self.1].fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl CompiledRoute {
-    /// Index of the upstream to try first for a new connection.
+    /// Index of the upstream to try first for `ip` at `now_ns`: with `ipAffinity`, the upstream
+    /// `ip` last used while its entry lives; else [`Self::pick`].
+    pub fn pick_for(&self, ip: IpAddr, now_ns: u64) -> usize {
+        if let Some((map, _)) = &self.affinity {
+            if let Some(e) = map.get(&ip) {
+                if e.1 > now_ns && e.0 < self.config.upstreams.len() {
+                    return e.0;
+                }
+            }
+        }
+        self.pick()
+    }
+
+    /// Records that `ip` was served by upstream `i` at `now_ns` (`ipAffinity`; no-op without).
+    pub fn remember(&self, ip: IpAddr, i: usize, now_ns: u64) {
+        if let Some((map, ttl)) = &self.affinity {
+            if map.len() >= AFFINITY_SWEEP_AT {
+                map.retain(|_, e| e.1 > now_ns);
+            }
+            map.insert(ip, (i, now_ns.saturating_add(*ttl)));
+        }
+    }
+
+    /// Index of the upstream to try first for a new connection: the next in turn, or with
+    /// least connections the one with the fewest open connections (ties: the first from the
+    /// next in turn).
     pub fn pick(&self) -> usize {
-        self.next_upstream.fetch_add(1, Ordering::Relaxed) % self.config.upstreams.len()
+        let n = self.config.upstreams.len();
+        let start = self.next_upstream.fetch_add(1, Ordering::Relaxed) % n;
+        if self.config.balance == Balance::RoundRobin {
+            return start;
+        }
+        let mut best = start;
+        let mut least = usize::MAX;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let a = self.upstream_active[i].load(Ordering::Relaxed);
+            if a < least {
+                (best, least) = (i, a);
+            }
+        }
+        best
+    }
+
+    /// Counts a connection open on upstream `i` until the guard drops.
+    pub fn hold_upstream(self: &Arc<Self>, i: usize) -> UpstreamGuard {
+        self.upstream_active[i].fetch_add(1, Ordering::Relaxed);
+        UpstreamGuard(self.clone(), i)
     }
 
     /// Route-wide limit: true when a new connection at `now_ns` conforms (and is debited).
@@ -50,13 +122,21 @@ pub struct RouteTable {
     exact: HashMap<String, Arc<CompiledRoute>>,
     wildcard: HashMap<String, Arc<CompiledRoute>>,
     default: Option<Arc<CompiledRoute>>,
+    /// Every route, in config order (for `routeMetrics`).
+    all: Vec<Arc<CompiledRoute>>,
 }
 
 impl RouteTable {
-    /// Builds the table; `listeners` gives each listener's default certificate.
-    pub fn build(routes: &[RouteConfig], listeners: &[ListenerConfig]) -> RouteTable {
+    /// Builds the table; `listeners` gives each listener's default certificate, `registry` each
+    /// route's counters (kept for a route whose name and group survive; the others forgotten).
+    pub fn build(
+        routes: &[RouteConfig],
+        listeners: &[ListenerConfig],
+        registry: &RouteRegistry,
+    ) -> RouteTable {
         let mut t = RouteTable::default();
         for r in routes {
+            let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
             let tls = listeners
                 .iter()
                 .map(|l| {
@@ -64,8 +144,13 @@ impl RouteTable {
                         return None;
                     }
                     let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
-                    Some(server_config(cert, r.http2))
+                    let client_auth = mtls_of(l).map(|m| m.verifier);
+                    Some(server_config(cert, r.http2, client_auth))
                 })
+                .collect();
+            let mtls = listeners
+                .iter()
+                .map(|l| r.terminate_tls && mtls_of(l).is_some())
                 .collect();
             let cr = Arc::new(CompiledRoute {
                 config: r.clone(),
@@ -77,7 +162,18 @@ impl RouteTable {
                         AtomicU64::new(0),
                     )
                 }),
+                mtls,
+                upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
+                affinity: r
+                    .ip_affinity_ttl_ms
+                    .map(|ms| (AffinityMap::new(), ms.saturating_mul(1_000_000))),
+                metrics: {
+                    let name = r.sni.name();
+                    let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
+                    registry.get(&name, &group)
+                },
             });
+            t.all.push(cr.clone());
             match &r.sni {
                 SniPattern::Exact(h) => {
                     t.exact.insert(h.clone(), cr);
@@ -88,7 +184,14 @@ impl RouteTable {
                 SniPattern::Default => t.default = Some(cr),
             }
         }
+        let keep: Vec<_> = t.all.iter().map(|r| r.metrics.clone()).collect();
+        registry.retain(&keep);
         t
+    }
+
+    /// Every route, in config order.
+    pub fn routes(&self) -> &[Arc<CompiledRoute>] {
+        &self.all
     }
 
     /// Finds the route for a ClientHello's server_name (`None` when the hello had no SNI).
@@ -143,6 +246,10 @@ mod tests {
             forward_fingerprint: ForwardFingerprint::None,
             connect_timeout_ms: 1000,
             rate_limit: None,
+            mtls: None,
+            metrics_group: None,
+            balance: Balance::RoundRobin,
+            ip_affinity_ttl_ms: None,
         }
     }
 
@@ -162,6 +269,7 @@ mod tests {
                 route("", 3),
             ],
             &[],
+            &RouteRegistry::default(),
         );
         assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
         assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
@@ -180,6 +288,7 @@ mod tests {
                 route("", 3),
             ],
             &[],
+            &RouteRegistry::default(),
         );
         // The wildcards do match one more non-empty label.
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
@@ -205,6 +314,7 @@ mod tests {
         let t = RouteTable::build(
             &[route("*.example.com", 2), route("*.a.example.com", 4)],
             &[],
+            &RouteRegistry::default(),
         );
         for name in [".example.com", ".a.example.com", "a..example.com", "."] {
             assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
@@ -214,15 +324,52 @@ mod tests {
 
     #[test]
     fn an_exact_route_is_not_reached_through_an_empty_label() {
-        let t = RouteTable::build(&[route("api.example.com", 1), route("", 3)], &[]);
+        let t = RouteTable::build(
+            &[route("api.example.com", 1), route("", 3)],
+            &[],
+            &RouteRegistry::default(),
+        );
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
         }
     }
 
     #[test]
+    fn ip_affinity_keeps_an_ip_on_its_upstream_until_the_ttl() {
+        let mut r = route("", 1);
+        r.upstreams = (1..=3)
+            .map(|p| Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port: p,
+            })
+            .collect();
+        r.ip_affinity_ttl_ms = Some(1000);
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let cr = t.lookup(None).unwrap();
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let ms = 1_000_000;
+        let first = cr.pick_for(a, 0);
+        cr.remember(a, first, 0);
+        // Round robin moves on for everyone else; `a` stays while its entry lives.
+        assert_ne!(cr.pick_for(b, ms), first);
+        for now in [ms, 500 * ms, 999 * ms] {
+            assert_eq!(cr.pick_for(a, now), first);
+        }
+        // Each use refreshes the deadline (remember is called once connected).
+        cr.remember(a, first, 999 * ms);
+        assert_eq!(cr.pick_for(a, 1998 * ms), first);
+        // Past the TTL `a` is balanced again: the cursor is at the next upstream in turn.
+        let next = cr.pick_for(a, 2000 * ms);
+        assert_ne!(next, first);
+    }
+
+    #[test]
     fn no_default_means_no_route() {
-        let t = RouteTable::build(&[route("*.Example.com.", 2)], &[]);
+        let t = RouteTable::build(
+            &[route("*.Example.com.", 2)],
+            &[],
+            &RouteRegistry::default(),
+        );
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("other.org"))), None);
         assert_eq!(port_of(t.lookup(None)), None);

@@ -39,18 +39,19 @@ pub async fn connect_one(up: &Upstream, timeout: Duration) -> io::Result<Upstrea
     }
 }
 
-/// Tries every upstream once, starting at `first`; returns the first that connects, or the last
-/// error annotated with the upstream it came from.
+/// Tries every upstream once, starting at `first`; returns the first that connects with its
+/// index, or the last error annotated with the upstream it came from.
 pub async fn connect(
     ups: &[Upstream],
     first: usize,
     timeout: Duration,
-) -> Result<UpstreamStream, (String, io::Error)> {
+) -> Result<(usize, UpstreamStream), (String, io::Error)> {
     let mut last = None;
     for i in 0..ups.len() {
-        let up = &ups[(first + i) % ups.len()];
+        let at = (first + i) % ups.len();
+        let up = &ups[at];
         match connect_one(up, timeout).await {
-            Ok(s) => return Ok(s),
+            Ok(s) => return Ok((at, s)),
             Err(e) => last = Some((describe(up), e)),
         }
     }

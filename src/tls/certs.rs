@@ -5,10 +5,15 @@
 //! is compiled, never per connection.
 
 use rustls::crypto::ring::sign::any_supported_type;
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
 pub use rustls::sign::CertifiedKey;
 use rustls::sign::SingleCertAndKey;
-use rustls::ServerConfig;
+use rustls::{RootCertStore, ServerConfig};
 use std::sync::Arc;
+
+/// A client-certificate verifier (mTLS) for a rustls server config.
+pub type ClientVerifier = Arc<dyn ClientCertVerifier>;
 
 /// Parses a PEM chain (leaf first, then intermediates) and a PEM private key (PKCS#8, PKCS#1 or
 /// SEC1) into a rustls [`CertifiedKey`], checking that the key matches the leaf.
@@ -35,14 +40,58 @@ pub fn load_certified_key(chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<Certif
     Ok(Arc::new(ck))
 }
 
-/// A rustls server config serving `cert`, offering ALPN `h2` (when `http2`) and `http/1.1`.
-pub fn server_config(cert: Arc<CertifiedKey>, http2: bool) -> Arc<ServerConfig> {
+/// A client-certificate verifier (`mtls`) over the CA certificates in `ca_pem` (one or more PEM
+/// CERTIFICATE blocks), rustls' [`WebPkiClientVerifier`]: `required` refuses a handshake without
+/// a client certificate, otherwise one is asked for and, when sent, must verify. Errors are
+/// sentences for a `ConfigError` message.
+pub fn client_verifier(ca_pem: &[u8], required: bool) -> Result<ClientVerifier, String> {
+    let mut rd = ca_pem;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut rd)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("is not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no CERTIFICATE block (expected PEM text)".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for c in certs {
+        roots
+            .add(c)
+            .map_err(|e| format!("holds a certificate that is not a usable CA: {e}"))?;
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = ServerConfig::builder_with_provider(provider)
+    let b = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let b = if required {
+        b
+    } else {
+        b.allow_unauthenticated()
+    };
+    b.build()
+        .map_err(|e| format!("cannot verify client certificates: {e}"))
+}
+
+/// The subject common name of a DER certificate (`None` when it has none or does not parse).
+pub fn subject_cn(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+/// A rustls server config serving `cert`, offering ALPN `h2` (when `http2`) and `http/1.1`,
+/// asking for client certificates with `client_auth` (mTLS) when given.
+pub fn server_config(
+    cert: Arc<CertifiedKey>,
+    http2: bool,
+    client_auth: Option<ClientVerifier>,
+) -> Arc<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let b = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SingleCertAndKey::from(cert)));
+        .expect("ring supports the default protocol versions");
+    let b = match client_auth {
+        Some(v) => b.with_client_cert_verifier(v),
+        None => b.with_no_client_auth(),
+    };
+    let mut cfg = b.with_cert_resolver(Arc::new(SingleCertAndKey::from(cert)));
     cfg.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {

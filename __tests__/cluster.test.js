@@ -1,0 +1,334 @@
+'use strict';
+// The cluster tier on Redis: a real redis-server started here on a free port (killed at the end)
+// and three Rampart nodes as three child processes on 127.0.0.11-13, one port. Shared bans
+// (box, blockIp, unblockIp, expiry, late joiner), every key with a TTL, clusterRateLimit over
+// three nodes, and Redis frozen (SIGSTOP) then thawed (SIGCONT).
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const { spawn, fork } = require('node:child_process');
+const h = require('./helpers');
+
+const PREFIX = 'rtest:';
+const HOSTS = ['127.0.0.11', '127.0.0.12', '127.0.0.13', '127.0.0.14'];
+
+let redis;
+let redisPort;
+let echo;
+let port;
+const nodes = [];
+
+function redisCli(...args) {
+  return h.run('redis-cli', ['-p', String(redisPort), '--raw', ...args], { timeoutMs: 5000 });
+}
+
+async function startNode(i, { protection, breaker } = {}) {
+  const opts = {
+    host: HOSTS[i],
+    port,
+    upstreamPort: echo.address().port,
+    protection,
+    cluster: {
+      redis: { url: `redis://127.0.0.1:${redisPort}`, keyPrefix: PREFIX, commandTimeoutMs: 100 },
+      nodeId: `node-${'abcd'[i]}`,
+      breaker: breaker || { failures: 3, openMs: 300 },
+    },
+  };
+  const child = fork(path.join(__dirname, 'helpers', 'cluster-node.js'), [JSON.stringify(opts)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const waiting = new Map();
+  let n = 0;
+  const ready = new Promise((resolve, reject) => {
+    child.on('message', (m) => {
+      if (m.ready) return resolve();
+      if (m.fatal) return reject(new Error(m.fatal));
+      const w = waiting.get(m.id);
+      waiting.delete(m.id);
+      if (m.error) w.reject(new Error(m.error));
+      else w.resolve(m.result);
+    });
+  });
+  const call = (cmd, ...args) =>
+    new Promise((resolve, reject) => {
+      const id = ++n;
+      waiting.set(id, { resolve, reject });
+      child.send({ id, cmd, args });
+    });
+  await ready;
+  const node = { child, call, host: HOSTS[i], id: opts.cluster.nodeId };
+  nodes.push(node);
+  // Connected (subscribed and answering) before a test relies on it.
+  await h.waitFor(async () => (await call('metrics')).cluster.connected, { timeoutMs: 5000, what: `${node.id} connected` });
+  return node;
+}
+
+async function stopNodes() {
+  while (nodes.length) {
+    const n = nodes.pop();
+    await n.call('stop').catch(() => {});
+    n.child.kill();
+  }
+}
+
+const admitted = (node, client) => h.admitted(port, client, { host: node.host });
+
+test.before(async () => {
+  if (!h.haveTool('redis-server')) return;
+  redisPort = await h.freePort();
+  port = await h.freePort();
+  echo = await h.echoServer();
+  redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  await h.waitFor(async () => (await redisCli('PING').catch(() => ({ stdout: '' }))).stdout.toString().trim() === 'PONG', { timeoutMs: 5000, what: 'redis-server up' });
+});
+
+test.after(async () => {
+  await stopNodes();
+  if (redis) {
+    redis.kill('SIGCONT');
+    redis.kill('SIGKILL');
+  }
+  if (echo) await h.closeServer(echo);
+});
+
+test.beforeEach(async () => {
+  if (redis) await redisCli('FLUSHALL');
+});
+
+function needRedis(t) {
+  return h.needTool(t, 'redis-server') && h.needTool(t, 'redis-cli', 'apt-get install redis-server');
+}
+
+test('a box on node A refuses the client on B and C within 500 ms', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const protection = { rateLimit: { connectionsPerSecond: 1, burst: 1 }, penaltyBox: { durationMs: 5000 } };
+  const [a, b, c] = [await startNode(0, { protection }), await startNode(1, { protection }), await startNode(2, { protection })];
+  const client = '127.0.5.1';
+  assert.equal(await admitted(a, client), true);
+  const t0 = performance.now();
+  assert.equal(await admitted(a, client), false);
+  const seen = {};
+  await h.waitFor(
+    async () => {
+      for (const n of [b, c]) {
+        if (seen[n.id] === undefined && (await n.call('blockedIps')).penaltyBoxed.includes(client)) seen[n.id] = performance.now() - t0;
+      }
+      return Object.keys(seen).length === 2;
+    },
+    { timeoutMs: 500, intervalMs: 2, what: 'the box on B and C' }
+  );
+  console.log(`# box A -> B ${seen[b.id].toFixed(1)} ms, A -> C ${seen[c.id].toFixed(1)} ms (from the refusal on A, polled)`);
+  for (const n of [b, c]) {
+    assert.equal(await admitted(n, client), false);
+    const ev = (await n.call('events')).blocked;
+    assert.deepEqual(ev.map((e) => [e.ip, e.reason]), [[client, 'penalty_boxed']]);
+    const d = (await n.call('blockedIps', { detail: true })).penaltyBoxed;
+    assert.deepEqual(d.map((e) => [e.ip, e.port, e.node, e.note]), [[client, port, a.id, `penalty box from node ${a.id}`]]);
+    assert.ok(d[0].remainingMs > 4000 && d[0].remainingMs <= 5000, `remainingMs ${d[0].remainingMs}`);
+    const m = (await n.call('metrics')).cluster;
+    assert.equal(m.bansReceived, 1);
+    assert.equal(m.bansPublished, 0, 'a received ban is not published again');
+    console.log(`# ${n.id} propagation delay (wall clocks): ${JSON.stringify(m.propagationDelayMs)}`);
+  }
+  const ma = (await a.call('metrics')).cluster;
+  assert.equal(ma.bansPublished, 1);
+  assert.equal(ma.bansReceived, 0, 'no echo back to the origin');
+  const own = (await a.call('blockedIps', { detail: true })).penaltyBoxed;
+  assert.deepEqual(own.map((e) => e.node), [a.id]);
+  // Another client is unaffected everywhere.
+  assert.equal(await admitted(b, '127.0.5.2'), true);
+});
+
+test('blockIp on one node, unblockIp on another; a ban expiring everywhere', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const [a, b, c] = [await startNode(0), await startNode(1), await startNode(2)];
+  await a.call('blockIp', '127.0.6.0/24', { reason: 'abuse desk' });
+  await h.waitFor(async () => !(await admitted(c, '127.0.6.9')), { timeoutMs: 500, intervalMs: 5, what: 'block on C' });
+  assert.equal(await admitted(b, '127.0.6.9'), false);
+  const d = (await c.call('blockedIps', { detail: true })).dynamicBlocklist;
+  assert.deepEqual(d.map((e) => [e.ip, e.note, e.node]), [['127.0.6.0/24', 'abuse desk', a.id]]);
+  assert.equal(await b.call('unblockIp', '127.0.6.0/24'), true);
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.length === 0 && (await c.call('blockedIps')).dynamicBlocklist.length === 0, { timeoutMs: 500, intervalMs: 5, what: 'unblock on A and C' });
+  assert.equal(await admitted(a, '127.0.6.9'), true);
+  assert.equal(await admitted(c, '127.0.6.9'), true);
+  assert.equal((await redisCli('--scan', '--pattern', `${PREFIX}{bans}:block:*`)).stdout.toString().trim(), '');
+
+  // A ban with a TTL ends on every node, and its key is gone from Redis.
+  await b.call('blockIp', '127.0.7.1', { ttlMs: 1000 });
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32') && (await c.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32'), { timeoutMs: 500, intervalMs: 5, what: 'ttl block everywhere' });
+  assert.equal(await admitted(a, '127.0.7.1'), false);
+  const pttl = Number((await redisCli('PTTL', `${PREFIX}{bans}:block:*:127.0.7.1/32`)).stdout.toString().trim());
+  assert.ok(pttl > 0 && pttl <= 1000, `PTTL ${pttl}`);
+  await h.waitFor(async () => {
+    for (const n of [a, b, c]) if ((await n.call('blockedIps')).dynamicBlocklist.length) return false;
+    return true;
+  }, { timeoutMs: 2000, intervalMs: 20, what: 'expiry everywhere' });
+  for (const n of [a, b, c]) assert.equal(await admitted(n, '127.0.7.1'), true);
+  assert.equal((await redisCli('EXISTS', `${PREFIX}{bans}:block:*:127.0.7.1/32`)).stdout.toString().trim(), '0');
+});
+
+test('a node started later loads the live bans; every key has a TTL', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const protection = { rateLimit: { connectionsPerSecond: 1, burst: 1 }, penaltyBox: { durationMs: 20000 } };
+  const a = await startNode(0, { protection });
+  await a.call('blockIp', '127.0.8.0/28', { ttlMs: 30000, port });
+  await a.call('blockIp', '127.0.8.16/28');
+  assert.equal(await admitted(a, '127.0.8.100'), true);
+  assert.equal(await admitted(a, '127.0.8.100'), false);
+  await h.waitFor(async () => (await a.call('metrics')).cluster.bansPublished === 3, { what: 'three bans published' });
+  const d = await startNode(3);
+  const got = await d.call('blockedIps', { detail: true });
+  assert.deepEqual(got.dynamicBlocklist.map((e) => [e.ip, e.node]).sort(), [['127.0.8.0/28', a.id], ['127.0.8.16/28', a.id]]);
+  assert.deepEqual(got.penaltyBoxed.map((e) => [e.ip, e.node]), [['127.0.8.100', a.id]]);
+  assert.equal(await admitted(d, '127.0.8.1'), false);
+  assert.equal(await admitted(d, '127.0.8.17'), false);
+  assert.equal(await admitted(d, '127.0.8.100'), false);
+  assert.equal((await d.call('metrics')).cluster.bansReceived, 3);
+  // Every key under the prefix carries a TTL (PTTL -1 = none).
+  const keys = (await redisCli('--scan', '--pattern', `${PREFIX}*`)).stdout.toString().trim().split('\n').filter(Boolean);
+  assert.equal(keys.length, 3, keys.join(' '));
+  for (const k of keys) {
+    const pttl = Number((await redisCli('PTTL', k)).stdout.toString().trim());
+    assert.ok(pttl > 0, `${k} PTTL ${pttl}`);
+  }
+});
+
+test('clusterRateLimit 10/s over three nodes admits at most burst + rate × t + nodes × lease', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const protection = { clusterRateLimit: { connectionsPerSecond: 10, burst: 10 } };
+  const ns = [await startNode(0, { protection }), await startNode(1, { protection }), await startNode(2, { protection })];
+  const client = '127.0.9.1';
+  const lease = 1; // default: ceil(10 / 10)
+  const t0 = performance.now();
+  let attempts = 0;
+  await Promise.all(
+    ns.map(async (n) => {
+      while (performance.now() - t0 < 2000) {
+        attempts++;
+        await admitted(n, client);
+      }
+    })
+  );
+  const secs = (performance.now() - t0) / 1000;
+  let accepted = 0;
+  let refused = 0;
+  for (const n of ns) {
+    const m = await n.call('metrics');
+    accepted += m.listeners[0].accepted;
+    refused += m.listeners[0].blockedByReason.cluster_rate_limited || 0;
+  }
+  const bound = 10 + 10 * secs + ns.length * lease;
+  console.log(`# clusterRateLimit: ${accepted} admitted, ${refused} refused of ${attempts} attempts in ${secs.toFixed(2)} s over 3 nodes (bound ${bound.toFixed(1)})`);
+  assert.equal(accepted + refused, attempts);
+  assert.ok(accepted <= bound, `${accepted} admitted > ${bound}`);
+  assert.ok(accepted >= 10 + 10 * (secs - 0.5), `${accepted} admitted: the limit under-admits`);
+  assert.ok(refused > 0);
+  const keys = (await redisCli('--scan', '--pattern', `${PREFIX}rl:*`)).stdout.toString().trim().split('\n');
+  assert.deepEqual(keys, [`${PREFIX}rl:{${port}:${client}}`]);
+  assert.ok(Number((await redisCli('PTTL', keys[0])).stdout.toString().trim()) > 0);
+});
+
+test('Redis frozen mid-flood: local limits alone, one error per node; thawed: reconnected and reconciled', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  t.after(() => redis.kill('SIGCONT'));
+  const protection = { rateLimit: { connectionsPerSecond: 0.5, burst: 5 }, clusterRateLimit: { connectionsPerSecond: 1000, burst: 1000 } };
+  const ns = [await startNode(0, { protection }), await startNode(1, { protection }), await startNode(2, { protection })];
+  const client = '127.0.10.1';
+  const times = [];
+  let stopFlood = false;
+  const flood = Promise.all(
+    ns.map(async (n, i) => {
+      let k = 0;
+      while (!stopFlood) {
+        const t1 = performance.now();
+        await admitted(n, `127.0.10.${(k++ % 50) + 10 * i + 20}`);
+        times.push(performance.now() - t1);
+      }
+    })
+  );
+  await new Promise((r) => setTimeout(r, 300));
+  redis.kill('SIGSTOP');
+  const frozenAt = performance.now();
+  for (const n of ns) {
+    await h.waitFor(async () => (await n.call('metrics')).cluster.breakerOpen, { timeoutMs: 3000, what: `${n.id} breaker open` });
+  }
+  // Local limits still hold: one client over its local rateLimit is refused on its node.
+  const results = [];
+  for (let i = 0; i < 7; i++) results.push(await admitted(ns[0], client));
+  assert.deepEqual(results, [true, true, true, true, true, false, false]);
+  // A ban made during the outage is kept and reconciled later.
+  await ns[0].call('blockIp', '127.0.11.1', { ttlMs: 60000 });
+  await new Promise((r) => setTimeout(r, 700));
+  stopFlood = true;
+  await flood;
+  const sorted = times.slice().sort((x, y) => x - y);
+  const p99 = sorted[Math.floor(sorted.length * 0.99)];
+  console.log(`# during the flood (${times.length} decisions, ${((performance.now() - frozenAt) / 1000).toFixed(1)} s frozen): p50 ${sorted[Math.floor(sorted.length / 2)].toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, max ${sorted[sorted.length - 1].toFixed(1)} ms`);
+  assert.ok(p99 < 100, `decision p99 ${p99} ms`);
+  for (const n of ns) {
+    const errs = (await n.call('events')).error.filter((e) => e.code === 'cluster_unavailable');
+    assert.equal(errs.length, 1, `${n.id}: ${JSON.stringify(errs)}`);
+    assert.deepEqual([errs[0].port, errs[0].listener], [null, null]);
+    const m = (await n.call('metrics')).cluster;
+    assert.equal(m.breakerOpen, true);
+    assert.equal(m.connected, false);
+  }
+  const thawed = performance.now();
+  redis.kill('SIGCONT');
+  for (const n of ns) {
+    await h.waitFor(async () => {
+      const m = (await n.call('metrics')).cluster;
+      return m.connected && !m.breakerOpen;
+    }, { timeoutMs: 5000, intervalMs: 20, what: `${n.id} reconnected` });
+  }
+  for (const n of ns.slice(1)) {
+    await h.waitFor(async () => (await n.call('blockedIps')).dynamicBlocklist.includes('127.0.11.1/32'), { timeoutMs: 5000 - (performance.now() - thawed), intervalMs: 20, what: `${n.id} reconciled` });
+  }
+  console.log(`# reconnected and reconciled ${(performance.now() - thawed).toFixed(0)} ms after SIGCONT`);
+  const prom = await ns[1].call('prometheus');
+  assert.match(prom, /^rampart_cluster_connected 1$/m);
+  assert.match(prom, /^rampart_cluster_breaker_open 0$/m);
+  assert.match(prom, /^rampart_cluster_bans_received_total [1-9]\d*$/m);
+  assert.match(prom, /^rampart_cluster_errors_total [1-9]\d*$/m);
+  assert.match(prom, /^rampart_cluster_ban_propagation_ms\{quantile="0.99"\} /m);
+});
+
+test('a node stopped and started again shares bans again', async (t) => {
+  if (!needRedis(t)) return;
+  t.after(stopNodes);
+  const [a, b] = [await startNode(0), await startNode(1)];
+  await b.call('restart');
+  await h.waitFor(async () => (await b.call('metrics')).cluster.connected, { what: 'B connected again' });
+  await b.call('blockIp', '127.0.12.1', { ttlMs: 5000 });
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.12.1/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban from the restarted node' });
+  await a.call('blockIp', '127.0.12.2', { ttlMs: 5000 });
+  await h.waitFor(async () => (await b.call('blockedIps')).dynamicBlocklist.includes('127.0.12.2/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban to the restarted node' });
+});
+
+test('a bad cluster config names every field', () => {
+  const { RampartProxy, ConfigError } = require('..');
+  const routes = [{ sni: '', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }];
+  assert.throws(
+    () =>
+      new RampartProxy({
+        listeners: [{ port: 9, protection: { clusterRateLimit: { connectionsPerSecond: 10, lease: 11 } } }],
+        routes,
+        cluster: { redis: { url: 'http://x', commandTimeoutMs: NaN }, nodeId: 'a b', breaker: { openMs: 0 } },
+      }),
+    (e) => {
+      assert.ok(e instanceof ConfigError);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['listeners[0].protection.clusterRateLimit.lease', 'cluster.redis.url', 'cluster.redis.commandTimeoutMs', 'cluster.nodeId', 'cluster.breaker.openMs']
+      );
+      return true;
+    }
+  );
+  assert.throws(
+    () => new RampartProxy({ listeners: [{ port: 9, protection: { clusterRateLimit: { connectionsPerSecond: 10 } } }], routes }),
+    (e) => e instanceof ConfigError && e.errors.map((x) => x.path).join() === 'listeners[0].protection.clusterRateLimit'
+  );
+});

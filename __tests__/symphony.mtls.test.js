@@ -1,0 +1,164 @@
+'use strict';
+// Symphony drop-in, mTLS (README: "mTLS"): `mtls: { clientCaCert, requireClientCert }` on a
+// listener (required by default) and a route (optional by default), with CA and client
+// certificates made by openssl at test time; the client certificate's facts reach the upstream as
+// a PROXY v2 PP2_TYPE_SSL TLV, checked byte-exact.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const tls = require('node:tls');
+const { execFileSync } = require('node:child_process');
+const { RampartProxy, ConfigError } = require('..');
+const h = require('./helpers');
+
+const SIG = Buffer.from('0d0a0d0a000d0a515549540a', 'hex');
+
+/** A CA and a client certificate it signed (`cn`), made with openssl in a temp dir. */
+function clientPki(dir, name, cn) {
+  const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  run('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}-ca.key`, '-out', `${name}-ca.pem`,
+    '-days', '2', '-subj', `/CN=${name} client CA`, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  run('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}-client.key`, '-out', `${name}-client.csr`, '-subj', `/O=Harper/CN=${cn}`);
+  fs.writeFileSync(path.join(dir, 'client.ext'), 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
+  run('x509', '-req', '-in', `${name}-client.csr`, '-CA', `${name}-ca.pem`, '-CAkey', `${name}-ca.key`, '-CAcreateserial', '-out', `${name}-client.pem`, '-days', '2', '-extfile', 'client.ext');
+  const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8');
+  return { ca: read(`${name}-ca.pem`), cert: read(`${name}-client.pem`), key: read(`${name}-client.key`) };
+}
+
+/** The PROXY v2 header a 127.0.0.1 client gets, with `tlvs` (already encoded) after the addresses. */
+function v2(srcPort, dstPort, tlvs = Buffer.alloc(0)) {
+  const b = Buffer.alloc(28);
+  SIG.copy(b, 0);
+  b.writeUInt8(0x21, 12);
+  b.writeUInt8(0x11, 13);
+  b.writeUInt16BE(12 + tlvs.length, 14);
+  Buffer.from([127, 0, 0, 1, 127, 0, 0, 1]).copy(b, 16);
+  b.writeUInt16BE(srcPort, 24);
+  b.writeUInt16BE(dstPort, 26);
+  return Buffer.concat([b, tlvs]);
+}
+
+function tlv(type, value) {
+  const head = Buffer.alloc(3);
+  head.writeUInt8(type, 0);
+  head.writeUInt16BE(value.length, 1);
+  return Buffer.concat([head, value]);
+}
+
+/** PP2_TYPE_SSL as the PROXY protocol spec lays it out, written independently of the addon. */
+function sslTlv({ certPresented, cn }) {
+  const fixed = Buffer.alloc(5);
+  fixed.writeUInt8(certPresented ? 0x03 : 0x01, 0); // PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN
+  fixed.writeUInt32BE(certPresented ? 0 : 1, 1); // 0 = verified
+  const subs = [tlv(0x21, Buffer.from('TLSv1.3'))];
+  if (cn) subs.push(tlv(0x22, Buffer.from(cn)));
+  return tlv(0x20, Buffer.concat([fixed, ...subs]));
+}
+
+/** A TLS round trip with an optional client certificate; resolves the local port used. */
+function roundTrip(port, servername, client = {}) {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false, ...client });
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error('timed out'));
+    }, 5000);
+    let local;
+    s.once('secureConnect', () => {
+      local = s.localPort;
+      s.write('ping');
+    });
+    s.once('data', (d) => {
+      clearTimeout(timer);
+      s.end();
+      if (d.toString() === 'ok') resolve(local);
+      else reject(new Error(`unexpected reply ${d}`));
+    });
+    s.once('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    s.once('close', () => {
+      clearTimeout(timer);
+      reject(Object.assign(new Error('closed without a reply'), { code: 'ECLOSED' }));
+    });
+  });
+}
+
+test('mtls: required on a listener, optional on a route; facts in PP2_TYPE_SSL byte-exact', async (t) => {
+  if (!h.needTool(t, 'openssl')) return;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-mtls-'));
+  const good = clientPki(dir, 'good', 'alice.harper.test');
+  const rogue = clientPki(dir, 'rogue', 'mallory');
+  const cap = await h.captureServer({ reply: 'ok' });
+  const [pA, pB] = await h.freePorts(2);
+  const up = [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }];
+  const proxy = new RampartProxy({
+    listeners: [
+      { host: '127.0.0.1', port: pA, defaultCert: h.selfSigned(['localhost']), mtls: { clientCaCert: good.ca } },
+      { host: '127.0.0.1', port: pB, defaultCert: h.selfSigned(['localhost']) },
+    ],
+    routes: [
+      { sni: '', upstreams: up, sourceAddressHeader: 'proxyProtocolV2' },
+      { sni: 'opt.test', upstreams: up, sourceAddressHeader: 'proxyProtocolV2', mtls: { clientCaCert: Buffer.from(good.ca) } },
+    ],
+    workerThreads: 1,
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(cap);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const lastCapture = async () => {
+    await h.waitFor(() => cap.captured.length && cap.captured.at(-1).data.length >= 4, { what: 'upstream bytes' });
+    return cap.captured.at(-1).data;
+  };
+  const withCert = { cert: good.cert, key: good.key };
+
+  // Listener A requires a certificate from the good CA.
+  let src = await roundTrip(pA, 'localhost', withCert);
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pA, sslTlv({ certPresented: true, cn: 'alice.harper.test' })), Buffer.from('ping')]));
+  const before = cap.captured.length;
+  await assert.rejects(roundTrip(pA, 'localhost'), 'no certificate: refused');
+  await assert.rejects(roundTrip(pA, 'localhost', { cert: rogue.cert, key: rogue.key }), 'a certificate of another CA: refused');
+  await h.waitFor(() => proxy.metrics().listeners[0].errorsByReason.handshake_failed === 2, { what: 'two handshake_failed' });
+  assert.equal(cap.captured.length, before, 'a refused client never reached the upstream');
+
+  // The route's optional mtls on listener B: with and without a certificate.
+  src = await roundTrip(pB, 'opt.test');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB, sslTlv({ certPresented: false })), Buffer.from('ping')]));
+  src = await roundTrip(pB, 'opt.test', withCert);
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB, sslTlv({ certPresented: true, cn: 'alice.harper.test' })), Buffer.from('ping')]));
+  await assert.rejects(roundTrip(pB, 'opt.test', { cert: rogue.cert, key: rogue.key }), 'a certificate that does not verify is refused even when optional');
+  // ... and it replaces listener A's required mtls for that route.
+  src = await roundTrip(pA, 'opt.test');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pA, sslTlv({ certPresented: false })), Buffer.from('ping')]));
+  // No mtls at all (listener B, default route): the header carries no SSL TLV.
+  src = await roundTrip(pB, 'localhost');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB), Buffer.from('ping')]));
+});
+
+test('mtls config errors name every field', () => {
+  let errs;
+  try {
+    new RampartProxy({
+      listeners: [{ port: 9, defaultCert: h.selfSigned(['localhost']), mtls: { requireClientCert: 'yes' } }],
+      routes: [
+        { sni: '', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], mtls: { clientCaCert: 'not pem', verify: 1 } },
+      ],
+    });
+  } catch (e) {
+    assert.ok(e instanceof ConfigError);
+    errs = e.errors;
+  }
+  assert.deepEqual(errs, [
+    { path: 'listeners[0].mtls.requireClientCert', message: 'must be a boolean, got "yes"' },
+    { path: 'listeners[0].mtls.clientCaCert', message: 'is required (PEM CA certificates)' },
+    { path: 'routes[0].mtls.verify', message: 'unknown field; expected one of: clientCaCert, requireClientCert' },
+    { path: 'routes[0].mtls.clientCaCert', message: 'holds no CERTIFICATE block (expected PEM text)' },
+    { path: 'routes[0].mtls', message: 'needs terminateTls: true (client certificates are verified where TLS is terminated)' },
+  ]);
+});

@@ -1,0 +1,979 @@
+//! The cluster tier on Redis (ProxyConfig `cluster`, README: Running several nodes): bans that
+//! reach every node, the per-client `clusterRateLimit` shared by all nodes, and a circuit
+//! breaker that falls back to local limits.
+//!
+//! Client: the `redis` crate (tokio, [`redis::aio::ConnectionManager`] for commands, a dedicated
+//! pub/sub connection for the ban channel). It is the most used Rust client, maintained by the
+//! redis-rs organisation; its connection manager reconnects by itself, multiplexes concurrent
+//! commands on one socket (so refills pipeline without a pool) and `Script` does EVALSHA with a
+//! fallback to loading the script. `fred` would also fit; it brings its own reconnection and
+//! pooling policy, which we would have to mirror in the breaker.
+//!
+//! Nothing here is on the accept path except two non-blocking calls: [`Cluster::boxed`] (the
+//! engine's box listener: a `try_send`) and [`Cluster::admit`] (a lease lookup, [`lease`]). The
+//! rest runs as tasks on the proxy's tokio runtime:
+//! - **writer**: local bans (boxes, `blockIp`, `unblockIp`) → `SET key value PX ttl` + `PUBLISH`,
+//!   batched in one pipeline; what cannot be written (breaker open, Redis down) is kept, bounded,
+//!   and replayed when Redis is back (bans made during an outage are reconciled, not lost);
+//! - **subscriber**: the ban channel; every message from another node is applied to the engines
+//!   (and through them to XDP). A node never republishes what it received: remote bans are
+//!   applied with the box listener muted on that thread, and messages carry their origin
+//!   `nodeId`; a node ignores its own;
+//! - **reconcile**: on every (re)subscription and at the end of every outage: replay, then `SCAN`
+//!   every ban key and apply the live ones with their `PTTL`;
+//! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently;
+//! - **health**: a `PING` every [`HEALTH_MS`] so an outage is seen (and its end) without traffic;
+//!   refreshes the TTL of this node's bans that have none ([`message::REFRESH_MS`]).
+//!
+//! Every command goes through the [`breaker`]: after `failures` failed or timed-out commands
+//! Redis is not asked for `openMs`, `clusterRateLimit` is not applied (local limits alone) and one
+//! `'error'` `cluster_unavailable` is emitted per outage.
+
+pub mod breaker;
+pub mod lease;
+pub mod message;
+
+use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
+use crate::config::cluster::ClusterConfig;
+use crate::protection::{
+    BlockReason, ClusterRateLimit, Engine, IpKey, Mode, ProtectionPolicy, Verdict,
+};
+use breaker::Breaker;
+use futures_util::StreamExt;
+use ipnet::IpNet;
+use lease::Leases;
+use message::{wall_us, BanKind, BanMessage, Keys, Op, PERMANENT_TTL_MS, REFRESH_MS};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde::Serialize;
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// `'error'` event code of an outage (one per outage).
+pub const CLUSTER_UNAVAILABLE: &str = "cluster_unavailable";
+/// The `clusterRateLimit` GCRA (Redis Lua, `TIME` as the clock).
+pub const GCRA_SCRIPT: &str = include_str!("gcra.lua");
+/// Local bans waiting to be written (between two writer batches).
+pub const BAN_QUEUE: usize = 65_536;
+/// Refill requests waiting (a full queue: the client is admitted on credit or refused by its
+/// lease, and asks again on its next connection).
+pub const REFILL_QUEUE: usize = 65_536;
+/// Local bans kept for replay while Redis is unreachable (oldest dropped beyond).
+pub const REPLAY_MAX: usize = 100_000;
+/// Most operations per pipeline.
+pub const BATCH: usize = 512;
+/// Health `PING` period, ms.
+pub const HEALTH_MS: u64 = 250;
+/// Propagation-delay samples kept (the newest).
+pub const DELAY_SAMPLES: usize = 1024;
+
+thread_local! {
+    /// Set while this thread applies a ban received from another node: the box listener does
+    /// not publish it again (no echo).
+    static REMOTE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// What the cluster tier needs from the proxy it runs in (implemented by the server; keeps this
+/// module free of the proxy's types).
+pub trait Node: Send + Sync + 'static {
+    /// Whether a listener of this node serves `port`.
+    fn serves(&self, port: u16) -> bool;
+    /// Puts `ip`'s client in the penalty box of the listeners on `port` (every listener when
+    /// `None`) for `remaining_ns` from `now_ns`.
+    fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64);
+    /// Adds a `blockIp` entry (`ttl_ms` `None`: until `unblockIp`).
+    fn apply_block(
+        &self,
+        net: IpNet,
+        port: Option<u16>,
+        ttl_ms: Option<u64>,
+        note: Option<String>,
+        now_ns: u64,
+    );
+    /// Removes `blockIp` entries as `unblockIp(net, { port })` does.
+    fn apply_unblock(&self, net: IpNet, port: Option<u16>);
+    /// Emits `'error'` `cluster_unavailable` with `message`.
+    fn unavailable(&self, message: String);
+}
+
+#[derive(Debug, Clone)]
+enum Outgoing {
+    Ban {
+        kind: BanKind,
+        net: IpNet,
+        port: Option<u16>,
+        /// CLOCK_MONOTONIC deadline; `None`: until `unblockIp`.
+        deadline_ns: Option<u64>,
+        note: Option<String>,
+    },
+    Unban {
+        net: IpNet,
+        port: Option<u16>,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Refill {
+    port: u16,
+    key: IpKey,
+    limit: ClusterRateLimit,
+}
+
+#[derive(Debug, Clone)]
+struct Origin {
+    node: String,
+    port: Option<u16>,
+    deadline_ns: Option<u64>,
+}
+
+#[derive(Default)]
+struct Stats {
+    connected: AtomicBool,
+    subscribed: AtomicBool,
+    breaker_open: AtomicBool,
+    bans_published: AtomicU64,
+    bans_received: AtomicU64,
+    lease_refills: AtomicU64,
+    errors: AtomicU64,
+    queue_overflow: AtomicU64,
+    delays_us: Mutex<VecDeque<u64>>,
+}
+
+/// Propagation delay of received bans (sender's wall clock to receiver's), ms, over the newest
+/// [`DELAY_SAMPLES`] messages.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayStats {
+    /// Samples.
+    pub count: u64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+    /// Largest, ms.
+    pub max: f64,
+}
+
+/// `metrics().cluster`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSnapshot {
+    /// This node's `nodeId`.
+    pub node_id: String,
+    /// Redis answers commands and the ban channel is subscribed.
+    pub connected: bool,
+    /// The breaker is open (Redis is not asked; local limits alone apply).
+    pub breaker_open: bool,
+    /// Local bans written and published.
+    pub bans_published: u64,
+    /// Bans received from other nodes (messages and reconciliation loads).
+    pub bans_received: u64,
+    /// `clusterRateLimit` lease refills answered by Redis.
+    pub lease_refills: u64,
+    /// Failed or timed-out Redis commands.
+    pub errors: u64,
+    /// Bans or refill requests not queued because a queue was full.
+    pub queue_overflow: u64,
+    /// Clients holding a lease entry.
+    pub lease_clients: u64,
+    /// Propagation delay of received ban messages.
+    pub propagation_delay_ms: DelayStats,
+}
+
+/// One proxy's cluster tier.
+pub struct Cluster {
+    cfg: ClusterConfig,
+    keys: Keys,
+    client: redis::Client,
+    conn: OnceLock<ConnectionManager>,
+    node: OnceLock<Arc<dyn Node>>,
+    script: redis::Script,
+    /// `clusterRateLimit` leases.
+    pub leases: Leases,
+    stats: Stats,
+    breaker: Mutex<Breaker>,
+    out_tx: mpsc::Sender<Outgoing>,
+    out_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Outgoing>>>,
+    refill_tx: mpsc::Sender<Refill>,
+    refill_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Refill>>>,
+    replay: Mutex<VecDeque<Outgoing>>,
+    origins: Mutex<HashMap<(BanKind, IpNet), Origin>>,
+    permanent: Mutex<HashSet<String>>,
+    reconcile: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Cluster {
+    /// The cluster tier for `cfg` (validated); connects nothing until [`Cluster::start`].
+    pub fn new(cfg: ClusterConfig) -> Result<Arc<Cluster>, redis::RedisError> {
+        let client = redis::Client::open(cfg.redis.url.as_str())?;
+        let (out_tx, out_rx) = mpsc::channel(BAN_QUEUE);
+        let (refill_tx, refill_rx) = mpsc::channel(REFILL_QUEUE);
+        Ok(Arc::new(Cluster {
+            keys: Keys::new(&cfg.redis.key_prefix),
+            breaker: Mutex::new(Breaker::new(
+                cfg.breaker.failures,
+                ms_to_ns(cfg.breaker.open_ms),
+            )),
+            cfg,
+            client,
+            conn: OnceLock::new(),
+            node: OnceLock::new(),
+            script: redis::Script::new(GCRA_SCRIPT),
+            leases: Leases::default(),
+            stats: Stats::default(),
+            out_tx,
+            out_rx: Arc::new(tokio::sync::Mutex::new(out_rx)),
+            refill_tx,
+            refill_rx: Arc::new(tokio::sync::Mutex::new(refill_rx)),
+            replay: Mutex::new(VecDeque::new()),
+            origins: Mutex::new(HashMap::new()),
+            permanent: Mutex::new(HashSet::new()),
+            reconcile: Notify::new(),
+        }))
+    }
+
+    /// This node's `nodeId`.
+    pub fn node_id(&self) -> &str {
+        &self.cfg.node_id
+    }
+
+    /// Whether bans are shared (`shareBans`).
+    pub fn shares_bans(&self) -> bool {
+        self.cfg.share_bans
+    }
+
+    /// Starts the tasks on the current tokio runtime (call inside `Runtime::enter`); they end
+    /// when `stop` fires, and a later call (the proxy started again) starts them anew.
+    pub fn start(self: &Arc<Self>, node: Arc<dyn Node>, stop: CancellationToken) {
+        let _ = self.node.set(node);
+        let (out_rx, refill_rx) = (self.out_rx.clone(), self.refill_rx.clone());
+        let mcfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(
+                self.cfg.redis.connect_timeout_ms,
+            )))
+            .set_response_timeout(Some(Duration::from_millis(
+                self.cfg.redis.command_timeout_ms,
+            )))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(2_000));
+        if self.conn.get().is_none() {
+            match ConnectionManager::new_lazy_with_config(self.client.clone(), mcfg) {
+                Ok(c) => {
+                    let _ = self.conn.set(c);
+                }
+                Err(e) => self.failed(format!("Redis client: {e}")),
+            }
+        }
+        let me = self.clone();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let mut rx = out_rx.lock().await;
+            me.writer(&mut rx, s).await
+        });
+        let me = self.clone();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let mut rx = refill_rx.lock().await;
+            me.refiller(&mut rx, s).await
+        });
+        let me = self.clone();
+        let s = stop.clone();
+        tokio::spawn(async move { me.reconciler(s).await });
+        let me = self.clone();
+        let s = stop.clone();
+        tokio::spawn(async move { me.health(s).await });
+        if self.cfg.share_bans {
+            let me = self.clone();
+            tokio::spawn(async move { me.subscriber(stop).await });
+        }
+    }
+
+    // ---- the accept path (non-blocking) ----
+
+    /// Chains [`Cluster::boxed`] behind `engine`'s box listener (the XDP ban queue), so every
+    /// box and prefix box of that listener is shared.
+    pub fn listen(self: &Arc<Self>, engine: &Engine) {
+        if !self.cfg.share_bans {
+            return;
+        }
+        let prev = engine.box_listener();
+        let me = self.clone();
+        let port = engine.port();
+        engine.set_box_listener(Some(Arc::new(move |key, deadline_ns, prefix| {
+            if let Some(p) = &prev {
+                p(key, deadline_ns, prefix);
+            }
+            me.boxed(port, key, deadline_ns, prefix);
+        })));
+    }
+
+    /// Box listener hook (chained after the XDP one): queues a local box for publishing. Never
+    /// blocks; a remote ban being applied on this thread is not published again.
+    pub fn boxed(&self, port: u16, key: IpKey, deadline_ns: u64, prefix: bool) {
+        if !self.cfg.share_bans || REMOTE.with(Cell::get) {
+            return;
+        }
+        self.queue(Outgoing::Ban {
+            kind: if prefix {
+                BanKind::Prefix
+            } else {
+                BanKind::Box
+            },
+            net: key.to_ipnet(),
+            port: Some(port),
+            deadline_ns: Some(deadline_ns),
+            note: None,
+        });
+    }
+
+    fn queue(&self, o: Outgoing) {
+        if self.out_tx.try_send(o).is_err() {
+            self.stats.queue_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `clusterRateLimit` at accept, for a connection the engine admitted: `Some(verdict)`
+    /// refuses `cluster_rate_limited` (observed in observe mode). Admits when the policy has no
+    /// `clusterRateLimit`, the client is allowlisted, or the breaker is open (local limits
+    /// alone). Never waits: a client out of tokens queues a refill request.
+    pub fn admit(
+        &self,
+        policy: Option<&ProtectionPolicy>,
+        port: u16,
+        ip: IpAddr,
+        now_ns: u64,
+    ) -> Option<Verdict> {
+        let p = policy?;
+        let limit = *p.cluster_rate_limit()?;
+        if self.stats.breaker_open.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ip = ip.to_canonical();
+        if p.allowlist().contains(ip) {
+            return None;
+        }
+        let key = IpKey::new(ip, p.ipv6_prefix_length());
+        let d = self.leases.admit(port, key, limit.lease, now_ns);
+        if d.refill
+            && self
+                .refill_tx
+                .try_send(Refill { port, key, limit })
+                .is_err()
+        {
+            self.stats.queue_overflow.fetch_add(1, Ordering::Relaxed);
+            self.leases.not_sent(port, key);
+        }
+        (!d.admit).then_some(Verdict {
+            reason: BlockReason::ClusterRateLimited,
+            observed: p.mode() == Mode::Observe,
+        })
+    }
+
+    // ---- operator actions (JS thread) ----
+
+    /// `blockIp` was applied locally: share it.
+    pub fn blocked(
+        &self,
+        net: IpNet,
+        port: Option<u16>,
+        ttl_ms: Option<u64>,
+        note: Option<String>,
+    ) {
+        if !self.cfg.share_bans {
+            return;
+        }
+        let now = clock::now_ns();
+        self.queue(Outgoing::Ban {
+            kind: BanKind::Block,
+            net,
+            port,
+            deadline_ns: ttl_ms.map(|t| now.saturating_add(ms_to_ns(t))),
+            note,
+        });
+    }
+
+    /// `unblockIp` was applied locally: share it.
+    pub fn unblocked(&self, net: IpNet, port: Option<u16>) {
+        if self.cfg.share_bans {
+            self.queue(Outgoing::Unban { net, port });
+        }
+    }
+
+    /// The `nodeId` a `blockedIps({detail:true})` entry came from (`ip` as listed, `reason` its
+    /// list): the origin of a ban received from another node, else this node; and whether it
+    /// came from another node.
+    pub fn origin(&self, reason: BlockReason, ip: &str, port: u16) -> (String, bool) {
+        let net = match ip.parse::<IpNet>() {
+            Ok(n) => n,
+            Err(_) => match ip.parse::<IpAddr>() {
+                Ok(a) => IpNet::from(a),
+                Err(_) => return (self.cfg.node_id.clone(), false),
+            },
+        };
+        let kinds: &[BanKind] = match reason {
+            BlockReason::PenaltyBoxed => &[BanKind::Box],
+            BlockReason::DynamicBlocked => &[BanKind::Block, BanKind::Prefix],
+            _ => &[],
+        };
+        let now = clock::now_ns();
+        let origins = lock(&self.origins);
+        kinds
+            .iter()
+            .filter_map(|k| origins.get(&(*k, net)))
+            .find(|o| o.port.is_none_or(|p| p == port) && o.deadline_ns.is_none_or(|d| d > now))
+            .map_or_else(
+                || (self.cfg.node_id.clone(), false),
+                |o| (o.node.clone(), true),
+            )
+    }
+
+    /// `metrics().cluster`.
+    pub fn snapshot(&self) -> ClusterSnapshot {
+        let s = &self.stats;
+        let mut d: Vec<u64> = lock(&s.delays_us).iter().copied().collect();
+        d.sort_unstable();
+        let pick = |q: f64| -> f64 {
+            if d.is_empty() {
+                return 0.0;
+            }
+            let i = ((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1;
+            d[i] as f64 / 1000.0
+        };
+        ClusterSnapshot {
+            node_id: self.cfg.node_id.clone(),
+            connected: s.connected.load(Ordering::Relaxed)
+                && (!self.cfg.share_bans || s.subscribed.load(Ordering::Relaxed)),
+            breaker_open: s.breaker_open.load(Ordering::Relaxed),
+            bans_published: s.bans_published.load(Ordering::Relaxed),
+            bans_received: s.bans_received.load(Ordering::Relaxed),
+            lease_refills: s.lease_refills.load(Ordering::Relaxed),
+            errors: s.errors.load(Ordering::Relaxed),
+            queue_overflow: s.queue_overflow.load(Ordering::Relaxed),
+            lease_clients: self.leases.len() as u64,
+            propagation_delay_ms: DelayStats {
+                count: d.len() as u64,
+                p50: pick(0.5),
+                p99: pick(0.99),
+                max: d.last().map_or(0.0, |m| *m as f64 / 1000.0),
+            },
+        }
+    }
+
+    // ---- Redis through the breaker ----
+
+    /// Runs one command (or pipeline) unless the breaker is open; a failure or a timeout
+    /// (`commandTimeoutMs`) is recorded. `None`: not sent or failed.
+    async fn run<T, F, Fut>(&self, f: F) -> Option<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.conn.get()?.clone();
+        if !lock(&self.breaker).allow(clock::now_ns()) {
+            return None;
+        }
+        let limit = Duration::from_millis(self.cfg.redis.command_timeout_ms);
+        match tokio::time::timeout(limit, f(conn)).await {
+            Ok(Ok(v)) => {
+                self.succeeded();
+                Some(v)
+            }
+            Ok(Err(e)) => {
+                self.failed(format!("Redis command failed: {e}"));
+                None
+            }
+            Err(_) => {
+                self.failed(format!(
+                    "Redis command timed out after {} ms (commandTimeoutMs)",
+                    self.cfg.redis.command_timeout_ms
+                ));
+                None
+            }
+        }
+    }
+
+    fn succeeded(&self) {
+        let ended = lock(&self.breaker).success();
+        self.stats.breaker_open.store(false, Ordering::Relaxed);
+        self.stats.connected.store(true, Ordering::Relaxed);
+        if ended {
+            self.reconcile.notify_one();
+        }
+    }
+
+    fn failed(&self, message: String) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let f = lock(&self.breaker).failure(clock::now_ns());
+        if f.open {
+            self.stats.breaker_open.store(true, Ordering::Relaxed);
+            self.stats.connected.store(false, Ordering::Relaxed);
+        }
+        if f.outage_began {
+            if let Some(n) = self.node.get() {
+                n.unavailable(format!(
+                    "Redis unreachable, local limits alone apply: {message}"
+                ));
+            }
+        }
+    }
+
+    fn keep_for_replay(&self, ops: Vec<Outgoing>) {
+        let mut r = lock(&self.replay);
+        for o in ops {
+            if r.len() >= REPLAY_MAX {
+                r.pop_front();
+            }
+            r.push_back(o);
+        }
+    }
+
+    // ---- tasks ----
+
+    async fn writer(&self, rx: &mut mpsc::Receiver<Outgoing>, stop: CancellationToken) {
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => return,
+                o = rx.recv() => match o { Some(o) => o, None => return },
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(o) => batch.push(o),
+                    Err(_) => break,
+                }
+            }
+            self.write(batch).await;
+        }
+    }
+
+    /// Writes and publishes local bans; what fails is kept for replay.
+    async fn write(&self, batch: Vec<Outgoing>) {
+        let now = clock::now_ns();
+        // Coalesce: one write per ban key (the latest deadline), unbans in order.
+        let mut ops: Vec<Outgoing> = Vec::with_capacity(batch.len());
+        for o in batch {
+            if let Outgoing::Ban {
+                kind,
+                net,
+                port,
+                deadline_ns,
+                ..
+            } = &o
+            {
+                if deadline_ns.is_some_and(|d| d <= now) {
+                    continue;
+                }
+                if let Some(Outgoing::Ban { deadline_ns: d, .. }) = ops.iter_mut().find(|x| {
+                    matches!(x, Outgoing::Ban { kind: k, net: n, port: p, .. }
+                        if k == kind && n == net && p == port)
+                }) {
+                    if deadline_ns.is_none() || d.is_some_and(|d| Some(d) < *deadline_ns) {
+                        *d = *deadline_ns;
+                    }
+                    continue;
+                }
+            }
+            ops.push(o);
+        }
+        if ops.is_empty() {
+            return;
+        }
+        // Unbans without a port remove every per-port blockIp key of the network: find them.
+        let mut extra_del: Vec<String> = Vec::new();
+        for o in &ops {
+            if let Outgoing::Unban { net, port: None } = o {
+                let pattern = self.keys.block_pattern(net);
+                match self.scan(&pattern).await {
+                    Some(keys) => extra_del.extend(keys),
+                    None => {
+                        self.keep_for_replay(ops);
+                        return;
+                    }
+                }
+            }
+        }
+        let mut pipe = redis::pipe();
+        let channel = self.keys.channel();
+        let mut permanent_add = Vec::new();
+        let mut permanent_del = Vec::new();
+        let mut published = 0u64;
+        for o in &ops {
+            let (msg, key) = match o {
+                Outgoing::Ban {
+                    kind,
+                    net,
+                    port,
+                    deadline_ns,
+                    note,
+                } => {
+                    let ttl_ms = deadline_ns.map(|d| ns_to_ms_ceil(d.saturating_sub(now)));
+                    let key = self.keys.ban(*kind, *port, net);
+                    let msg = self.message(Op::Ban, *kind, *net, *port, ttl_ms, note.clone());
+                    let px = ttl_ms.unwrap_or(PERMANENT_TTL_MS).max(1);
+                    if ttl_ms.is_none() {
+                        permanent_add.push(key.clone());
+                    }
+                    pipe.cmd("SET")
+                        .arg(&key)
+                        .arg(&msg)
+                        .arg("PX")
+                        .arg(px)
+                        .ignore();
+                    (msg, key)
+                }
+                Outgoing::Unban { net, port } => {
+                    let key = self.keys.ban(BanKind::Block, *port, net);
+                    let msg = self.message(Op::Unban, BanKind::Block, *net, *port, None, None);
+                    pipe.cmd("DEL").arg(&key).ignore();
+                    permanent_del.push(*net);
+                    (msg, key)
+                }
+            };
+            let _ = key;
+            pipe.cmd("PUBLISH").arg(&channel).arg(msg).ignore();
+            published += 1;
+        }
+        for k in &extra_del {
+            pipe.cmd("DEL").arg(k).ignore();
+        }
+        let done = self
+            .run(|mut c| async move { pipe.query_async::<()>(&mut c).await })
+            .await;
+        if done.is_none() {
+            self.keep_for_replay(ops);
+            return;
+        }
+        self.stats
+            .bans_published
+            .fetch_add(published, Ordering::Relaxed);
+        let mut origins = lock(&self.origins);
+        let mut perm = lock(&self.permanent);
+        for k in permanent_add {
+            perm.insert(k);
+        }
+        for net in permanent_del {
+            perm.retain(|k| !k.ends_with(&format!(":{net}")));
+        }
+        for o in &ops {
+            match o {
+                Outgoing::Ban { kind, net, .. } => origins.remove(&(*kind, *net)),
+                Outgoing::Unban { net, .. } => origins.remove(&(BanKind::Block, *net)),
+            };
+        }
+    }
+
+    fn message(
+        &self,
+        op: Op,
+        kind: BanKind,
+        net: IpNet,
+        port: Option<u16>,
+        ttl_ms: Option<u64>,
+        note: Option<String>,
+    ) -> String {
+        let m = BanMessage {
+            op,
+            node: self.cfg.node_id.clone(),
+            kind,
+            net,
+            port,
+            ttl_ms,
+            note,
+            sent_us: wall_us(),
+        };
+        serde_json::to_string(&m).unwrap_or_default()
+    }
+
+    /// Every key matching `pattern` (`SCAN`, each step through the breaker).
+    async fn scan(&self, pattern: &str) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let pat = pattern.to_string();
+            let (next, keys): (u64, Vec<String>) = self
+                .run(|mut c| async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pat)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            out.extend(keys);
+            if next == 0 {
+                return Some(out);
+            }
+            cursor = next;
+        }
+    }
+
+    async fn refiller(&self, rx: &mut mpsc::Receiver<Refill>, stop: CancellationToken) {
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = rx.recv() => match r { Some(r) => r, None => return },
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.refill(batch).await;
+        }
+    }
+
+    /// One EVALSHA per client, sent concurrently (the connection pipelines them).
+    async fn refill(&self, batch: Vec<Refill>) {
+        let mut calls = Vec::with_capacity(batch.len());
+        for r in &batch {
+            let debt = self.leases.take_debt(r.port, r.key);
+            let interval_us = ((1e6 / r.limit.limit.rate).round() as u64).max(1);
+            let tolerance_us = interval_us.saturating_mul(r.limit.limit.burst.saturating_sub(1));
+            let mut inv = self.script.key(self.keys.rate(r.port, &r.key.to_string()));
+            inv.arg(interval_us)
+                .arg(tolerance_us)
+                .arg(debt)
+                .arg(r.limit.lease);
+            calls.push(inv);
+        }
+        let answers: Option<Vec<(u64, u64)>> = self
+            .run(|c| async move {
+                let futs = calls.iter().map(|inv| {
+                    let mut c = c.clone();
+                    async move { inv.invoke_async::<(u64, u64)>(&mut c).await }
+                });
+                futures_util::future::join_all(futs)
+                    .await
+                    .into_iter()
+                    .collect::<redis::RedisResult<Vec<_>>>()
+            })
+            .await;
+        let now = clock::now_ns();
+        match answers {
+            Some(a) => {
+                for (r, (granted, retry_us)) in batch.iter().zip(a) {
+                    self.leases.refilled(
+                        r.port,
+                        r.key,
+                        granted,
+                        retry_us.saturating_mul(1000),
+                        now,
+                    );
+                }
+                self.stats
+                    .lease_refills
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            }
+            None => {
+                for r in &batch {
+                    self.leases.failed(r.port, r.key);
+                }
+            }
+        }
+    }
+
+    async fn health(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(HEALTH_MS));
+        let mut n: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let _ = self
+                .run(|mut c| async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+                .await;
+            let now = clock::now_ns();
+            n += 1;
+            if n.is_multiple_of(40) {
+                self.leases.purge(now);
+                lock(&self.origins).retain(|_, o| o.deadline_ns.is_none_or(|d| d > now));
+            }
+            if n.is_multiple_of(REFRESH_MS / HEALTH_MS) {
+                let keys: Vec<String> = lock(&self.permanent).iter().cloned().collect();
+                if !keys.is_empty() {
+                    let mut pipe = redis::pipe();
+                    for k in &keys {
+                        pipe.cmd("PEXPIRE").arg(k).arg(PERMANENT_TTL_MS).ignore();
+                    }
+                    let _ = self
+                        .run(|mut c| async move { pipe.query_async::<()>(&mut c).await })
+                        .await;
+                }
+            }
+        }
+    }
+
+    async fn reconciler(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.reconcile.notified() => {}
+            }
+            // Own bans made while Redis was away first, so the others receive them too.
+            let pending: Vec<Outgoing> = lock(&self.replay).drain(..).collect();
+            if !pending.is_empty() {
+                self.write(pending).await;
+            }
+            if self.cfg.share_bans {
+                self.load().await;
+            }
+        }
+    }
+
+    /// Loads every live ban key of the other nodes (`SCAN`, then `GET` + `PTTL` per key).
+    async fn load(&self) {
+        let Some(keys) = self.scan(&self.keys.ban_pattern()).await else {
+            return;
+        };
+        for chunk in keys.chunks(BATCH) {
+            let mut pipe = redis::pipe();
+            for k in chunk {
+                pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
+            }
+            let Some(vals) =
+                self.run(|mut c| async move {
+                    pipe.query_async::<Vec<(Option<String>, i64)>>(&mut c).await
+                })
+                .await
+            else {
+                return;
+            };
+            for (v, pttl) in vals {
+                let Some(m) = v.and_then(|v| serde_json::from_str::<BanMessage>(&v).ok()) else {
+                    continue;
+                };
+                if m.node == self.cfg.node_id || m.op != Op::Ban || pttl == -2 {
+                    continue;
+                }
+                let ttl = if m.ttl_ms.is_none() {
+                    None
+                } else if pttl > 0 {
+                    Some(pttl as u64)
+                } else {
+                    continue;
+                };
+                self.stats.bans_received.fetch_add(1, Ordering::Relaxed);
+                self.apply(&m, ttl);
+            }
+        }
+    }
+
+    async fn subscriber(self: Arc<Self>, stop: CancellationToken) {
+        let connect = Duration::from_millis(self.cfg.redis.connect_timeout_ms);
+        let mut backoff = Duration::from_millis(100);
+        let channel = self.keys.channel();
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            let ps = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = tokio::time::timeout(connect, self.client.get_async_pubsub()) => r,
+            };
+            if let Ok(Ok(mut ps)) = ps {
+                let sub = tokio::time::timeout(connect, ps.subscribe(&channel)).await;
+                if let Ok(Ok(())) = sub {
+                    backoff = Duration::from_millis(100);
+                    self.stats.subscribed.store(true, Ordering::Relaxed);
+                    self.reconcile.notify_one();
+                    let mut stream = ps.on_message();
+                    loop {
+                        let m = tokio::select! {
+                            _ = stop.cancelled() => return,
+                            m = stream.next() => m,
+                        };
+                        match m {
+                            Some(m) => self.receive(m.get_payload_bytes()),
+                            None => break,
+                        }
+                    }
+                    self.stats.subscribed.store(false, Ordering::Relaxed);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// One ban-channel message.
+    fn receive(&self, payload: &[u8]) {
+        let Ok(m) = serde_json::from_slice::<BanMessage>(payload) else {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if m.node == self.cfg.node_id {
+            return;
+        }
+        self.stats.bans_received.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut d = lock(&self.stats.delays_us);
+            if d.len() >= DELAY_SAMPLES {
+                d.pop_front();
+            }
+            d.push_back(wall_us().saturating_sub(m.sent_us));
+        }
+        self.apply(&m, m.ttl_ms);
+    }
+
+    /// Applies another node's ban (or unban) with `ttl_ms` left to this node's engines. A ban
+    /// for a port this node does not serve is ignored; one without a port applies to every
+    /// listener.
+    fn apply(&self, m: &BanMessage, ttl_ms: Option<u64>) {
+        let Some(node) = self.node.get() else { return };
+        if m.port.is_some_and(|p| !node.serves(p)) {
+            return;
+        }
+        let now = clock::now_ns();
+        let deadline_ns = ttl_ms.map(|t| now.saturating_add(ms_to_ns(t)));
+        let origin = Origin {
+            node: m.node.clone(),
+            port: m.port,
+            deadline_ns,
+        };
+        match (m.op, m.kind) {
+            (Op::Ban, BanKind::Box) => {
+                let Some(ttl) = ttl_ms else { return };
+                REMOTE.with(|r| r.set(true));
+                node.apply_box(m.net.addr(), m.port, ms_to_ns(ttl), now);
+                REMOTE.with(|r| r.set(false));
+            }
+            (Op::Ban, BanKind::Prefix) => node.apply_block(
+                m.net,
+                m.port,
+                ttl_ms,
+                Some(format!("penalty box of the prefix, from node {}", m.node)),
+                now,
+            ),
+            (Op::Ban, BanKind::Block) => {
+                node.apply_block(m.net, m.port, ttl_ms, m.note.clone(), now)
+            }
+            (Op::Unban, _) => {
+                node.apply_unblock(m.net, m.port);
+                lock(&self.origins).remove(&(BanKind::Block, m.net));
+                let suffix = format!(":{}", m.net);
+                lock(&self.permanent).retain(|k| !k.ends_with(&suffix));
+                return;
+            }
+        }
+        lock(&self.origins).insert((m.kind, m.net), origin);
+    }
+}

@@ -1,0 +1,45 @@
+//! `mtls: { clientCaCert, requireClientCert }` on listeners and routes (README: Config, "mTLS";
+//! Symphony-compatible): client certificates verified against the given CAs by rustls'
+//! `WebPkiClientVerifier`. `requireClientCert` defaults to true on a listener and false on a
+//! route (a route's `mtls` replaces its listener's for that route).
+
+use super::error::Issues;
+use super::value::{self as v, field, join};
+use crate::tls::certs::{client_verifier, ClientVerifier};
+use serde_json::Value;
+
+/// A validated `mtls` object.
+#[derive(Debug, Clone)]
+pub struct Mtls {
+    /// The verifier built over `clientCaCert`.
+    pub verifier: ClientVerifier,
+    /// `requireClientCert`: a handshake without a client certificate fails.
+    pub required: bool,
+}
+
+/// Parses `mtls` at `path`; `required_default` is true for listeners, false for routes.
+pub fn parse_mtls(
+    val: &Value,
+    path: &str,
+    required_default: bool,
+    issues: &mut Issues,
+) -> Option<Mtls> {
+    let obj = v::object(val, path, issues)?;
+    v::reject_unknown(obj, &["clientCaCert", "requireClientCert"], path, issues);
+    let required = field(obj, "requireClientCert")
+        .and_then(|b| v::boolean(b, &join(path, "requireClientCert"), issues))
+        .unwrap_or(required_default);
+    let ca_path = join(path, "clientCaCert");
+    let Some(ca) = field(obj, "clientCaCert") else {
+        issues.push(ca_path, "is required (PEM CA certificates)");
+        return None;
+    };
+    let pem = v::pem_bytes(ca, &ca_path, issues)?;
+    match client_verifier(&pem, required) {
+        Ok(verifier) => Some(Mtls { verifier, required }),
+        Err(e) => {
+            issues.push(ca_path, e);
+            None
+        }
+    }
+}
