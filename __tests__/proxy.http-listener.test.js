@@ -257,3 +257,128 @@ test('mode http behind a trusted balancer: the ACME request reaches the upstream
   assert.equal(ev.reason, 'cidr_blocked');
   assert.equal(cap.captured.length, 1);
 });
+
+test('mode http under attack: the challenge path, absolute-form, Host forms, framing, slow readers, keep-alive cap', async (t) => {
+  const reply = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok';
+  const cap = await h.captureServer({ reply });
+  const port = await h.freePort();
+  const IDLE_MS = 500;
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, mode: 'http', idleTimeoutMs: IDLE_MS }],
+    routes: [{ sni: 'acme.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }] }],
+  });
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(cap);
+  });
+  const m = () => proxy.metrics().listeners[0];
+
+  await t.test('only a base64url token is proxied: .., %2e, a query or a body are redirected', async () => {
+    const c = rawClient(port);
+    for (const p of ['../../admin', '%2e%2e/%2e%2e/admin', 'tok?x=1']) {
+      await c.send(`GET /.well-known/acme-challenge/${p} HTTP/1.1\r\nHost: acme.test\r\n\r\n`);
+      const r = await c.response();
+      assert.equal(r.status, 301, p);
+      assert.equal(r.headers.location, `https://acme.test/.well-known/acme-challenge/${p}`);
+    }
+    await c.send('GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: acme.test\r\nContent-Length: 2\r\n\r\nab');
+    const r = await c.response();
+    assert.equal(r.status, 301);
+    assert.equal(r.headers.connection, 'close');
+    await c.waitClosed();
+    assert.equal(cap.captured.length, 0);
+  });
+
+  await t.test('what the client pipelines after a challenge never reaches the upstream', async () => {
+    const c = rawClient(port);
+    const head = 'GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: acme.test\r\n\r\n';
+    await c.send(`${head}GET /admin HTTP/1.1\r\nHost: internal\r\n\r\n`);
+    const r = await c.response();
+    assert.equal(r.status, 200);
+    await c.send('GET /later HTTP/1.1\r\nHost: internal\r\n\r\n');
+    await c.waitClosed();
+    await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].closed !== false, { what: 'upstream connection' });
+    assert.equal(cap.captured[0].data.toString(), head.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'));
+  });
+
+  await t.test('absolute-form naming another host than Host → 400 and close', async () => {
+    const before = m().errorsByReason.bad_request;
+    const c = rawClient(port);
+    await c.send('GET http://evil.test/.well-known/acme-challenge/tok HTTP/1.1\r\nHost: acme.test\r\n\r\n');
+    assert.equal((await c.response()).status, 400);
+    await c.waitClosed();
+    assert.equal(m().errorsByReason.bad_request, before + 1);
+    assert.equal(cap.captured.length, 1);
+  });
+
+  await t.test('Host is redirected as routed: lower case, no port, no trailing dot; empty labels → 400', async () => {
+    const c = rawClient(port);
+    await c.send('GET /p?q HTTP/1.1\r\nHost: ACME.Test.:8080\r\n\r\n');
+    const r = await c.response();
+    assert.equal(r.status, 301);
+    assert.equal(r.headers.location, 'https://acme.test/p?q');
+    await c.send('GET /p HTTP/1.1\r\nHost: acme..test\r\n\r\n');
+    assert.equal((await c.response()).status, 400);
+    await c.waitClosed();
+  });
+
+  await t.test('Content-Length that is not one number, or beside Transfer-Encoding → 400 and close', async () => {
+    for (const framing of ['Content-Length: abc', 'Content-Length: 0\r\nContent-Length: 5', 'Content-Length: 4\r\nTransfer-Encoding: chunked']) {
+      const c = rawClient(port);
+      await c.send(`POST / HTTP/1.1\r\nHost: acme.test\r\n${framing}\r\n\r\n0\r\n\r\n`);
+      assert.equal((await c.response()).status, 400, framing);
+      await c.waitClosed();
+    }
+  });
+
+  await t.test('a client that pipelines and never reads is closed after idleTimeoutMs (idle_timeout)', async () => {
+    const before = m().errorsByReason.idle_timeout;
+    const s = net.connect({ port, host: '127.0.0.1' });
+    s.on('error', () => {});
+    await new Promise((r) => s.once('connect', r));
+    s.pause();
+    // 8 KB paths: the 8 KB Locations of fewer than 1000 answers fill the socket buffers.
+    s.write(`GET /${'a'.repeat(8000)} HTTP/1.1\r\nHost: acme.test\r\n\r\n`.repeat(999));
+    await h.waitFor(() => m().errorsByReason.idle_timeout === before + 1, { what: 'idle_timeout', timeoutMs: 10000 });
+    await h.waitFor(() => m().activeConnections === 0, { what: 'the connection closed' });
+    s.destroy();
+  });
+
+  await t.test('a connection carries at most 1000 requests; the 1000th answer closes it', async () => {
+    const c = rawClient(port);
+    await c.send('GET / HTTP/1.1\r\nHost: acme.test\r\n\r\n'.repeat(1001));
+    const answers = [];
+    for (let i = 0; i < 1000; i++) answers.push(await c.response());
+    assert.deepEqual([...new Set(answers.map((r) => r.status))], [301]);
+    assert.equal(answers[998].headers.connection, 'keep-alive');
+    assert.equal(answers[999].headers.connection, 'close');
+    await c.waitClosed();
+    await h.waitFor(() => m().activeConnections === 0, { what: 'no connection left' });
+  });
+});
+
+test('updateConfig on an http listener is all-or-nothing: a bad protection field keeps the old routes', async (t) => {
+  const port = await h.freePort();
+  const up = [{ kind: 'tcp', host: '127.0.0.1', port: 1 }];
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port, mode: 'http' }], routes: [{ sni: 'a.test', upstreams: up }] });
+  await proxy.start();
+  t.after(() => proxy.stop());
+  const status = async (host) => {
+    const c = rawClient(port);
+    await c.send(`GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    const r = await c.response();
+    c.socket.destroy();
+    return r.status;
+  };
+  assert.throws(
+    () => proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }], protection: [{ port, protection: { rateLimit: { connectionsPerSecond: NaN }, slowRequest: { headTimeoutMs: -1 } } }] }),
+    (e) => {
+      assert.deepEqual(e.errors.map((x) => x.path), ['protection[0].protection.rateLimit.connectionsPerSecond', 'protection[0].protection.slowRequest.headTimeoutMs']);
+      return true;
+    }
+  );
+  assert.deepEqual([await status('a.test'), await status('c.test')], [301, 404]);
+  proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }] });
+  assert.deepEqual([await status('a.test'), await status('c.test')], [404, 301]);
+});

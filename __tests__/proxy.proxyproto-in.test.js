@@ -134,6 +134,33 @@ test('PROXY headers from a trusted load balancer name the client; others are not
     r.socket.destroy();
   });
 
+  await t.test('v2 over UDP (0x12) names no client: the peer itself is the client (HAProxy)', async () => {
+    const before = cap.captured.length;
+    const udp = v2('203.0.113.77', 5000, '198.51.100.1', 443);
+    udp.writeUInt8(0x12, 13);
+    const r = await viaBalancer({ port, header: udp });
+    assert.equal(r.secure, true);
+    const data = await upstreamSaw(before);
+    assert.deepEqual(data, Buffer.concat([v2('127.0.0.1', r.localPort, '127.0.0.1', port), Buffer.from('DATA')]));
+    r.socket.destroy();
+  });
+
+  await t.test('a v2 header announcing more than 16 KiB, or a TLV cut short, is refused at once', async () => {
+    const huge = v2('203.0.113.78', 5000, '198.51.100.1', 443);
+    huge.writeUInt16BE(0xffff, 14);
+    const cut = v2('203.0.113.78', 5000, '198.51.100.1', 443, Buffer.from([0x04, 0x00, 0x09, 0x00]));
+    for (const header of [huge, cut]) {
+      const before = m().errorsByReason.proxy_header_invalid;
+      const n = errors.length;
+      const r = await viaBalancer({ port, header });
+      assert.equal(r.secure, false);
+      await h.waitFor(() => m().errorsByReason.proxy_header_invalid === before + 1, { what: 'proxy_header_invalid' });
+      // Refused as not a header, not after waiting timeoutMs for bytes that would never do.
+      assert.equal(errors[n].message, 'trusted peer 127.0.0.1: the first bytes are not a PROXY v1 or v2 header');
+    }
+    assert.ok(!events.some((e) => e.ip === '203.0.113.78'));
+  });
+
   await t.test("a blocklisted client in the header is refused and named in the 'blocked' event", async () => {
     const blockedBefore = m().blockedByReason.cidr_blocked || 0;
     const r = await viaBalancer({ port, header: v2('192.0.2.66', 1234, '198.51.100.1', 443) });

@@ -5,13 +5,18 @@
 //! - no `Host` (or more than one) → `400`; a `Host` that is not `name[:port]` → `400` and close;
 //! - a `Host` (port stripped) that no route's `sni` matches — the route table's own matcher, so
 //!   the rules are those of TLS routing, default route `''` included — → `404`;
-//! - `GET /.well-known/acme-challenge/<token>` → proxied to that route's upstreams (its
-//!   `sourceAddressHeader` first), with `Connection: close`: the upstream's answer goes back to
-//!   the client and the connection ends with it;
+//! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token) → its head alone
+//!   proxied to that route's upstreams (its `sourceAddressHeader` first), with
+//!   `Connection: close`: the upstream's answer goes back to the client and the connection ends
+//!   with it (the client's later bytes are dropped);
+//! - an absolute-form target whose host is not `Host`, or a `Content-Length` that is not one
+//!   number or is beside `Transfer-Encoding` → `400` and close;
 //! - anything else → `301 Location: https://<host><path>` (path and query as sent).
 //!
 //! `301`, `400` and `404` keep the connection alive (HTTP/1.1 unless `Connection: close`;
-//! HTTP/1.0 with `Connection: keep-alive`) unless the request has a body, which is not read. A
+//! HTTP/1.0 with `Connection: keep-alive`, at most [`MAX_REQUESTS_PER_CONNECTION`] requests)
+//! unless the request has a body, which is not read; an answer not written within
+//! `idleTimeoutMs` closes the connection. A
 //! head that does not fit [`MAX_HEAD_BYTES`] is answered `431`, bytes that are not HTTP/1.x `400`,
 //! and the connection closed. Admission at accept ran before this; `slowRequest` bounds each
 //! head: the first within `headTimeoutMs` of accept, a later one within `headTimeoutMs` of its
@@ -23,7 +28,6 @@ use crate::config::proxy::SourceAddressHeader;
 use crate::metrics::ErrorReason;
 use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
 use crate::protection::{BlockReason, Mode, Verdict};
-use crate::proxy::copy::{proxy_pair, CopyEnd};
 use crate::proxy::head::MAX_HEAD_BYTES;
 use crate::proxy::proxy_protocol::{v1_header, v2_header};
 use crate::proxy::routes::CompiledRoute;
@@ -42,6 +46,9 @@ pub const ACME_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// Header fields `httparse` is given room for; more is answered `431`.
 const MAX_FIELDS: usize = 100;
+
+/// Requests one connection may carry; the last answer closes it (nginx's `keepalive_requests`).
+pub const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 
 /// How long a closing connection's unread bytes are drained so the client reads the answer
 /// (instead of a reset), at most.
@@ -109,12 +116,33 @@ fn strip_port(v: &str) -> Option<&str> {
     } else {
         let (name, port) = v.rsplit_once(':').unwrap_or((v, ""));
         let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_';
-        if name.is_empty() || name.len() > 253 || !name.bytes().all(ok) {
+        // No empty label (`.a`, `a..b`, `..`); one trailing dot is the root and allowed.
+        let labels = name.strip_suffix('.').unwrap_or(name);
+        if labels.is_empty()
+            || name.len() > 253
+            || !name.bytes().all(ok)
+            || labels.split('.').any(str::is_empty)
+        {
             return None;
         }
         (name, port)
     };
     port.bytes().all(|b| b.is_ascii_digit()).then_some(name)
+}
+
+/// The host name as routed and redirected to: lower case, one trailing dot dropped (nginx's
+/// `$host`).
+fn normalize_host(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
+}
+
+/// Whether `token` is an ACME HTTP-01 token: base64url characters only (RFC 8555 §8.1, §8.3), so
+/// no `..`, `%`, `/` or query reaches the upstream through the challenge path.
+fn acme_token(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitive).
@@ -149,10 +177,25 @@ fn parse(buf: &[u8]) -> Parsed {
             .map(str::trim)
             .and_then(strip_port)
         {
-            Some(name) => HostField::Name(name.to_string()),
+            Some(name) => HostField::Name(normalize_host(name)),
             None => HostField::Invalid,
         },
         (Some(_), Some(_)) => HostField::Invalid,
+    };
+    // absolute-form (`http://host/p?q`): its authority names the host (RFC 9112 §3.2.2); one
+    // that is not `Host` is refused (HAProxy), so routing and the upstream agree on the host.
+    let absolute = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"));
+    let host = match (host, absolute) {
+        (HostField::Name(name), Some(rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match strip_port(&rest[..end]).map(normalize_host) {
+                Some(authority) if authority == name => HostField::Name(name),
+                _ => HostField::Invalid,
+            }
+        }
+        (host, _) => host,
     };
     let header = |name: &'static str| {
         req.headers
@@ -162,16 +205,22 @@ fn parse(buf: &[u8]) -> Parsed {
     };
     let close = header("connection").any(|v| lists(v, "close"));
     let keep = header("connection").any(|v| lists(v, "keep-alive"));
-    let has_body = header("transfer-encoding").next().is_some()
-        || header("content-length").any(|v| v.trim_ascii() != b"0");
+    // Content-Length: digits, every copy the same; not beside Transfer-Encoding (nginx answers
+    // both with 400: a body whose length two parsers could read differently).
+    let mut lengths = header("content-length").map(<[u8]>::trim_ascii);
+    let first_length = lengths.next();
+    let te = header("transfer-encoding").next().is_some();
+    if let Some(l) = first_length {
+        if te || l.is_empty() || !l.iter().all(u8::is_ascii_digit) || lengths.any(|o| o != l) {
+            return Parsed::Invalid;
+        }
+    }
+    let has_body = te || first_length.is_some_and(|l| l.iter().any(|&b| b != b'0'));
     let keep_alive = !has_body && !close && (version == 1 || keep);
     // origin-form as sent; absolute-form (`http://host/p?q`) keeps its path and query.
     let path = if target.starts_with('/') {
         target.to_string()
-    } else if let Some(rest) = target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("https://"))
-    {
+    } else if let Some(rest) = absolute {
         match rest.find('/') {
             Some(i) => rest[i..].to_string(),
             None => "/".to_string(),
@@ -179,10 +228,9 @@ fn parse(buf: &[u8]) -> Parsed {
     } else {
         "/".to_string()
     };
-    let acme = method == "GET"
-        && path
-            .strip_prefix(ACME_PREFIX)
-            .is_some_and(|token| !token.is_empty());
+    // A challenge request is a bodiless GET of one token.
+    let acme =
+        method == "GET" && !has_body && path.strip_prefix(ACME_PREFIX).is_some_and(acme_token);
     let mut up = format!("{method} {target} HTTP/1.{version}\r\n").into_bytes();
     for h in req.headers.iter() {
         let hop = ["connection", "keep-alive", "proxy-connection"];
@@ -261,15 +309,25 @@ impl HttpConn<'_> {
             .fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// Writes an answer within `idleTimeoutMs`: a client that stops reading (its window full of
+    /// pipelined answers) is closed as `idle_timeout` instead of holding the connection.
     async fn send(&mut self, bytes: &[u8]) -> bool {
-        let ok = self.sock.write_all(bytes).await.is_ok();
-        if ok {
-            let l = &self.shared.listeners[self.li];
-            l.metrics
-                .bytes_sent
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let l = &self.shared.listeners[self.li];
+        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        match tokio::time::timeout(idle, self.sock.write_all(bytes)).await {
+            Ok(Ok(())) => {
+                l.metrics
+                    .bytes_sent
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                true
+            }
+            Ok(Err(_)) => false,
+            Err(_) => {
+                let (shared, li, ip) = (self.shared, self.li, self.ip);
+                shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
+                false
+            }
         }
-        ok
     }
 
     /// Sends an answer; `reason` counts it in `errorsByReason`.
@@ -306,9 +364,9 @@ impl HttpConn<'_> {
         }
     }
 
-    /// Proxies an ACME challenge request (and whatever the client sends after it) to the route's
-    /// upstream until either side closes.
-    async fn acme(mut self, route: Arc<CompiledRoute>, head: Vec<u8>, rest: Vec<u8>) {
+    /// Proxies an ACME challenge request to the route's upstream and relays its answer until the
+    /// upstream closes (or is silent for `idleTimeoutMs`); the client's later bytes are dropped.
+    async fn acme(mut self, route: Arc<CompiledRoute>, head: Vec<u8>) {
         let rc = &route.config;
         let timeout = Duration::from_millis(rc.connect_timeout_ms);
         let mut up = match upstream::connect(&rc.upstreams, route.pick(), timeout).await {
@@ -337,7 +395,6 @@ impl HttpConn<'_> {
             SourceAddressHeader::ProxyV2 => v2_header(self.origin.client, local, &[]),
         };
         first.extend_from_slice(&head);
-        first.extend_from_slice(&rest);
         if let Err(e) = up.write_all(&first).await {
             let (shared, li, ip) = (self.shared, self.li, self.ip);
             let msg = Some(e.to_string());
@@ -347,12 +404,42 @@ impl HttpConn<'_> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
         let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        // The upstream's answer to the client until the upstream ends it. Nothing more of the
+        // client's goes upstream: what it pipelines after the challenge is read and dropped, so
+        // the challenge path carries exactly one bodiless GET (no smuggled second request).
+        let mut answer = [0u8; 16 * 1024];
+        let mut dropped = [0u8; 4096];
+        let mut client_open = true;
+        // Only the upstream's bytes count as activity: a client trickling bytes keeps nothing.
+        let mut deadline = Instant::now() + idle;
         let rm = &route.metrics;
-        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
-        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
-        if proxy_pair(self.sock, up, idle, rx, tx).await == CopyEnd::Idle {
-            shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
+        loop {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, up.read(&mut answer)) => match r {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => {
+                        if !self.send(&answer[..n]).await {
+                            return;
+                        }
+                        rm.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+                        deadline = Instant::now() + idle;
+                    }
+                    Err(_) => {
+                        shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
+                        break;
+                    }
+                },
+                r = self.sock.read(&mut dropped), if client_open => match r {
+                    Ok(0) => client_open = false,
+                    Ok(n) => {
+                        self.count_received(n);
+                        rm.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => return,
+                },
+            }
         }
+        self.linger().await;
     }
 
     /// Reads into `buf` (at most [`MAX_HEAD_BYTES`] in all) by `deadline`: `Some(n)` bytes read
@@ -386,6 +473,7 @@ impl HttpConn<'_> {
         let mut deadline = Instant::now() + head_timeout;
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let mut first = true;
+        let mut served = 0u32;
         loop {
             if !first {
                 if buf.is_empty() {
@@ -458,10 +546,12 @@ impl HttpConn<'_> {
             };
             let rest = buf.split_off(req.len);
             buf = rest;
+            served += 1;
+            let keep_alive = req.keep_alive && served < MAX_REQUESTS_PER_CONNECTION;
             let next = match &req.host {
                 HostField::Missing => {
                     let reason = Some(ErrorReason::BadRequest);
-                    self.answer(400, None, req.keep_alive, reason).await
+                    self.answer(400, None, keep_alive, reason).await
                 }
                 HostField::Invalid => {
                     let reason = Some(ErrorReason::BadRequest);
@@ -472,17 +562,15 @@ impl HttpConn<'_> {
                     match route {
                         None => {
                             let reason = Some(ErrorReason::NoRoute);
-                            self.answer(404, None, req.keep_alive, reason).await
+                            self.answer(404, None, keep_alive, reason).await
                         }
                         Some(route) if req.acme => {
-                            let rest = std::mem::take(&mut buf);
-                            self.acme(route, req.upstream_head, rest).await;
+                            self.acme(route, req.upstream_head).await;
                             return;
                         }
                         Some(_) => {
                             let location = format!("https://{name}{}", req.path);
-                            self.answer(301, Some(&location), req.keep_alive, None)
-                                .await
+                            self.answer(301, Some(&location), keep_alive, None).await
                         }
                     }
                 }
@@ -534,6 +622,58 @@ mod tests {
         assert_eq!(strip_port("a:80x"), None);
         assert_eq!(strip_port(""), None);
         assert_eq!(strip_port("[::1]x"), None);
+        // Empty labels are not host names; one trailing dot is.
+        assert_eq!(strip_port(".."), None);
+        assert_eq!(strip_port(".a"), None);
+        assert_eq!(strip_port("a..b:80"), None);
+        assert_eq!(strip_port("a.:80"), Some("a."));
+    }
+
+    #[test]
+    fn attack_shapes() {
+        let host = |b: &[u8]| complete(b).host;
+        // Routed and redirected as nginx's `$host`: lower case, no trailing dot.
+        assert_eq!(
+            host(b"GET / HTTP/1.1\r\nHost: ACME.Test.:8080\r\n\r\n"),
+            HostField::Name("acme.test".into())
+        );
+        // absolute-form: its authority must be the Host.
+        assert_eq!(
+            host(b"GET http://evil.test/p HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            HostField::Invalid
+        );
+        assert_eq!(
+            host(b"GET http://u@a.test/p HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            HostField::Invalid
+        );
+        assert_eq!(
+            host(b"GET http://A.test:80?q HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            HostField::Name("a.test".into())
+        );
+        // Content-Length that two parsers could read differently: 400.
+        for bad in [
+            &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad), Parsed::Invalid, "{}", String::from_utf8_lossy(bad));
+        }
+        let same = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n";
+        assert!(!complete(same).keep_alive);
+        assert!(complete(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 00\r\n\r\n").keep_alive);
+        // The challenge path carries one bodiless GET of a base64url token, nothing else.
+        let acme = |b: &[u8]| complete(b).acme;
+        assert!(acme(
+            b"GET /.well-known/acme-challenge/aZ09-_ HTTP/1.1\r\nHost: a\r\n\r\n"
+        ));
+        for path in ["../../admin", "%2e%2e/admin", "tok?x=1", "tok/more", "t.k"] {
+            let req = format!("GET {ACME_PREFIX}{path} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert!(!acme(req.as_bytes()), "{path}");
+        }
+        assert!(!acme(
+            b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"
+        ));
     }
 
     #[test]

@@ -68,7 +68,8 @@ pub enum Inbound {
         destination: SocketAddr,
     },
     /// A header of `len` bytes that names no client: v2 `LOCAL` (the balancer's own health
-    /// check), v1 `UNKNOWN`, or a v2 family without IP addresses. The peer is the client.
+    /// check), v1 `UNKNOWN`, a v2 family without IP addresses, or v2 over UDP/UNSPEC. The peer is
+    /// the client.
     Local {
         /// Header length in bytes.
         len: usize,
@@ -82,6 +83,9 @@ pub enum Inbound {
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
+
+/// The 12 bytes every v2 header starts with.
+const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 
 /// Most bytes of a v1 header, CRLF included (the spec's 107).
 const V1_MAX_BYTES: usize = 107;
@@ -100,6 +104,14 @@ pub fn parse_inbound(buf: &[u8]) -> Inbound {
             };
         }
     }
+    // A v2 header announces its length in bytes 14..16: one that could never fit is refused at
+    // once instead of waiting for bytes that would be refused anyway.
+    if buf.len() >= 16 && buf.starts_with(V2_SIGNATURE) {
+        let declared = 16 + usize::from(u16::from_be_bytes([buf[14], buf[15]]));
+        if declared > MAX_INBOUND_HEADER_BYTES {
+            return Inbound::Invalid;
+        }
+    }
     let parsed = HeaderResult::parse(buf);
     if parsed.is_incomplete() {
         return if buf.len() >= MAX_INBOUND_HEADER_BYTES {
@@ -109,6 +121,8 @@ pub fn parse_inbound(buf: &[u8]) -> Inbound {
         };
     }
     match parsed {
+        // Ports and addresses are digits, dots and colons: `ppp` takes `+5000` for a port.
+        HeaderResult::V1(Ok(h)) if h.header.contains('+') => Inbound::Invalid,
         HeaderResult::V1(Ok(h)) => {
             let len = h.header.len();
             match h.addresses {
@@ -130,16 +144,19 @@ pub fn parse_inbound(buf: &[u8]) -> Inbound {
         }
         HeaderResult::V2(Ok(h)) => {
             let len = h.header.len();
-            if len > MAX_INBOUND_HEADER_BYTES {
+            // The TLV area must be whole TLVs (HAProxy refuses the header otherwise).
+            if len > MAX_INBOUND_HEADER_BYTES || h.tlvs().any(|t| t.is_err()) {
                 return Inbound::Invalid;
             }
+            // Only TCP (STREAM) names a client; UDP or UNSPEC keep the peer, as HAProxy does.
+            let stream = h.protocol == Protocol::Stream;
             match (h.command, h.addresses) {
-                (Command::Proxy, ppp::v2::Addresses::IPv4(a)) => Inbound::Proxy {
+                (Command::Proxy, ppp::v2::Addresses::IPv4(a)) if stream => Inbound::Proxy {
                     len,
                     source: SocketAddr::new(a.source_address.into(), a.source_port),
                     destination: SocketAddr::new(a.destination_address.into(), a.destination_port),
                 },
-                (Command::Proxy, ppp::v2::Addresses::IPv6(a)) => Inbound::Proxy {
+                (Command::Proxy, ppp::v2::Addresses::IPv6(a)) if stream => Inbound::Proxy {
                     len,
                     source: canonical(SocketAddr::new(a.source_address.into(), a.source_port)),
                     destination: canonical(SocketAddr::new(
@@ -242,6 +259,10 @@ mod tests {
             parse_inbound(b"PROXY TCP4 300.0.0.1 10.0.0.1 1 2\r\n"),
             Inbound::Invalid
         );
+        assert_eq!(
+            parse_inbound(b"PROXY TCP4 192.0.2.1 10.0.0.1 +5000 443\r\n"),
+            Inbound::Invalid
+        );
     }
 
     #[test]
@@ -283,6 +304,27 @@ mod tests {
         let mut bad = local.clone();
         bad[12] = 0x11;
         assert_eq!(parse_inbound(&bad), Inbound::Invalid);
+        // A length that could never fit is refused from the first 16 bytes, not after a wait.
+        let mut huge = local.clone();
+        huge[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+        assert_eq!(parse_inbound(&huge), Inbound::Invalid);
+        // A TLV cut short (says 9 bytes, has 1).
+        let mut tlv = v2_header(
+            "192.0.2.9:4000".parse().unwrap(),
+            "10.0.0.1:443".parse().unwrap(),
+            &[],
+        );
+        tlv[15] += 4;
+        tlv.extend([0x04, 0x00, 0x09, 0x00]);
+        assert_eq!(parse_inbound(&tlv), Inbound::Invalid);
+        // UDP over IPv4 (0x12): a header, but the peer stays the client (HAProxy).
+        let mut udp = v2_header(
+            "192.0.2.9:4000".parse().unwrap(),
+            "10.0.0.1:443".parse().unwrap(),
+            &[],
+        );
+        udp[13] = 0x12;
+        assert_eq!(parse_inbound(&udp), Inbound::Local { len: 28 });
     }
 
     #[test]
