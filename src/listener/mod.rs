@@ -12,8 +12,11 @@
 //!
 //! Behind a load balancer (`acceptProxyProtocol`), a connection from a trusted peer is admitted
 //! only once its PROXY header ([`proxy_in`]) has named the client: the same admission then runs
-//! on the header's address (HAProxy's `expect-proxy` followed by its session rules). No check
-//! keys on the balancer's own address, which stands for every client behind it.
+//! on the header's address (HAProxy's `expect-proxy` followed by its session rules); the
+//! balancer's own address, which stands for every client behind it, is never checked before the
+//! header. The one exception is a v2 `LOCAL` header (the balancer's own health check): it names
+//! no client, so it is admitted as the balancer itself, limits included — which is why the README
+//! advises putting the balancers in `protection.allowlist`.
 //!
 //! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a
 //! `mode: 'http'` one.
