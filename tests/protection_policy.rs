@@ -564,7 +564,8 @@ fn unknown_fields_and_non_objects() {
             "{PATH}.rateLimits: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
              maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
              tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, slowHandshake, \
-             mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest"
+             mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest, \
+             clusterRateLimit"
         )
     );
     assert_eq!(
@@ -594,7 +595,8 @@ fn every_issue_is_reported_at_once() {
                 "{PATH}.extra: unknown field; expected one of: rateLimit, sustained, penaltyBox, \
                  maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
                  tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, \
-                 slowHandshake, mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest"
+                 slowHandshake, mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, \
+                 defense, slowRequest, clusterRateLimit"
             ),
             format!("{PATH}.rateLimit.connectionsPerSecond: {POSITIVE}, got NaN"),
             format!("{PATH}.rateLimit.burst: must be an integer in [1, 1000000000], got 0"),
