@@ -35,8 +35,8 @@
 //! `maxTrackedIps` cap an insert replaces a victim found by a scan of at most 32 live entries
 //! from its shard's clock hand: idle first, then *limited* (a TAT in the future; the one closest
 //! to idle), then *remembered* (a known-good mark or the escalation memory of a past box; the one
-//! ending first), *boxed* last (the earliest deadline). Before giving up a boxed entry it looks at
-//! up to 8 other non-empty shards (try-lock only) for anything less valuable; a shard with no
+//! ending first), *boxed* last (the earliest deadline). Before giving up a remembered or boxed
+//! entry it looks at up to 8 other non-empty shards (try-lock only) for anything not boxed; a shard with no
 //! candidate at all (small tables) looks at every shard. The priority is thus exact for small
 //! tables and sampled for large ones. When every candidate holds connections the client is
 //! admitted untracked.
@@ -184,11 +184,10 @@ impl Table {
         if !self.reserve(ctx.cap) {
             // At the cap: replace the least valuable entry (the count stays the same).
             match inner.scan_victim(ctx, VICTIM_SCAN) {
-                Some((pos, Worth::Idle | Worth::Limited(_) | Worth::Remembered(_))) => {
-                    self.evict_at(inner, pos)
-                }
-                Some((pos, Worth::Boxed(_))) => {
-                    // Keep boxed clients if a few other shards have anything less valuable.
+                Some((pos, Worth::Idle | Worth::Limited(_))) => self.evict_at(inner, pos),
+                Some((pos, Worth::Remembered(_) | Worth::Boxed(_))) => {
+                    // Keep remembered and boxed clients if a few other shards have anything
+                    // else to give up (all of them in a small table).
                     if !(self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
                         && self.reserve(ctx.cap))
                     {
