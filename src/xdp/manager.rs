@@ -461,12 +461,7 @@ impl XdpManager {
     /// port's prefix, as bans. A later deadline in the map is kept.
     pub fn set_known_good(&self, ip: IpAddr, port: u16, deadline_ns: u64) -> Result<(), XdpError> {
         let mut state = self.lock();
-        let id = abi::source_id(ip, state.ipv6_prefix_len(port));
-        let key = RampartSynKey {
-            addr: id.addr,
-            port,
-            pad: 0,
-        };
+        let key = state.known_good_key(ip, port);
         let deadline = match state.maps.known_good.get(&key, 0) {
             Ok(old) => old.max(deadline_ns),
             Err(_) => deadline_ns,
@@ -481,12 +476,7 @@ impl XdpManager {
     /// The known-good deadline (ns) of `ip` on `port` in the kernel map, if any.
     pub fn known_good(&self, ip: IpAddr, port: u16) -> Option<u64> {
         let state = self.lock();
-        let id = abi::source_id(ip, state.ipv6_prefix_len(port));
-        let key = RampartSynKey {
-            addr: id.addr,
-            port,
-            pad: 0,
-        };
+        let key = state.known_good_key(ip, port);
         state.maps.known_good.get(&key, 0).ok()
     }
 
@@ -540,8 +530,11 @@ impl XdpManager {
             .map(|(k, _)| k)
             .collect();
         for key in expired {
-            if state.maps.prefix_bans.remove(&key).is_ok() {
-                removed += 1;
+            // The same re-check: the kernel extends prefix bans too.
+            if let Ok(ban) = state.maps.prefix_bans.get(&key, 0) {
+                if ban.deadline_ns <= now_ns && state.maps.prefix_bans.remove(&key).is_ok() {
+                    removed += 1;
+                }
             }
         }
         removed
@@ -688,6 +681,15 @@ impl State {
                 addr: k.data(),
             })
             .collect()
+    }
+
+    /// The known-good map's key of `ip` on listener `port` (IPv6 clients by the port's prefix).
+    fn known_good_key(&self, ip: IpAddr, port: u16) -> RampartSynKey {
+        RampartSynKey {
+            addr: abi::source_id(ip, self.ipv6_prefix_len(port)).addr,
+            port,
+            pad: 0,
+        }
     }
 
     /// The IPv6 prefix of listener `port` in the live set (the set header's when the port has
