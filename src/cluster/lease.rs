@@ -23,8 +23,9 @@
 //! (counted in `untracked`).
 
 use crate::protection::IpKey;
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// How long leased tokens stay usable, ns.
 pub const LEASE_TTL_NS: u64 = 1_000_000_000;
@@ -59,6 +60,9 @@ pub struct LeaseDecision {
 #[derive(Default)]
 pub struct Leases {
     map: DashMap<(u16, IpKey), Lease>,
+    /// Entries in `map`: counted where `admit` inserts, recounted by `purge`. Kept beside the map
+    /// because `DashMap::len` read-locks every shard, too much for each accepted connection.
+    count: AtomicUsize,
     /// Clients admitted without a lease because the table was full.
     pub untracked: AtomicU64,
 }
@@ -66,14 +70,20 @@ pub struct Leases {
 impl Leases {
     /// Decides one connection of `key` on `port` at `now_ns` with leases of `lease` tokens.
     pub fn admit(&self, port: u16, key: IpKey, lease: u64, now_ns: u64) -> LeaseDecision {
-        if self.map.len() >= MAX_CLIENTS && !self.map.contains_key(&(port, key)) {
-            self.untracked.fetch_add(1, Ordering::Relaxed);
-            return LeaseDecision {
-                admit: true,
-                refill: false,
-            };
-        }
-        let mut e = self.map.entry((port, key)).or_default();
+        let mut e = match self.map.entry((port, key)) {
+            Entry::Occupied(o) => o.into_ref(),
+            Entry::Vacant(v) => {
+                if self.count.load(Ordering::Relaxed) >= MAX_CLIENTS {
+                    self.untracked.fetch_add(1, Ordering::Relaxed);
+                    return LeaseDecision {
+                        admit: true,
+                        refill: false,
+                    };
+                }
+                self.count.fetch_add(1, Ordering::Relaxed);
+                v.insert(Lease::default())
+            }
+        };
         e.last = now_ns;
         if e.tokens > 0 && now_ns >= e.expires {
             e.tokens = 0;
@@ -149,7 +159,9 @@ impl Leases {
     pub fn purge(&self, now_ns: u64) -> usize {
         self.map
             .retain(|_, e| e.pending || now_ns.saturating_sub(e.last) < IDLE_NS);
-        self.map.len()
+        let n = self.map.len();
+        self.count.store(n, Ordering::Relaxed);
+        n
     }
 
     /// Clients with an entry.
