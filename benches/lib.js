@@ -387,7 +387,25 @@ function quantile(xs, q) {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
 }
 
+/**
+ * The IPC of a bench's attack child (a forked process): `{ cmd: 'stats' }` is answered with
+ * `{ stats }` (a copy of `st`); `{ cmd: 'stop' }` calls `onStop`, answers the final `{ stats }` and
+ * exits; the parent going away exits too.
+ */
+function answerStats(st, onStop) {
+  process.on('message', (m) => {
+    if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
+    if (m && m.cmd === 'stop') {
+      onStop();
+      process.send({ stats: { ...st } });
+      setTimeout(() => process.exit(0), 50);
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
 module.exports = {
+  answerStats,
   sleep,
   run,
   haveTool,
