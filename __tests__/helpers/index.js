@@ -8,7 +8,8 @@ const os = require('node:os');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const { execFileSync } = require('node:child_process');
-const { generateSelfSignedCert } = require('../..');
+const assert = require('node:assert/strict');
+const { generateSelfSignedCert, ConfigError } = require('../..');
 const { run, haveTool, freePort } = require('./proc');
 
 /** Self-signed ECDSA certificate for the given names: `{ certChain, privateKey }` (PEM). */
@@ -230,7 +231,19 @@ function skipOrFail(t, why) {
   t.skip(why);
 }
 
+/** The `errors` (`[{ path, message }]`) of the ConfigError `fn` throws; fails when it throws none or another error. */
+function errorsOf(fn) {
+  try {
+    fn();
+  } catch (e) {
+    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${e}`);
+    return e.errors;
+  }
+  assert.fail('expected a ConfigError');
+}
+
 module.exports = {
+  errorsOf,
   skipOrFail,
   underCi,
   selfSigned,
