@@ -1,7 +1,7 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
 //! (post-hello checks) → route and terminate (rustls, or passthrough) → head (`slowRequest`: the
-//! first request head of an HTTP route, before any upstream exists) → connect (an upstream that
-//! serves the client's ALPN protocol, PROXY header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
+//! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
+//! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
 //! HTTP/2 guard, [`super::h2`]; a client whose bytes went both ways without a refusal is marked
 //! known-good). Each phase returns `Result<_, Refusal>`; [`serve`] reports
 //! a refusal in one place, with the connection's fingerprints when its ClientHello was read. A

@@ -8,7 +8,8 @@
 //! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token) → its head alone
 //!   proxied to that route's upstreams (its `sourceAddressHeader` first), with
 //!   `Connection: close`: the upstream's answer goes back to the client and the connection ends
-//!   with it (the client's later bytes are dropped);
+//!   with it (the client's later bytes are dropped); over the route's `maxConnectionsPerSecond`
+//!   → `503` (`route_rate_limited`);
 //! - an absolute-form target whose host is not `Host`, or a `Content-Length` that is not one
 //!   number or is beside `Transfer-Encoding` → `400` and close;
 //! - anything else → `301 Location: https://<host><path>` (path and query as sent).
