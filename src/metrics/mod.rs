@@ -44,11 +44,19 @@ pub enum ErrorReason {
     /// A connection from a trusted load balancer (`acceptProxyProtocol.trustedCidrs`) that did
     /// not begin with a valid PROXY v1/v2 header within `timeoutMs`; closed.
     ProxyHeaderInvalid,
+    /// A connection of a suspended route closed by `resolveConnection(id, null)`.
+    SuspendRejected,
+    /// A connection of a suspended route that `resolveConnection` did not resolve within the
+    /// route's `suspendTimeoutMs`; closed.
+    SuspendTimeout,
+    /// A connection of a suspended route closed at once because its listener already held
+    /// `maxPendingSuspended` suspended connections (no `'suspended'` event).
+    SuspendQueueFull,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 13] = [
+    pub const ALL: [ErrorReason; 16] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -62,6 +70,9 @@ impl ErrorReason {
         ErrorReason::HalfCloseTimeout,
         ErrorReason::RouteRateLimited,
         ErrorReason::ProxyHeaderInvalid,
+        ErrorReason::SuspendRejected,
+        ErrorReason::SuspendTimeout,
+        ErrorReason::SuspendQueueFull,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -79,6 +90,9 @@ impl ErrorReason {
             ErrorReason::HalfCloseTimeout => "half_close_timeout",
             ErrorReason::RouteRateLimited => "route_rate_limited",
             ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
+            ErrorReason::SuspendRejected => "suspend_rejected",
+            ErrorReason::SuspendTimeout => "suspend_timeout",
+            ErrorReason::SuspendQueueFull => "suspend_queue_full",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
