@@ -437,6 +437,8 @@ export interface ListenerMetrics {
   knownGoodClients: number;
   /** Defense mode on (1) or off (0). */
   defenseActive: 0 | 1;
+  /** Connections of suspended routes this listener holds now (at most maxPendingSuspended). */
+  pendingSuspended: number;
 }
 
 export interface XdpStatus {
@@ -484,6 +486,8 @@ export interface Metrics {
   blockedConnections: number;
   eventsDropped: number;
   trackedIps: number;
+  /** Connections of suspended routes held now, over every listener (Symphony's pendingSuspended). */
+  pendingSuspended: number;
   listeners: ListenerMetrics[];
   /** Per route of the live table, in config order. */
   routeMetrics: RouteMetrics[];

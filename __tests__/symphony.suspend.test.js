@@ -187,6 +187,9 @@ test('beyond maxPendingSuspended a connection is refused at once (suspend_queue_
   await h.waitFor(() => over.closedAt, { what: 'over-bound close' });
   assert.equal(s.errors().suspend_queue_full, 1);
   assert.equal(s.events.length, 2);
+  assert.equal(s.proxy.metrics().listeners[0].pendingSuspended, 2);
+  assert.equal(s.proxy.metrics().pendingSuspended, 2);
+  assert.match(s.proxy.prometheus(), new RegExp(`rampart_pending_suspended\\{listener="127\\.0\\.0\\.1:${s.port}"\\} 2`));
   assert.equal(a.closedAt, null);
   assert.equal(b.closedAt, null);
   // A slot freed (null closes `a`) takes the next one.
@@ -198,6 +201,7 @@ test('beyond maxPendingSuspended a connection is refused at once (suspend_queue_
   for (const e of [eb, ed]) assert.equal(s.proxy.resolveConnection(e.id, null), true);
   await h.waitFor(() => b.closedAt && d.closedAt, { what: 'b, d closed' });
   assert.equal(s.errors().suspend_rejected, 3);
+  assert.equal(s.proxy.metrics().pendingSuspended, 0);
 });
 
 test('an invalid route in resolveConnection is a ConfigError naming each field; the connection stays held', async (t) => {

@@ -535,7 +535,8 @@ impl Proxy {
             .shared
             .listeners
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(li, l)| {
                 let e = &l.engine;
                 ListenerSnapshot::read(
                     l.label.clone(),
@@ -547,6 +548,7 @@ impl Proxy {
                         tracked_prefixes: e.tracked_prefixes() as u64,
                         known_good_clients: e.known_good_clients(),
                         defense_active: e.defense_active(),
+                        pending_suspended: self.shared.suspensions.pending(li) as u64,
                     },
                 )
             })

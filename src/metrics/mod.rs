@@ -186,9 +186,12 @@ pub struct ListenerSnapshot {
     pub known_good_clients: u64,
     /// Defense mode on (1) or off (0).
     pub defense_active: u8,
+    /// Connections of suspended routes held now, waiting for `resolveConnection`.
+    pub pending_suspended: u64,
 }
 
-/// What a listener's engine reports beside its counters.
+/// What a listener reports beside its counters: its engine's gauges, and the connections of
+/// suspended routes it holds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineGauges {
     /// Per-IP entries.
@@ -201,6 +204,8 @@ pub struct EngineGauges {
     pub known_good_clients: u64,
     /// Defense mode on.
     pub defense_active: bool,
+    /// Connections of suspended routes held now.
+    pub pending_suspended: u64,
 }
 
 impl ListenerSnapshot {
@@ -250,6 +255,7 @@ impl ListenerSnapshot {
             tracked_prefixes: g.tracked_prefixes,
             known_good_clients: g.known_good_clients,
             defense_active: u8::from(g.defense_active),
+            pending_suspended: g.pending_suspended,
         }
     }
 }
@@ -283,6 +289,8 @@ pub struct MetricsSnapshot {
     pub events_dropped: u64,
     /// Sum of per-IP entries tracked.
     pub tracked_ips: u64,
+    /// Sum of connections of suspended routes held now (Symphony's `pendingSuspended`).
+    pub pending_suspended: u64,
     /// Per listener.
     pub listeners: Vec<ListenerSnapshot>,
     /// Per route of the live table, in config order.
@@ -302,6 +310,7 @@ impl MetricsSnapshot {
             active_connections: listeners.iter().map(|l| l.active_connections).sum(),
             accepted_connections: listeners.iter().map(|l| l.accepted).sum(),
             blocked_connections: listeners.iter().map(|l| l.blocked).sum(),
+            pending_suspended: listeners.iter().map(|l| l.pending_suspended).sum(),
             events_dropped,
             tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
             listeners,
@@ -385,7 +394,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 8] = [
+        let sections: [Section; 9] = [
             (
                 "accepted_connections_total",
                 "counter",
@@ -433,6 +442,12 @@ impl MetricsSnapshot {
                 "gauge",
                 "Defense mode on (1) or off (0).",
                 |l| u64::from(l.defense_active),
+            ),
+            (
+                "pending_suspended",
+                "gauge",
+                "Connections of suspended routes held for resolveConnection.",
+                |l| l.pending_suspended,
             ),
         ];
         for (name, kind, help, get) in sections {
