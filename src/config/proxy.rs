@@ -1189,6 +1189,57 @@ mod tests {
     }
 
     #[test]
+    fn suspended_routes_and_resolved_routes() {
+        let cfg = json!({
+            "listeners": [{ "port": 9443 }],
+            "routes": [
+                { "sni": "*.apps.test", "suspended": true },
+                { "sni": "b.test", "suspended": true, "suspendTimeoutMs": 250, "upstreams": [] },
+            ],
+        });
+        let c = parse_proxy_config(&cfg, 1).unwrap();
+        let t: Vec<_> = c.routes.iter().map(|r| r.suspend_timeout_ms).collect();
+        assert_eq!(t, [Some(DEFAULT_SUSPEND_TIMEOUT_MS), Some(250)]);
+        assert!(c.routes.iter().all(|r| r.upstreams.is_empty()));
+        assert_eq!(
+            c.listeners[0].max_pending_suspended,
+            DEFAULT_MAX_PENDING_SUSPENDED
+        );
+
+        let l = &c.listeners[0];
+        let up = json!({ "kind": "tcp", "host": "127.0.0.1", "port": 8080 });
+        let r = parse_resolve_route(&json!({ "upstream": up, "terminateTls": false }), Some(l));
+        let r = r.unwrap();
+        assert_eq!(r.upstreams.len(), 1);
+        assert_eq!(
+            (r.sni.clone(), r.suspend_timeout_ms),
+            (SniPattern::Default, None)
+        );
+        let paths = |v: Value, l: Option<&ListenerConfig>| -> Vec<String> {
+            match parse_resolve_route(&v, l) {
+                Ok(_) => vec![],
+                Err(e) => e.issues.into_iter().map(|i| i.path).collect(),
+            }
+        };
+        // A terminating route needs a cert when the connection's listener has no defaultCert;
+        // with an unknown id (no listener) only the shape is checked.
+        assert_eq!(paths(json!({ "upstreams": [up] }), Some(l)), ["route.cert"]);
+        assert!(paths(json!({ "upstreams": [up] }), None).is_empty());
+        assert_eq!(
+            paths(
+                json!({ "upstream": up, "upstreams": [up], "burst": 2, "ipAffinity": true }),
+                None
+            ),
+            ["route.burst", "route.ipAffinity", "route.upstream"]
+        );
+        assert_eq!(
+            paths(json!({ "terminateTls": false }), None),
+            ["route.upstreams"]
+        );
+        assert_eq!(paths(json!(5), None), ["route"]);
+    }
+
+    #[test]
     fn cluster_rate_limit_needs_cluster() {
         let cfg = json!({
             "listeners": [{ "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } }],
