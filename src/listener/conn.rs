@@ -1,5 +1,6 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
-//! (post-hello checks) → route and terminate (rustls, or passthrough) → head (`slowRequest`: the
+//! (post-hello checks) → route (a suspended route holds the connection until JS resolves it,
+//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → head (`slowRequest`: the
 //! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
 //! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
 //! HTTP/2 guard, [`super::h2`]; a client whose bytes went both ways without a refusal is marked
@@ -326,7 +327,12 @@ impl Conn<'_> {
     /// (`suspend_rejected`), `timeout_ms` pass (`suspend_timeout`) or the client leaves
     /// (`client_closed`). Over the listener's `maxPendingSuspended` it is closed at once
     /// (`suspend_queue_full`, no event).
-    async fn suspend(&mut self, sock: &TcpStream, timeout_ms: u64) -> Result<Arc<Route>, Refusal> {
+    async fn suspend(
+        &mut self,
+        sock: &TcpStream,
+        suspended: &Route,
+        timeout_ms: u64,
+    ) -> Result<Arc<Route>, Refusal> {
         let shared = self.shared;
         let l = &shared.listeners[self.li];
         let Some(ticket) = shared
@@ -347,9 +353,7 @@ impl Conn<'_> {
         match ticket.wait(timeout, client_gone(sock)).await {
             Outcome::Resolved(Resolution::Route(rc)) => {
                 let listeners: Vec<_> = shared.listeners.iter().map(|l| l.config.clone()).collect();
-                let metrics = self.route.as_ref().map(|r| r.metrics.clone());
-                let metrics = metrics.expect("a suspended connection has its route");
-                Ok(Route::compile(&rc, &listeners, metrics))
+                Ok(Route::compile(&rc, &listeners, suspended.metrics.clone()))
             }
             Outcome::Resolved(Resolution::Close) => {
                 Err(Refusal::Failed(ErrorReason::SuspendRejected, None))
@@ -384,7 +388,7 @@ impl Conn<'_> {
             Some(ms) => {
                 // The handshake budget does not run while JS decides.
                 let held_at = Instant::now();
-                let resolved = self.suspend(&sock, ms).await?;
+                let resolved = self.suspend(&sock, &route, ms).await?;
                 (resolved, deadline + held_at.elapsed())
             }
             None => (route, deadline),
