@@ -409,10 +409,11 @@ export interface BlockedDetail {
   /** Ms until let in again, when known. */
   remainingMs?: number;
   /**
-   * The `reason` text given to blockIp, for dynamic blocks; for other entries why they are listed
-   * ('boxed by protection.http2.boxAfterViolations', 'banned in the kernel by xdp.synPerSecond').
+   * The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix (local or
+   * received from another node); for other entries why they are listed ('boxed by
+   * protection.http2.boxAfterViolations', 'banned in the kernel by xdp.synPerSecond', and with
+   * `cluster` 'penalty box from node X' / 'kernel SYN ban from node X' for received bans).
    */
-  /** The `reason` text given to blockIp, for dynamic blocks; 'prefix' for a boxed prefix. */
   note?: string;
   /** With `cluster`: the nodeId the ban came from (this node's for its own). */
   node?: string;

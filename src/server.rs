@@ -276,6 +276,7 @@ impl Proxy {
                 let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
                     push_bans(&shared, mgr, &boxed);
+                    share_kernel_bans(&shared, mgr, now);
                     push_known_good(&shared, mgr, &known_good);
                     sync_dynamic(&shared, mgr, false);
                     if n.is_multiple_of(10) {
@@ -609,6 +610,20 @@ impl crate::cluster::Node for ClusterPeer {
         }
     }
 
+    fn apply_prefix_box(
+        &self,
+        net: ipnet::IpNet,
+        port: Option<u16>,
+        remaining_ns: u64,
+        now_ns: u64,
+    ) {
+        for l in &self.0.listeners {
+            if port.is_none_or(|p| p == l.config.port) {
+                l.engine.box_prefix(net, remaining_ns, now_ns);
+            }
+        }
+    }
+
     fn apply_block(
         &self,
         net: ipnet::IpNet,
@@ -646,10 +661,41 @@ fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {
         } else {
             mgr.ban(b.ip, b.port, b.deadline_ns, BanReason::Penalty)
         };
-        if let Err(e) = written {
-            shared.report_xdp_failure(&format!("kernel ban of {}", b.net), &e);
+        match written {
+            Ok(()) => {
+                if let Some(c) = &shared.cluster {
+                    c.kernel_written(b.net, b.port, b.deadline_ns);
+                }
+            }
+            Err(e) => shared.report_xdp_failure(&format!("kernel ban of {}", b.net), &e),
         }
     }
+}
+
+/// With `shareBans`: publishes the bans the kernel made on its own (`xdp.synPerSecond`) and the
+/// ones it extended, read back from the ban maps only when the kernel's `banned` or
+/// `banExtended` counter moved ([`crate::cluster::kernel`]).
+fn share_kernel_bans(shared: &Shared, mgr: &XdpManager, now: u64) {
+    let Some(c) = shared.cluster.as_ref().filter(|c| c.shares_bans()) else {
+        return;
+    };
+    let banned = mgr.counter(crate::xdp::abi::counter::BANNED);
+    let extended = mgr.counter(crate::xdp::abi::counter::BAN_EXTENDED);
+    c.kernel_scan(banned, extended, now, || {
+        mgr.bans()
+            .into_iter()
+            .filter(|b| b.reason != BanReason::Dynamic)
+            .filter_map(|b| {
+                Some(crate::cluster::kernel::KernelBan {
+                    net: ipnet::IpNet::new(b.ip, b.prefix_len).ok()?.trunc(),
+                    port: b.port,
+                    deadline_ns: b.deadline_ns,
+                    syn: b.reason == BanReason::SynFlood,
+                    prefix: b.prefix,
+                })
+            })
+            .collect()
+    });
 }
 
 /// Mirrors known-good marks into the kernel's known-good map; each failure is counted and

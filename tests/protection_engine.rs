@@ -759,6 +759,56 @@ fn box_client_is_listed_and_reaches_the_xdp_sync_with_a_policy_without_penalty_b
 }
 
 #[test]
+fn box_prefix_refuses_the_prefix_and_lists_it_as_a_local_prefix_box() {
+    // A received prefix box holds whatever the local policy: none, and one without prefixLimit.
+    for e in [
+        Engine::new(8443, Arc::new(DynamicBlocks::new())),
+        engine(json!({"maxConcurrentPerIp": 10})),
+    ] {
+        let log: Arc<Mutex<Vec<(String, u64, bool)>>> = Arc::default();
+        let l = log.clone();
+        e.set_box_listener(Some(Arc::new(move |k: IpKey, d, prefix: bool| {
+            l.lock().unwrap().push((k.to_string(), d, prefix))
+        })));
+        let net = "203.0.113.0/24".parse().unwrap();
+        assert_eq!(e.box_prefix(net, 2 * S, T0), Some(T0 + 2 * S));
+        assert_eq!(
+            try_admit(&e, "203.0.113.77", T0 + S),
+            Some(BlockReason::PenaltyBoxed)
+        );
+        assert_eq!(try_admit(&e, "203.0.114.1", T0 + S), None);
+        let v = e.blocked(T0 + S);
+        assert_eq!(
+            ips(&v.penalty_boxed),
+            vec![("203.0.113.0/24".to_string(), Some(1_000))]
+        );
+        assert_eq!(
+            v.penalty_boxed[0].note.as_deref(),
+            Some(rampart::protection::PREFIX_NOTE)
+        );
+        assert!(v.dynamic_blocklist.is_empty());
+        let boxed: Vec<(String, u64, bool)> = e
+            .boxed(T0)
+            .into_iter()
+            .map(|(k, d, prefix)| (k.to_string(), d, prefix))
+            .collect();
+        assert_eq!(
+            boxed,
+            vec![("203.0.113.0/24".to_string(), T0 + 2 * S, true)]
+        );
+        assert_eq!(
+            *log.lock().unwrap(),
+            vec![("203.0.113.0/24".to_string(), T0 + 2 * S, true)],
+            "the box listener (the XDP ban queue) is told: a prefix"
+        );
+        assert_eq!(try_admit(&e, "203.0.113.77", T0 + 2 * S), None);
+        assert!(e.blocked(T0 + 2 * S).penalty_boxed.is_empty());
+        e.evict_tick(T0 + 2 * S, 100);
+        assert!(e.boxed(T0).is_empty(), "purged");
+    }
+}
+
+#[test]
 fn h2_violations_box_after_box_after_violations_within_60_s() {
     // Defaults: the third violation within 60 s boxes for 600000 ms (no penalty box here).
     let e = Engine::new(443, Arc::new(DynamicBlocks::new()));

@@ -2,7 +2,8 @@
 // Child process for the XDP end-to-end spec, run inside the proxy's network namespace
 // (`ip netns exec <ns> node xdp-proxy.js <json>`). Starts an echo upstream, a plain TCP server on
 // an unprotected port, and Rampart on the protected port; attaches XDP to the veth end; then
-// answers one JSON command per stdin line with one JSON line on stdout.
+// answers one JSON command per stdin line with one JSON line on stdout. Optional: `host` (default
+// 0.0.0.0) and `cluster` (the ProxyConfig field, for the cluster spec).
 const dgram = require('node:dgram');
 const net = require('node:net');
 const readline = require('node:readline');
@@ -34,8 +35,9 @@ async function main() {
   const [certChain, privateKey] = generateSelfSignedCert(['xdp.test']);
   const proxy = new RampartProxy({
     workerThreads: 2,
-    listeners: [{ host: '0.0.0.0', port: opts.port, defaultCert: { certChain, privateKey }, protection: opts.protection }],
+    listeners: [{ host: opts.host || '0.0.0.0', port: opts.port, defaultCert: { certChain, privateKey }, protection: opts.protection }],
     routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] }],
+    cluster: opts.cluster,
   });
   const events = [];
   proxy.on('blocked', (e) => events.push(e));
@@ -43,7 +45,7 @@ async function main() {
   const commands = {
     attach: (a) => proxy.attachXdp(a),
     status: () => proxy.xdpStatus(),
-    blocked: () => proxy.blockedIps(),
+    blocked: (a) => proxy.blockedIps(a),
     metrics: () => proxy.metrics(),
     events: () => events.splice(0),
     blockIp: (a) => proxy.blockIp(a.cidr, a.opts),

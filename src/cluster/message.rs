@@ -23,8 +23,11 @@ pub const REFRESH_MS: u64 = 60_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BanKind {
-    /// A client's penalty box (any reason: limits, HTTP/2 guard, kernel SYN ban).
+    /// A client's penalty box (any reason: limits, HTTP/2 guard, a box the kernel extended).
     Box,
+    /// A source the kernel banned on its own for SYN excess (`xdp.synPerSecond`); applied by
+    /// the receivers as a box of the client.
+    Syn,
     /// A prefix of the prefix tier in the penalty box.
     Prefix,
     /// A `blockIp` entry.
@@ -36,6 +39,7 @@ impl BanKind {
     pub fn as_str(self) -> &'static str {
         match self {
             BanKind::Box => "box",
+            BanKind::Syn => "syn",
             BanKind::Prefix => "prefix",
             BanKind::Block => "block",
         }

@@ -12,7 +12,8 @@
 //! Nothing here is on the accept path except two non-blocking calls: [`Cluster::boxed`] (the
 //! engine's box listener: a `try_send`) and [`Cluster::admit`] (a lease lookup, [`lease`]). The
 //! rest runs as tasks on the proxy's tokio runtime:
-//! - **writer**: local bans (boxes, `blockIp`, `unblockIp`) → `SET key value PX ttl` + `PUBLISH`,
+//! - **writer**: local bans (boxes, `blockIp`, `unblockIp`, the kernel's own bans found by
+//!   [`Cluster::kernel_scan`], see [`kernel`]) → `SET key value PX ttl` + `PUBLISH`,
 //!   batched in one pipeline; what cannot be written (breaker open, Redis down) is kept, bounded,
 //!   and replayed when Redis is back (bans made during an outage are reconciled, not lost);
 //! - **subscriber**: the ban channel; every message from another node is applied to the engines
@@ -30,6 +31,7 @@
 //! `'error'` `cluster_unavailable` is emitted per outage.
 
 pub mod breaker;
+pub mod kernel;
 pub mod lease;
 pub mod message;
 
@@ -41,6 +43,7 @@ use crate::protection::{
 use breaker::Breaker;
 use futures_util::StreamExt;
 use ipnet::IpNet;
+use kernel::{KernelBan, KernelBans};
 use lease::Leases;
 use message::{wall_us, BanKind, BanMessage, Keys, Op, PERMANENT_TTL_MS, REFRESH_MS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -87,6 +90,9 @@ pub trait Node: Send + Sync + 'static {
     /// Puts `ip`'s client in the penalty box of the listeners on `port` (every listener when
     /// `None`) for `remaining_ns` from `now_ns`.
     fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64);
+    /// Puts the prefix `net` in the penalty box of the listeners on `port` (every listener when
+    /// `None`) for `remaining_ns` from `now_ns`, as a local prefix box.
+    fn apply_prefix_box(&self, net: IpNet, port: Option<u16>, remaining_ns: u64, now_ns: u64);
     /// Adds a `blockIp` entry (`ttl_ms` `None`: until `unblockIp`).
     fn apply_block(
         &self,
@@ -206,6 +212,7 @@ pub struct Cluster {
     origins: Mutex<HashMap<(BanKind, IpNet), Origin>>,
     permanent: Mutex<HashSet<String>>,
     reconcile: Notify,
+    kernel: Mutex<KernelBans>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -239,6 +246,7 @@ impl Cluster {
             origins: Mutex::new(HashMap::new()),
             permanent: Mutex::new(HashSet::new()),
             reconcile: Notify::new(),
+            kernel: Mutex::new(KernelBans::default()),
         }))
     }
 
@@ -336,6 +344,45 @@ impl Cluster {
         });
     }
 
+    /// A ban is being written to the kernel from userspace (a local box, or one received from
+    /// another node): [`Cluster::kernel_scan`] does not take it for the kernel's own.
+    pub fn kernel_written(&self, net: IpNet, port: u16, deadline_ns: u64) {
+        if self.cfg.share_bans {
+            lock(&self.kernel).written(net, port, deadline_ns);
+        }
+    }
+
+    /// The server's background tick with XDP attached, at `now_ns`: given the kernel's `banned`
+    /// and `banExtended` counters, reads the ban maps back with `read` when they moved and queues
+    /// the kernel's own bans and extensions for publishing ([`kernel`]); returns how many.
+    pub fn kernel_scan(
+        &self,
+        banned: u64,
+        extended: u64,
+        now_ns: u64,
+        read: impl FnOnce() -> Vec<KernelBan>,
+    ) -> usize {
+        if !self.cfg.share_bans || !lock(&self.kernel).should_scan(banned, extended, now_ns) {
+            return 0;
+        }
+        let bans = read();
+        let found = lock(&self.kernel).publishable(&bans, now_ns);
+        for b in &found {
+            self.queue(Outgoing::Ban {
+                kind: match (b.syn, b.prefix) {
+                    (true, _) => BanKind::Syn,
+                    (false, true) => BanKind::Prefix,
+                    (false, false) => BanKind::Box,
+                },
+                net: b.net,
+                port: Some(b.port),
+                deadline_ns: Some(b.deadline_ns),
+                note: None,
+            });
+        }
+        found.len()
+    }
+
     fn queue(&self, o: Outgoing) {
         if self.out_tx.try_send(o).is_err() {
             self.stats.queue_overflow.fetch_add(1, Ordering::Relaxed);
@@ -410,30 +457,32 @@ impl Cluster {
     }
 
     /// The `nodeId` a `blockedIps({detail:true})` entry came from (`ip` as listed, `reason` its
-    /// list): the origin of a ban received from another node, else this node; and whether it
-    /// came from another node.
-    pub fn origin(&self, reason: BlockReason, ip: &str, port: u16) -> (String, bool) {
+    /// list): the origin of a ban received from another node, else this node; and, when it came
+    /// from another node, what kind of ban it was received as.
+    pub fn origin(&self, reason: BlockReason, ip: &str, port: u16) -> (String, Option<BanKind>) {
         let net = match ip.parse::<IpNet>() {
             Ok(n) => n,
             Err(_) => match ip.parse::<IpAddr>() {
                 Ok(a) => IpNet::from(a),
-                Err(_) => return (self.cfg.node_id.clone(), false),
+                Err(_) => return (self.cfg.node_id.clone(), None),
             },
         };
         let kinds: &[BanKind] = match reason {
-            BlockReason::PenaltyBoxed => &[BanKind::Box],
-            BlockReason::DynamicBlocked => &[BanKind::Block, BanKind::Prefix],
+            BlockReason::PenaltyBoxed => &[BanKind::Box, BanKind::Syn, BanKind::Prefix],
+            BlockReason::DynamicBlocked => &[BanKind::Block],
             _ => &[],
         };
         let now = clock::now_ns();
         let origins = lock(&self.origins);
         kinds
             .iter()
-            .filter_map(|k| origins.get(&(*k, net)))
-            .find(|o| o.port.is_none_or(|p| p == port) && o.deadline_ns.is_none_or(|d| d > now))
+            .filter_map(|k| origins.get(&(*k, net)).map(|o| (*k, o)))
+            .find(|(_, o)| {
+                o.port.is_none_or(|p| p == port) && o.deadline_ns.is_none_or(|d| d > now)
+            })
             .map_or_else(
-                || (self.cfg.node_id.clone(), false),
-                |o| (o.node.clone(), true),
+                || (self.cfg.node_id.clone(), None),
+                |(k, o)| (o.node.clone(), Some(k)),
             )
     }
 
@@ -950,19 +999,18 @@ impl Cluster {
             deadline_ns,
         };
         match (m.op, m.kind) {
-            (Op::Ban, BanKind::Box) => {
+            (Op::Ban, BanKind::Box | BanKind::Syn) => {
                 let Some(ttl) = ttl_ms else { return };
                 REMOTE.with(|r| r.set(true));
                 node.apply_box(m.net.addr(), m.port, ms_to_ns(ttl), now);
                 REMOTE.with(|r| r.set(false));
             }
-            (Op::Ban, BanKind::Prefix) => node.apply_block(
-                m.net,
-                m.port,
-                ttl_ms,
-                Some(format!("penalty box of the prefix, from node {}", m.node)),
-                now,
-            ),
+            (Op::Ban, BanKind::Prefix) => {
+                let Some(ttl) = ttl_ms else { return };
+                REMOTE.with(|r| r.set(true));
+                node.apply_prefix_box(m.net, m.port, ms_to_ns(ttl), now);
+                REMOTE.with(|r| r.set(false));
+            }
             (Op::Ban, BanKind::Block) => {
                 node.apply_block(m.net, m.port, ttl_ms, m.note.clone(), now)
             }
@@ -975,5 +1023,183 @@ impl Cluster {
             }
         }
         lock(&self.origins).insert((m.kind, m.net), origin);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::error::Issues;
+    use serde_json::json;
+
+    fn cluster(share_bans: bool) -> Arc<Cluster> {
+        let v = json!({ "redis": { "url": "redis://127.0.0.1:1" }, "nodeId": "a",
+                        "shareBans": share_bans });
+        let mut issues = Issues::default();
+        let cfg = crate::config::cluster::parse_cluster(&v, "cluster", &mut issues).unwrap();
+        Cluster::new(cfg).unwrap()
+    }
+
+    fn queued(c: &Cluster) -> Vec<(BanKind, String, Option<u16>, Option<u64>)> {
+        let mut rx = c.out_rx.try_lock().unwrap();
+        let mut out = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            if let Outgoing::Ban {
+                kind,
+                net,
+                port,
+                deadline_ns,
+                ..
+            } = o
+            {
+                out.push((kind, net.to_string(), port, deadline_ns));
+            }
+        }
+        out
+    }
+
+    fn kb(net: &str, deadline_ns: u64, syn: bool, prefix: bool) -> KernelBan {
+        KernelBan {
+            net: net.parse().unwrap(),
+            port: 8443,
+            deadline_ns,
+            syn,
+            prefix,
+        }
+    }
+
+    #[test]
+    fn kernel_bans_are_queued_for_publishing_and_written_ones_are_not() {
+        const S: u64 = 1_000_000_000;
+        let c = cluster(true);
+        // A box received from another node reached the kernel from userspace.
+        c.kernel_written("192.0.2.1/32".parse().unwrap(), 8443, 30 * S);
+        let kernel = vec![
+            kb("192.0.2.1/32", 30 * S, false, false),
+            kb("198.51.100.7/32", 12 * S, true, false),
+            kb("203.0.113.0/24", 40 * S, false, true),
+        ];
+        // Counters unchanged: the maps are not read.
+        assert_eq!(c.kernel_scan(0, 0, S, || unreachable!()), 0);
+        assert_eq!(c.kernel_scan(1, 0, S, || kernel.clone()), 2);
+        assert_eq!(
+            queued(&c),
+            vec![
+                (
+                    BanKind::Syn,
+                    "198.51.100.7/32".into(),
+                    Some(8443),
+                    Some(12 * S)
+                ),
+                (
+                    BanKind::Prefix,
+                    "203.0.113.0/24".into(),
+                    Some(8443),
+                    Some(40 * S)
+                ),
+            ]
+        );
+        assert_eq!(c.kernel_scan(2, 0, S, || kernel.clone()), 0, "no repeat");
+        assert!(queued(&c).is_empty());
+        // Without shareBans nothing is read or queued.
+        let quiet = cluster(false);
+        assert_eq!(quiet.kernel_scan(1, 1, S, || unreachable!()), 0);
+    }
+
+    /// Records what the cluster tier asks of the proxy.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<String>>);
+
+    impl Node for Calls {
+        fn serves(&self, port: u16) -> bool {
+            port == 8443
+        }
+        fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, _: u64) {
+            let muted = REMOTE.with(Cell::get);
+            lock(&self.0).push(format!("box {ip} {port:?} {remaining_ns} muted={muted}"));
+        }
+        fn apply_prefix_box(&self, net: IpNet, port: Option<u16>, remaining_ns: u64, _: u64) {
+            let muted = REMOTE.with(Cell::get);
+            lock(&self.0).push(format!(
+                "prefix {net} {port:?} {remaining_ns} muted={muted}"
+            ));
+        }
+        fn apply_block(
+            &self,
+            net: IpNet,
+            _: Option<u16>,
+            _: Option<u64>,
+            _: Option<String>,
+            _: u64,
+        ) {
+            lock(&self.0).push(format!("block {net}"));
+        }
+        fn apply_unblock(&self, net: IpNet, _: Option<u16>) {
+            lock(&self.0).push(format!("unblock {net}"));
+        }
+        fn unavailable(&self, _: String) {}
+    }
+
+    #[test]
+    fn received_syn_and_prefix_bans_are_boxes_with_their_origin() {
+        let c = cluster(true);
+        let calls = Arc::new(Calls::default());
+        let _ = c.node.set(calls.clone());
+        let msg = |kind, net: &str| BanMessage {
+            op: Op::Ban,
+            node: "b".into(),
+            kind,
+            net: net.parse().unwrap(),
+            port: Some(8443),
+            ttl_ms: Some(5000),
+            note: None,
+            sent_us: 0,
+        };
+        for m in [
+            msg(BanKind::Syn, "198.51.100.7/32"),
+            msg(BanKind::Prefix, "203.0.113.0/24"),
+        ] {
+            c.apply(&m, m.ttl_ms);
+        }
+        assert_eq!(
+            *lock(&calls.0),
+            [
+                "box 198.51.100.7 Some(8443) 5000000000 muted=true",
+                "prefix 203.0.113.0/24 Some(8443) 5000000000 muted=true",
+            ]
+        );
+        assert!(!REMOTE.with(Cell::get), "unmuted after");
+        assert_eq!(
+            c.origin(BlockReason::PenaltyBoxed, "198.51.100.7", 8443),
+            ("b".to_string(), Some(BanKind::Syn))
+        );
+        assert_eq!(
+            c.origin(BlockReason::PenaltyBoxed, "203.0.113.0/24", 8443),
+            ("b".to_string(), Some(BanKind::Prefix))
+        );
+        assert_eq!(
+            c.origin(BlockReason::DynamicBlocked, "203.0.113.0/24", 8443),
+            ("a".to_string(), None),
+            "a received prefix box is not a blockIp entry"
+        );
+        // What the box listener reports while the remote ban is applied is not queued.
+        c.boxed(
+            8443,
+            IpKey::new("198.51.100.7".parse().unwrap(), 64),
+            1,
+            false,
+        );
+        REMOTE.with(|r| r.set(true));
+        c.boxed(
+            8443,
+            IpKey::new("198.51.100.8".parse().unwrap(), 64),
+            1,
+            false,
+        );
+        REMOTE.with(|r| r.set(false));
+        assert_eq!(
+            queued(&c),
+            vec![(BanKind::Box, "198.51.100.7/32".into(), Some(8443), Some(1))]
+        );
     }
 }

@@ -1129,6 +1129,10 @@ fn share_port_policies(parsed: &mut [(usize, ListenerConfig)], arr: &[Value], is
     }
 }
 
+/// The message of a `clusterRateLimit` given to a proxy without `cluster` (constructor and
+/// `updateConfig`).
+pub const NEEDS_CLUSTER: &str = "needs the proxy's `cluster` config (a Redis shared by the nodes)";
+
 /// `protection.clusterRateLimit` needs `cluster`: names each listener that sets it without one.
 fn require_cluster(listeners: &[ListenerConfig], issues: &mut Issues) {
     for (i, l) in listeners.iter().enumerate() {
@@ -1138,7 +1142,7 @@ fn require_cluster(listeners: &[ListenerConfig], issues: &mut Issues) {
         {
             issues.push(
                 format!("listeners[{i}].protection.clusterRateLimit"),
-                "needs the proxy's `cluster` config (a Redis shared by the nodes)",
+                NEEDS_CLUSTER,
             );
         }
     }

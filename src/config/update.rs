@@ -7,7 +7,7 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{parse_routes, ListenerConfig, RouteConfig};
+use super::proxy::{parse_routes, ListenerConfig, RouteConfig, NEEDS_CLUSTER};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -93,7 +93,11 @@ fn listener_port(
 }
 
 /// Validates an `updateConfig` argument against the running `listeners`.
-pub fn parse_update(u: &Value, listeners: &[ListenerConfig]) -> Result<ConfigUpdate, ConfigError> {
+pub fn parse_update(
+    u: &Value,
+    listeners: &[ListenerConfig],
+    has_cluster: bool,
+) -> Result<ConfigUpdate, ConfigError> {
     let mut issues = Issues::default();
     let Some(obj) = v::object(u, "update", &mut issues) else {
         return Err(ConfigError::new(issues.0));
@@ -125,10 +129,19 @@ pub fn parse_update(u: &Value, listeners: &[ListenerConfig]) -> Result<ConfigUpd
                     continue;
                 }
                 Some(Value::Null) => None,
-                Some(pv) => match parse_protection(pv, &pol_path, &mut issues) {
-                    Some(p) => Some(Arc::new(p)),
-                    None => continue,
-                },
+                Some(pv) => {
+                    // Named beside the policy's other problems (the constructor's rule).
+                    let wants_cluster = pv
+                        .as_object()
+                        .is_some_and(|o| field(o, "clusterRateLimit").is_some());
+                    if wants_cluster && !has_cluster {
+                        issues.push(v::join(&pol_path, "clusterRateLimit"), NEEDS_CLUSTER);
+                    }
+                    match parse_protection(pv, &pol_path, &mut issues) {
+                        Some(p) => Some(Arc::new(p)),
+                        None => continue,
+                    }
+                }
             };
             if let Some(port) = port {
                 if protection.iter().any(|p| p.port == port) {
@@ -210,5 +223,63 @@ pub fn parse_unblock(
     match net {
         Some(net) if issues.is_empty() => Ok(UnblockRequest { net, port }),
         _ => Err(ConfigError::new(issues.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::proxy::parse_proxy_config;
+    use serde_json::json;
+
+    fn listeners() -> Vec<ListenerConfig> {
+        let cfg = json!({
+            "listeners": [{ "port": 9443 }],
+            "routes": [{ "sni": "", "terminateTls": false,
+                         "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] }],
+        });
+        parse_proxy_config(&cfg, 1).unwrap().listeners
+    }
+
+    #[test]
+    fn cluster_rate_limit_needs_cluster_in_an_update_too() {
+        let u = json!({ "protection": [
+            { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 },
+                                            "rateLimit": { "connectionsPerSecond": -1 } } },
+        ] });
+        let got: Vec<String> = parse_update(&u, &listeners(), false)
+            .unwrap_err()
+            .issues
+            .iter()
+            .map(|i| i.path.clone())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "protection[0].protection.clusterRateLimit",
+                "protection[0].protection.rateLimit.connectionsPerSecond",
+            ],
+            "every offending field at once"
+        );
+        let u = json!({ "protection": [
+            { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } },
+        ] });
+        let e = parse_update(&u, &listeners(), false).unwrap_err();
+        let got: Vec<(&str, &str)> = e
+            .issues
+            .iter()
+            .map(|i| (i.path.as_str(), i.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [("protection[0].protection.clusterRateLimit", NEEDS_CLUSTER)]
+        );
+        let ok = parse_update(&u, &listeners(), true).unwrap();
+        assert!(ok.protection[0]
+            .policy
+            .as_ref()
+            .unwrap()
+            .cluster_rate_limit()
+            .is_some());
     }
 }

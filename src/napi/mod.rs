@@ -9,12 +9,13 @@
 //! [`XdpError`] variant. (`#[napi]` recognises only a literal `Result<T, S>` return type, so
 //! the status type `String` is spelled out at each method.)
 
+use crate::cluster::message::BanKind;
 use crate::cluster::Cluster;
 use crate::config::proxy::{parse_proxy_config, parse_resolve_route};
 use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
-use crate::protection::{BlockReason, BlockedIps};
+use crate::protection::BlockedIps;
 use crate::server::{AttachError, Proxy};
 use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
@@ -76,9 +77,15 @@ fn blocked_json(b: &BlockedIps, detail: bool, cluster: Option<&Cluster>) -> Valu
                         o["note"] = note.as_str().into();
                     }
                     if let Some(c) = cluster {
-                        let (node, remote) = c.origin(l.entry.reason, &l.entry.ip, l.port);
-                        if remote && l.entry.reason == BlockReason::PenaltyBoxed {
-                            o["note"] = format!("penalty box from node {node}").into();
+                        let (node, kind) = c.origin(l.entry.reason, &l.entry.ip, l.port);
+                        // A received prefix box keeps the local prefix box's note (`prefix`).
+                        let note = match kind {
+                            Some(BanKind::Box) => Some(format!("penalty box from node {node}")),
+                            Some(BanKind::Syn) => Some(format!("kernel SYN ban from node {node}")),
+                            _ => None,
+                        };
+                        if let Some(n) = note {
+                            o["note"] = n.into();
                         }
                         o["node"] = node.into();
                     }
@@ -155,7 +162,12 @@ impl NativeProxy {
     #[napi]
     pub fn update_config(&self, update_json: String) -> Result<(), String> {
         let v = parse_json(&update_json)?;
-        let u = parse_update(&v, &self.inner.listener_configs()).map_err(config_error)?;
+        let u = parse_update(
+            &v,
+            &self.inner.listener_configs(),
+            self.inner.cluster().is_some(),
+        )
+        .map_err(config_error)?;
         self.inner.update_config(u).map_err(config_error)
     }
 

@@ -53,7 +53,8 @@
 //! in `offenders`, beside the table: they hold on listeners without protection too, and
 //! are checked where the penalty box is (after the lists, before the rate limits), refused as
 //! `penalty_boxed`, listed in `blockedIps().penaltyBoxed` and reported to the box listener like
-//! rate-limit boxes.
+//! rate-limit boxes. Prefix boxes received from another node ([`Engine::box_prefix`]) live in
+//! `prefix_boxes` for the same reason and are checked at the same place.
 //!
 //! `mode: 'observe'`: the same decisions, the same state changes (boxes, blocked lists), but the
 //! connection is admitted and counted (on its client and its prefix); the verdict says
@@ -76,6 +77,7 @@ use super::policy::{
     DefenseMode, Mode, ProtectionPolicy, DEFAULT_H2_BOX_AFTER_VIOLATIONS, DEFAULT_PENALTY_MS,
     H2_VIOLATION_WINDOW_NS,
 };
+use super::prefix_boxes::PrefixBoxes;
 use super::reason::BlockReason;
 use super::rescale::{carry_over, Installed, Tier};
 use super::table::{expire_mark, Ctx, Table};
@@ -83,6 +85,7 @@ pub use super::table::{ConnGuard, PendingGuard, PrefixHold};
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use crate::gcra::Gcra;
 use arc_swap::{ArcSwap, ArcSwapOption};
+use ipnet::IpNet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -165,6 +168,8 @@ pub struct Engine {
     known_good_listener: ArcSwapOption<KnownGoodCell>,
     untracked: AtomicU64,
     offenders: Offenders,
+    /// Prefix boxes received from another node.
+    prefix_boxes: PrefixBoxes,
     untracked_prefixes: AtomicU64,
     /// `listenerLimit.connectionsPerSecond`: one GCRA TAT for the whole listener.
     budget_tat: AtomicU64,
@@ -197,6 +202,7 @@ impl Engine {
             known_good_listener: ArcSwapOption::empty(),
             untracked: AtomicU64::new(0),
             offenders: Offenders::default(),
+            prefix_boxes: PrefixBoxes::default(),
             untracked_prefixes: AtomicU64::new(0),
             budget_tat: AtomicU64::new(0),
             pending: Arc::new(AtomicU64::new(0)),
@@ -331,6 +337,7 @@ impl Engine {
             if self
                 .offenders
                 .is_boxed(IpKey::new(ip, DEFAULT_IPV6_PREFIX), now_ns)
+                || self.prefix_boxes.holding(ip, now_ns).is_some()
             {
                 return refused(BlockReason::PenaltyBoxed);
             }
@@ -372,7 +379,8 @@ impl Engine {
                 guard,
             };
         }
-        let offender = self.offenders.is_boxed(key, now_ns);
+        let offender =
+            self.offenders.is_boxed(key, now_ns) || self.prefix_boxes.holding(ip, now_ns).is_some();
         if offender && !observe {
             return refused(BlockReason::PenaltyBoxed);
         }
@@ -480,6 +488,26 @@ impl Engine {
             .offenders
             .put_in_box(key, now_ns.saturating_add(duration_ns));
         self.notify_box(key, deadline);
+        Some(deadline)
+    }
+
+    /// Puts the prefix `net` (a boxed prefix of another node's prefix tier, as its box listener
+    /// reported it) in the penalty box until `now_ns + duration_ns` (a later running deadline is
+    /// kept): every client in it is refused `penalty_boxed` at accept (observed in observe
+    /// mode), the prefix is listed in `blockedIps().penaltyBoxed` as a CIDR with the note
+    /// [`PREFIX_NOTE`] as a local prefix box is, and the box listener is told (as a prefix: the
+    /// XDP prefix-ban trie). Holds whatever the local policy (see `prefix_boxes`). Returns the
+    /// deadline in force, or `None` when the set is full.
+    pub fn box_prefix(&self, net: IpNet, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        let net = super::cidr::canonical_net(net);
+        let len = net.prefix_len();
+        let key = IpKey::prefix(net.network(), len, len);
+        let deadline = self
+            .prefix_boxes
+            .put(key, now_ns.saturating_add(duration_ns))?;
+        if let Some(l) = self.box_listener.load().as_ref() {
+            (l.0)(key, deadline, true);
+        }
         Some(deadline)
     }
 
@@ -914,6 +942,12 @@ impl Engine {
                 .into_iter()
                 .map(|(k, d)| (k, d, false)),
         );
+        out.extend(
+            self.prefix_boxes
+                .running(now_ns)
+                .into_iter()
+                .map(|(k, d)| (k, d, true)),
+        );
         out
     }
 
@@ -1014,6 +1048,14 @@ impl Engine {
                 note: Some(H2_BOX_NOTE.to_string()),
             });
         }
+        for (key, deadline) in self.prefix_boxes.running(now_ns) {
+            view.penalty_boxed.push(BlockedEntry {
+                ip: key.to_string(),
+                reason: BlockReason::PenaltyBoxed,
+                remaining_ms: Some(ns_to_ms_ceil(deadline - now_ns)),
+                note: Some(PREFIX_NOTE.to_string()),
+            });
+        }
         view.sort();
         view
     }
@@ -1073,6 +1115,7 @@ impl Engine {
     pub fn evict_tick(&self, now_ns: u64, budget: usize) -> usize {
         self.dynamic.purge_expired(now_ns);
         self.offenders.purge(now_ns, H2_VIOLATION_WINDOW_NS);
+        self.prefix_boxes.purge(now_ns);
         let inst = self.installed.load();
         let epoch = self.epoch.load(Ordering::Acquire);
         let p = inst.policy.as_deref();

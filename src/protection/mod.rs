@@ -14,6 +14,7 @@
 //! - [`cidr`]: CIDR parsing rules and O(log n) CIDR sets;
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
 //! - `offenders`: clients boxed for violations on admitted connections (the HTTP/2 guard);
+//! - `prefix_boxes`: prefix boxes received from another node (the cluster tier);
 //! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`defense`]: defense mode's per-second measure, baseline and on/off rule;
@@ -30,6 +31,7 @@ pub mod key;
 pub(crate) mod offenders;
 pub mod penalty;
 pub mod policy;
+pub(crate) mod prefix_boxes;
 pub mod reason;
 pub mod rescale;
 pub mod table;
