@@ -8,8 +8,8 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
-const { spawn, fork } = require('node:child_process');
 const h = require('./helpers');
+const { startRedis, forkClusterNode } = require('./helpers/cluster');
 
 // A real ClientHello (curl 7.88.1), from the shared fixtures next to the checkout.
 const HELLO_FILE = path.join(__dirname, '..', '..', 'shared', 'fixtures', 'clienthello', 'curl_default.bin');
@@ -18,14 +18,11 @@ const PREFIX = 'rtest:';
 const HOSTS = ['127.0.0.11', '127.0.0.12', '127.0.0.13', '127.0.0.14'];
 
 let redis;
-let redisPort;
 let echo;
 let port;
 const nodes = [];
 
-function redisCli(...args) {
-  return h.run('redis-cli', ['-p', String(redisPort), '--raw', ...args], { timeoutMs: 5000 });
-}
+const redisCli = (...args) => redis.cli(...args);
 
 async function startNode(i, { protection, breaker } = {}) {
   const opts = {
@@ -34,43 +31,21 @@ async function startNode(i, { protection, breaker } = {}) {
     upstreamPort: echo.address().port,
     protection,
     cluster: {
-      redis: { url: `redis://127.0.0.1:${redisPort}`, keyPrefix: PREFIX, commandTimeoutMs: 100 },
+      redis: { url: redis.url, keyPrefix: PREFIX, commandTimeoutMs: 100 },
       nodeId: `node-${'abcd'[i]}`,
       breaker: breaker || { failures: 3, openMs: 300 },
     },
   };
-  const child = fork(path.join(__dirname, 'helpers', 'cluster-node.js'), [JSON.stringify(opts)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const waiting = new Map();
-  let n = 0;
-  const ready = new Promise((resolve, reject) => {
-    child.on('message', (m) => {
-      if (m.ready) return resolve();
-      if (m.fatal) return reject(new Error(m.fatal));
-      const w = waiting.get(m.id);
-      waiting.delete(m.id);
-      if (m.error) w.reject(new Error(m.error));
-      else w.resolve(m.result);
-    });
-  });
-  const call = (cmd, ...args) =>
-    new Promise((resolve, reject) => {
-      const id = ++n;
-      waiting.set(id, { resolve, reject });
-      child.send({ id, cmd, args });
-    });
-  await ready;
-  const node = { child, call, host: HOSTS[i], id: opts.cluster.nodeId };
+  // Started and connected (subscribed and answering) before a test relies on it.
+  const node = { ...(await forkClusterNode(opts)), host: HOSTS[i], id: opts.cluster.nodeId };
   nodes.push(node);
-  // Connected (subscribed and answering) before a test relies on it.
-  await h.waitFor(async () => (await call('metrics')).cluster.connected, { timeoutMs: 5000, what: `${node.id} connected` });
   return node;
 }
 
 async function stopNodes() {
   while (nodes.length) {
     const n = nodes.pop();
-    await n.call('stop').catch(() => {});
-    n.child.kill();
+    await n.stop();
   }
 }
 
@@ -108,19 +83,14 @@ function decision(node, client, hello) {
 
 test.before(async () => {
   if (!h.haveTool('redis-server')) return;
-  redisPort = await h.freePort();
   port = await h.freePort();
   echo = await h.echoServer();
-  redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  await h.waitFor(async () => (await redisCli('PING').catch(() => ({ stdout: '' }))).stdout.toString().trim() === 'PONG', { timeoutMs: 5000, what: 'redis-server up' });
+  redis = await startRedis();
 });
 
 test.after(async () => {
   await stopNodes();
-  if (redis) {
-    redis.kill('SIGCONT');
-    redis.kill('SIGKILL');
-  }
+  if (redis) redis.kill();
   if (echo) await h.closeServer(echo);
 });
 
@@ -268,7 +238,7 @@ test('clusterRateLimit 10/s over three nodes admits at most burst + rate × t + 
 test('Redis frozen mid-flood: local limits alone, one error per node; thawed: reconnected and reconciled', async (t) => {
   if (!needRedis(t)) return;
   t.after(stopNodes);
-  t.after(() => redis.kill('SIGCONT'));
+  t.after(() => redis.signal('SIGCONT'));
   const protection = { rateLimit: { connectionsPerSecond: 0.5, burst: 5 }, clusterRateLimit: { connectionsPerSecond: 1000, burst: 1000 } };
   const ns = [await startNode(0, { protection }), await startNode(1, { protection }), await startNode(2, { protection })];
   if (!fs.existsSync(HELLO_FILE)) return h.skipOrFail(t, `fixture ${HELLO_FILE} not found`);
@@ -294,7 +264,7 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
     })
   );
   await new Promise((r) => setTimeout(r, 300));
-  redis.kill('SIGSTOP');
+  redis.signal('SIGSTOP');
   frozenAt = performance.now();
   for (const n of ns) {
     await h.waitFor(async () => (await n.call('metrics')).cluster.breakerOpen, { timeoutMs: 3000, what: `${n.id} breaker open` });
@@ -324,7 +294,7 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
     assert.equal(m.connected, false);
   }
   const thawed = performance.now();
-  redis.kill('SIGCONT');
+  redis.signal('SIGCONT');
   for (const n of ns) {
     await h.waitFor(async () => {
       const m = (await n.call('metrics')).cluster;

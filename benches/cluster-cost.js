@@ -9,8 +9,8 @@
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { spawn, fork } = require('node:child_process');
 const h = require('../__tests__/helpers');
+const { startRedis, forkClusterNode } = require('../__tests__/helpers/cluster');
 
 const RATE = Number(process.argv[2] || 1000);
 const SECS = Number(process.argv[3] || 10);
@@ -25,27 +25,8 @@ async function node(redisPort, port, upstreamPort) {
     protection: { clusterRateLimit: { connectionsPerSecond: LIMIT, burst: LIMIT * 2 }, rateLimit: { connectionsPerSecond: LIMIT * 4 }, penaltyBox: { durationMs: 2000 } },
     cluster: { redis: { url: `redis://127.0.0.1:${redisPort}`, keyPrefix: 'rcost:' }, nodeId: 'cost-0', shareBans: true },
   };
-  const child = fork(path.join(__dirname, '..', '__tests__', 'helpers', 'cluster-node.js'), [JSON.stringify(opts)]);
-  const waiting = new Map();
-  let n = 0;
-  await new Promise((resolve, reject) =>
-    child.on('message', (m) => {
-      if (m.ready) return resolve();
-      if (m.fatal) return reject(new Error(m.fatal));
-      const w = waiting.get(m.id);
-      waiting.delete(m.id);
-      if (m.error) w.reject(new Error(m.error));
-      else w.resolve(m.result);
-    })
-  );
-  const call = (cmd, ...args) =>
-    new Promise((resolve, reject) => {
-      const id = ++n;
-      waiting.set(id, { resolve, reject });
-      child.send({ id, cmd, args });
-    });
-  await h.waitFor(async () => (await call('metrics')).cluster.connected, { what: 'connected' });
-  return { child, call, host: opts.host };
+  const { child, call, stop } = await forkClusterNode(opts);
+  return { child, call, stop, host: opts.host };
 }
 
 /** `INFO commandstats` as { command: calls }. */
@@ -68,12 +49,11 @@ function connectOnce(host, port, localAddress) {
 }
 
 (async () => {
-  const redisPort = await h.freePort();
   const port = await h.freePort();
   const echo = await h.echoServer();
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const redis = await startRedis();
+  const redisPort = redis.port;
   try {
-    await h.waitFor(async () => (await h.run('redis-cli', ['-p', String(redisPort), 'PING'])).stdout.toString().trim() === 'PONG', { what: 'redis up' });
     const a = await node(redisPort, port, echo.address().port);
     const before = await commandstats(redisPort);
     const t0 = performance.now();
@@ -126,7 +106,7 @@ function connectOnce(host, port, localAddress) {
     await a.call('stop');
     a.child.kill();
   } finally {
-    redis.kill('SIGKILL');
+    redis.kill();
     await h.closeServer(echo);
   }
 })().catch((e) => {

@@ -4,8 +4,8 @@
 // metrics().cluster.propagationDelayMs gives p50/p99 over the newest 1024 received messages
 // (sender's wall clock to receiver's, same host here). Usage: node benches/cluster-propagation.js [N]
 const path = require('node:path');
-const { spawn, fork } = require('node:child_process');
 const h = require('../__tests__/helpers');
+const { startRedis, forkClusterNode } = require('../__tests__/helpers/cluster');
 
 const N = Number(process.argv[2] || 1000);
 
@@ -16,36 +16,16 @@ async function node(i, redisPort, port, upstreamPort) {
     upstreamPort,
     cluster: { redis: { url: `redis://127.0.0.1:${redisPort}`, keyPrefix: 'rbench:' }, nodeId: `bench-${i}` },
   };
-  const child = fork(path.join(__dirname, '..', '__tests__', 'helpers', 'cluster-node.js'), [JSON.stringify(opts)]);
-  const waiting = new Map();
-  let n = 0;
-  await new Promise((resolve, reject) =>
-    child.on('message', (m) => {
-      if (m.ready) return resolve();
-      if (m.fatal) return reject(new Error(m.fatal));
-      const w = waiting.get(m.id);
-      waiting.delete(m.id);
-      if (m.error) w.reject(new Error(m.error));
-      else w.resolve(m.result);
-    })
-  );
-  const call = (cmd, ...args) =>
-    new Promise((resolve, reject) => {
-      const id = ++n;
-      waiting.set(id, { resolve, reject });
-      child.send({ id, cmd, args });
-    });
-  await h.waitFor(async () => (await call('metrics')).cluster.connected, { what: 'connected' });
-  return { child, call };
+  const { child, call, stop } = await forkClusterNode(opts);
+  return { child, call, stop };
 }
 
 (async () => {
-  const redisPort = await h.freePort();
   const port = await h.freePort();
   const echo = await h.echoServer();
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const redis = await startRedis();
+  const redisPort = redis.port;
   try {
-    await h.waitFor(async () => (await h.run('redis-cli', ['-p', String(redisPort), 'PING'])).stdout.toString().trim() === 'PONG', { what: 'redis up' });
     const a = await node(0, redisPort, port, echo.address().port);
     const b = await node(1, redisPort, port, echo.address().port);
     for (let i = 0; i < N; i++) {
@@ -60,7 +40,7 @@ async function node(i, redisPort, port, upstreamPort) {
       n.child.kill();
     }
   } finally {
-    redis.kill('SIGKILL');
+    redis.kill();
     await h.closeServer(echo);
   }
 })().catch((e) => {
