@@ -42,7 +42,6 @@ test('Symphony fields not supported yet are ConfigErrors naming each one', () =>
       routes: [
         { sni: 'a.test', upstreams: [{ kind: 'uds', path: '/tmp/a.sock', protocol: 'h2' }], suspended: true, suspendTimeoutMs: 5000 },
         { sni: 'b.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], ipAffinityTtlMs: 1000 },
-        { sni: 'c.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], protocol: 'http', sourceAddressHeader: 'xForwardedFor', forwardFingerprint: ['ja3', 'ja4'] },
       ],
     });
   } catch (e) {
@@ -55,7 +54,5 @@ test('Symphony fields not supported yet are ConfigErrors naming each one', () =>
     { path: 'routes[0].suspendTimeoutMs', message: field },
     { path: 'routes[0].upstreams[0].protocol', message: field },
     { path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' },
-    { path: 'routes[2].sourceAddressHeader', message: "'xForwardedFor' is not supported yet (Symphony value; see README: Coming from Symphony)" },
-    { path: 'routes[2].forwardFingerprint', message: 'a list (X-JA3/X-JA4 headers) is not supported yet (Symphony value; see README: Coming from Symphony)' },
   ]);
 });

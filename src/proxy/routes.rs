@@ -145,7 +145,10 @@ impl RouteTable {
                     }
                     let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
                     let client_auth = mtls_of(l).map(|m| m.verifier);
-                    Some(server_config(cert, r.http2, client_auth))
+                    // A route that writes request headers speaks HTTP/1.1 only (README: Forwarded
+                    // request headers): every request of every client gets them.
+                    let h2 = r.http2 && r.forward_headers().is_none();
+                    Some(server_config(cert, h2, client_auth))
                 })
                 .collect();
             let mtls = listeners
@@ -243,7 +246,7 @@ mod tests {
             http2: false,
             protocol: Default::default(),
             source_address_header: SourceAddressHeader::None,
-            forward_fingerprint: ForwardFingerprint::None,
+            forward_fingerprint: ForwardFingerprint::NONE,
             connect_timeout_ms: 1000,
             rate_limit: None,
             mtls: None,
