@@ -40,6 +40,19 @@ pub const REMOVED: [&str; 4] = ["x-forwarded-for", "x-forwarded-proto", "x-ja3",
 /// Most bytes of one chunk-size line (size and extensions) or of a chunk's closing CRLF.
 const MAX_CHUNK_LINE: usize = 4096;
 
+/// A buffer emptied with more capacity than this is freed rather than kept: a connection
+/// between requests holds no more than a small head's worth.
+const KEEP_CAPACITY: usize = 4096;
+
+/// Empties `v`, freeing a large allocation.
+fn reset(v: &mut Vec<u8>) {
+    if v.capacity() > KEEP_CAPACITY {
+        *v = Vec::new();
+    } else {
+        v.clear();
+    }
+}
+
 /// The header lines a route inserts into every request head (each ending in CRLF):
 /// `X-Forwarded-For: <ip>` and `X-Forwarded-Proto: https`, `X-JA3: <md5>`, `X-JA4: <ja4>`,
 /// as `h` asks.
@@ -178,7 +191,7 @@ impl Rewriter {
             Framing::Length(n) => State::Body(n),
             Framing::Chunked => State::ChunkSize,
         };
-        self.held.clear();
+        reset(&mut self.held);
         Ok(Step::Emit(len - before))
     }
 
@@ -318,7 +331,7 @@ impl<S: AsyncWrite + Unpin> HeaderWriter<S> {
             }
             self.pending_pos += n;
         }
-        self.pending.clear();
+        reset(&mut self.pending);
         self.pending_pos = 0;
         Poll::Ready(Ok(()))
     }
@@ -361,6 +374,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
                 Step::Emit(n) => {
                     used += n;
                     this.pending.append(&mut this.rw.out);
+                    reset(&mut this.rw.out);
                 }
                 Step::Pass(n) => {
                     if this.pending_pos < this.pending.len() {
