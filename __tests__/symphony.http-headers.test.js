@@ -151,6 +151,38 @@ test("with sourceAddressHeader 'proxyProtocolV2' both fingerprints ride TLVs and
   s.destroy();
 });
 
+test('an upgrade becomes a tunnel only once the upstream answers 101; behind a declined one requests are still rewritten', async (t) => {
+  const { cap, port } = await setup(t, { forwardFingerprint: 'none' });
+  const added = 'X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: https\r\n';
+  const ws = `GET /ws HTTP/1.1\r\nHost: ${SNI}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n`;
+  // Declined: a request sent right behind the upgrade (a smuggling attempt) waits, then is rewritten.
+  const a = await connect(port);
+  const behind = `GET /behind HTTP/1.1\r\nHost: ${SNI}\r\n`;
+  a.write(`${ws}\r\n${behind}X-Forwarded-For: 6.6.6.6\r\n\r\n`);
+  await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].data.length > 0, { what: 'the upgrade request' });
+  assert.equal(cap.captured[0].data.toString(), `${ws}${added}\r\n`);
+  cap.captured[0].socket.write('HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n');
+  const declined = `${ws}${added}\r\n${behind}${added}\r\n`;
+  await h.waitFor(() => cap.captured[0].data.length >= declined.length, { what: 'the request behind the declined upgrade' });
+  assert.equal(cap.captured[0].data.toString(), declined);
+  a.destroy();
+  // Granted: after the 101 the client's bytes pass untouched both ways.
+  const b = await connect(port);
+  let down = '';
+  b.on('data', (d) => (down += d));
+  b.write(`${ws}\r\n`);
+  await h.waitFor(() => cap.captured.length === 2 && cap.captured[1].data.length > 0, { what: 'the second upgrade request' });
+  const switched = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n';
+  cap.captured[1].socket.write(switched);
+  await h.waitFor(() => down === switched, { what: 'the 101 at the client' });
+  const raw = 'GET /x HTTP/1.1\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n';
+  b.write(raw);
+  const granted = `${ws}${added}\r\n${raw}`;
+  await h.waitFor(() => cap.captured[1].data.length >= granted.length, { what: 'tunnel bytes' });
+  assert.equal(cap.captured[1].data.toString(), granted);
+  b.destroy();
+});
+
 test('header routes are validated: passthrough and opaque routes are refused, a PROXY v2 route keeps its TLVs', () => {
   let errs;
   try {

@@ -13,8 +13,11 @@
 //!   allowed; the data; its CRLF; after the last chunk the trailer section, parsed with
 //!   `httparse::parse_headers`), passed byte-exact; no length and no chunked coding is no body.
 //!   Then the next (pipelined) request's head.
-//! - **Tunnel**: after a `CONNECT` or an upgrade request (`Upgrade` + `Connection: upgrade`,
-//!   WebSocket) everything that follows is passed as it is.
+//! - **Tunnel**: after a `CONNECT` or a bodiless upgrade request (`Upgrade` + `Connection:
+//!   upgrade`, WebSocket) the client's bytes wait for the upstream's answer, found by following
+//!   the responses' framing in response mode ([`Rewriter::responses`]): granted (`101`, `2xx`
+//!   to `CONNECT`), everything that follows is passed as it is; declined, the next request is
+//!   parsed (so a declined upgrade smuggles nothing past the rewriter).
 //!
 //! Bytes that are not such a stream are refused ([`Refused`]): a malformed head (obs-fold
 //! included), a head over the limit, a body whose length two parsers could read differently
@@ -93,6 +96,22 @@ pub enum Step {
     Held(usize),
     /// `input[..n]` was taken and [`Rewriter::take_out`] has bytes to send first.
     Emit(usize),
+    /// Nothing can go until the upstream answered an upgrade or `CONNECT`
+    /// ([`Rewriter::answered`]).
+    Wait,
+}
+
+/// What a request asked for, for the response that answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Any other request.
+    Plain,
+    /// `HEAD`: its response has no body whatever its fields say.
+    Head,
+    /// An upgrade request: `101` switches the connection to a tunnel.
+    Upgrade,
+    /// `CONNECT`: a `2xx` switches the connection to a tunnel.
+    Connect,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,15 +122,25 @@ enum State {
     ChunkData(u64),
     ChunkEnd,
     Trailers,
+    /// An upgrade or `CONNECT` went out; the upstream has not answered it yet.
+    Await,
     Tunnel,
 }
 
-/// The request-by-request rewriter of one connection's client → upstream bytes.
+/// The request-by-request rewriter of one connection's client → upstream bytes; in response
+/// mode ([`Rewriter::responses`]) the same machine follows the upstream's responses without
+/// changing them, to learn whether an upgrade or `CONNECT` was granted.
 pub struct Rewriter {
     insert: Vec<u8>,
     state: State,
     held: Vec<u8>,
     out: Vec<u8>,
+    /// Request mode: kinds of the requests emitted, not yet handed to the response side.
+    /// Response mode: kinds of the requests not answered yet, oldest first.
+    kinds: std::collections::VecDeque<Kind>,
+    response: bool,
+    /// Response mode: the answer to an upgrade / `CONNECT` just seen (granted or not).
+    decided: Option<bool>,
 }
 
 impl Rewriter {
@@ -122,6 +151,26 @@ impl Rewriter {
             state: State::Head,
             held: Vec::new(),
             out: Vec::new(),
+            kinds: Default::default(),
+            response: false,
+            decided: None,
+        }
+    }
+
+    /// A tracker of the upstream's responses (nothing inserted, nothing refused that matters:
+    /// a stream it cannot follow is passed on as it is).
+    pub fn responses() -> Rewriter {
+        Rewriter {
+            response: true,
+            ..Rewriter::new(Vec::new())
+        }
+    }
+
+    /// The upstream answered the upgrade / `CONNECT` the rewriter waits for: granted (`true`,
+    /// the rest of the connection is a tunnel) or not (the next request is parsed).
+    pub fn answered(&mut self, granted: bool) {
+        if self.state == State::Await {
+            self.state = if granted { State::Tunnel } else { State::Head };
         }
     }
 
@@ -151,6 +200,8 @@ impl Rewriter {
     pub fn next(&mut self, input: &[u8]) -> Result<Step, Refused> {
         match self.state {
             State::Tunnel => Ok(Step::Pass(input.len())),
+            State::Await => Ok(Step::Wait),
+            State::Head if self.response => self.response_head(input),
             State::Body(rem) | State::ChunkData(rem) => Ok(Step::Pass(
                 input.len().min(usize::try_from(rem).unwrap_or(usize::MAX)),
             )),
@@ -183,16 +234,65 @@ impl Rewriter {
             Err(_) => return Err(Refused::Malformed),
         };
         let framing = head::framing(req.headers).ok_or(Refused::Ambiguous)?;
-        let tunnel = req.method == Some("CONNECT") || head::upgrade(req.headers);
+        let bodiless = matches!(framing, Framing::None | Framing::Length(0));
+        // An upgrade with a body is not followed: the body is forwarded as a body.
+        let kind = match req.method {
+            Some("CONNECT") => Kind::Connect,
+            Some("HEAD") => Kind::Head,
+            _ if bodiless && head::upgrade(req.headers) => Kind::Upgrade,
+            _ => Kind::Plain,
+        };
+        self.kinds.push_back(kind);
         self.rewrite_head(len);
         self.state = match framing {
-            _ if tunnel => State::Tunnel,
+            _ if matches!(kind, Kind::Upgrade | Kind::Connect) => State::Await,
             Framing::None | Framing::Length(0) => State::Head,
             Framing::Length(n) => State::Body(n),
             Framing::Chunked => State::ChunkSize,
         };
         reset(&mut self.held);
         Ok(Step::Emit(len - before))
+    }
+
+    /// Response mode: a response head; its request's kind says whether it has a body and
+    /// whether it grants an upgrade or `CONNECT` (RFC 9112 §6.3). Interim `1xx` answer nothing.
+    fn response_head(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let before = self.held.len();
+        let took = self.hold(input, MAX_HEAD_BYTES);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut res = httparse::Response::new(&mut fields);
+        let len = match res.parse(&self.held) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if self.held.len() < MAX_HEAD_BYTES => {
+                return Ok(Step::Held(took))
+            }
+            _ => return Err(Refused::Malformed),
+        };
+        let code = res.code.unwrap_or(0);
+        let framing = head::framing(res.headers);
+        reset(&mut self.held);
+        if (100..200).contains(&code) && code != 101 {
+            return Ok(Step::Held(len - before));
+        }
+        let kind = self.kinds.pop_front().unwrap_or(Kind::Plain);
+        let granted = match kind {
+            Kind::Upgrade => code == 101,
+            Kind::Connect => (200..300).contains(&code),
+            _ => false,
+        };
+        if matches!(kind, Kind::Upgrade | Kind::Connect) {
+            self.decided = Some(granted);
+        }
+        self.state = match framing {
+            _ if granted => State::Tunnel,
+            _ if kind == Kind::Head || matches!(code, 101 | 204 | 304) => State::Head,
+            Some(Framing::Length(0)) => State::Head,
+            Some(Framing::Length(n)) => State::Body(n),
+            Some(Framing::Chunked) => State::ChunkSize,
+            // No length: the body runs to the close; or framing it cannot follow.
+            Some(Framing::None) | None => State::Tunnel,
+        };
+        Ok(Step::Held(len - before))
     }
 
     /// Writes the complete head `held[..len]` into `out`: the request line and the client's
@@ -282,13 +382,18 @@ impl Rewriter {
     }
 }
 
-/// An upstream stream whose writes go through a [`Rewriter`]; reads pass through. A write is
-/// accepted once the rewriter took it; rewritten bytes not yet written wait in a buffer (at
-/// most one copy-loop read plus the inserted lines) that `poll_flush` / `poll_shutdown` and the
-/// next write drain first. After a refusal every write fails; [`HeaderWriter::refused`] says why.
+/// An upstream stream whose writes go through a [`Rewriter`]; reads pass through unchanged,
+/// followed by a response-mode rewriter so that an upgrade or `CONNECT` becomes a tunnel only
+/// once the upstream granted it (`101`, `2xx`): until its answer the client's later bytes wait
+/// (a WebSocket client sends none before the `101`); a refusal lets the next request be
+/// rewritten. A write is accepted once the rewriter took it; rewritten bytes not yet written
+/// wait in a buffer (at most one copy-loop read plus the inserted lines) that `poll_flush` /
+/// `poll_shutdown` and the next write drain first. After a refusal every write fails;
+/// [`HeaderWriter::refused`] says why.
 pub struct HeaderWriter<S> {
     inner: S,
     rw: Rewriter,
+    resp: Rewriter,
     pending: Vec<u8>,
     pending_pos: usize,
     refused: Option<Refused>,
@@ -300,6 +405,7 @@ impl<S> HeaderWriter<S> {
         HeaderWriter {
             inner,
             rw,
+            resp: Rewriter::responses(),
             pending: Vec::new(),
             pending_pos: 0,
             refused: None,
@@ -343,7 +449,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeaderWriter<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let got = &buf.filled()[before..];
+        let mut at = 0;
+        while at < got.len() {
+            match this.resp.next(&got[at..]) {
+                Ok(Step::Pass(n)) => {
+                    this.resp.passed(n);
+                    at += n;
+                }
+                Ok(Step::Held(n) | Step::Emit(n)) => {
+                    this.resp.out.clear();
+                    at += n;
+                }
+                // A response stream it cannot follow: the rest passes as it is (a pending
+                // upgrade stays ungranted).
+                Ok(Step::Wait) | Err(_) => {
+                    this.resp.state = State::Tunnel;
+                    break;
+                }
+            }
+        }
+        if let Some(granted) = this.resp.decided.take() {
+            this.rw.answered(granted);
+            // The client direction may be waiting for this answer (same task: poll it again).
+            cx.waker().wake_by_ref();
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -375,7 +509,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
                     used += n;
                     this.pending.append(&mut this.rw.out);
                     reset(&mut this.rw.out);
+                    this.resp.kinds.extend(this.rw.kinds.drain(..));
                 }
+                // Woken by `poll_read` when the upstream answers.
+                Step::Wait if used > 0 => break,
+                Step::Wait => return Poll::Pending,
                 Step::Pass(n) => {
                     if this.pending_pos < this.pending.len() {
                         // An emitted head goes first; `used > 0`: it was emitted in this call.
@@ -430,8 +568,13 @@ mod tests {
     const INSERT: &[u8] = b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n";
 
     /// Feeds `input` in pieces of `cut` bytes (0: whole), writing everything the way
-    /// [`HeaderWriter`] does.
+    /// [`HeaderWriter`] does; an upgrade is granted.
     fn run(input: &[u8], cut: usize) -> Result<Vec<u8>, Refused> {
+        run_answered(input, cut, true)
+    }
+
+    /// [`run`], an upgrade answered with `granted`.
+    fn run_answered(input: &[u8], cut: usize, granted: bool) -> Result<Vec<u8>, Refused> {
         let mut rw = Rewriter::new(INSERT.to_vec());
         let mut out = Vec::new();
         let size = if cut == 0 { input.len().max(1) } else { cut };
@@ -451,6 +594,7 @@ mod tests {
                         out.extend(rw.take_out());
                         at += n;
                     }
+                    Step::Wait => rw.answered(granted),
                 }
             }
         }
@@ -557,6 +701,17 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
         want.extend_from_slice(INSERT);
         want.extend_from_slice(b"\r\n\x16\x03\x01");
         every_cut(input, &want);
+        // An upgrade the upstream declined: the next request is rewritten.
+        let input = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
+        let mut want =
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        for cut in 0..=input.len() {
+            assert_eq!(run_answered(input, cut, false).unwrap(), want, "cut {cut}");
+        }
         // `Upgrade` without `Connection: upgrade` is no upgrade: the next request is rewritten.
         let input = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
         let mut want = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n".to_vec();
@@ -639,6 +794,94 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
         let mut ext = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;".to_vec();
         ext.resize(ext.len() + MAX_CHUNK_LINE, b'x');
         assert_eq!(run(&ext, 0), Err(TooLarge));
+    }
+
+    /// Follows `responses` (in pieces of `cut`) as answers to requests of `kinds`: the
+    /// decisions seen and whether the tracker ended between responses.
+    fn follow(kinds: &[Kind], responses: &[u8], cut: usize) -> (Vec<bool>, State) {
+        let mut r = Rewriter::responses();
+        r.kinds.extend(kinds);
+        let mut seen = Vec::new();
+        for piece in responses.chunks(cut.max(1)) {
+            let mut at = 0;
+            while at < piece.len() {
+                match r.next(&piece[at..]).expect("followed") {
+                    Step::Pass(n) => {
+                        r.passed(n);
+                        at += n;
+                    }
+                    Step::Held(n) | Step::Emit(n) => at += n,
+                    Step::Wait => unreachable!(),
+                }
+                seen.extend(r.decided.take());
+            }
+        }
+        (seen, r.state)
+    }
+
+    #[test]
+    fn responses_are_followed_to_the_answer_of_an_upgrade() {
+        use Kind::*;
+        let responses = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello\
+HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n\
+HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n\
+HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nHTT\r\n0\r\n\r\n\
+HTTP/1.1 426 Upgrade Required\r\nContent-Length: 2\r\n\r\nno\
+HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 200";
+        for cut in 1..=responses.len() {
+            let (seen, state) = follow(
+                &[Plain, Head, Plain, Plain, Upgrade, Upgrade],
+                responses,
+                cut,
+            );
+            assert_eq!(seen, [false, true], "cut {cut}");
+            assert_eq!(state, State::Tunnel, "cut {cut}");
+        }
+        let (seen, state) = follow(
+            &[Connect],
+            b"HTTP/1.1 200 Connection established\r\n\r\n\x16\x03",
+            0,
+        );
+        assert_eq!((seen, state), (vec![true], State::Tunnel));
+        let (seen, state) = follow(
+            &[Connect],
+            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+            0,
+        );
+        assert_eq!((seen, state), (vec![false], State::Head));
+    }
+
+    #[tokio::test]
+    async fn the_writer_holds_the_client_until_the_upgrade_is_answered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(4096);
+        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let ws = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        w.write_all(ws).await.unwrap();
+        // Bytes after the upgrade request wait for the answer.
+        let later = b"GET / HTTP/1.1\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+        let blocked = tokio::time::timeout(std::time::Duration::from_millis(50), w.write(later));
+        assert!(blocked.await.is_err(), "the write waits");
+        b.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        let mut resp = [0u8; 64];
+        let n = w.read(&mut resp).await.unwrap();
+        assert_eq!(&resp[..9], b"HTTP/1.1 ");
+        assert!(n > 9);
+        w.write_all(later).await.unwrap();
+        w.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        let mut want = ws[..ws.len() - 2].to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
     }
 
     #[test]
