@@ -11,9 +11,17 @@ export interface CertConfig {
   privateKey: Pem;
 }
 
+/**
+ * What an upstream speaks (`upstreams[].protocol`): a client goes only to upstreams that speak
+ * the protocol it negotiated in ALPN (no ALPN counts as 'http/1.1'); an upstream without it
+ * serves any. An 'h2' upstream makes the route offer h2 (see `http2`); 'h2' upstreams get
+ * HTTP/2 with prior knowledge (h2c) on terminated routes.
+ */
+export type UpstreamProtocol = 'h2' | 'http/1.1';
+
 export type UpstreamConfig =
-  | { kind: 'tcp'; host: string; port: number }
-  | { kind: 'uds'; path: string };
+  | { kind: 'tcp'; host: string; port: number; protocol?: UpstreamProtocol }
+  | { kind: 'uds'; path: string; protocol?: UpstreamProtocol };
 
 export interface RouteConfig {
   /** 'a.example.com' exact, '*.example.com' one more label, '' default. Case-insensitive. */
@@ -23,7 +31,11 @@ export interface RouteConfig {
   terminateTls?: boolean;
   /** Route certificate; defaults to the listener's defaultCert. */
   cert?: CertConfig;
-  /** Offer ALPN h2 as well as http/1.1. Default false. */
+  /**
+   * Offer ALPN h2 (and http/1.1 when an upstream serves it). Default: true when an upstream has
+   * `protocol: 'h2'`, else false; false beside an 'h2' upstream, or true when every upstream is
+   * 'http/1.1', is a ConfigError.
+   */
   http2?: boolean;
   /**
    * Header sent to the upstream before any byte (PROXY v1/v2). Default 'none'. 'xForwardedFor':
@@ -391,7 +403,7 @@ export interface ListenerMetrics {
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
   errors: number;
-  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol). */
+  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol). */
   errorsByReason: Record<string, number>;
   bytesReceived: number;
   bytesSent: number;

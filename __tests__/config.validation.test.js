@@ -2,18 +2,10 @@
 // Bad input gets a clear error naming every offending field at once, and changes nothing.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { RampartProxy, ConfigError } = require('..');
+const { RampartProxy } = require('..');
 const h = require('./helpers');
 
-function errorsOf(fn) {
-  try {
-    fn();
-  } catch (e) {
-    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${e}`);
-    return e.errors;
-  }
-  assert.fail('expected a ConfigError');
-}
+const { errorsOf } = h;
 
 test('the constructor names every offending listener and route field', () => {
   const errs = errorsOf(

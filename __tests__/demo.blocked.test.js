@@ -3,9 +3,8 @@
 // the box expires and the lists are empty.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const path = require('node:path');
-const { spawn } = require('node:child_process');
 const h = require('./helpers');
+const { startDemo } = require('./helpers/demo');
 
 /** The `blockedIps(): {...}` lines printed so far, parsed. */
 function printed(out) {
@@ -19,33 +18,24 @@ function printed(out) {
 }
 
 test('npm start prints blockedIps() when 127.0.0.1 is boxed and again when it is empty', async () => {
-  const port = await h.freePort();
-  const child = spawn('npm', ['start', '--silent'], {
-    cwd: path.join(__dirname, '..'),
-    env: { ...process.env, RAMPART_DEMO_PORT: String(port), RAMPART_DEMO_PENALTY_MS: '1500' },
-    detached: true,
-  });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
+  const demo = await startDemo({ RAMPART_DEMO_PENALTY_MS: '1500' });
+  const { port, out } = demo;
   try {
-    await h.waitFor(() => out.includes('Ctrl-C stops'), { timeoutMs: 20000, what: 'the demo to print its instructions' });
-    assert.doesNotMatch(out, /blockedIps\(\):/, 'nothing changed yet, nothing printed');
+    assert.doesNotMatch(out(), /blockedIps\(\):/, 'nothing changed yet, nothing printed');
     // 80 connections at once: the burst of 40 is admitted, the excess is refused and boxes the IP.
     const probes = await Promise.all(Array.from({ length: 80 }, () => h.tcpProbe({ port, timeoutMs: 200 })));
     assert.ok(probes.includes('closed'), `some connections were refused: ${probes.join(',')}`);
     const waitPrinted = (fn, what) =>
-      h.waitFor(() => fn(printed(out)), { timeoutMs: 10000, what }).catch((e) => {
-        throw new Error(`${e.message}; the demo printed:\n${out}`);
+      h.waitFor(() => fn(printed(out())), { timeoutMs: 10000, what }).catch((e) => {
+        throw new Error(`${e.message}; the demo printed:\n${out()}`);
       });
     await waitPrinted((p) => p.some((b) => b.lists.penaltyBoxed.includes('127.0.0.1')), 'blockedIps() with 127.0.0.1 boxed');
     await waitPrinted((p) => p.length > 1 && p.at(-1).empty, 'blockedIps() printed empty after the box expired');
-    const last = printed(out).at(-1);
+    const last = printed(out()).at(-1);
     assert.deepEqual(last.lists, { rateLimited: [], concurrencyLimited: [], cidrBlocklist: [], penaltyBoxed: [], dynamicBlocklist: [] });
     assert.match(last.line, /\(nothing blocked now\)$/);
   } finally {
-    process.kill(-child.pid, 'SIGTERM');
-    await new Promise((r) => child.once('close', r));
+    await demo.stop();
   }
-  assert.match(out, /stopped/);
+  assert.match(out(), /stopped/);
 });

@@ -382,3 +382,48 @@ test('updateConfig on an http listener is all-or-nothing: a bad protection field
   proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }] });
   assert.deepEqual([await status('a.test'), await status('c.test')], [404, 301]);
 });
+
+test("mode http: a route's maxConnectionsPerSecond applies to the ACME requests proxied to it (503 route_rate_limited)", async (t) => {
+  const seen = [];
+  const origin = http.createServer((req, res) => {
+    seen.push(req.url);
+    res.end('ok');
+  });
+  await h.listen(origin);
+  const port = await h.freePort();
+  const up = [{ kind: 'tcp', host: '127.0.0.1', port: origin.address().port }];
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, mode: 'http' }],
+    // 2 at once, then one every 1000 s: the third challenge in a row is over the route's limit.
+    routes: [{ sni: 'acme.test', maxConnectionsPerSecond: 0.001, burst: 2, upstreams: up }],
+  });
+  const blocked = [];
+  proxy.on('blocked', (e) => blocked.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(origin);
+  });
+  const challenge = async (token) => {
+    const c = rawClient(port);
+    await c.send(`GET /.well-known/acme-challenge/${token} HTTP/1.1\r\nHost: acme.test\r\n\r\n`);
+    const r = await c.response();
+    await c.waitClosed();
+    return r;
+  };
+  assert.equal((await challenge('t1')).status, 200);
+  assert.equal((await challenge('t2')).status, 200);
+  const refused = await challenge('t3');
+  assert.deepEqual([refused.status, refused.headers.connection, refused.body], [503, 'close', '503 Service Unavailable\n']);
+  // Redirects never reach the upstream: the route's limit does not apply to them.
+  const c = rawClient(port);
+  await c.send('GET /x HTTP/1.1\r\nHost: acme.test\r\nConnection: close\r\n\r\n');
+  assert.equal((await c.response()).status, 301);
+  assert.deepEqual(seen, ['/.well-known/acme-challenge/t1', '/.well-known/acme-challenge/t2']);
+  await h.waitFor(() => proxy.metrics().routeMetrics[0].activeConnections === 0, { what: 'challenges closed' });
+  const r = proxy.metrics().routeMetrics[0];
+  const l = proxy.metrics().listeners[0];
+  assert.deepEqual([r.connections, r.errors, r.errorsByReason.route_rate_limited], [2, 1, 1]);
+  assert.deepEqual([l.errors, l.errorsByReason.route_rate_limited], [1, 1]);
+  assert.deepEqual(blocked, [], "a route-limit refusal is no 'blocked' event");
+});

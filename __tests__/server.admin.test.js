@@ -9,20 +9,13 @@ const { spawn } = require('node:child_process');
 const h = require('./helpers');
 const s = require('./helpers/server');
 
-let echo;
-test.before(async () => {
-  echo = await h.echoServer();
-});
-test.after(async () => {
-  await s.cleanup();
-  await h.closeServer(echo);
-});
+const servers = s.echoSuite(test);
 
 async function serveWith(edit = () => {}) {
   const dir = s.tempDir();
   s.writeCert(dir);
   const [port, adminPort] = await h.freePorts(2);
-  const doc = s.baseConfig({ port, upstreamPort: echo.address().port, adminPort });
+  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort });
   edit(doc, dir);
   const file = path.join(dir, 'rampart.json');
   s.writeJson(file, doc);
@@ -246,7 +239,7 @@ test('admin.socketPath: a unix socket with mode 0660, a stale socket file replac
   s.writeCert(dir);
   const port = await h.freePort();
   const file = path.join(dir, 'rampart.json');
-  s.writeJson(file, s.baseConfig({ port, upstreamPort: echo.address().port, socketPath: 'admin.sock' }));
+  s.writeJson(file, s.baseConfig({ port, upstreamPort: servers[''].address().port, socketPath: 'admin.sock' }));
   const child = await s.ServerChild.serve(file);
   t.after(() => child.close());
   const start = child.events.find((e) => e.event === 'start');
@@ -292,7 +285,7 @@ test('admin.socketPath: a socket something still answers on, or a file that is n
     ['plain.sock', /exists and is not a socket; not removing it/],
   ]) {
     const file = path.join(dir, `${name}.json`);
-    s.writeJson(file, s.baseConfig({ port, upstreamPort: echo.address().port, socketPath: name }));
+    s.writeJson(file, s.baseConfig({ port, upstreamPort: servers[''].address().port, socketPath: name }));
     const child = new s.ServerChild(['serve', '--config', file]);
     const exit = await child.exited;
     assert.equal(exit.code, 1, child.stderr);

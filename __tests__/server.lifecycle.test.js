@@ -5,52 +5,23 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const tls = require('node:tls');
 const path = require('node:path');
 const h = require('./helpers');
 const s = require('./helpers/server');
 
-let echo;
-test.before(async () => {
-  echo = await h.echoServer();
-});
-test.after(async () => {
-  await s.cleanup();
-  await h.closeServer(echo);
-});
+const servers = s.echoSuite(test);
 
 async function configFile(edit = () => {}, opts = {}) {
   const dir = s.tempDir();
   const cert = s.writeCert(dir);
   const [port, adminPort] = await h.freePorts(2);
-  const doc = s.baseConfig({ port, upstreamPort: echo.address().port, adminPort, ...opts });
+  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort, ...opts });
   edit(doc);
   const file = path.join(dir, 'rampart.json');
   s.writeJson(file, doc);
   return { dir, file, doc, port, adminPort, cert, api: { port: adminPort } };
 }
 
-async function held(port) {
-  const sock = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false });
-  await new Promise((resolve, reject) => {
-    sock.once('secureConnect', resolve);
-    sock.once('error', reject);
-  });
-  sock.on('error', () => {});
-  let got = '';
-  sock.on('data', (d) => (got += d));
-  const closed = new Promise((r) => sock.on('close', () => r(Date.now())));
-  return {
-    sock,
-    closed,
-    async echo(text) {
-      got = '';
-      sock.write(text);
-      await h.waitFor(() => got.includes(text), { timeoutMs: 3000, what: 'echo' });
-      return got;
-    },
-  };
-}
 
 const EVENTS = new Set(['start', 'stop', 'reload', 'blocked', 'blockedSummary', 'error', 'defense', 'block', 'unblock']);
 
@@ -122,7 +93,7 @@ test('SIGTERM: new connections refused at once, open ones drain for drainMs, the
   const { file, port, api } = await configFile(() => {}, { drainMs });
   const child = await s.ServerChild.serve(file);
   t.after(() => child.close());
-  const conn = await held(port);
+  const conn = await s.openConnection(port);
   const t0 = Date.now();
   child.signal('SIGTERM');
   await h.waitFor(async () => !(await s.accepting(port)), { timeoutMs: 1000, what: 'listener closed' });
@@ -155,7 +126,7 @@ test('a second SIGTERM while draining ends the process at once, by SIGTERM', asy
   const { file, port } = await configFile(() => {}, { drainMs: 30000 });
   const child = await s.ServerChild.serve(file);
   t.after(() => child.close());
-  const conn = await held(port);
+  const conn = await s.openConnection(port);
   child.signal('SIGTERM');
   await h.waitFor(async () => !(await s.accepting(port)), { timeoutMs: 1000, what: 'listener closed' });
   const t0 = Date.now();

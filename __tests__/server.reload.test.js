@@ -6,28 +6,17 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const tls = require('node:tls');
 const path = require('node:path');
 const h = require('./helpers');
 const s = require('./helpers/server');
 
-let echo;
-let tagged;
-test.before(async () => {
-  echo = await h.echoServer();
-  tagged = await h.echoServer({ tag: 'B:' });
-});
-test.after(async () => {
-  await s.cleanup();
-  await h.closeServer(echo);
-  await h.closeServer(tagged);
-});
+const servers = s.echoSuite(test, ['', 'B:']);
 
 async function setup({ edit = () => {}, drainMs = 1000 } = {}) {
   const dir = s.tempDir();
   const cert = s.writeCert(dir);
   const [port, adminPort] = await h.freePorts(2);
-  const doc = s.baseConfig({ port, upstreamPort: echo.address().port, adminPort, drainMs });
+  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort, drainMs });
   edit(doc);
   const file = path.join(dir, 'rampart.json');
   s.writeJson(file, doc);
@@ -41,37 +30,11 @@ const blocklist = (doc, list) => {
   return doc;
 };
 
-/** A TLS connection kept open: `echo(text)` resolves what came back; `closed` resolves on close. */
-async function openConnection(port) {
-  const sock = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false });
-  await new Promise((resolve, reject) => {
-    sock.once('secureConnect', resolve);
-    sock.once('error', reject);
-  });
-  let buf = '';
-  const waiters = [];
-  sock.on('data', (d) => {
-    buf += d;
-    for (const w of waiters.splice(0)) w();
-  });
-  sock.on('error', () => {});
-  const closed = new Promise((r) => sock.on('close', () => r(Date.now())));
-  return {
-    sock,
-    closed,
-    async echo(text) {
-      buf = '';
-      sock.write(text);
-      await h.waitFor(() => buf.includes(text), { timeoutMs: 3000, what: `echo of ${text}` });
-      return buf;
-    },
-  };
-}
 
 test('a file rewritten in place is applied through updateConfig (protection), connections in flight kept', async (t) => {
   const { file, doc, port, child, api } = await setup();
   t.after(() => child.close());
-  const held = await openConnection(port);
+  const held = await s.openConnection(port);
   assert.equal(await h.admitted(port, '127.0.0.3'), true);
   const ev = await child.reloadAfter(() => s.writeJson(file, blocklist(doc, ['127.0.0.3/32'])));
   assert.equal(ev.trigger, 'file');
@@ -92,14 +55,14 @@ test('an atomic rename over the file is caught (routes changed)', async (t) => {
   const { file, doc, port, child } = await setup();
   t.after(() => child.close());
   assert.equal((await s.tlsAttempt(port)).data, 'ping');
-  doc.proxy.routes[0].upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: tagged.address().port }];
+  doc.proxy.routes[0].upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: servers['B:'].address().port }];
   const ev = await child.reloadAfter(() => s.writeJsonAtomic(file, doc));
   assert.equal(ev.trigger, 'file');
   assert.equal(ev.applied, 'update');
   assert.deepEqual(ev.changed, ['routes']);
   assert.equal((await s.tlsAttempt(port)).data, 'B:ping');
   // and a second rename (the watcher follows the directory, not the replaced inode)
-  doc.proxy.routes[0].upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }];
+  doc.proxy.routes[0].upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: servers[''].address().port }];
   const ev2 = await child.reloadAfter(() => s.writeJsonAtomic(file, doc));
   assert.equal(ev2.applied, 'update');
   assert.equal((await s.tlsAttempt(port)).data, 'ping');
@@ -136,7 +99,7 @@ test('a Kubernetes ..data symlink swap is caught, for the config file and for a 
     return s.writeCert(d);
   };
   const c1 = gen();
-  const doc = s.baseConfig({ port, upstreamPort: echo.address().port, adminPort, cert: 'tls.crt', key: 'tls.key' });
+  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort, cert: 'tls.crt', key: 'tls.key' });
   vol.publish({ 'rampart.json': JSON.stringify(doc), 'tls.crt': c1.certChain, 'tls.key': c1.privateKey });
   const file = path.join(dir, 'rampart.json');
   assert.ok(fs.lstatSync(file).isSymbolicLink());
@@ -165,7 +128,7 @@ test('certificate rotation by rewriting the cert files: new connections get the 
   t.after(() => child.close());
   const before = await s.tlsAttempt(port);
   assert.equal(before.fingerprint256, cert.fingerprint256);
-  const held = await openConnection(port);
+  const held = await s.openConnection(port);
   const from = child.events.length;
   // certbot-style: both files replaced by rename, one after the other
   const staging = s.tempDir();
@@ -312,7 +275,7 @@ test('a listener port change: the new port serves before the old stops, open con
   assert.equal((await post({ cidr: '127.0.0.2', reason: 'INC-7 scraper' })).status, 204); // every port
   assert.equal((await post({ cidr: '198.51.100.0/24', ttlMs: 600000 })).status, 204); // every port, timed
   assert.equal((await post({ cidr: '203.0.113.0/24', port })).status, 204); // only the old port
-  const held = await openConnection(port);
+  const held = await s.openConnection(port);
   const moved = structuredClone(doc);
   moved.proxy.listeners[0].port = next;
   const ev = await child.reloadAfter(() => s.writeJson(file, moved));

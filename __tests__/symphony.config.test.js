@@ -17,6 +17,7 @@ test('a Symphony-shaped config with every supported field runs unchanged', async
     routes: [
       { sni: 'localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true, cert, metricsGroup: 'app', maxConnectionsPerSecond: 100, burst: 100, sourceAddressHeader: 'none' },
       { sni: 'secure.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], mtls: { clientCaCert: ca, requireClientCert: false } },
+      { sni: 'split.test', upstreams: [{ kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' }, { kind: 'tcp', host: '127.0.0.1', port: echo.address().port, protocol: 'http/1.1' }] },
     ],
     tcpKeepalive: { enabled: true, idleMs: 300000, intervalMs: 30000, retries: 5 },
     halfCloseTimeoutMs: 300000,
@@ -52,7 +53,6 @@ test('Symphony fields not supported yet are ConfigErrors naming each one', () =>
   assert.deepEqual(errs, [
     { path: 'routes[0].suspended', message: field },
     { path: 'routes[0].suspendTimeoutMs', message: field },
-    { path: 'routes[0].upstreams[0].protocol', message: field },
     { path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' },
   ]);
 });

@@ -194,6 +194,7 @@ test('header routes are validated: passthrough and opaque routes are refused, a 
         { sni: 'c.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], forwardFingerprint: ['ja3', 'ja3', 'md5'] },
         { sni: 'd.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], forwardFingerprint: [] },
         { sni: 'e.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], sourceAddressHeader: 'proxyProtocolV2', protocol: 'opaque', forwardFingerprint: ['ja3', 'ja4'] },
+        { sni: 'f.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }, { kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' }], sourceAddressHeader: 'xForwardedFor' },
       ],
     });
   } catch (e) {
@@ -205,5 +206,6 @@ test('header routes are validated: passthrough and opaque routes are refused, a 
     { path: 'routes[2].forwardFingerprint[1]', message: 'repeats an earlier entry' },
     { path: 'routes[2].forwardFingerprint[2]', message: "must be one of 'ja3', 'ja4', got \"md5\"" },
     { path: 'routes[3].forwardFingerprint', message: "must name 'ja3' and/or 'ja4' ('none' for none), got []" },
+    { path: 'routes[5].sourceAddressHeader', message: "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[1] has protocol 'h2' and would never be used" },
   ]);
 });

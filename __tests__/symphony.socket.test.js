@@ -7,18 +7,10 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const tls = require('node:tls');
 const crypto = require('node:crypto');
-const { RampartProxy, ConfigError } = require('..');
+const { RampartProxy } = require('..');
 const h = require('./helpers');
 
-function errorsOf(fn) {
-  try {
-    fn();
-  } catch (e) {
-    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${e}`);
-    return e.errors;
-  }
-  assert.fail('expected a ConfigError');
-}
+const { errorsOf } = h;
 
 async function proxyTo(upstreamPort, extra = {}) {
   const port = await h.freePort();

@@ -17,6 +17,7 @@ const CONSUMER_TS = `
 import {
   RampartProxy, ConfigError, generateSelfSignedCert,
   type BlockedIps, type BlockedIpsDetail, type BlockedEvent, type BlockedSummary, type ConfigErrorEntry,
+  type UpstreamConfig,
 } from 'rampart';
 
 const [certChain, privateKey] = generateSelfSignedCert(['localhost']);
@@ -96,7 +97,14 @@ async function lifecycle(): Promise<void> {
   void active;
   await proxy.stop({ drainMs: 1000 });
 }
-void [boxed, remaining, either, onlyStrings, wrongShape, lifecycle];
+// upstreams[].protocol: 'h2' | 'http/1.1' (the ALPN split).
+const split: UpstreamConfig[] = [
+  { kind: 'tcp', host: '127.0.0.1', port: 8081, protocol: 'h2' },
+  { kind: 'uds', path: '/run/app.sock', protocol: 'http/1.1' },
+];
+// @ts-expect-error 'h2c' is not an upstream protocol
+const badProtocol: UpstreamConfig = { kind: 'tcp', host: '127.0.0.1', port: 8081, protocol: 'h2c' };
+void [boxed, remaining, either, onlyStrings, wrongShape, lifecycle, split, badProtocol];
 `;
 
 const CONSUMER_MTS = `

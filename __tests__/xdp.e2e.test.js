@@ -5,64 +5,26 @@
 // reachable, an hping3 SYN flood is cut by the kernel SYN limit, the ban expires, detach cleans up.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const path = require('node:path');
 const h = require('./helpers');
-const { startXdpProxy } = require('./helpers/xdp-child');
+const { vethPair } = require('./helpers/netns');
 
-const id = process.pid % 100000;
-const NS_P = `rampart-p${id}`;
-const NS_C = `rampart-c${id}`;
-const VP = `rvp${id}`;
-const VC = `rvc${id}`;
 const PROXY = '198.18.0.1';
 const BOXED = '198.18.0.2';
 const LEGIT = '198.18.0.3';
 const FLOOD = '198.18.0.4';
 const PORT = 8443;
 const PLAIN = 9000;
-
-async function sh(...args) {
-  const r = await h.run('ip', args);
-  if (r.code !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
-}
-
-async function client(mode, src, port = PORT, timeoutMs = 1500) {
-  const r = await h.run('ip', ['netns', 'exec', NS_C, process.execPath, path.join(__dirname, 'helpers', 'netns-client.js'), mode, PROXY, String(port), src, String(timeoutMs)], { timeoutMs: timeoutMs + 5000 });
-  return r.stdout.toString();
-}
-
-async function setup(t) {
-  if (!h.isRoot) return 'needs root (network namespaces, XDP)';
-  const probe = await h.run('ip', ['netns', 'add', NS_P]);
-  if (probe.code !== 0) return `cannot create network namespaces: ${probe.stderr}`;
-  t.after(async () => {
-    await h.run('ip', ['netns', 'del', NS_P]);
-    await h.run('ip', ['netns', 'del', NS_C]);
-  });
-  await sh('netns', 'add', NS_C);
-  await sh('link', 'add', VP, 'type', 'veth', 'peer', 'name', VC);
-  await sh('link', 'set', VP, 'netns', NS_P);
-  await sh('link', 'set', VC, 'netns', NS_C);
-  await sh('-n', NS_P, 'addr', 'add', `${PROXY}/24`, 'dev', VP);
-  for (const a of [BOXED, LEGIT, FLOOD]) await sh('-n', NS_C, 'addr', 'add', `${a}/24`, 'dev', VC);
-  for (const [ns, dev] of [[NS_P, VP], [NS_C, VC]]) {
-    await sh('-n', ns, 'link', 'set', 'lo', 'up');
-    await sh('-n', ns, 'link', 'set', dev, 'up');
-  }
-  return null;
-}
-
-function startProxy(opts) {
-  return startXdpProxy(NS_P, opts);
-}
+const pair = vethPair({ tag: 'e', after: test.after, proxy: PROXY, clients: [BOXED, LEGIT, FLOOD] });
+const { nsClient: NS_C, nsProxy: NS_P, vethProxy: VP } = pair;
+const client = (mode, src, port = PORT, timeoutMs = 1500) => pair.client(mode, src, port, timeoutMs);
 
 test('XDP drops a boxed client and a SYN flood in the kernel while others are served', async (t) => {
-  const skip = await setup(t);
+  const skip = await pair.setup();
   if (skip) {
     h.skipOrFail(t, skip);
     return;
   }
-  const p = startProxy({
+  const { p } = await pair.startProxy(t, {
     port: PORT,
     plainPort: PLAIN,
     protection: {
@@ -71,16 +33,6 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
       xdp: { synPerSecond: 5, synBurst: 5 },
     },
   });
-  t.after(async () => {
-    await Promise.race([p.call('exit'), new Promise((r) => setTimeout(r, 3000))]);
-    p.child.kill('SIGKILL');
-  });
-  const r = await p.ready;
-  assert.equal(r.fatal, undefined, r.fatal);
-  const attached = await p.call('attach', { interface: VP, mode: 'native' });
-  assert.equal(attached.attached, true);
-  assert.equal(attached.mode, 'native');
-  assert.equal(attached.interface, VP);
 
   assert.equal(await client('tls', LEGIT), 'ok');
   // Push BOXED into the penalty box in userspace: burst 3, the fourth (well within a second, from

@@ -9,79 +9,38 @@
 //    the flood is shed in XDP while a known-good client keeps >= 99 % success.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const path = require('node:path');
 const h = require('./helpers');
-const { startXdpProxy } = require('./helpers/xdp-child');
+const { vethPair, ip } = require('./helpers/netns');
 
-const id = process.pid % 100000;
-const NS_P = `rampart-kp${id}`;
-const NS_C = `rampart-kc${id}`;
-const VP = `rkp${id}`;
-const VC = `rkc${id}`;
 const PROXY = '198.18.1.1';
 const BOXED = '198.18.1.2';
 const LEGIT = '198.18.1.3';
 const PORT = 8443;
 const PLAIN = 9000;
 const DURATION_MS = 3000;
-
-async function sh(...args) {
-  const r = await h.run('ip', args);
-  if (r.code !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
-}
-
-async function client(mode, src, port = PORT, timeoutMs = 1500, ...extra) {
-  const r = await h.run('ip', ['netns', 'exec', NS_C, process.execPath, path.join(__dirname, 'helpers', 'netns-client.js'), mode, PROXY, String(port), src, String(timeoutMs), ...extra.map(String)], { timeoutMs: 120000 });
-  return r.stdout.toString();
-}
+const pair = vethPair({ tag: 'k', after: test.after, proxy: PROXY, clients: [BOXED, LEGIT] });
+const { nsProxy: NS_P, nsClient: NS_C, vethProxy: VP } = pair;
+const client = (mode, src, port = PORT, ...rest) => pair.client(mode, src, port, ...rest);
 
 let ready = null;
-async function setup(t) {
-  if (ready) return ready;
-  if (!h.isRoot) return (ready = 'needs root (network namespaces, XDP)');
+async function setup() {
+  if (ready !== null) return ready;
   for (const tool of ['hping3', 'nstat']) {
     if (!h.haveTool(tool)) return (ready = `${tool} not found on PATH (apt-get install ${tool === 'nstat' ? 'iproute2' : tool})`);
   }
-  const probe = await h.run('ip', ['netns', 'add', NS_P]);
-  if (probe.code !== 0) return (ready = `cannot create network namespaces: ${probe.stderr}`);
-  test.after(async () => {
-    await h.run('ip', ['netns', 'del', NS_P]);
-    await h.run('ip', ['netns', 'del', NS_C]);
-  });
-  await sh('netns', 'add', NS_C);
-  await sh('link', 'add', VP, 'type', 'veth', 'peer', 'name', VC);
-  await sh('link', 'set', VP, 'netns', NS_P);
-  await sh('link', 'set', VC, 'netns', NS_C);
-  await sh('-n', NS_P, 'addr', 'add', `${PROXY}/24`, 'dev', VP);
-  for (const a of [BOXED, LEGIT]) await sh('-n', NS_C, 'addr', 'add', `${a}/24`, 'dev', VC);
-  for (const [ns, dev] of [[NS_P, VP], [NS_C, VC]]) {
-    await sh('-n', ns, 'link', 'set', 'lo', 'up');
-    await sh('-n', ns, 'link', 'set', dev, 'up');
-  }
+  ready = await pair.setup();
+  if (ready) return ready;
   // Spoofed sources get their SYN-ACKs (or cookies) sent back out of the veth, as on a server.
-  await sh('-n', NS_P, 'route', 'add', 'default', 'dev', VP);
+  await ip('-n', NS_P, 'route', 'add', 'default', 'dev', VP);
   // A small accept queue in the proxy's namespace (Rampart asks for 4096; somaxconn caps it), so
   // the SYNs the budget lets through fill its SYN queue within the 5 s flood and the kernel's SYN
   // cookies take over (with 4096 the ~1200 budgeted SYNs of 5 s fit in the queue).
   const sysctl = await h.run('ip', ['netns', 'exec', NS_P, 'sysctl', '-w', 'net.core.somaxconn=256', 'net.ipv4.tcp_syncookies=1']);
   if (sysctl.code !== 0) throw new Error(`sysctl: ${sysctl.stderr}`);
-  return (ready = '');
+  return ready;
 }
 
-async function startProxy(t, protection) {
-  const p = startXdpProxy(NS_P, { port: PORT, plainPort: PLAIN, protection });
-  t.after(async () => {
-    await Promise.race([p.call('detach'), new Promise((r) => setTimeout(r, 3000))]);
-    await Promise.race([p.call('exit'), new Promise((r) => setTimeout(r, 3000))]);
-    p.child.kill('SIGKILL');
-  });
-  const r = await p.ready;
-  assert.equal(r.fatal, undefined, r.fatal);
-  const attached = await p.call('attach', { interface: VP, mode: 'native' });
-  assert.equal(attached.attached, true);
-  assert.equal(attached.mode, 'native');
-  return { p, attached };
-}
+const startProxy = (t, protection) => pair.startProxy(t, { port: PORT, plainPort: PLAIN, protection });
 
 async function nstat(counter) {
   const r = await h.run('ip', ['netns', 'exec', NS_P, 'nstat', '-az', counter]);

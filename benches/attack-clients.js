@@ -20,6 +20,7 @@
 const net = require('node:net');
 const tls = require('node:tls');
 const crypto = require('node:crypto');
+const { answerStats } = require('./lib');
 
 const st = { attempts: 0, served: 0, refused: 0, established: 0, closedByProxy: 0, open: 0, bytesSent: 0 };
 let stopped = false;
@@ -92,31 +93,45 @@ function holder({ sources, perSource, inflight = 200 }, open) {
   pump();
 }
 
+/**
+ * The bookkeeping of one connection of `holder`: `up()` once it is established; on close its
+ * `timer` (the trickle) is cleared and it counts as closed by the proxy (after `up`) or refused.
+ */
+function heldConnection(s, cb) {
+  const held = {
+    isUp: false,
+    timer: undefined,
+    up() {
+      held.isUp = true;
+      st.established++;
+      cb.up();
+    },
+  };
+  s.on('error', () => {});
+  s.once('close', () => {
+    clearInterval(held.timer);
+    if (held.isUp) st.closedByProxy++;
+    else st.refused++;
+    cb.down(held.isUp);
+  });
+  return held;
+}
+
 function slowloris({ host, port, servername, intervalMs, ...h }) {
   holder(h, (src, cb) => {
     const s = tls.connect({ host, port, servername, localAddress: src, rejectUnauthorized: false });
-    let up = false;
-    let timer;
+    const held = heldConnection(s, cb);
     s.on('secureConnect', () => {
-      up = true;
-      st.established++;
-      cb.up();
+      held.up();
       const first = `GET / HTTP/1.1\r\nHost: ${servername}\r\n`;
       st.bytesSent += first.length;
       s.write(first);
       let n = 0;
-      timer = setInterval(() => {
+      held.timer = setInterval(() => {
         const line = `X-Slow-${n++}: ${'a'.repeat(8)}\r\n`;
         st.bytesSent += line.length;
         s.write(line);
       }, intervalMs);
-    });
-    s.on('error', () => {});
-    s.once('close', () => {
-      clearInterval(timer);
-      if (up) st.closedByProxy++;
-      else st.refused++;
-      cb.down(up);
     });
     s.setTimeout(120000, () => s.destroy());
   });
@@ -126,26 +141,16 @@ function slowhs({ host, port, hello, intervalMs, ...h }) {
   const helloBuf = Buffer.from(hello, 'base64');
   holder(h, (src, cb) => {
     const s = net.connect({ host, port, localAddress: src });
-    let up = false;
-    let timer;
+    const held = heldConnection(s, cb);
     s.on('connect', () => {
-      up = true;
-      st.established++;
-      cb.up();
+      held.up();
       let i = 0;
-      timer = setInterval(() => {
+      held.timer = setInterval(() => {
         if (i >= helloBuf.length) return;
         st.bytesSent++;
         s.write(helloBuf.subarray(i, i + 1));
         i++;
       }, intervalMs);
-    });
-    s.on('error', () => {});
-    s.once('close', () => {
-      clearInterval(timer);
-      if (up) st.closedByProxy++;
-      else st.refused++;
-      cb.down(up);
     });
   });
 }
@@ -183,12 +188,4 @@ if (!MODES[mode]) {
   process.exit(2);
 }
 MODES[mode](JSON.parse(json));
-process.on('message', (m) => {
-  if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
-  if (m && m.cmd === 'stop') {
-    stopped = true;
-    process.send({ stats: { ...st } });
-    setTimeout(() => process.exit(0), 50);
-  }
-});
-process.on('disconnect', () => process.exit(0));
+answerStats(st, () => (stopped = true));

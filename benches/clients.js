@@ -2,18 +2,14 @@
 'use strict';
 // Load clients for `npm run bench` that wrk cannot play because they need a chosen source address:
 //
-// - flood (child process): a single-IP connection flood. Keeps `concurrency` TCP connections in
-//   flight from `localAddress`; each sends a recorded ClientHello, and is reset (RST, so no
-//   TIME_WAIT eats the source ports) as soon as the proxy answers or closes. Counts attempts,
-//   `served` (the proxy answered: a handshake was started for us) and `refused` (closed with no
-//   byte: rejected at accept).
+// (The single-IP connection flood of the flood row is `attack-clients.js hsflood` with one source.)
 // - idle (child process): opens `count` TLS connections (full handshakes), spread over several
 //   127.0.0.0/8 source addresses so no source runs out of ports, optionally sends one kept-alive
 //   `GET /` on each and reads `requestBytes` of response, then holds them open, idle.
 // - legitProbe (in-process function): an open-loop client from another source address that
 //   starts one TLS connection + `GET /` every 1/rate s and records success and latency.
 //
-//   node benches/clients.js flood '<json opts>'   |   node benches/clients.js idle '<json opts>'
+//   node benches/clients.js idle '<json opts>'
 const net = require('node:net');
 const tls = require('node:tls');
 
@@ -39,44 +35,6 @@ async function recordClientHello(servername) {
   c.destroy();
   await new Promise((r) => server.close(r));
   return hello;
-}
-
-function flood({ host, port, localAddress, concurrency, hello }) {
-  const helloBuf = Buffer.from(hello, 'base64');
-  const st = { attempts: 0, served: 0, refused: 0 };
-  let stopped = false;
-  const one = () => {
-    if (stopped) return;
-    st.attempts++;
-    const s = net.connect({ host, port, localAddress });
-    let answered = false;
-    let finished = false;
-    const finish = () => {
-      if (finished) return;
-      finished = true;
-      if (answered) st.served++;
-      else st.refused++;
-      if (!s.destroyed) s.resetAndDestroy();
-      setImmediate(one);
-    };
-    s.on('connect', () => s.write(helloBuf));
-    s.on('data', () => {
-      answered = true;
-      finish();
-    });
-    s.on('error', finish);
-    s.on('close', finish);
-    s.setTimeout(5000, finish);
-  };
-  for (let i = 0; i < concurrency; i++) one();
-  process.on('message', (m) => {
-    if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
-    if (m && m.cmd === 'stop') {
-      stopped = true;
-      process.send({ stats: { ...st } });
-      setTimeout(() => process.exit(0), 50);
-    }
-  });
 }
 
 function idle({ host, port, count, concurrency, sources, servername, requestBytes = 0, timeoutMs = 20000 }) {
@@ -197,10 +155,9 @@ module.exports = { recordClientHello, legitProbe };
 if (require.main === module) {
   const [mode, json] = process.argv.slice(2);
   const opts = JSON.parse(json);
-  if (mode === 'flood') flood(opts);
-  else if (mode === 'idle') idle(opts);
+  if (mode === 'idle') idle(opts);
   else {
-    console.error(`unknown mode ${mode} (flood | idle)`);
+    console.error(`unknown mode ${mode} (idle; the handshake flood is attack-clients.js hsflood)`);
     process.exit(2);
   }
 }

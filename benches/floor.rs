@@ -106,7 +106,7 @@ fn main() {
 
     let (cert_pem, key_pem) = self_signed(&["localhost".to_string()]).expect("rcgen");
     let ck = load_certified_key(cert_pem.as_bytes(), key_pem.as_bytes()).expect("certified key");
-    let server_cfg = server_config(ck, false, None);
+    let server_cfg = server_config(ck, vec![b"http/1.1".to_vec()], None);
 
     let mut provider = ring::default_provider();
     provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_256_GCM_SHA384];

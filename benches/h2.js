@@ -112,15 +112,7 @@ function attack({ host, port, sources, kind }) {
     s.setTimeout(5000, finish);
   };
   for (const src of sources) one(src);
-  process.on('message', (m) => {
-    if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
-    if (m && m.cmd === 'stop') {
-      stopped = true;
-      process.send({ stats: { ...st } });
-      setTimeout(() => process.exit(0), 50);
-    }
-  });
-  process.on('disconnect', () => process.exit(0));
+  L.answerStats(st, () => (stopped = true));
 }
 
 // ---------- the legit probe ----------

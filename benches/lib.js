@@ -5,51 +5,16 @@ const net = require('node:net');
 const path = require('node:path');
 const { spawn, fork } = require('node:child_process');
 
+const proc = require('../__tests__/helpers/proc');
+const { haveTool, freePort } = proc;
+
+/** `proc.run` with the benches' defaults (2 min) and its output as strings. */
+async function run(cmd, args, { timeoutMs = 120000, env, cwd } = {}) {
+  const r = await proc.run(cmd, args, { timeoutMs, env, cwd });
+  return { code: r.code, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** Runs a command to completion (in `cwd` when given): `{ code, stdout, stderr }` (strings); never rejects. */
-function run(cmd, args, { timeoutMs = 120000, env, cwd } = {}) {
-  return new Promise((resolve) => {
-    const p = spawn(cmd, args, { env: env || process.env, cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    const out = [];
-    const err = [];
-    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
-    p.stdout.on('data', (d) => out.push(d));
-    p.stderr.on('data', (d) => err.push(d));
-    p.on('error', (e) => {
-      clearTimeout(t);
-      resolve({ code: -1, stdout: '', stderr: String(e) });
-    });
-    p.on('close', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
-    });
-  });
-}
-
-/** True when `name` is on PATH. */
-function haveTool(name) {
-  return (process.env.PATH || '').split(':').some((d) => {
-    try {
-      fs.accessSync(path.join(d, name), fs.constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
-
-/** A TCP port free on 127.0.0.1 right now. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Resolves once `host:port` accepts a TCP connection (polls every 20 ms). */
 async function waitPort(port, host = '127.0.0.1', timeoutMs = 10000) {
@@ -422,7 +387,25 @@ function quantile(xs, q) {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
 }
 
+/**
+ * The IPC of a bench's attack child (a forked process): `{ cmd: 'stats' }` is answered with
+ * `{ stats }` (a copy of `st`); `{ cmd: 'stop' }` calls `onStop`, answers the final `{ stats }` and
+ * exits; the parent going away exits too.
+ */
+function answerStats(st, onStop) {
+  process.on('message', (m) => {
+    if (m && m.cmd === 'stats') process.send({ stats: { ...st } });
+    if (m && m.cmd === 'stop') {
+      onStop();
+      process.send({ stats: { ...st } });
+      setTimeout(() => process.exit(0), 50);
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
 module.exports = {
+  answerStats,
   sleep,
   run,
   haveTool,

@@ -345,10 +345,10 @@ async function measureFlood(ctx, kind) {
   const p = await startProxy(ctx, kind, PROT_FLOOD);
   const flood = track(
     fork(
-      path.join(__dirname, 'clients.js'),
+      path.join(__dirname, 'attack-clients.js'),
       [
-        'flood',
-        JSON.stringify({ host: '127.0.0.1', port: p.port, localAddress: '127.0.0.2', concurrency: FLOOD_CONCURRENCY, hello: ctx.hello.toString('base64') }),
+        'hsflood',
+        JSON.stringify({ host: '127.0.0.1', port: p.port, sources: ['127.0.0.2'], concurrency: FLOOD_CONCURRENCY, hello: ctx.hello.toString('base64') }),
       ],
       { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
     )
@@ -376,7 +376,7 @@ async function measureFlood(ctx, kind) {
     const s1 = p.stat();
     const f1 = await ask('stop');
     const attempts = f1.attempts - f0.attempts;
-    ctx.commands.flood = `clients.js flood from 127.0.0.2 (${FLOOD_CONCURRENCY} in flight, recorded ClientHello, RST on answer) + legitProbe from 127.0.0.3 at ${PROBE_RATE}/s for ${secs} s`;
+    ctx.commands.flood = `attack-clients.js hsflood from 127.0.0.2 (${FLOOD_CONCURRENCY} in flight, recorded ClientHello, RST on answer) + legitProbe from 127.0.0.3 at ${PROBE_RATE}/s for ${secs} s`;
     return {
       okPct: (probe.ok / probe.attempts) * 100,
       p50Ms: L.quantile(probe.latenciesMs, 0.5),

@@ -7,8 +7,10 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const crypto = require('node:crypto');
-const { execFileSync, spawn } = require('node:child_process');
-const { generateSelfSignedCert } = require('../..');
+const { execFileSync } = require('node:child_process');
+const assert = require('node:assert/strict');
+const { generateSelfSignedCert, ConfigError } = require('../..');
+const { run, haveTool, freePort } = require('./proc');
 
 /** Self-signed ECDSA certificate for the given names: `{ certChain, privateKey }` (PEM). */
 function selfSigned(hosts = ['localhost', 'example.com', '*.example.com', 'api.example.com']) {
@@ -38,16 +40,6 @@ function opensslChain(cn, keyType = 'rsa') {
 }
 
 /** A TCP port free on 127.0.0.1 right now. */
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Several distinct free ports. */
 async function freePorts(n) {
@@ -207,43 +199,11 @@ async function recordClientHello(servername) {
   return hello;
 }
 
-/** Runs a command, resolves `{ code, stdout, stderr }` (never rejects). */
-function run(cmd, args, { input, timeoutMs = 15000, env } = {}) {
-  return new Promise((resolve) => {
-    const p = spawn(cmd, args, { env: env || process.env });
-    const out = [];
-    const err = [];
-    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
-    p.stdout.on('data', (d) => out.push(d));
-    p.stderr.on('data', (d) => err.push(d));
-    p.on('error', (e) => {
-      clearTimeout(t);
-      resolve({ code: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) });
-    });
-    p.on('close', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err) });
-    });
-    if (input !== undefined) p.stdin.end(input);
-    else p.stdin.end();
-  });
-}
-
 function sha256(buf) {
   return crypto.createHash('sha256').update(buf).digest('hex');
 }
 
 /** True when `name` is an executable on PATH. */
-function haveTool(name) {
-  return (process.env.PATH || '').split(':').some((d) => {
-    try {
-      fs.accessSync(path.join(d, name), fs.constants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
 
 /**
  * For a test that needs `tool`: true when it is on PATH. Otherwise the test is skipped with the
@@ -271,7 +231,19 @@ function skipOrFail(t, why) {
   t.skip(why);
 }
 
+/** The `errors` (`[{ path, message }]`) of the ConfigError `fn` throws; fails when it throws none or another error. */
+function errorsOf(fn) {
+  try {
+    fn();
+  } catch (e) {
+    assert.ok(e instanceof ConfigError, `expected ConfigError, got ${e}`);
+    return e.errors;
+  }
+  assert.fail('expected a ConfigError');
+}
+
 module.exports = {
+  errorsOf,
   skipOrFail,
   underCi,
   selfSigned,

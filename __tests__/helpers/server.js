@@ -12,7 +12,7 @@ const crypto = require('node:crypto');
 const readline = require('node:readline');
 const { spawn } = require('node:child_process');
 const { generateSelfSignedCert } = require('../..');
-const { waitFor } = require('./index');
+const { waitFor, echoServer, closeServer } = require('./index');
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'rampart.js');
 /** What prometheus() adds while XDP is attached (checked against a live filter in server.xdp.test.js). */
@@ -257,4 +257,48 @@ function accepting(port) {
   });
 }
 
-module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, ServerChild, cleanup, admin, tlsAttempt, loopClient, accepting };
+/**
+ * Registers `test.before` / `test.after` for a spec file: echo servers started before (one per
+ * entry of `tags`, `''` for a plain echo) and, after, every server child killed, temp folders
+ * removed and the echo servers closed. Returns the started servers by tag, filled in before the
+ * first test runs.
+ */
+function echoSuite(test, tags = ['']) {
+  const servers = {};
+  test.before(async () => {
+    for (const tag of tags) servers[tag] = await echoServer(tag ? { tag } : undefined);
+  });
+  test.after(async () => {
+    await cleanup();
+    for (const tag of tags) await closeServer(servers[tag]);
+  });
+  return servers;
+}
+
+/**
+ * A TLS connection to `port` (SNI localhost) kept open. `echo(text)` writes `text` and resolves
+ * what came back once it includes `text` (3 s); `closed` resolves the close time (ms epoch).
+ */
+async function openConnection(port) {
+  const sock = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false });
+  await new Promise((resolve, reject) => {
+    sock.once('secureConnect', resolve);
+    sock.once('error', reject);
+  });
+  let buf = '';
+  sock.on('data', (d) => (buf += d));
+  sock.on('error', () => {});
+  const closed = new Promise((r) => sock.on('close', () => r(Date.now())));
+  return {
+    sock,
+    closed,
+    async echo(text) {
+      buf = '';
+      sock.write(text);
+      await waitFor(() => buf.includes(text), { timeoutMs: 3000, what: `echo of ${text}` });
+      return buf;
+    },
+  };
+}
+
+module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, ServerChild, cleanup, echoSuite, openConnection, admin, tlsAttempt, loopClient, accepting };

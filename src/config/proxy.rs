@@ -159,6 +159,44 @@ pub enum Upstream {
     },
 }
 
+/// What an upstream speaks (`upstreams[].protocol`): a client goes only to upstreams that speak
+/// the application protocol it negotiated in ALPN (README: Upstream protocols).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AppProtocol {
+    /// `'http/1.1'`: also what a client without ALPN speaks.
+    Http1,
+    /// `'h2'`: HTTP/2 with prior knowledge (h2c) to the upstream.
+    H2,
+}
+
+impl AppProtocol {
+    /// Every protocol, in [`AppProtocol::index`] order.
+    pub const ALL: [AppProtocol; 2] = [AppProtocol::Http1, AppProtocol::H2];
+
+    /// The ALPN protocol id (RFC 7301): `http/1.1` or `h2`.
+    pub fn alpn_id(self) -> &'static [u8] {
+        match self {
+            AppProtocol::Http1 => b"http/1.1",
+            AppProtocol::H2 => b"h2",
+        }
+    }
+
+    /// The protocol a negotiated ALPN id stands for: `h2` is HTTP/2, anything else (no ALPN
+    /// included) HTTP/1.1.
+    pub fn of_alpn(id: Option<&[u8]>) -> AppProtocol {
+        if id == Some(b"h2") {
+            AppProtocol::H2
+        } else {
+            AppProtocol::Http1
+        }
+    }
+
+    /// Position in [`AppProtocol::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The header sent to the upstream before any application byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceAddressHeader {
@@ -256,11 +294,13 @@ pub struct RouteConfig {
     pub sni: SniPattern,
     /// Upstreams, tried round-robin, falling over to the next on connect failure.
     pub upstreams: Vec<Upstream>,
+    /// `upstreams[].protocol`, one per upstream in the same order (`None`: serves any protocol).
+    pub upstream_protocols: Vec<Option<AppProtocol>>,
     /// Terminate TLS here (true) or pass the raw bytes through (false).
     pub terminate_tls: bool,
     /// Route certificate (else the listener's `defaultCert`).
     pub cert: Option<Arc<CertifiedKey>>,
-    /// Offer `h2` in ALPN as well as `http/1.1`.
+    /// Offer `h2` in ALPN (`http2: true`, or an upstream with `protocol: 'h2'`).
     pub http2: bool,
     /// `protocol`: what the route carries (`http2: true` implies HTTP).
     pub protocol: RouteProtocol,
@@ -285,9 +325,54 @@ pub struct RouteConfig {
 }
 
 impl RouteConfig {
-    /// Whether the route carries HTTP (`protocol: 'http'`, or `http2: true`).
+    /// Whether the route carries HTTP (`protocol: 'http'`, `http2: true`, or an upstream with a
+    /// `protocol`).
     pub fn carries_http(&self) -> bool {
-        self.protocol == RouteProtocol::Http || self.http2
+        self.protocol == RouteProtocol::Http
+            || self.http2
+            || self.upstream_protocols.iter().any(Option::is_some)
+    }
+
+    /// Whether upstream `i` serves clients speaking `p` (an upstream without `protocol` serves
+    /// any).
+    pub fn serves(&self, i: usize, p: AppProtocol) -> bool {
+        self.upstream_protocols
+            .get(i)
+            .copied()
+            .flatten()
+            .is_none_or(|q| q == p)
+    }
+
+    /// Whether some upstream serves `p`.
+    pub fn any_serves(&self, p: AppProtocol) -> bool {
+        (0..self.upstreams.len()).any(|i| self.serves(i, p))
+    }
+
+    /// The ALPN protocols a terminating route offers, in preference order: `h2` when `http2`,
+    /// then `http/1.1` when some upstream serves it (a set of `'h2'` upstreams offers `h2` only).
+    /// A route that writes request headers offers `http/1.1` only (README: Forwarded request
+    /// headers): every request of every client gets them.
+    pub fn alpn_offered(&self) -> Vec<Vec<u8>> {
+        let mut v = Vec::with_capacity(2);
+        if self.http2 && self.forward_headers().is_none() {
+            v.push(AppProtocol::H2.alpn_id().to_vec());
+        }
+        if self.any_serves(AppProtocol::Http1) {
+            v.push(AppProtocol::Http1.alpn_id().to_vec());
+        }
+        v
+    }
+
+    /// The protocol a passthrough client is balanced by, from the ALPN list of its ClientHello
+    /// (`offered`): `h2` when it offers `h2` and an upstream serves it, as termination would
+    /// negotiate; else HTTP/1.1 (no ALPN, or only other protocols such as `acme-tls/1`, included).
+    pub fn passthrough_protocol(&self, offered: &[Vec<u8>]) -> AppProtocol {
+        let h2 = AppProtocol::H2;
+        if offered.iter().any(|a| a == h2.alpn_id()) && self.any_serves(h2) {
+            h2
+        } else {
+            AppProtocol::Http1
+        }
     }
 
     /// The request headers Rampart writes into this route's HTTP/1.1 requests, `None` when it
@@ -361,8 +446,30 @@ pub fn parse_sni(s: &str) -> Result<SniPattern, String> {
     })
 }
 
-fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstream> {
+/// Parses one `upstreams[]` entry: where it is, and the `protocol` it speaks (`None`: any).
+fn parse_upstream(
+    val: &Value,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<(Upstream, Option<AppProtocol>)> {
     let obj = v::object(val, path, issues)?;
+    let before = issues.len();
+    let protocol = field(obj, "protocol").and_then(|p| {
+        match v::one_of(p, &join(path, "protocol"), &["h2", "http/1.1"], issues)? {
+            "h2" => Some(AppProtocol::H2),
+            _ => Some(AppProtocol::Http1),
+        }
+    });
+    let up = parse_upstream_address(obj, path, issues)?;
+    (issues.len() == before).then_some((up, protocol))
+}
+
+/// The address part of an `upstreams[]` entry (`kind` and `host`/`port` or `path`).
+fn parse_upstream_address(
+    obj: &serde_json::Map<String, Value>,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<Upstream> {
     let kind = match field(obj, "kind") {
         Some(k) => v::one_of(k, &join(path, "kind"), &["tcp", "uds"], issues)?,
         None => {
@@ -370,12 +477,6 @@ fn parse_upstream(val: &Value, path: &str, issues: &mut Issues) -> Option<Upstre
             return None;
         }
     };
-    if field(obj, "protocol").is_some() {
-        issues.push(
-            join(path, "protocol"),
-            "is not supported yet (Symphony field; see README: Coming from Symphony)",
-        );
-    }
     if kind == "tcp" {
         v::reject_unknown(obj, &["kind", "host", "port", "protocol"], path, issues);
         let host = match field(obj, "host") {
@@ -554,7 +655,7 @@ fn parse_route(
                     .enumerate()
                     .filter_map(|(i, x)| parse_upstream(x, &v::index(&up, i), issues))
                     .collect();
-                (list.len() == a.len()).then_some(list)
+                (list.len() == a.len()).then(|| list.into_iter().unzip::<_, _, Vec<_>, Vec<_>>())
             })
         }
         None => {
@@ -568,9 +669,9 @@ fn parse_route(
     };
     let terminate_tls = terminate_tls_field.unwrap_or(true);
     let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues));
-    let http2 = field(obj, "http2")
-        .and_then(|b| v::boolean(b, &join(path, "http2"), issues))
-        .unwrap_or(false);
+    let http2_field = field(obj, "http2").and_then(|b| v::boolean(b, &join(path, "http2"), issues));
+    let protocols = upstreams.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
+    let http2 = check_http2(http2_field, protocols, path, issues);
     let sah = field(obj, "sourceAddressHeader")
         .and_then(|s| {
             v::one_of(
@@ -619,6 +720,14 @@ fn parse_route(
             issues.push(
                 join(path, key),
                 format!("sets HTTP request headers: needs protocol: 'http'{why}"),
+            );
+        }
+        if let Some(i) = protocols.iter().position(|p| *p == Some(AppProtocol::H2)) {
+            issues.push(
+                join(path, key),
+                format!(
+                    "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[{i}] has protocol 'h2' and would never be used{why}"
+                ),
             );
         }
     }
@@ -683,6 +792,7 @@ fn parse_route(
     if issues.len() != before {
         return None;
     }
+    let (upstreams, upstream_protocols) = upstreams?;
     Some(RouteConfig {
         sni: sni?,
         terminate_tls,
@@ -696,8 +806,9 @@ fn parse_route(
         mtls,
         metrics_group,
         ip_affinity_ttl_ms,
-        balance: balance.unwrap_or_else(|| default_balance(upstreams.as_deref().unwrap_or(&[]))),
-        upstreams: upstreams?,
+        balance: balance.unwrap_or_else(|| default_balance(&upstreams)),
+        upstreams,
+        upstream_protocols,
     })
 }
 
@@ -743,6 +854,35 @@ fn parse_forward_fingerprint(
         *slot = true;
     }
     (issues.len() == before).then_some(ff)
+}
+
+/// The route's effective `http2` from the field (`http2_field`) and its upstreams' `protocol`s:
+/// an `'h2'` upstream offers `h2` (so `http2` may be left out), `http2: false` beside one is an
+/// error (that upstream would never be used), and so is `http2: true` when every upstream is
+/// `'http/1.1'` (no upstream would serve an h2 client).
+fn check_http2(
+    http2_field: Option<bool>,
+    protocols: &[Option<AppProtocol>],
+    path: &str,
+    issues: &mut Issues,
+) -> bool {
+    let h2_at = protocols.iter().position(|p| *p == Some(AppProtocol::H2));
+    let all_http1 =
+        !protocols.is_empty() && protocols.iter().all(|p| *p == Some(AppProtocol::Http1));
+    match (http2_field, h2_at) {
+        (Some(false), Some(i)) => issues.push(
+            join(path, "http2"),
+            format!(
+                "is false but upstreams[{i}] has protocol 'h2' (leave http2 out: an 'h2' upstream offers h2 in ALPN)"
+            ),
+        ),
+        (Some(true), _) if all_http1 => issues.push(
+            join(path, "http2"),
+            "offers h2 but no upstream serves it (every upstream has protocol 'http/1.1')",
+        ),
+        _ => {}
+    }
+    http2_field.unwrap_or(h2_at.is_some())
 }
 
 /// Symphony's default: least connections for a set of Unix-socket upstreams (local workers),
@@ -1150,6 +1290,112 @@ mod tests {
             vec![(
                 "listeners[1].protection".into(),
                 "differs from listeners[0].protection: the listeners on port 443 share one policy (give it on one of them, or the same on each)".into()
+            )]
+        );
+    }
+
+    fn route_of(route: Value) -> Result<RouteConfig, Vec<(String, String)>> {
+        let cfg = json!({ "listeners": [{ "port": 9443 }], "routes": [route] });
+        match parse_proxy_config(&cfg, 1) {
+            Ok(mut c) => Ok(c.routes.remove(0)),
+            Err(e) => Err(e.issues.into_iter().map(|i| (i.path, i.message)).collect()),
+        }
+    }
+
+    #[test]
+    fn upstream_protocols_pick_the_alpn_offered() {
+        let up = |p: Value| json!({ "kind": "tcp", "host": "127.0.0.1", "port": 1, "protocol": p });
+        let any = json!({ "kind": "uds", "path": "/tmp/x.sock" });
+        let r = route_of(json!({ "sni": "", "terminateTls": false,
+                                 "upstreams": [up(json!("h2")), up(json!("http/1.1")), any] }))
+        .unwrap();
+        use AppProtocol::{Http1, H2};
+        assert_eq!(r.upstream_protocols, [Some(H2), Some(Http1), None]);
+        assert!(r.http2 && r.carries_http());
+        assert_eq!(r.alpn_offered(), [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert_eq!(
+            (r.serves(0, Http1), r.serves(1, H2), r.serves(2, H2)),
+            (false, false, true)
+        );
+        let offer = |l: &[&[u8]]| l.iter().map(|a| a.to_vec()).collect::<Vec<_>>();
+        assert_eq!(r.passthrough_protocol(&offer(&[b"http/1.1", b"h2"])), H2);
+        assert_eq!(r.passthrough_protocol(&offer(&[b"http/1.1"])), Http1);
+        assert_eq!(r.passthrough_protocol(&offer(&[b"acme-tls/1"])), Http1);
+        assert_eq!(r.passthrough_protocol(&[]), Http1);
+        // A set of h2 upstreams offers h2 only; one of http/1.1 upstreams http/1.1 only.
+        let r =
+            route_of(json!({ "sni": "", "terminateTls": false, "upstreams": [up(json!("h2"))] }))
+                .unwrap();
+        assert_eq!(r.alpn_offered(), [b"h2".to_vec()]);
+        assert_eq!(r.passthrough_protocol(&offer(&[b"http/1.1"])), Http1);
+        let r = route_of(
+            json!({ "sni": "", "terminateTls": false, "upstreams": [up(json!("http/1.1"))] }),
+        )
+        .unwrap();
+        assert!(!r.http2);
+        assert_eq!(r.alpn_offered(), [b"http/1.1".to_vec()]);
+        // Without protocols nothing changes: http2 decides.
+        let r = route_of(
+            json!({ "sni": "", "terminateTls": false, "http2": true, "upstreams": [any] }),
+        )
+        .unwrap();
+        assert_eq!(r.alpn_offered(), [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert!(
+            !route_of(json!({ "sni": "", "terminateTls": false, "upstreams": [any] }))
+                .unwrap()
+                .carries_http()
+        );
+    }
+
+    #[test]
+    fn upstream_protocols_are_validated() {
+        let up = |p: Value| json!({ "kind": "tcp", "host": "127.0.0.1", "port": 1, "protocol": p });
+        let got = route_of(json!({ "sni": "", "terminateTls": false, "upstreams": [
+            up(json!("h2c")), up(json!("HTTP/1.1")), up(json!(2)), up(Value::Null),
+            { "kind": "uds", "path": "", "protocol": "h3" },
+        ] }))
+        .unwrap_err();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "routes[0].upstreams[0].protocol".into(),
+                    "must be one of 'h2', 'http/1.1', got \"h2c\"".into()
+                ),
+                (
+                    "routes[0].upstreams[1].protocol".into(),
+                    "must be one of 'h2', 'http/1.1', got \"HTTP/1.1\"".into()
+                ),
+                (
+                    "routes[0].upstreams[2].protocol".into(),
+                    "must be one of 'h2', 'http/1.1', got 2".into()
+                ),
+                (
+                    "routes[0].upstreams[4].protocol".into(),
+                    "must be one of 'h2', 'http/1.1', got \"h3\"".into()
+                ),
+                (
+                    "routes[0].upstreams[4].path".into(),
+                    "must be a socket path of 1..=107 bytes, got \"\"".into()
+                ),
+            ]
+        );
+        let got = route_of(json!({ "sni": "", "terminateTls": false, "http2": false,
+                                   "upstreams": [up(json!("http/1.1")), up(json!("h2"))] }))
+        .unwrap_err();
+        assert_eq!(got, vec![(
+            "routes[0].http2".into(),
+            "is false but upstreams[1] has protocol 'h2' (leave http2 out: an 'h2' upstream offers h2 in ALPN)".into()
+        )]);
+        let got = route_of(json!({ "sni": "", "terminateTls": false, "http2": true,
+                                   "upstreams": [up(json!("http/1.1"))] }))
+        .unwrap_err();
+        assert_eq!(
+            got,
+            vec![(
+                "routes[0].http2".into(),
+                "offers h2 but no upstream serves it (every upstream has protocol 'http/1.1')"
+                    .into()
             )]
         );
     }

@@ -24,7 +24,7 @@
 
 use super::h2::{H2End, H2Inspector};
 use crate::clock;
-use crate::config::proxy::SourceAddressHeader;
+use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
@@ -437,18 +437,37 @@ impl Conn<'_> {
         Some(ssl_tlv_value(leaf.is_some(), version, cn.as_deref()))
     }
 
-    /// Phase 4: the upstream connection and the route's source-address header (with `ssl`, the
-    /// client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
+    /// The protocol the client speaks, which picks the upstreams it may go to
+    /// (`upstreams[].protocol`): the ALPN it negotiated (none: HTTP/1.1); on passthrough, the
+    /// one its ClientHello offers that the route would negotiate
+    /// ([`crate::config::proxy::RouteConfig::passthrough_protocol`]).
+    fn protocol(&self, route: &Route, client: &Client) -> AppProtocol {
+        match client {
+            Client::Tls(s) => AppProtocol::of_alpn(s.get_ref().1.alpn_protocol()),
+            Client::Raw(_) => {
+                let offered = self.hello.as_ref().map_or(&[][..], |h| h.alpn.as_slice());
+                route.config.passthrough_protocol(offered)
+            }
+        }
+    }
+
+    /// Phase 4: the upstream connection, among the route's upstreams that serve `proto`
+    /// (`no_upstream_for_alpn` when none does), and the route's source-address header (with
+    /// `ssl`, the client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
     async fn connect(
         &mut self,
         route: &Arc<Route>,
+        proto: AppProtocol,
         local: SocketAddr,
         ssl: Option<Vec<u8>>,
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
         let connect_timeout = Duration::from_millis(rc.connect_timeout_ms);
-        let first = route.pick_for(self.ip, clock::now_ns());
-        let (at, mut up) = upstream::connect(&rc.upstreams, first, connect_timeout)
+        let first = route
+            .pick_for(self.ip, proto, clock::now_ns())
+            .ok_or(Refusal::Failed(ErrorReason::NoUpstreamForAlpn, None))?;
+        let order = route.failover(proto, first);
+        let (at, mut up) = upstream::connect(&rc.upstreams, order, connect_timeout)
             .await
             .map_err(|(which, e)| {
                 Refusal::Failed(
@@ -691,7 +710,8 @@ impl Conn<'_> {
         drop(pending);
         let head = self.head(&route, &mut client).await?;
         let ssl = self.client_cert_tlv(&route, &client);
-        let up = self.connect(&route, local, ssl).await?;
+        let proto = self.protocol(&route, &client);
+        let up = self.connect(&route, proto, local, ssl).await?;
         self.pump(&route, client, up, head).await
     }
 }

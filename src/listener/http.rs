@@ -8,7 +8,8 @@
 //! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token) → its head alone
 //!   proxied to that route's upstreams (its `sourceAddressHeader` first), with
 //!   `Connection: close`: the upstream's answer goes back to the client and the connection ends
-//!   with it (the client's later bytes are dropped);
+//!   with it (the client's later bytes are dropped); over the route's `maxConnectionsPerSecond`
+//!   → `503` (`route_rate_limited`);
 //! - an absolute-form target whose host is not `Host`, a `Content-Length` that is not one
 //!   number or is beside `Transfer-Encoding`, or a `Transfer-Encoding` whose last coding is not
 //!   `chunked` → `400` and close;
@@ -25,7 +26,8 @@
 //! default `headTimeoutMs` (10 s) applies.
 
 use super::proxy_in::Origin;
-use crate::config::proxy::SourceAddressHeader;
+use crate::clock;
+use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
 use crate::protection::{BlockReason, Mode, Verdict};
@@ -249,6 +251,7 @@ fn response(status: u16, location: Option<&str>, keep_alive: bool) -> Vec<u8> {
         404 => "Not Found",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         _ => "Error",
     };
     let body = if location.is_some() {
@@ -352,17 +355,49 @@ impl HttpConn<'_> {
         }
     }
 
+    /// Counts `reason` on the listener and on `route` (`message`: also an `'error'` event).
+    fn route_error(&self, route: &CompiledRoute, reason: ErrorReason, message: Option<String>) {
+        route.metrics.error(reason);
+        self.shared
+            .report_error(self.li, Some(self.ip), reason, message);
+    }
+
+    /// Answers an ACME request that reaches no upstream with `status` (`Connection: close`),
+    /// counting `reason` on the listener and the route, and closes.
+    async fn refuse_acme(mut self, route: &CompiledRoute, reason: ErrorReason, status: u16) {
+        self.route_error(route, reason, None);
+        if self.send(&response(status, None, false)).await {
+            self.linger().await;
+        }
+    }
+
     /// Proxies an ACME challenge request to the route's upstream and relays its answer until the
     /// upstream closes (or is silent for `idleTimeoutMs`); the client's later bytes are dropped.
+    /// The route's `maxConnectionsPerSecond` applies first, as on a TLS listener: the excess is
+    /// answered `503` (`route_rate_limited` on the route and the listener, no `'blocked'` event);
+    /// a request let through is one of the route's `connections`.
     async fn acme(mut self, route: Arc<CompiledRoute>, head: Vec<u8>) {
+        if !route.admit(clock::now_ns()) {
+            return self
+                .refuse_acme(&route, ErrorReason::RouteRateLimited, 503)
+                .await;
+        }
+        let _open = route.metrics.open();
         let rc = &route.config;
         let timeout = Duration::from_millis(rc.connect_timeout_ms);
-        let mut up = match upstream::connect(&rc.upstreams, route.pick(), timeout).await {
+        // The challenge is HTTP/1.1: only upstreams that serve it (`upstreams[].protocol`).
+        let http1 = AppProtocol::Http1;
+        let Some(first) = route.pick(http1) else {
+            return self
+                .refuse_acme(&route, ErrorReason::NoUpstreamForAlpn, 502)
+                .await;
+        };
+        let order = route.failover(http1, first);
+        let mut up = match upstream::connect(&rc.upstreams, order, timeout).await {
             Ok((_, u)) => u,
             Err((which, e)) => {
                 let msg = format!("upstream {which}: {e}");
-                let (shared, li, ip) = (self.shared, self.li, self.ip);
-                shared.report_error(li, Some(ip), ErrorReason::UpstreamConnectFailed, Some(msg));
+                self.route_error(&route, ErrorReason::UpstreamConnectFailed, Some(msg));
                 if self.send(&response(502, None, false)).await {
                     self.linger().await;
                 }
@@ -385,9 +420,8 @@ impl HttpConn<'_> {
         };
         first.extend_from_slice(&head);
         if let Err(e) = up.write_all(&first).await {
-            let (shared, li, ip) = (self.shared, self.li, self.ip);
             let msg = Some(e.to_string());
-            shared.report_error(li, Some(ip), ErrorReason::UpstreamWriteFailed, msg);
+            self.route_error(&route, ErrorReason::UpstreamWriteFailed, msg);
             return;
         }
         let (shared, li, ip) = (self.shared, self.li, self.ip);
@@ -414,6 +448,7 @@ impl HttpConn<'_> {
                         deadline = Instant::now() + idle;
                     }
                     Err(_) => {
+                        rm.error(ErrorReason::IdleTimeout);
                         shared.report_error(li, Some(ip), ErrorReason::IdleTimeout, None);
                         break;
                     }

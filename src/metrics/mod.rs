@@ -44,11 +44,14 @@ pub enum ErrorReason {
     /// A connection from a trusted load balancer (`acceptProxyProtocol.trustedCidrs`) that did
     /// not begin with a valid PROXY v1/v2 header within `timeoutMs`; closed.
     ProxyHeaderInvalid,
+    /// No upstream of the route speaks the protocol the client negotiated in ALPN
+    /// (`upstreams[].protocol`; no ALPN counts as `http/1.1`): closed, no upstream connection.
+    NoUpstreamForAlpn,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 13] = [
+    pub const ALL: [ErrorReason; 14] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -62,6 +65,7 @@ impl ErrorReason {
         ErrorReason::HalfCloseTimeout,
         ErrorReason::RouteRateLimited,
         ErrorReason::ProxyHeaderInvalid,
+        ErrorReason::NoUpstreamForAlpn,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -79,6 +83,7 @@ impl ErrorReason {
             ErrorReason::HalfCloseTimeout => "half_close_timeout",
             ErrorReason::RouteRateLimited => "route_rate_limited",
             ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
+            ErrorReason::NoUpstreamForAlpn => "no_upstream_for_alpn",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).

@@ -7,7 +7,7 @@
 //! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
-use crate::config::proxy::{Balance, ListenerConfig, RouteConfig, SniPattern};
+use crate::config::proxy::{AppProtocol, Balance, ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
 use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
@@ -25,8 +25,10 @@ pub struct CompiledRoute {
     /// TLS config per listener index (route cert, else that listener's default cert); `None` for
     /// passthrough routes.
     pub tls: Vec<Option<Arc<ServerConfig>>>,
-    /// Round-robin cursor over `config.upstreams`.
-    pub next_upstream: AtomicUsize,
+    /// The upstreams a client is balanced over, per the protocol it speaks: one set of every
+    /// upstream when none has a `protocol`, else one per [`AppProtocol`] (by its index) of the
+    /// upstreams that serve it.
+    pub sets: Vec<UpstreamSet>,
     /// Route-wide GCRA (`maxConnectionsPerSecond`, `burst`) and its theoretical arrival time.
     pub limit: Option<(Gcra, AtomicU64)>,
     /// Per listener index: whether terminated connections ask for a client certificate (the
@@ -38,6 +40,25 @@ pub struct CompiledRoute {
     pub upstream_active: Vec<AtomicUsize>,
     /// `ipAffinity`: client IP → (upstream index, deadline ns), and the TTL in ns.
     pub affinity: Option<(AffinityMap, u64)>,
+}
+
+/// Upstreams of a route that serve one protocol (`upstreams[].protocol`), with their
+/// round-robin cursor.
+#[derive(Debug)]
+pub struct UpstreamSet {
+    /// Indexes into `config.upstreams`, in config order.
+    pub members: Vec<usize>,
+    /// Round-robin cursor over `members`.
+    pub cursor: AtomicUsize,
+}
+
+impl UpstreamSet {
+    fn new(members: Vec<usize>) -> Self {
+        UpstreamSet {
+            members,
+            cursor: AtomicUsize::new(0),
+        }
+    }
 }
 
 /// `ipAffinity` entries: client IP → (upstream index, deadline in CLOCK_MONOTONIC ns).
@@ -57,17 +78,26 @@ impl Drop for UpstreamGuard {
 }
 
 impl CompiledRoute {
-    /// Index of the upstream to try first for `ip` at `now_ns`: with `ipAffinity`, the upstream
-    /// `ip` last used while its entry lives; else [`Self::pick`].
-    pub fn pick_for(&self, ip: IpAddr, now_ns: u64) -> usize {
+    /// The upstreams that serve clients speaking `p`.
+    pub fn set(&self, p: AppProtocol) -> &UpstreamSet {
+        match self.sets.as_slice() {
+            [all] => all,
+            sets => &sets[p.index()],
+        }
+    }
+
+    /// Index of the upstream to try first for `ip`, speaking `p`, at `now_ns`: with
+    /// `ipAffinity`, the upstream `ip` last used while its entry lives and it serves `p`; else
+    /// [`Self::pick`]. `None` when no upstream serves `p`.
+    pub fn pick_for(&self, ip: IpAddr, p: AppProtocol, now_ns: u64) -> Option<usize> {
         if let Some((map, _)) = &self.affinity {
             if let Some(e) = map.get(&ip) {
-                if e.1 > now_ns && e.0 < self.config.upstreams.len() {
-                    return e.0;
+                if e.1 > now_ns && self.set(p).members.contains(&e.0) {
+                    return Some(e.0);
                 }
             }
         }
-        self.pick()
+        self.pick(p)
     }
 
     /// Records that `ip` was served by upstream `i` at `now_ns` (`ipAffinity`; no-op without).
@@ -80,25 +110,37 @@ impl CompiledRoute {
         }
     }
 
-    /// Index of the upstream to try first for a new connection: the next in turn, or with
-    /// least connections the one with the fewest open connections (ties: the first from the
-    /// next in turn).
-    pub fn pick(&self) -> usize {
-        let n = self.config.upstreams.len();
-        let start = self.next_upstream.fetch_add(1, Ordering::Relaxed) % n;
-        if self.config.balance == Balance::RoundRobin {
-            return start;
+    /// Index of the upstream to try first for a new connection speaking `p`, among those that
+    /// serve it: the next in turn, or with least connections the one with the fewest open
+    /// connections (ties: the first from the next in turn). `None` when no upstream serves `p`.
+    pub fn pick(&self, p: AppProtocol) -> Option<usize> {
+        let set = self.set(p);
+        let m = &set.members;
+        if m.is_empty() {
+            return None;
         }
-        let mut best = start;
+        let start = set.cursor.fetch_add(1, Ordering::Relaxed) % m.len();
+        if self.config.balance == Balance::RoundRobin {
+            return Some(m[start]);
+        }
+        let mut best = m[start];
         let mut least = usize::MAX;
-        for k in 0..n {
-            let i = (start + k) % n;
+        for k in 0..m.len() {
+            let i = m[(start + k) % m.len()];
             let a = self.upstream_active[i].load(Ordering::Relaxed);
             if a < least {
                 (best, least) = (i, a);
             }
         }
-        best
+        Some(best)
+    }
+
+    /// The failover order for a connection speaking `p` that tries `first` first: every
+    /// upstream serving `p` once, in config order from `first` around.
+    pub fn failover(&self, p: AppProtocol, first: usize) -> impl Iterator<Item = usize> + '_ {
+        let m = &self.set(p).members;
+        let at = m.iter().position(|&i| i == first).unwrap_or(0);
+        (0..m.len()).map(move |k| m[(at + k) % m.len()])
     }
 
     /// Counts a connection open on upstream `i` until the guard drops.
@@ -114,6 +156,18 @@ impl CompiledRoute {
             None => true,
         }
     }
+}
+
+/// [`CompiledRoute::sets`] of a route.
+fn upstream_sets(r: &RouteConfig) -> Vec<UpstreamSet> {
+    let all = || (0..r.upstreams.len()).collect::<Vec<_>>();
+    if r.upstream_protocols.iter().all(Option::is_none) {
+        return vec![UpstreamSet::new(all())];
+    }
+    AppProtocol::ALL
+        .iter()
+        .map(|&p| UpstreamSet::new(all().into_iter().filter(|&i| r.serves(i, p)).collect()))
+        .collect()
 }
 
 /// Immutable SNI routing table.
@@ -145,10 +199,7 @@ impl RouteTable {
                     }
                     let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
                     let client_auth = mtls_of(l).map(|m| m.verifier);
-                    // A route that writes request headers speaks HTTP/1.1 only (README: Forwarded
-                    // request headers): every request of every client gets them.
-                    let h2 = r.http2 && r.forward_headers().is_none();
-                    Some(server_config(cert, h2, client_auth))
+                    Some(server_config(cert, r.alpn_offered(), client_auth))
                 })
                 .collect();
             let mtls = listeners
@@ -158,7 +209,7 @@ impl RouteTable {
             let cr = Arc::new(CompiledRoute {
                 config: r.clone(),
                 tls,
-                next_upstream: AtomicUsize::new(0),
+                sets: upstream_sets(r),
                 limit: r.rate_limit.map(|(rate, burst)| {
                     (
                         Gcra::per_period(rate, 1_000_000_000, burst),
@@ -233,6 +284,8 @@ impl RouteTable {
 mod tests {
     use super::*;
     use crate::config::proxy::{parse_sni, ForwardFingerprint, SourceAddressHeader, Upstream};
+    const H1: AppProtocol = AppProtocol::Http1;
+    const H2: AppProtocol = AppProtocol::H2;
 
     fn route(sni: &str, port: u16) -> RouteConfig {
         RouteConfig {
@@ -241,6 +294,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port,
             }],
+            upstream_protocols: vec![None],
             terminate_tls: false,
             cert: None,
             http2: false,
@@ -346,24 +400,58 @@ mod tests {
                 port: p,
             })
             .collect();
+        r.upstream_protocols = vec![None; 3];
         r.ip_affinity_ttl_ms = Some(1000);
         let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
         let cr = t.lookup(None).unwrap();
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let ms = 1_000_000;
-        let first = cr.pick_for(a, 0);
+        let first = cr.pick_for(a, H1, 0).unwrap();
         cr.remember(a, first, 0);
         // Round robin moves on for everyone else; `a` stays while its entry lives.
-        assert_ne!(cr.pick_for(b, ms), first);
+        assert_ne!(cr.pick_for(b, H1, ms).unwrap(), first);
         for now in [ms, 500 * ms, 999 * ms] {
-            assert_eq!(cr.pick_for(a, now), first);
+            assert_eq!(cr.pick_for(a, H1, now).unwrap(), first);
         }
         // Each use refreshes the deadline (remember is called once connected).
         cr.remember(a, first, 999 * ms);
-        assert_eq!(cr.pick_for(a, 1998 * ms), first);
+        assert_eq!(cr.pick_for(a, H1, 1998 * ms).unwrap(), first);
         // Past the TTL `a` is balanced again: the cursor is at the next upstream in turn.
-        let next = cr.pick_for(a, 2000 * ms);
+        let next = cr.pick_for(a, H1, 2000 * ms).unwrap();
         assert_ne!(next, first);
+    }
+
+    #[test]
+    fn upstream_protocols_split_the_set_with_their_own_turns() {
+        // [h2, http/1.1, any, http/1.1]: h2 clients over {0, 2}, HTTP/1.1 clients over {1, 2, 3}.
+        let mut r = route("", 1);
+        r.upstreams = (1..=4)
+            .map(|p| Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port: p,
+            })
+            .collect();
+        r.upstream_protocols = vec![Some(H2), Some(H1), None, Some(H1)];
+        r.ip_affinity_ttl_ms = Some(1000);
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let cr = t.lookup(None).unwrap();
+        let picks = |p, n| (0..n).map(|_| cr.pick(p).unwrap()).collect::<Vec<_>>();
+        assert_eq!(picks(H2, 3), [0, 2, 0]);
+        assert_eq!(picks(H1, 4), [1, 2, 3, 1]);
+        assert_eq!(picks(H2, 1), [2], "each protocol keeps its own turn");
+        assert_eq!(cr.failover(H1, 3).collect::<Vec<_>>(), [3, 1, 2]);
+        assert_eq!(cr.failover(H2, 0).collect::<Vec<_>>(), [0, 2]);
+        // Affinity holds only while the remembered upstream serves the client's protocol.
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        cr.remember(ip, 0, 0);
+        assert_eq!(cr.pick_for(ip, H2, 1), Some(0));
+        assert_ne!(cr.pick_for(ip, H1, 1), Some(0));
+        // A set without an upstream for a protocol picks none.
+        let mut r = route("", 1);
+        r.upstream_protocols = vec![Some(H2)];
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let cr = t.lookup(None).unwrap();
+        assert_eq!((cr.pick(H2), cr.pick(H1)), (Some(0), None));
     }
 
     #[test]

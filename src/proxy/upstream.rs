@@ -1,5 +1,5 @@
 //! Upstream connections: TCP (with TCP_NODELAY) or Unix domain socket, under a connect timeout,
-//! trying the route's upstreams round-robin and falling over to the next on failure.
+//! trying the route's upstreams in its failover order and falling over to the next on failure.
 
 use crate::config::proxy::Upstream;
 use std::io;
@@ -39,16 +39,16 @@ pub async fn connect_one(up: &Upstream, timeout: Duration) -> io::Result<Upstrea
     }
 }
 
-/// Tries every upstream once, starting at `first`; returns the first that connects with its
-/// index, or the last error annotated with the upstream it came from.
+/// Tries the upstreams `ups[i]` for each `i` of `order` in turn (a route's failover order, see
+/// `CompiledRoute::failover`); returns the first that connects with its index, or the last
+/// error annotated with the upstream it came from.
 pub async fn connect(
     ups: &[Upstream],
-    first: usize,
+    order: impl IntoIterator<Item = usize>,
     timeout: Duration,
 ) -> Result<(usize, UpstreamStream), (String, io::Error)> {
     let mut last = None;
-    for i in 0..ups.len() {
-        let at = (first + i) % ups.len();
+    for at in order {
         let up = &ups[at];
         match connect_one(up, timeout).await {
             Ok(s) => return Ok((at, s)),

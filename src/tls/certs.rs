@@ -76,11 +76,12 @@ pub fn subject_cn(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
-/// A rustls server config serving `cert`, offering ALPN `h2` (when `http2`) and `http/1.1`,
-/// asking for client certificates with `client_auth` (mTLS) when given.
+/// A rustls server config serving `cert`, offering the ALPN protocol ids `alpn` in preference
+/// order (a client offering none of them fails the handshake, RFC 7301 §3.2; one without ALPN
+/// gets none), asking for client certificates with `client_auth` (mTLS) when given.
 pub fn server_config(
     cert: Arc<CertifiedKey>,
-    http2: bool,
+    alpn: Vec<Vec<u8>>,
     client_auth: Option<ClientVerifier>,
 ) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -92,11 +93,7 @@ pub fn server_config(
         None => b.with_no_client_auth(),
     };
     let mut cfg = b.with_cert_resolver(Arc::new(SingleCertAndKey::from(cert)));
-    cfg.alpn_protocols = if http2 {
-        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-    } else {
-        vec![b"http/1.1".to_vec()]
-    };
+    cfg.alpn_protocols = alpn;
     Arc::new(cfg)
 }
 
