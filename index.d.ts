@@ -77,7 +77,29 @@ export interface RouteConfig {
   ipAffinity?: boolean;
   /** ms an affinity entry lives after the client's last connection (needs ipAffinity). Default 3600000. */
   ipAffinityTtlMs?: number;
+  /**
+   * Hold each connection of this route after its ClientHello and emit 'suspended'; JS decides
+   * with `resolveConnection(id, route | null)`. `upstreams` may be left out or empty while
+   * suspended (the resolved route brings its own). Default false.
+   */
+  suspended?: boolean;
+  /** ms a suspended connection waits for resolveConnection, then is closed (`suspend_timeout`). Default 30000. */
+  suspendTimeoutMs?: number;
 }
+
+/**
+ * The route `resolveConnection` gives a suspended connection: a `routes[]` entry without the
+ * route-table fields (`suspended`, `suspendTimeoutMs`, `maxConnectionsPerSecond`, `burst`,
+ * `metricsGroup`, `ipAffinity`, `ipAffinityTtlMs`), with `upstream` (one, as Symphony has it) or
+ * `upstreams`. `sni` is optional and unused (the connection's SNI is the client's).
+ */
+export type ResolveRoute = Omit<
+  RouteConfig,
+  'sni' | 'upstreams' | 'suspended' | 'suspendTimeoutMs' | 'maxConnectionsPerSecond' | 'burst' | 'metricsGroup' | 'ipAffinity' | 'ipAffinityTtlMs'
+> & { sni?: string } & (
+  | { upstream: UpstreamConfig; upstreams?: never }
+  | { upstreams: UpstreamConfig[]; upstream?: never }
+);
 
 /** mTLS: client certificates verified against `clientCaCert` (PEM, one or more CA certificates). */
 export interface MtlsConfig {
@@ -240,6 +262,11 @@ export interface ListenerConfig {
   protection?: ProtectionConfig;
   /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
   mtls?: MtlsConfig;
+  /**
+   * Connections of suspended routes this listener holds at once; beyond it a new one is closed
+   * at once (`errorsByReason.suspend_queue_full`, no 'suspended' event). Default 1024.
+   */
+  maxPendingSuspended?: number;
 }
 
 /** `listeners[].acceptProxyProtocol`. */
@@ -361,6 +388,19 @@ export interface ErrorEvent {
   listener: string | null;
 }
 
+/** A connection of a suspended route, held until `resolveConnection(id, route | null)`. */
+export interface SuspendedEvent {
+  /** Opaque id for resolveConnection (a decimal string, never reused by this proxy). */
+  id: string;
+  /** The ClientHello's server_name as sent; '' without one. */
+  sni: string;
+  /** The client's IP (from a trusted PROXY header when one named it). */
+  peerIp: string;
+  peerPort: number;
+  /** 'host:port' of the listener. */
+  listener: string;
+}
+
 export interface BlockedIps {
   rateLimited: string[];
   concurrencyLimited: string[];
@@ -403,7 +443,7 @@ export interface ListenerMetrics {
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
   errors: number;
-  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol). */
+  /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol), suspend_rejected, suspend_timeout, suspend_queue_full (suspended routes). */
   errorsByReason: Record<string, number>;
   bytesReceived: number;
   bytesSent: number;
@@ -416,6 +456,8 @@ export interface ListenerMetrics {
   knownGoodClients: number;
   /** Defense mode on (1) or off (0). */
   defenseActive: 0 | 1;
+  /** Connections of suspended routes this listener holds now (at most maxPendingSuspended). */
+  pendingSuspended: number;
 }
 
 export interface XdpStatus {
@@ -463,6 +505,8 @@ export interface Metrics {
   blockedConnections: number;
   eventsDropped: number;
   trackedIps: number;
+  /** Connections of suspended routes held now, over every listener (Symphony's pendingSuspended). */
+  pendingSuspended: number;
   listeners: ListenerMetrics[];
   /** Per route of the live table, in config order. */
   routeMetrics: RouteMetrics[];
@@ -545,6 +589,8 @@ export interface RampartProxyEvents {
   blockedSummary: [summary: BlockedSummary];
   /** A runtime failure (upstream_connect_failed, handshake_failed, ...); emitted only when someone listens. */
   error: [error: ErrorEvent];
+  /** A connection of a suspended route is held: call resolveConnection(id, route | null). */
+  suspended: [event: SuspendedEvent];
   /** After each successful start(). */
   ready: [];
   /** Once per stop() of a running proxy. */
@@ -576,6 +622,13 @@ export class RampartProxy extends EventEmitter {
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
   /** Removes a blockIp entry; true when one was removed. */
   unblockIp(cidr: string, opts?: { port?: number }): boolean;
+  /**
+   * Decides for a suspended connection: `route` serves it as if that route had matched (validated
+   * in full; a ConfigError names each `route.*` problem and the connection stays held), `null`
+   * closes it (`suspend_rejected`). True when a held connection took it; false (a no-op) when
+   * `id` is unknown, expired or already resolved.
+   */
+  resolveConnection(id: string, route: ResolveRoute | null): boolean;
   metrics(): Metrics;
   /** Prometheus text exposition format 0.0.4. */
   prometheus(): string;
@@ -596,6 +649,7 @@ export class RampartProxy extends EventEmitter {
   on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
   on(event: 'error', listener: (e: ErrorEvent) => void): this;
   on(event: 'defense', listener: (e: DefenseEvent) => void): this;
+  on(event: 'suspended', listener: (e: SuspendedEvent) => void): this;
   on(event: 'ready' | 'close', listener: () => void): this;
 }
 

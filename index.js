@@ -110,7 +110,8 @@ const RUNNING = new Set();
 /**
  * The proxy. Events: `'blocked'` ({ ip, port, listener, reason, ja3, ja4, observed }),
  * `'blockedSummary'` ({ intervalMs, total, byReason, topIps }), `'error'` ({ code, message, ip,
- * port, listener }), `'ready'` (after start), `'close'` (after stop). A listener that throws is
+ * port, listener }), `'suspended'` ({ id, sni, peerIp, peerPort, listener }: call
+ * `resolveConnection(id, route | null)`), `'ready'` (after start), `'close'` (after stop). A listener that throws is
  * caught and reported on stderr; it never crashes the process.
  */
 class RampartProxy extends EventEmitter {
@@ -229,6 +230,23 @@ class RampartProxy extends EventEmitter {
       throw new ConfigError([{ path: 'cidr', message: `must be a string, got ${typeof cidr}` }]);
     }
     return call(() => this._native.unblockIp(cidr, encode(opts)));
+  }
+
+  /**
+   * Decides for a connection held by a suspended route (the `id` of its `'suspended'` event):
+   * `route` (a `routes[]`-shaped object with `upstream` or `upstreams`, validated in full: a
+   * ConfigError names each `route.*` problem and the connection stays held) serves it as if that
+   * route had matched; `null` closes it. Returns true when a held connection took the decision,
+   * false when `id` is unknown, expired or already resolved (nothing happens).
+   */
+  resolveConnection(id, route) {
+    if (typeof id !== 'string') {
+      throw new ConfigError([{ path: 'id', message: `must be the string id of a 'suspended' event, got ${typeof id}` }]);
+    }
+    if (route === undefined) {
+      throw new ConfigError([{ path: 'route', message: 'is required: a route object, or null to close the connection' }]);
+    }
+    return call(() => this._native.resolveConnection(id, encode(route)));
   }
 
   /** Counters: connections, bytes, blocks and errors per reason, per listener. */

@@ -18,6 +18,7 @@ import {
   RampartProxy, ConfigError, generateSelfSignedCert,
   type BlockedIps, type BlockedIpsDetail, type BlockedEvent, type BlockedSummary, type ConfigErrorEntry,
   type UpstreamConfig,
+  type SuspendedEvent, type RouteConfig,
 } from 'rampart';
 
 const [certChain, privateKey] = generateSelfSignedCert(['localhost']);
@@ -77,6 +78,23 @@ proxy.addListener('ready', (x: string) => void x);
 proxy.prependListener('blokced', () => {});
 // @ts-expect-error no such event
 proxy.removeListener('blokced', () => {});
+
+// Suspended routes: the 'suspended' event and resolveConnection with Symphony's one-upstream
+// route, a routes[]-shaped one, or null.
+proxy.on('suspended', (e: SuspendedEvent) => {
+  const id: string = e.id;
+  const peer: [string, number] = [e.peerIp, e.peerPort];
+  const took: boolean = proxy.resolveConnection(id, { upstream: { kind: 'uds', path: '/run/app.sock' }, terminateTls: true });
+  proxy.resolveConnection(id, { upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 8080 }], terminateTls: false });
+  proxy.resolveConnection(id, null);
+  // @ts-expect-error a resolved route cannot be suspended again
+  proxy.resolveConnection(id, { upstream: { kind: 'tcp', host: 'a', port: 1 }, suspended: true });
+  // @ts-expect-error upstream or upstreams, not both
+  proxy.resolveConnection(id, { upstream: { kind: 'tcp', host: 'a', port: 1 }, upstreams: [] });
+  void [peer, took, e.sni, e.listener];
+});
+const held: RouteConfig = { sni: '*.apps.test', upstreams: [], suspended: true, suspendTimeoutMs: 5000 };
+void held;
 
 // ConfigError is exported with code and errors.
 try {

@@ -20,7 +20,7 @@ const { RampartProxy } = require('..');
 const { loadConfigFile } = require('./config-file');
 const { runConfig, plan, ports, stable } = require('./plan');
 
-const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense'];
+const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense', 'suspended'];
 /** How long a stop-first handover retries binding while the old proxy lets go of its ports. */
 const REBIND_MS = 2000;
 /** Two dynamic-block entries whose remaining times differ by less than this are one block. */

@@ -146,6 +146,7 @@ impl Proxy {
             socket: cfg.socket,
             route_metrics,
             cluster,
+            suspensions: crate::proxy::suspend::Suspensions::new(cfg.listeners.len()),
         });
         Ok(Proxy {
             rt: Some(rt),
@@ -534,7 +535,8 @@ impl Proxy {
             .shared
             .listeners
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(li, l)| {
                 let e = &l.engine;
                 ListenerSnapshot::read(
                     l.label.clone(),
@@ -546,6 +548,7 @@ impl Proxy {
                         tracked_prefixes: e.tracked_prefixes() as u64,
                         known_good_clients: e.known_good_clients(),
                         defense_active: e.defense_active(),
+                        pending_suspended: self.shared.suspensions.pending(li) as u64,
                     },
                 )
             })
@@ -562,6 +565,25 @@ impl Proxy {
         m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
         m.cluster = self.shared.cluster.as_ref().map(|c| c.snapshot());
         m
+    }
+
+    /// The listener of the suspended connection `id` (what its `resolveConnection` route is
+    /// validated against); `None` when `id` is not held (unknown, expired or resolved).
+    pub fn suspended_listener(&self, id: u64) -> Option<crate::config::proxy::ListenerConfig> {
+        let li = self.shared.suspensions.listener_of(id)?;
+        Some(self.shared.listeners[li].config.clone())
+    }
+
+    /// `resolveConnection(id, route | null)` with the route validated: hands it (`None`: close)
+    /// to the held connection `id`; false when `id` is not held (then nothing happens).
+    pub fn resolve_connection(
+        &self,
+        id: u64,
+        route: Option<crate::config::proxy::RouteConfig>,
+    ) -> bool {
+        use crate::proxy::suspend::Resolution;
+        let r = route.map_or(Resolution::Close, |rc| Resolution::Route(Box::new(rc)));
+        self.shared.suspensions.resolve(id, r)
     }
 
     /// The cluster tier, if configured (for `blockedIps({ detail: true }).node`).

@@ -49,6 +49,8 @@ pub struct Shared {
     pub route_metrics: crate::metrics::route::RouteRegistry,
     /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Connections of suspended routes waiting for `resolveConnection`.
+    pub suspensions: crate::proxy::suspend::Suspensions,
 }
 
 impl Shared {

@@ -27,6 +27,12 @@ pub const DEFAULT_BLOCKED_EVENTS_PER_SECOND: u64 = 1_000;
 /// Default time a trusted peer has to send its whole PROXY header, in ms
 /// (`acceptProxyProtocol.timeoutMs`).
 pub const DEFAULT_PROXY_HEADER_TIMEOUT_MS: u64 = 3_000;
+/// Default `routes[].suspendTimeoutMs`: a suspended connection waits this many ms for
+/// `resolveConnection` before it is closed (`suspend_timeout`); Symphony's default.
+pub const DEFAULT_SUSPEND_TIMEOUT_MS: u64 = 30_000;
+/// Default `listeners[].maxPendingSuspended`: suspended connections one listener holds at once;
+/// beyond it a connection for a suspended route is closed at once (`suspend_queue_full`).
+pub const DEFAULT_MAX_PENDING_SUSPENDED: u64 = 1_024;
 
 /// The whole validated proxy config.
 #[derive(Debug, Clone)]
@@ -67,6 +73,9 @@ pub struct ListenerConfig {
     pub mode: ListenerMode,
     /// `acceptProxyProtocol`: peers whose PROXY header names the client.
     pub accept_proxy_protocol: Option<AcceptProxyProtocol>,
+    /// `maxPendingSuspended`: connections of suspended routes held at once on this listener
+    /// (README: Suspended routes).
+    pub max_pending_suspended: u64,
 }
 
 /// What a listener speaks (`listeners[].mode`).
@@ -322,6 +331,11 @@ pub struct RouteConfig {
     /// `ipAffinity` + `ipAffinityTtlMs`: a client IP goes back to the upstream it last used
     /// while it reconnects within this many ms (`None`: off).
     pub ip_affinity_ttl_ms: Option<u64>,
+    /// `suspended: true` + `suspendTimeoutMs`: a connection matching this route is held after
+    /// the ClientHello and offered to JS (`'suspended'` event) for this many ms, until
+    /// `resolveConnection` gives it a route (`None`: not suspended; README: Suspended routes).
+    /// A suspended route's `upstreams` may be empty.
+    pub suspend_timeout_ms: Option<u64>,
 }
 
 impl RouteConfig {
@@ -528,19 +542,6 @@ fn parse_upstream_address(
     }
 }
 
-/// Symphony route fields Rampart accepts by name but does not implement yet (README: Coming from
-/// Symphony): each given one is an error saying so, never a silently ignored field.
-fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &mut Issues) {
-    for key in ["suspended", "suspendTimeoutMs"] {
-        if field(obj, key).is_some() {
-            issues.push(
-                join(path, key),
-                "is not supported yet (Symphony field; see README: Coming from Symphony)",
-            );
-        }
-    }
-}
-
 /// Parses and validates `routes` against the listeners' default certificates.
 pub fn parse_routes(
     val: &Value,
@@ -554,7 +555,7 @@ pub fn parse_routes(
     let mut seen = std::collections::HashMap::new();
     for (i, r) in arr.iter().enumerate() {
         let p = v::index(path, i);
-        if let Some(route) = parse_route(r, &p, listeners, issues) {
+        if let Some(route) = parse_route(r, &p, listeners, RouteKind::Table, issues) {
             if let Some(prev) = seen.insert(route.sni.clone(), i) {
                 issues.push(
                     join(&p, "sni"),
@@ -567,40 +568,114 @@ pub fn parse_routes(
     (issues.len() == before).then_some(out)
 }
 
+/// Which route is parsed: a `routes[]` entry, or the route `resolveConnection` gives a suspended
+/// connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RouteKind {
+    /// A `routes[]` entry of the route table.
+    Table,
+    /// `resolveConnection(id, route)`: no `sni` needed, `upstream` (one, Symphony's shape) or
+    /// `upstreams`; the route-table fields are refused.
+    Resolve,
+}
+
+/// Route-table fields a resolved route cannot carry, each with the reason.
+const TABLE_ONLY_FIELDS: [(&str, &str); 7] = [
+    (
+        "suspended",
+        "a resolved connection cannot be suspended again",
+    ),
+    (
+        "suspendTimeoutMs",
+        "a resolved connection cannot be suspended again",
+    ),
+    (
+        "maxConnectionsPerSecond",
+        "the suspended route's limit applied before it was suspended",
+    ),
+    (
+        "burst",
+        "the suspended route's limit applied before it was suspended",
+    ),
+    (
+        "metricsGroup",
+        "the connection counts in the suspended route's routeMetrics",
+    ),
+    (
+        "ipAffinity",
+        "has no use on a route that serves one connection",
+    ),
+    (
+        "ipAffinityTtlMs",
+        "has no use on a route that serves one connection",
+    ),
+];
+
+/// Parses `resolveConnection`'s `route` (README: Suspended routes): a `routes[]`-shaped object
+/// without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional and
+/// not used (the connection's SNI is the client's). `listener` is the suspended connection's
+/// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
+/// then only the shape is checked). Errors name fields under `route`.
+pub fn parse_resolve_route(
+    val: &Value,
+    listener: Option<&ListenerConfig>,
+) -> Result<RouteConfig, ConfigError> {
+    let mut issues = Issues::default();
+    let listeners: Vec<ListenerConfig> = listener.into_iter().cloned().collect();
+    match parse_route(val, "route", &listeners, RouteKind::Resolve, &mut issues) {
+        Some(r) if issues.is_empty() => Ok(r),
+        _ => Err(ConfigError::new(issues.0)),
+    }
+}
+
 fn parse_route(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
+    kind: RouteKind,
     issues: &mut Issues,
 ) -> Option<RouteConfig> {
     let obj = v::object(val, path, issues)?;
     let before = issues.len();
-    v::reject_unknown(
-        obj,
-        &[
-            "sni",
-            "upstreams",
-            "terminateTls",
-            "cert",
-            "http2",
-            "sourceAddressHeader",
-            "forwardFingerprint",
-            "connectTimeoutMs",
-            "maxConnectionsPerSecond",
-            "burst",
-            "protocol",
-            "mtls",
-            "metricsGroup",
-            "suspended",
-            "suspendTimeoutMs",
-            "balance",
-            "ipAffinity",
-            "ipAffinityTtlMs",
-        ],
-        path,
-        issues,
-    );
-    not_supported_yet(obj, path, issues);
+    let mut known = vec![
+        "sni",
+        "upstreams",
+        "terminateTls",
+        "cert",
+        "http2",
+        "sourceAddressHeader",
+        "forwardFingerprint",
+        "connectTimeoutMs",
+        "maxConnectionsPerSecond",
+        "burst",
+        "protocol",
+        "mtls",
+        "metricsGroup",
+        "suspended",
+        "suspendTimeoutMs",
+        "balance",
+        "ipAffinity",
+        "ipAffinityTtlMs",
+    ];
+    if kind == RouteKind::Resolve {
+        known.push("upstream");
+        for (key, why) in TABLE_ONLY_FIELDS {
+            if field(obj, key).is_some() {
+                issues.push(join(path, key), format!("is a route-table field: {why}"));
+            }
+        }
+    }
+    v::reject_unknown(obj, &known, path, issues);
+    let suspended = kind == RouteKind::Table
+        && field(obj, "suspended")
+            .and_then(|b| v::boolean(b, &join(path, "suspended"), issues))
+            .unwrap_or(false);
+    let suspend_timeout_ms = match kind {
+        RouteKind::Table => field(obj, "suspendTimeoutMs")
+            .and_then(|n| v::duration_ms(n, &join(path, "suspendTimeoutMs"), 1, issues))
+            .unwrap_or(DEFAULT_SUSPEND_TIMEOUT_MS),
+        RouteKind::Resolve => DEFAULT_SUSPEND_TIMEOUT_MS,
+    };
     let protocol = match field(obj, "protocol") {
         Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
             Some("http") => RouteProtocol::Http,
@@ -608,16 +683,21 @@ fn parse_route(
         },
         None => RouteProtocol::Opaque,
     };
-    let rate = field(obj, "maxConnectionsPerSecond").and_then(|n| {
-        let p = join(path, "maxConnectionsPerSecond");
-        let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
-        if r <= 0.0 {
-            issues.push(p, "must be > 0 (leave it out for no route limit), got 0");
-            return None;
-        }
-        Some(r)
-    });
-    let burst = field(obj, "burst").and_then(|n| v::count(n, &join(path, "burst"), 1, issues));
+    let table = kind == RouteKind::Table;
+    let rate = field(obj, "maxConnectionsPerSecond")
+        .filter(|_| table)
+        .and_then(|n| {
+            let p = join(path, "maxConnectionsPerSecond");
+            let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
+            if r <= 0.0 {
+                issues.push(p, "must be > 0 (leave it out for no route limit), got 0");
+                return None;
+            }
+            Some(r)
+        });
+    let burst = field(obj, "burst")
+        .filter(|_| table)
+        .and_then(|n| v::count(n, &join(path, "burst"), 1, issues));
     if burst.is_some() && field(obj, "maxConnectionsPerSecond").is_none() {
         issues.push(join(path, "burst"), "needs maxConnectionsPerSecond");
     }
@@ -637,15 +717,29 @@ fn parse_route(
             );
             None
         }
+        None if kind == RouteKind::Resolve => Some(SniPattern::Default),
         None => {
             issues.push(join(path, "sni"), "is required ('' for the default route)");
             None
         }
     };
-    let upstreams = match field(obj, "upstreams") {
-        Some(u) => {
+    let upstreams = match (field(obj, "upstreams"), field(obj, "upstream")) {
+        (Some(_), Some(_)) if kind == RouteKind::Resolve => {
+            issues.push(
+                join(path, "upstream"),
+                "give either upstream (one) or upstreams, not both",
+            );
+            None
+        }
+        (None, Some(u)) if kind == RouteKind::Resolve => {
+            parse_upstream(u, &join(path, "upstream"), issues).map(|(u, p)| (vec![u], vec![p]))
+        }
+        (Some(u), _) => {
             let up = join(path, "upstreams");
             v::array(u, &up, issues).and_then(|a| {
+                if a.is_empty() && suspended {
+                    return Some((Vec::new(), Vec::new()));
+                }
                 if a.is_empty() {
                     issues.push(&up, "must hold at least one upstream");
                     return None;
@@ -658,8 +752,13 @@ fn parse_route(
                 (list.len() == a.len()).then(|| list.into_iter().unzip::<_, _, Vec<_>, Vec<_>>())
             })
         }
-        None => {
-            issues.push(join(path, "upstreams"), "is required");
+        (None, _) if suspended => Some((Vec::new(), Vec::new())),
+        (None, _) => {
+            let msg = match kind {
+                RouteKind::Table => "is required (it may be left out on a suspended route)",
+                RouteKind::Resolve => "is required: upstream (one) or upstreams",
+            };
+            issues.push(join(path, "upstreams"), msg);
             None
         }
     };
@@ -738,7 +837,7 @@ fn parse_route(
             "needs terminateTls: true (client certificates are verified where TLS is terminated)",
         );
     }
-    let metrics_group = field(obj, "metricsGroup").and_then(|g| {
+    let metrics_group = field(obj, "metricsGroup").filter(|_| table).and_then(|g| {
         let p = join(path, "metricsGroup");
         let g = v::string(g, &p, issues)?;
         if g.is_empty() || g.len() > 128 || g.chars().any(char::is_control) {
@@ -762,9 +861,11 @@ fn parse_route(
         }
     });
     let affinity = field(obj, "ipAffinity")
+        .filter(|_| table)
         .and_then(|b| v::boolean(b, &join(path, "ipAffinity"), issues))
         .unwrap_or(false);
     let affinity_ttl = field(obj, "ipAffinityTtlMs")
+        .filter(|_| table)
         .and_then(|n| v::duration_ms(n, &join(path, "ipAffinityTtlMs"), 1, issues));
     if affinity_ttl.is_some() && !affinity {
         issues.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
@@ -773,7 +874,12 @@ fn parse_route(
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
-    if terminate_tls_field == Some(true) && cert.is_none() && field(obj, "cert").is_none() {
+    // A suspended route's connections are served by the route `resolveConnection` gives.
+    if !suspended
+        && terminate_tls_field == Some(true)
+        && cert.is_none()
+        && field(obj, "cert").is_none()
+    {
         let missing: Vec<String> = listeners
             .iter()
             .filter(|l| l.mode == ListenerMode::Tls && l.default_cert.is_none())
@@ -806,6 +912,7 @@ fn parse_route(
         mtls,
         metrics_group,
         ip_affinity_ttl_ms,
+        suspend_timeout_ms: suspended.then_some(suspend_timeout_ms),
         balance: balance.unwrap_or_else(|| default_balance(&upstreams)),
         upstreams,
         upstream_protocols,
@@ -934,6 +1041,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
             "protection",
             "mtls",
             "acceptProxyProtocol",
+            "maxPendingSuspended",
         ],
         path,
         issues,
@@ -987,6 +1095,9 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
         .and_then(|p| parse_protection(p, &join(path, "protection"), issues))
         .map(Arc::new);
     let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), true, issues));
+    let max_pending_suspended = field(obj, "maxPendingSuspended")
+        .and_then(|n| v::count(n, &join(path, "maxPendingSuspended"), 1, issues))
+        .unwrap_or(DEFAULT_MAX_PENDING_SUSPENDED);
     if issues.len() != before {
         return None;
     }
@@ -1000,6 +1111,7 @@ fn parse_listener(val: &Value, path: &str, issues: &mut Issues) -> Option<Listen
         mtls,
         mode,
         accept_proxy_protocol,
+        max_pending_suspended,
     })
 }
 
@@ -1398,6 +1510,57 @@ mod tests {
                     .into()
             )]
         );
+    }
+
+    #[test]
+    fn suspended_routes_and_resolved_routes() {
+        let cfg = json!({
+            "listeners": [{ "port": 9443 }],
+            "routes": [
+                { "sni": "*.apps.test", "suspended": true },
+                { "sni": "b.test", "suspended": true, "suspendTimeoutMs": 250, "upstreams": [] },
+            ],
+        });
+        let c = parse_proxy_config(&cfg, 1).unwrap();
+        let t: Vec<_> = c.routes.iter().map(|r| r.suspend_timeout_ms).collect();
+        assert_eq!(t, [Some(DEFAULT_SUSPEND_TIMEOUT_MS), Some(250)]);
+        assert!(c.routes.iter().all(|r| r.upstreams.is_empty()));
+        assert_eq!(
+            c.listeners[0].max_pending_suspended,
+            DEFAULT_MAX_PENDING_SUSPENDED
+        );
+
+        let l = &c.listeners[0];
+        let up = json!({ "kind": "tcp", "host": "127.0.0.1", "port": 8080 });
+        let r = parse_resolve_route(&json!({ "upstream": up, "terminateTls": false }), Some(l));
+        let r = r.unwrap();
+        assert_eq!(r.upstreams.len(), 1);
+        assert_eq!(
+            (r.sni.clone(), r.suspend_timeout_ms),
+            (SniPattern::Default, None)
+        );
+        let paths = |v: Value, l: Option<&ListenerConfig>| -> Vec<String> {
+            match parse_resolve_route(&v, l) {
+                Ok(_) => vec![],
+                Err(e) => e.issues.into_iter().map(|i| i.path).collect(),
+            }
+        };
+        // A terminating route needs a cert when the connection's listener has no defaultCert;
+        // with an unknown id (no listener) only the shape is checked.
+        assert_eq!(paths(json!({ "upstreams": [up] }), Some(l)), ["route.cert"]);
+        assert!(paths(json!({ "upstreams": [up] }), None).is_empty());
+        assert_eq!(
+            paths(
+                json!({ "upstream": up, "upstreams": [up], "burst": 2, "ipAffinity": true }),
+                None
+            ),
+            ["route.burst", "route.ipAffinity", "route.upstream"]
+        );
+        assert_eq!(
+            paths(json!({ "terminateTls": false }), None),
+            ["route.upstreams"]
+        );
+        assert_eq!(paths(json!(5), None), ["route"]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `'blocked'`, `'blockedSummary'`, `'error'` and `'defense'` events; the first three capped per
-//! second.
+//! `'blocked'`, `'blockedSummary'`, `'error'`, `'defense'` and `'suspended'` events; the first
+//! three capped per second.
 //!
 //! At most `blockedEvents.maxPerSecond` `'blocked'` events are emitted per wall second (a fixed
 //! one-second window on CLOCK_MONOTONIC, one atomic add per event); the excess is counted in
@@ -60,6 +60,23 @@ pub struct DefenseEvent<'a> {
     /// The threshold that second was compared with (`max(minConnectionsPerSecond, mean + sigma ×
     /// deviation)`).
     pub threshold: f64,
+}
+
+/// Payload of `'suspended'`: a connection of a suspended route is held until
+/// `resolveConnection(id, route | null)` (README: Suspended routes).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspendedEvent<'a> {
+    /// Opaque id for `resolveConnection` (a decimal string, never reused by this proxy).
+    pub id: String,
+    /// The ClientHello's server_name as sent, `''` without one.
+    pub sni: &'a str,
+    /// Client IP (from a trusted PROXY header when one named it; IPv4-mapped normalised).
+    pub peer_ip: String,
+    /// Client port.
+    pub peer_port: u16,
+    /// Listener `host:port`.
+    pub listener: &'a str,
 }
 
 /// Payload of `'error'`.
@@ -163,6 +180,14 @@ impl EventHub {
     pub fn defense(&self, ev: &DefenseEvent<'_>) {
         if let Ok(json) = serde_json::to_string(ev) {
             (self.sink)("defense", json);
+        }
+    }
+
+    /// Emits one `'suspended'` event. Never capped: a dropped one would leave its connection
+    /// waiting for nothing; `listeners[].maxPendingSuspended` bounds how many are outstanding.
+    pub fn suspended(&self, ev: &SuspendedEvent<'_>) {
+        if let Ok(json) = serde_json::to_string(ev) {
+            (self.sink)("suspended", json);
         }
     }
 

@@ -1,5 +1,6 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
-//! (post-hello checks) → route and terminate (rustls, or passthrough) → head (`slowRequest`: the
+//! (post-hello checks) → route (a suspended route holds the connection until JS resolves it,
+//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → head (`slowRequest`: the
 //! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
 //! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
 //! HTTP/2 guard, [`super::h2`]; on a route with forwarded request headers the client's bytes
@@ -25,6 +26,7 @@
 use super::h2::{H2End, H2Inspector};
 use crate::clock;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
+use crate::events::SuspendedEvent;
 use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
@@ -39,6 +41,7 @@ use crate::proxy::proxy_protocol::{
     ssl_tlv_value, v1_header, v2_header, TLV_JA3, TLV_JA4, TLV_SSL,
 };
 use crate::proxy::routes::CompiledRoute as Route;
+use crate::proxy::suspend::{Outcome, Resolution};
 use crate::proxy::upstream::{self, UpstreamStream};
 use crate::shared::Shared;
 use crate::tls::clienthello::{parse_client_hello, ClientHello, HelloParse, MAX_HELLO_BYTES};
@@ -319,6 +322,49 @@ impl Conn<'_> {
         Ok(())
     }
 
+    /// Phase 3b (README: Suspended routes): a connection whose route is suspended is held (its
+    /// ClientHello still unread in the socket) and offered to JS in a `'suspended'` event, until
+    /// `resolveConnection` gives it a route (returned: the connection goes on as if that route
+    /// had matched; its counters stay the suspended route's), `null` closes it
+    /// (`suspend_rejected`), `timeout_ms` pass (`suspend_timeout`) or the client leaves
+    /// (`client_closed`). Over the listener's `maxPendingSuspended` it is closed at once
+    /// (`suspend_queue_full`, no event).
+    async fn suspend(
+        &mut self,
+        sock: &TcpStream,
+        suspended: &Route,
+        timeout_ms: u64,
+    ) -> Result<Arc<Route>, Refusal> {
+        let shared = self.shared;
+        let l = &shared.listeners[self.li];
+        let Some(ticket) = shared
+            .suspensions
+            .hold(self.li, l.config.max_pending_suspended)
+        else {
+            return Err(Refusal::Failed(ErrorReason::SuspendQueueFull, None));
+        };
+        let sni = self.hello.as_ref().and_then(|h| h.sni.as_deref());
+        shared.events.suspended(&SuspendedEvent {
+            id: ticket.id.to_string(),
+            sni: sni.unwrap_or(""),
+            peer_ip: self.ip.to_string(),
+            peer_port: self.peer.port(),
+            listener: &l.label,
+        });
+        let timeout = Duration::from_millis(timeout_ms);
+        match ticket.wait(timeout, client_gone(sock)).await {
+            Outcome::Resolved(Resolution::Route(rc)) => {
+                let listeners: Vec<_> = shared.listeners.iter().map(|l| l.config.clone()).collect();
+                Ok(Route::compile(&rc, &listeners, suspended.metrics.clone()))
+            }
+            Outcome::Resolved(Resolution::Close) => {
+                Err(Refusal::Failed(ErrorReason::SuspendRejected, None))
+            }
+            Outcome::TimedOut => Err(Refusal::Failed(ErrorReason::SuspendTimeout, None)),
+            Outcome::ClientClosed => Err(Refusal::Failed(ErrorReason::ClientClosed, None)),
+        }
+    }
+
     /// Phase 3: the route for the SNI and its rate limit; then TLS termination (within the
     /// handshake deadline) or passthrough.
     async fn terminate(
@@ -340,6 +386,15 @@ impl Conn<'_> {
             return Err(Refusal::Failed(ErrorReason::RouteRateLimited, None));
         }
         self.route_guard = Some(route.metrics.open());
+        let (route, deadline) = match route.config.suspend_timeout_ms {
+            Some(ms) => {
+                // The handshake budget does not run while JS decides.
+                let held_at = Instant::now();
+                let resolved = self.suspend(&sock, &route, ms).await?;
+                (resolved, deadline + held_at.elapsed())
+            }
+            None => (route, deadline),
+        };
         let Some(tls) = route.tls.get(self.li).cloned().flatten() else {
             return Ok((route, Client::Raw(sock)));
         };
@@ -713,6 +768,34 @@ impl Conn<'_> {
         let proto = self.protocol(&route, &client);
         let up = self.connect(&route, proto, local, ssl).await?;
         self.pump(&route, client, up, head).await
+    }
+}
+
+/// Resolves when the client of a held connection closes or resets. It watches a duplicate of
+/// the socket's fd (its own epoll registration), so clearing that readiness leaves the socket's
+/// own untouched: the unread ClientHello is still seen as readable by the TLS handshake after.
+/// Never resolves when the fd cannot be watched (the suspension then ends by its timeout).
+async fn client_gone(sock: &TcpStream) {
+    use std::os::fd::AsFd;
+    let watched = sock.as_fd().try_clone_to_owned().ok().and_then(|fd| {
+        // SAFETY: `fd` is an `OwnedFd` moved into the AsyncFd: it stays open, and is the same
+        // descriptor, until the AsyncFd drops it.
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+    });
+    let Some(fd) = watched else {
+        return std::future::pending().await;
+    };
+    loop {
+        match fd.readable().await {
+            Ok(mut g) => {
+                let r = g.ready();
+                if r.is_read_closed() || r.is_error() {
+                    return;
+                }
+                g.clear_ready();
+            }
+            Err(_) => return,
+        }
     }
 }
 

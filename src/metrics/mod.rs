@@ -47,11 +47,19 @@ pub enum ErrorReason {
     /// No upstream of the route speaks the protocol the client negotiated in ALPN
     /// (`upstreams[].protocol`; no ALPN counts as `http/1.1`): closed, no upstream connection.
     NoUpstreamForAlpn,
+    /// A connection of a suspended route closed by `resolveConnection(id, null)`.
+    SuspendRejected,
+    /// A connection of a suspended route that `resolveConnection` did not resolve within the
+    /// route's `suspendTimeoutMs`; closed.
+    SuspendTimeout,
+    /// A connection of a suspended route closed at once because its listener already held
+    /// `maxPendingSuspended` suspended connections (no `'suspended'` event).
+    SuspendQueueFull,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 14] = [
+    pub const ALL: [ErrorReason; 17] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -66,6 +74,9 @@ impl ErrorReason {
         ErrorReason::RouteRateLimited,
         ErrorReason::ProxyHeaderInvalid,
         ErrorReason::NoUpstreamForAlpn,
+        ErrorReason::SuspendRejected,
+        ErrorReason::SuspendTimeout,
+        ErrorReason::SuspendQueueFull,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -84,6 +95,9 @@ impl ErrorReason {
             ErrorReason::RouteRateLimited => "route_rate_limited",
             ErrorReason::ProxyHeaderInvalid => "proxy_header_invalid",
             ErrorReason::NoUpstreamForAlpn => "no_upstream_for_alpn",
+            ErrorReason::SuspendRejected => "suspend_rejected",
+            ErrorReason::SuspendTimeout => "suspend_timeout",
+            ErrorReason::SuspendQueueFull => "suspend_queue_full",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -177,9 +191,12 @@ pub struct ListenerSnapshot {
     pub known_good_clients: u64,
     /// Defense mode on (1) or off (0).
     pub defense_active: u8,
+    /// Connections of suspended routes held now, waiting for `resolveConnection`.
+    pub pending_suspended: u64,
 }
 
-/// What a listener's engine reports beside its counters.
+/// What a listener reports beside its counters: its engine's gauges, and the connections of
+/// suspended routes it holds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineGauges {
     /// Per-IP entries.
@@ -192,6 +209,8 @@ pub struct EngineGauges {
     pub known_good_clients: u64,
     /// Defense mode on.
     pub defense_active: bool,
+    /// Connections of suspended routes held now.
+    pub pending_suspended: u64,
 }
 
 impl ListenerSnapshot {
@@ -241,6 +260,7 @@ impl ListenerSnapshot {
             tracked_prefixes: g.tracked_prefixes,
             known_good_clients: g.known_good_clients,
             defense_active: u8::from(g.defense_active),
+            pending_suspended: g.pending_suspended,
         }
     }
 }
@@ -274,6 +294,8 @@ pub struct MetricsSnapshot {
     pub events_dropped: u64,
     /// Sum of per-IP entries tracked.
     pub tracked_ips: u64,
+    /// Sum of connections of suspended routes held now (Symphony's `pendingSuspended`).
+    pub pending_suspended: u64,
     /// Per listener.
     pub listeners: Vec<ListenerSnapshot>,
     /// Per route of the live table, in config order.
@@ -293,6 +315,7 @@ impl MetricsSnapshot {
             active_connections: listeners.iter().map(|l| l.active_connections).sum(),
             accepted_connections: listeners.iter().map(|l| l.accepted).sum(),
             blocked_connections: listeners.iter().map(|l| l.blocked).sum(),
+            pending_suspended: listeners.iter().map(|l| l.pending_suspended).sum(),
             events_dropped,
             tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
             listeners,
@@ -376,7 +399,7 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 8] = [
+        let sections: [Section; 9] = [
             (
                 "accepted_connections_total",
                 "counter",
@@ -424,6 +447,12 @@ impl MetricsSnapshot {
                 "gauge",
                 "Defense mode on (1) or off (0).",
                 |l| u64::from(l.defense_active),
+            ),
+            (
+                "pending_suspended",
+                "gauge",
+                "Connections of suspended routes held for resolveConnection.",
+                |l| l.pending_suspended,
             ),
         ];
         for (name, kind, help, get) in sections {

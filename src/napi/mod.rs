@@ -10,7 +10,7 @@
 //! the status type `String` is spelled out at each method.)
 
 use crate::cluster::Cluster;
-use crate::config::proxy::parse_proxy_config;
+use crate::config::proxy::{parse_proxy_config, parse_resolve_route};
 use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
@@ -108,7 +108,8 @@ pub struct NativeProxy {
 impl NativeProxy {
     /// `new NativeProxy(configJson, onEvent)`: validates the whole config (throws a config
     /// error listing every problem) and builds the runtime; binds nothing yet.
-    /// `onEvent(name, payloadJson)` receives `'blocked'`, `'blockedSummary'` and `'error'`.
+    /// `onEvent(name, payloadJson)` receives `'blocked'`, `'blockedSummary'`, `'error'`,
+    /// `'defense'` and `'suspended'`.
     #[napi(constructor)]
     pub fn new(config_json: String, on_event: EventFn) -> Result<Self, String> {
         let v = parse_json(&config_json)?;
@@ -187,6 +188,22 @@ impl NativeProxy {
     #[napi]
     pub fn metrics(&self) -> String {
         serde_json::to_string(&self.inner.metrics()).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// `resolveConnection(id, routeJson)` (README: Suspended routes): `routeJson` is `null`
+    /// (close the held connection) or a route, validated in full (throws a config error naming
+    /// `route.*` fields; the connection stays held). Returns whether a held connection took
+    /// it: false for an unknown, expired or already resolved id (a no-op).
+    #[napi]
+    pub fn resolve_connection(&self, id: String, route_json: String) -> Result<bool, String> {
+        let v = parse_json(&route_json)?;
+        let id = id.parse::<u64>().ok();
+        let listener = id.and_then(|i| self.inner.suspended_listener(i));
+        let route = match v {
+            Value::Null => None,
+            v => Some(parse_resolve_route(&v, listener.as_ref()).map_err(config_error)?),
+        };
+        Ok(id.is_some_and(|i| self.inner.resolve_connection(i, route)))
     }
 
     /// Prometheus text exposition (format 0.0.4).

@@ -7,4 +7,5 @@ pub mod head;
 pub mod keepalive;
 pub mod proxy_protocol;
 pub mod routes;
+pub mod suspend;
 pub mod upstream;

@@ -78,6 +78,50 @@ impl Drop for UpstreamGuard {
 }
 
 impl CompiledRoute {
+    /// Compiles one route: its TLS config per listener (route cert, else that listener's
+    /// default cert), limits and upstream counters; `metrics` are its counters (a route-table
+    /// route's from the registry, a resolved suspended connection's those of its suspended
+    /// route).
+    pub fn compile(
+        r: &RouteConfig,
+        listeners: &[ListenerConfig],
+        metrics: Arc<RouteMetrics>,
+    ) -> Arc<CompiledRoute> {
+        let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
+        let tls = listeners
+            .iter()
+            .map(|l| {
+                if !r.terminate_tls {
+                    return None;
+                }
+                let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
+                let client_auth = mtls_of(l).map(|m| m.verifier);
+                Some(server_config(cert, r.alpn_offered(), client_auth))
+            })
+            .collect();
+        let mtls = listeners
+            .iter()
+            .map(|l| r.terminate_tls && mtls_of(l).is_some())
+            .collect();
+        Arc::new(CompiledRoute {
+            config: r.clone(),
+            tls,
+            sets: upstream_sets(r),
+            limit: r.rate_limit.map(|(rate, burst)| {
+                (
+                    Gcra::per_period(rate, 1_000_000_000, burst),
+                    AtomicU64::new(0),
+                )
+            }),
+            mtls,
+            upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
+            affinity: r
+                .ip_affinity_ttl_ms
+                .map(|ms| (AffinityMap::new(), ms.saturating_mul(1_000_000))),
+            metrics,
+        })
+    }
+
     /// The upstreams that serve clients speaking `p`.
     pub fn set(&self, p: AppProtocol) -> &UpstreamSet {
         match self.sets.as_slice() {
@@ -190,42 +234,10 @@ impl RouteTable {
     ) -> RouteTable {
         let mut t = RouteTable::default();
         for r in routes {
-            let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
-            let tls = listeners
-                .iter()
-                .map(|l| {
-                    if !r.terminate_tls {
-                        return None;
-                    }
-                    let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
-                    let client_auth = mtls_of(l).map(|m| m.verifier);
-                    Some(server_config(cert, r.alpn_offered(), client_auth))
-                })
-                .collect();
-            let mtls = listeners
-                .iter()
-                .map(|l| r.terminate_tls && mtls_of(l).is_some())
-                .collect();
-            let cr = Arc::new(CompiledRoute {
-                config: r.clone(),
-                tls,
-                sets: upstream_sets(r),
-                limit: r.rate_limit.map(|(rate, burst)| {
-                    (
-                        Gcra::per_period(rate, 1_000_000_000, burst),
-                        AtomicU64::new(0),
-                    )
-                }),
-                mtls,
-                upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
-                affinity: r
-                    .ip_affinity_ttl_ms
-                    .map(|ms| (AffinityMap::new(), ms.saturating_mul(1_000_000))),
-                metrics: {
-                    let name = r.sni.name();
-                    let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
-                    registry.get(&name, &group)
-                },
+            let cr = CompiledRoute::compile(r, listeners, {
+                let name = r.sni.name();
+                let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
+                registry.get(&name, &group)
             });
             t.all.push(cr.clone());
             match &r.sni {
@@ -307,6 +319,7 @@ mod tests {
             metrics_group: None,
             balance: Balance::RoundRobin,
             ip_affinity_ttl_ms: None,
+            suspend_timeout_ms: None,
         }
     }
 

@@ -1,0 +1,280 @@
+'use strict';
+// Symphony drop-in, suspended routes (README: Suspended routes): a connection whose ClientHello
+// matches a `suspended: true` route is held and offered to JS as a 'suspended' event; JS decides
+// with resolveConnection(id, route | null). Real node:tls clients, a real TCP origin.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const tls = require('node:tls');
+const { RampartProxy, ConfigError } = require('..');
+const h = require('./helpers');
+
+/**
+ * A node:tls client that records what happens: `secure` (handshake done), `closedAt`
+ * (Date.now() at close), `error`; `data` collects what it reads.
+ */
+function client(port, servername, { ca } = {}) {
+  const sock = tls.connect({ port, host: '127.0.0.1', servername, ca, rejectUnauthorized: Boolean(ca) });
+  const c = { sock, secure: false, closedAt: null, error: null, data: Buffer.alloc(0) };
+  sock.on('secureConnect', () => (c.secure = true));
+  sock.on('data', (d) => (c.data = Buffer.concat([c.data, d])));
+  sock.on('error', (e) => (c.error = e));
+  sock.on('close', () => (c.closedAt = Date.now()));
+  c.connected = new Promise((r) => sock.once('connect', r));
+  return c;
+}
+
+/** A started proxy whose only routes are suspended; `events` collects 'suspended' payloads. */
+async function suspendedProxy({ listener = {}, routes } = {}) {
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, ...listener }],
+    routes: routes || [
+      { sni: '*.hold.test', suspended: true },
+      { sni: '*.quick.test', suspended: true, suspendTimeoutMs: 400, upstreams: [] },
+    ],
+  });
+  const events = [];
+  proxy.on('suspended', (e) => events.push(e));
+  await proxy.start();
+  const errors = () => proxy.metrics().listeners[0].errorsByReason;
+  return { proxy, port, events, errors, close: () => proxy.stop() };
+}
+
+/** Waits for the 'suspended' event of `sni` (the n-th one overall when several are expected). */
+function eventFor(events, sni) {
+  return h.waitFor(() => events.find((e) => e.sni === sni), { what: `'suspended' for ${sni}` });
+}
+
+test('suspend → resolve with a route and certificate chosen at connect time → round trip', async (t) => {
+  const echo = await h.echoServer();
+  const s = await suspendedProxy();
+  t.after(async () => {
+    await s.close();
+    await h.closeServer(echo);
+  });
+  // The certificate is "provisioned" when the connection arrives: the listener has none.
+  const cert = h.selfSigned(['app.hold.test']);
+  s.proxy.on('suspended', (e) => {
+    const took = s.proxy.resolveConnection(e.id, {
+      upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port },
+      terminateTls: true,
+      cert,
+    });
+    assert.equal(took, true);
+  });
+  const c = client(s.port, 'app.hold.test', { ca: cert.certChain });
+  await c.connected;
+  await h.waitFor(() => c.secure || c.error, { what: 'handshake' });
+  assert.equal(c.error, null);
+  c.sock.write('through the resolved route');
+  await h.waitFor(() => c.data.length >= 26, { what: 'echo' });
+  assert.equal(c.data.toString(), 'through the resolved route');
+  const ev = s.events[0];
+  assert.deepEqual(Object.keys(ev).sort(), ['id', 'listener', 'peerIp', 'peerPort', 'sni']);
+  assert.equal(typeof ev.id, 'string');
+  assert.deepEqual(
+    { sni: ev.sni, peerIp: ev.peerIp, peerPort: ev.peerPort, listener: ev.listener },
+    { sni: 'app.hold.test', peerIp: '127.0.0.1', peerPort: c.sock.localPort, listener: `127.0.0.1:${s.port}` },
+  );
+  c.sock.end();
+  await h.waitFor(() => c.closedAt, { what: 'close' });
+  // The connection counts in the suspended route's metrics, with its bytes, and no error.
+  const rm = await h.waitFor(() => {
+    const r = s.proxy.metrics().routeMetrics.find((x) => x.route === '*.hold.test');
+    return r.activeConnections === 0 && r;
+  }, { what: 'route closed' });
+  assert.equal(rm.connections, 1);
+  assert.equal(rm.bytesReceived, 26);
+  assert.equal(rm.bytesSent, 26);
+  assert.equal(rm.errors, 0);
+  // Already resolved: a second decision is a no-op.
+  assert.equal(s.proxy.resolveConnection(ev.id, null), false);
+});
+
+test('suspend → resolve as passthrough: the untouched ClientHello reaches a TLS origin', async (t) => {
+  const originCert = h.selfSigned(['pass.hold.test']);
+  const origin = tls.createServer({ cert: originCert.certChain, key: originCert.privateKey }, (sock) => {
+    sock.on('error', () => {});
+    sock.end('from the TLS origin');
+  });
+  await h.listen(origin);
+  const s = await suspendedProxy();
+  t.after(async () => {
+    await s.close();
+    await h.closeServer(origin);
+  });
+  s.proxy.on('suspended', (e) => {
+    s.proxy.resolveConnection(e.id, {
+      upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: origin.address().port }],
+      terminateTls: false,
+    });
+  });
+  const c = client(s.port, 'pass.hold.test', { ca: originCert.certChain });
+  await h.waitFor(() => c.closedAt, { what: 'origin answer and close' });
+  assert.equal(c.error, null);
+  assert.equal(c.secure, true);
+  assert.equal(c.data.toString(), 'from the TLS origin');
+});
+
+test('suspend → null → the client sees the connection closed (suspend_rejected)', async (t) => {
+  const s = await suspendedProxy();
+  t.after(() => s.close());
+  const before = s.errors().suspend_rejected;
+  const c = client(s.port, 'no.hold.test');
+  const ev = await eventFor(s.events, 'no.hold.test');
+  assert.equal(s.proxy.resolveConnection(ev.id, null), true);
+  await h.waitFor(() => c.closedAt, { what: 'client closed' });
+  assert.equal(c.secure, false);
+  await h.waitFor(() => s.errors().suspend_rejected === before + 1, { what: 'suspend_rejected' });
+  assert.equal(s.proxy.metrics().routeMetrics.find((r) => r.route === '*.hold.test').errorsByReason.suspend_rejected, 1);
+  assert.equal(s.proxy.resolveConnection(ev.id, null), false, 'a resolved id is a no-op');
+});
+
+test('suspend → timeout: closed after suspendTimeoutMs (suspend_timeout), then the id is expired', async (t) => {
+  const echo = await h.echoServer();
+  const s = await suspendedProxy();
+  t.after(async () => {
+    await s.close();
+    await h.closeServer(echo);
+  });
+  const before = s.errors().suspend_timeout;
+  const c = client(s.port, 'slow.quick.test');
+  const ev = await eventFor(s.events, 'slow.quick.test');
+  const heldAt = Date.now();
+  await h.waitFor(() => c.closedAt, { what: 'timeout close', timeoutMs: 5000 });
+  const waited = c.closedAt - heldAt;
+  assert.ok(waited >= 350, `closed after ${waited} ms, suspendTimeoutMs is 400`);
+  assert.ok(waited < 2000, `closed after ${waited} ms, suspendTimeoutMs is 400`);
+  assert.equal(c.secure, false);
+  await h.waitFor(() => s.errors().suspend_timeout === before + 1, { what: 'suspend_timeout' });
+  const late = { upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port }, terminateTls: false };
+  assert.equal(s.proxy.resolveConnection(ev.id, late), false, 'an expired id is a no-op');
+  assert.equal(s.errors().suspend_timeout, before + 1);
+});
+
+test('unknown ids are a no-op', async (t) => {
+  const s = await suspendedProxy();
+  t.after(() => s.close());
+  const before = JSON.stringify(s.proxy.metrics().listeners);
+  assert.equal(s.proxy.resolveConnection('987654321', null), false);
+  assert.equal(s.proxy.resolveConnection('not-an-id', null), false);
+  assert.equal(s.proxy.resolveConnection('', { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, terminateTls: false }), false);
+  assert.equal(JSON.stringify(s.proxy.metrics().listeners), before);
+  assert.throws(() => s.proxy.resolveConnection(7, null), (e) => e instanceof ConfigError && e.errors[0].path === 'id');
+  assert.throws(() => s.proxy.resolveConnection('1'), (e) => e instanceof ConfigError && e.errors[0].path === 'route');
+});
+
+test('the client leaving while held expires its id (client_closed)', async (t) => {
+  const s = await suspendedProxy();
+  t.after(() => s.close());
+  const before = s.errors().client_closed;
+  const c = client(s.port, 'gone.hold.test');
+  const ev = await eventFor(s.events, 'gone.hold.test');
+  c.sock.destroy();
+  await h.waitFor(() => s.errors().client_closed === before + 1, { what: 'client_closed' });
+  assert.equal(s.proxy.resolveConnection(ev.id, null), false);
+  assert.equal(s.errors().suspend_rejected, 0);
+});
+
+test('beyond maxPendingSuspended a connection is refused at once (suspend_queue_full, no event)', async (t) => {
+  const s = await suspendedProxy({ listener: { maxPendingSuspended: 2 } });
+  t.after(() => s.close());
+  const a = client(s.port, 'a.hold.test');
+  const b = client(s.port, 'b.hold.test');
+  const ea = await eventFor(s.events, 'a.hold.test');
+  const eb = await eventFor(s.events, 'b.hold.test');
+  const over = client(s.port, 'c.hold.test');
+  await h.waitFor(() => over.closedAt, { what: 'over-bound close' });
+  assert.equal(s.errors().suspend_queue_full, 1);
+  assert.equal(s.events.length, 2);
+  assert.equal(s.proxy.metrics().listeners[0].pendingSuspended, 2);
+  assert.equal(s.proxy.metrics().pendingSuspended, 2);
+  assert.match(s.proxy.prometheus(), new RegExp(`rampart_pending_suspended\\{listener="127\\.0\\.0\\.1:${s.port}"\\} 2`));
+  assert.equal(a.closedAt, null);
+  assert.equal(b.closedAt, null);
+  // A slot freed (null closes `a`) takes the next one.
+  assert.equal(s.proxy.resolveConnection(ea.id, null), true);
+  await h.waitFor(() => a.closedAt, { what: 'a closed' });
+  const d = client(s.port, 'd.hold.test');
+  const ed = await eventFor(s.events, 'd.hold.test');
+  assert.equal(s.errors().suspend_queue_full, 1);
+  for (const e of [eb, ed]) assert.equal(s.proxy.resolveConnection(e.id, null), true);
+  await h.waitFor(() => b.closedAt && d.closedAt, { what: 'b, d closed' });
+  assert.equal(s.errors().suspend_rejected, 3);
+  assert.equal(s.proxy.metrics().pendingSuspended, 0);
+});
+
+test('an invalid route in resolveConnection is a ConfigError naming each field; the connection stays held', async (t) => {
+  const echo = await h.echoServer();
+  const s = await suspendedProxy();
+  t.after(async () => {
+    await s.close();
+    await h.closeServer(echo);
+  });
+  const c = client(s.port, 'bad.hold.test');
+  const ev = await eventFor(s.events, 'bad.hold.test');
+  let err;
+  try {
+    s.proxy.resolveConnection(ev.id, {
+      upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }],
+      sourceAddressHeader: 'bogus',
+      connectTimeoutMs: NaN,
+      suspended: true,
+      metricsGroup: 'x',
+    });
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err instanceof ConfigError);
+  assert.deepEqual(err.errors.map((e) => e.path), [
+    'route.suspended',
+    'route.metricsGroup',
+    'route.upstreams[0].port',
+    'route.sourceAddressHeader',
+    'route.connectTimeoutMs',
+    'route.cert',
+  ]);
+  assert.equal(err.errors[0].message, 'is a route-table field: a resolved connection cannot be suspended again');
+  assert.match(err.errors[5].message, /is required when terminateTls is true and a listener has no defaultCert/);
+  let both;
+  try {
+    s.proxy.resolveConnection(ev.id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, upstreams: [], terminateTls: false });
+  } catch (e) {
+    both = e;
+  }
+  assert.deepEqual(both.errors, [{ path: 'route.upstream', message: 'give either upstream (one) or upstreams, not both' }]);
+  assert.equal(c.closedAt, null, 'still held');
+  assert.equal(s.proxy.resolveConnection(ev.id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port }, terminateTls: false }), true);
+  // Passthrough to an echo: the client's own ClientHello comes back to it (not TLS from a server).
+  await h.waitFor(() => c.closedAt || c.error, { what: 'client gives up on the echoed hello' });
+  assert.equal(c.secure, false);
+});
+
+test('config: suspended routes may leave out upstreams; bad values are ConfigErrors', () => {
+  // Valid: no upstreams, no cert, and no defaultCert on the listener.
+  new RampartProxy({ listeners: [{ port: 9 }], routes: [{ sni: 'a.test', suspended: true }, { sni: 'b.test', suspended: false, suspendTimeoutMs: 5000, terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }] });
+  let err;
+  try {
+    new RampartProxy({
+      listeners: [{ port: 9, maxPendingSuspended: 0 }],
+      routes: [
+        { sni: 'a.test', suspended: 'yes' },
+        { sni: 'b.test', suspended: true, suspendTimeoutMs: NaN },
+        { sni: 'c.test', suspended: true, suspendTimeoutMs: -1 },
+        { sni: 'd.test', terminateTls: false },
+      ],
+    });
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err instanceof ConfigError);
+  assert.deepEqual(err.errors.map((e) => e.path), [
+    'listeners[0].maxPendingSuspended',
+    'routes[0].suspended',
+    'routes[0].upstreams',
+    'routes[1].suspendTimeoutMs',
+    'routes[2].suspendTimeoutMs',
+    'routes[3].upstreams',
+  ]);
+  assert.equal(err.errors[5].message, 'is required (it may be left out on a suspended route)');
+});
