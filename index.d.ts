@@ -37,10 +37,17 @@ export interface RouteConfig {
    * 'http/1.1', is a ConfigError.
    */
   http2?: boolean;
-  /** Header sent to the upstream before any byte. Default 'none'. */
-  sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2';
-  /** Fingerprint in a PROXY v2 TLV (0xE0 JA3, 0xE1 JA4); needs 'proxyProtocolV2'. */
-  forwardFingerprint?: 'none' | 'ja3' | 'ja4';
+  /**
+   * Header sent to the upstream before any byte (PROXY v1/v2). Default 'none'. 'xForwardedFor':
+   * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
+   * client copies removed (README: Forwarded request headers; the route is HTTP/1.1 only).
+   */
+  sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2' | 'xForwardedFor';
+  /**
+   * Fingerprints forwarded: with 'proxyProtocolV2' in PROXY v2 TLVs (0xE0 JA3, 0xE1 JA4),
+   * otherwise as `X-JA3` / `X-JA4` request headers on every HTTP/1.1 request. Default 'none'.
+   */
+  forwardFingerprint?: 'none' | 'ja3' | 'ja4' | Array<'ja3' | 'ja4'>;
   /** Upstream connect timeout, ms. Default 5000. */
   connectTimeoutMs?: number;
   /** Route-wide new-connection limit over all clients (GCRA), connections/s; excess → 'rate_limited'. */

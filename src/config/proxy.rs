@@ -215,17 +215,42 @@ pub enum SourceAddressHeader {
     ProxyV1,
     /// PROXY protocol v2 (binary).
     ProxyV2,
+    /// `'xForwardedFor'`: an `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https`
+    /// request header on every HTTP/1.1 request (README: Forwarded request headers).
+    XForwardedFor,
 }
 
-/// Which TLS fingerprint rides the PROXY v2 header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForwardFingerprint {
-    /// None.
-    None,
-    /// JA3 (TLV 0xE0).
-    Ja3,
-    /// JA4 (TLV 0xE1).
-    Ja4,
+/// Which TLS fingerprints the upstream gets (`forwardFingerprint`): in PROXY v2 TLVs with
+/// `sourceAddressHeader: 'proxyProtocolV2'`, else as `X-JA3` / `X-JA4` request headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ForwardFingerprint {
+    /// JA3 (TLV 0xE0 / `X-JA3`).
+    pub ja3: bool,
+    /// JA4 (TLV 0xE1 / `X-JA4`).
+    pub ja4: bool,
+}
+
+impl ForwardFingerprint {
+    /// Nothing forwarded (`'none'`, the default).
+    pub const NONE: ForwardFingerprint = ForwardFingerprint {
+        ja3: false,
+        ja4: false,
+    };
+
+    /// Whether any fingerprint is forwarded.
+    pub fn any(self) -> bool {
+        self.ja3 || self.ja4
+    }
+}
+
+/// The request headers a route sets on every HTTP/1.1 request (client copies of all four are
+/// removed): `X-Forwarded-For` + `X-Forwarded-Proto`, `X-JA3`, `X-JA4`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ForwardHeaders {
+    /// `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https`.
+    pub forwarded_for: bool,
+    /// `X-JA3` / `X-JA4`.
+    pub fingerprint: ForwardFingerprint,
 }
 
 /// What a route carries (`routes[].protocol`).
@@ -290,7 +315,7 @@ pub struct RouteConfig {
     pub protocol: RouteProtocol,
     /// Header sent to the upstream first.
     pub source_address_header: SourceAddressHeader,
-    /// Fingerprint forwarded in a PROXY v2 TLV.
+    /// Fingerprints forwarded (PROXY v2 TLVs with `ProxyV2`, else request headers).
     pub forward_fingerprint: ForwardFingerprint,
     /// Upstream connect timeout, ms.
     pub connect_timeout_ms: u64,
@@ -339,9 +364,11 @@ impl RouteConfig {
 
     /// The ALPN protocols a terminating route offers, in preference order: `h2` when `http2`,
     /// then `http/1.1` when some upstream serves it (a set of `'h2'` upstreams offers `h2` only).
+    /// A route that writes request headers offers `http/1.1` only (README: Forwarded request
+    /// headers): every request of every client gets them.
     pub fn alpn_offered(&self) -> Vec<Vec<u8>> {
         let mut v = Vec::with_capacity(2);
-        if self.http2 {
+        if self.http2 && self.forward_headers().is_none() {
             v.push(AppProtocol::H2.alpn_id().to_vec());
         }
         if self.any_serves(AppProtocol::Http1) {
@@ -360,6 +387,20 @@ impl RouteConfig {
         } else {
             AppProtocol::Http1
         }
+    }
+
+    /// The request headers Rampart writes into this route's HTTP/1.1 requests, `None` when it
+    /// forwards the bytes as they are: `sourceAddressHeader: 'xForwardedFor'`, and
+    /// `forwardFingerprint` without `'proxyProtocolV2'` (with it the fingerprints ride TLVs).
+    pub fn forward_headers(&self) -> Option<ForwardHeaders> {
+        let h = ForwardHeaders {
+            forwarded_for: self.source_address_header == SourceAddressHeader::XForwardedFor,
+            fingerprint: match self.source_address_header {
+                SourceAddressHeader::ProxyV2 => ForwardFingerprint::NONE,
+                _ => self.forward_fingerprint,
+            },
+        };
+        (h.forwarded_for || h.fingerprint.any()).then_some(h)
     }
 }
 
@@ -501,23 +542,6 @@ fn parse_upstream_address(
     }
 }
 
-/// Symphony route fields Rampart accepts by name but does not implement yet (README: Coming from
-/// Symphony): each given one is an error saying so, never a silently ignored field.
-fn not_supported_yet(obj: &serde_json::Map<String, Value>, path: &str, issues: &mut Issues) {
-    if field(obj, "sourceAddressHeader").and_then(Value::as_str) == Some("xForwardedFor") {
-        issues.push(
-            join(path, "sourceAddressHeader"),
-            "'xForwardedFor' is not supported yet (Symphony value; see README: Coming from Symphony)",
-        );
-    }
-    if matches!(field(obj, "forwardFingerprint"), Some(Value::Array(_))) {
-        issues.push(
-            join(path, "forwardFingerprint"),
-            "a list (X-JA3/X-JA4 headers) is not supported yet (Symphony value; see README: Coming from Symphony)",
-        );
-    }
-}
-
 /// Parses and validates `routes` against the listeners' default certificates.
 pub fn parse_routes(
     val: &Value,
@@ -642,7 +666,6 @@ fn parse_route(
         }
     }
     v::reject_unknown(obj, &known, path, issues);
-    not_supported_yet(obj, path, issues);
     let suspended = kind == RouteKind::Table
         && field(obj, "suspended")
             .and_then(|b| v::boolean(b, &join(path, "suspended"), issues))
@@ -749,42 +772,63 @@ fn parse_route(
     let protocols = upstreams.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
     let http2 = check_http2(http2_field, protocols, path, issues);
     let sah = field(obj, "sourceAddressHeader")
-        .filter(|s| s.as_str() != Some("xForwardedFor"))
         .and_then(|s| {
             v::one_of(
                 s,
                 &join(path, "sourceAddressHeader"),
-                &["none", "proxyProtocol", "proxyProtocolV2"],
+                &["none", "proxyProtocol", "proxyProtocolV2", "xForwardedFor"],
                 issues,
             )
         })
         .map(|s| match s {
             "proxyProtocol" => SourceAddressHeader::ProxyV1,
             "proxyProtocolV2" => SourceAddressHeader::ProxyV2,
+            "xForwardedFor" => SourceAddressHeader::XForwardedFor,
             _ => SourceAddressHeader::None,
         })
         .unwrap_or(SourceAddressHeader::None);
     let ff = field(obj, "forwardFingerprint")
-        .filter(|s| !s.is_array())
-        .and_then(|s| {
-            v::one_of(
-                s,
-                &join(path, "forwardFingerprint"),
-                &["none", "ja3", "ja4"],
-                issues,
-            )
-        })
-        .map(|s| match s {
-            "ja3" => ForwardFingerprint::Ja3,
-            "ja4" => ForwardFingerprint::Ja4,
-            _ => ForwardFingerprint::None,
-        })
-        .unwrap_or(ForwardFingerprint::None);
-    if ff != ForwardFingerprint::None && sah != SourceAddressHeader::ProxyV2 {
-        issues.push(
-            join(path, "forwardFingerprint"),
-            "needs sourceAddressHeader: 'proxyProtocolV2' (the fingerprint rides a PROXY v2 TLV)",
-        );
+        .and_then(|f| parse_forward_fingerprint(f, &join(path, "forwardFingerprint"), issues))
+        .unwrap_or(ForwardFingerprint::NONE);
+    // Request headers (X-Forwarded-For, X-JA3/X-JA4 without a PROXY v2 header) are written into
+    // the HTTP/1.1 stream: the route carries HTTP (the default protocol then) and terminates TLS.
+    let headers = if sah == SourceAddressHeader::XForwardedFor {
+        Some("sourceAddressHeader")
+    } else if ff.any() && sah != SourceAddressHeader::ProxyV2 {
+        Some("forwardFingerprint")
+    } else {
+        None
+    };
+    let protocol = match (headers, field(obj, "protocol")) {
+        (Some(_), None) => RouteProtocol::Http,
+        _ => protocol,
+    };
+    if let Some(key) = headers {
+        let why = if key == "forwardFingerprint" {
+            " (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)"
+        } else {
+            ""
+        };
+        if terminate_tls_field == Some(false) {
+            issues.push(
+                join(path, key),
+                format!("sets HTTP request headers: needs terminateTls: true{why}"),
+            );
+        }
+        if protocol == RouteProtocol::Opaque && !http2 {
+            issues.push(
+                join(path, key),
+                format!("sets HTTP request headers: needs protocol: 'http'{why}"),
+            );
+        }
+        if let Some(i) = protocols.iter().position(|p| *p == Some(AppProtocol::H2)) {
+            issues.push(
+                join(path, key),
+                format!(
+                    "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[{i}] has protocol 'h2' and would never be used{why}"
+                ),
+            );
+        }
     }
     let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), false, issues));
     if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
@@ -873,6 +917,50 @@ fn parse_route(
         upstreams,
         upstream_protocols,
     })
+}
+
+/// `forwardFingerprint`: `'none'`, `'ja3'`, `'ja4'`, or a non-empty list of `'ja3'` / `'ja4'`
+/// without repeats.
+fn parse_forward_fingerprint(
+    val: &Value,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<ForwardFingerprint> {
+    let mut ff = ForwardFingerprint::NONE;
+    let Value::Array(list) = val else {
+        return match v::one_of(val, path, &["none", "ja3", "ja4"], issues)? {
+            "ja3" => Some(ForwardFingerprint {
+                ja3: true,
+                ja4: false,
+            }),
+            "ja4" => Some(ForwardFingerprint {
+                ja3: false,
+                ja4: true,
+            }),
+            _ => Some(ff),
+        };
+    };
+    if list.is_empty() {
+        issues.push(
+            path,
+            "must name 'ja3' and/or 'ja4' ('none' for none), got []",
+        );
+        return None;
+    }
+    let before = issues.len();
+    for (i, x) in list.iter().enumerate() {
+        let p = v::index(path, i);
+        let slot = match v::one_of(x, &p, &["ja3", "ja4"], issues) {
+            Some("ja3") => &mut ff.ja3,
+            Some(_) => &mut ff.ja4,
+            None => continue,
+        };
+        if *slot {
+            issues.push(p, "repeats an earlier entry");
+        }
+        *slot = true;
+    }
+    (issues.len() == before).then_some(ff)
 }
 
 /// The route's effective `http2` from the field (`http2_field`) and its upstreams' `protocol`s:

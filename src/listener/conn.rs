@@ -3,10 +3,11 @@
 //! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → head (`slowRequest`: the
 //! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
 //! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
-//! HTTP/2 guard, [`super::h2`]; a client whose bytes went both ways without a refusal is marked
-//! known-good). Each phase returns `Result<_, Refusal>`; [`serve`] reports
-//! a refusal in one place, with the connection's fingerprints when its ClientHello was read. A
-//! new guard is a check inside a phase, or a new phase.
+//! HTTP/2 guard, [`super::h2`]; on a route with forwarded request headers the client's bytes
+//! reach the upstream through [`crate::proxy::forward_headers`]; a client whose bytes went both
+//! ways without a refusal is marked known-good). Each phase returns `Result<_, Refusal>`;
+//! [`serve`] reports a refusal in one place, with the connection's fingerprints when its
+//! ClientHello was read. A new guard is a check inside a phase, or a new phase.
 //!
 //! The ClientHello is read with `MSG_PEEK` until the parser has the whole message (it may span
 //! TCP segments and TLS records; at most 16 KiB), so a passthrough upstream receives the client's
@@ -24,7 +25,7 @@
 
 use super::h2::{H2End, H2Inspector};
 use crate::clock;
-use crate::config::proxy::{AppProtocol, ForwardFingerprint, SourceAddressHeader};
+use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::events::SuspendedEvent;
 use crate::http2::{H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
@@ -33,6 +34,7 @@ use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
 use crate::proxy::copy::{
     proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
 };
+use crate::proxy::forward_headers::{self, HeaderWriter, Rewriter};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::keepalive;
 use crate::proxy::proxy_protocol::{
@@ -534,16 +536,18 @@ impl Conn<'_> {
             let _ = keepalive::apply(s, k);
         }
         let header = match rc.source_address_header {
-            SourceAddressHeader::None => None,
+            SourceAddressHeader::None | SourceAddressHeader::XForwardedFor => None,
             SourceAddressHeader::ProxyV1 => Some(v1_header(self.peer, local)),
             SourceAddressHeader::ProxyV2 => {
                 let (fp, peer) = (rc.forward_fingerprint, self.peer);
                 let (ja3, ja4) = self.fingerprints();
-                let mut tlv: Vec<(u8, &[u8])> = match fp {
-                    ForwardFingerprint::None => vec![],
-                    ForwardFingerprint::Ja3 => vec![(TLV_JA3, ja3.as_bytes())],
-                    ForwardFingerprint::Ja4 => vec![(TLV_JA4, ja4.as_bytes())],
-                };
+                let mut tlv: Vec<(u8, &[u8])> = Vec::with_capacity(3);
+                if fp.ja3 {
+                    tlv.push((TLV_JA3, ja3.as_bytes()));
+                }
+                if fp.ja4 {
+                    tlv.push((TLV_JA4, ja4.as_bytes()));
+                }
                 if let Some(ssl) = ssl.as_deref() {
                     tlv.push((TLV_SSL, ssl));
                 }
@@ -569,7 +573,7 @@ impl Conn<'_> {
         &mut self,
         route: &Route,
         client: Client,
-        mut up: UpstreamStream,
+        up: UpstreamStream,
         head: Vec<u8>,
     ) -> Result<(), Refusal> {
         let l = &self.shared.listeners[self.li];
@@ -590,10 +594,42 @@ impl Conn<'_> {
             };
             return self.pump_h2(route, *s, up, head, &config, observe).await;
         }
+        let lines = match (&client, route.config.forward_headers()) {
+            (Client::Tls(_), Some(h)) => {
+                let ip = self.ip;
+                let (ja3, ja4) = self.fingerprints();
+                Some(forward_headers::header_lines(h, ip, ja3, ja4))
+            }
+            _ => None,
+        };
         self.hello = None;
         self.fingerprints = None;
+        if let Some(lines) = lines {
+            let mut up = HeaderWriter::new(up, Rewriter::new(lines));
+            let end = self.copy(route, client, &mut up, &head).await;
+            return match up.refused() {
+                Some(_) => Err(Refusal::Failed(ErrorReason::BadRequest, None)),
+                None => end,
+            };
+        }
+        self.copy(route, client, up, &head).await
+    }
+
+    /// Phase 5 without a guard: the buffered `head`, then the byte copy to `up` (the upstream
+    /// stream, or it through the request-header rewriter).
+    async fn copy<U>(
+        &self,
+        route: &Route,
+        client: Client,
+        mut up: U,
+        head: &[u8],
+    ) -> Result<(), Refusal>
+    where
+        U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let l = &self.shared.listeners[self.li];
         if !head.is_empty() {
-            up.write_all(&head).await.map_err(|e| {
+            up.write_all(head).await.map_err(|e| {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }

@@ -10,8 +10,9 @@
 //!   `Connection: close`: the upstream's answer goes back to the client and the connection ends
 //!   with it (the client's later bytes are dropped); over the route's `maxConnectionsPerSecond`
 //!   → `503` (`route_rate_limited`);
-//! - an absolute-form target whose host is not `Host`, or a `Content-Length` that is not one
-//!   number or is beside `Transfer-Encoding` → `400` and close;
+//! - an absolute-form target whose host is not `Host`, a `Content-Length` that is not one
+//!   number or is beside `Transfer-Encoding`, or a `Transfer-Encoding` whose last coding is not
+//!   `chunked` → `400` and close;
 //! - anything else → `301 Location: https://<host><path>` (path and query as sent).
 //!
 //! `301`, `400` and `404` keep the connection alive (HTTP/1.1 unless `Connection: close`;
@@ -30,7 +31,7 @@ use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
 use crate::protection::{BlockReason, Mode, Verdict};
-use crate::proxy::head::MAX_HEAD_BYTES;
+use crate::proxy::head::{self, lists, Framing, MAX_HEAD_BYTES};
 use crate::proxy::proxy_protocol::{v1_header, v2_header};
 use crate::proxy::routes::CompiledRoute;
 use crate::proxy::upstream;
@@ -147,13 +148,6 @@ fn acme_token(token: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Whether a comma-separated header value lists `token` (case-insensitive).
-fn lists(value: &[u8], token: &str) -> bool {
-    value
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-}
-
 /// Parses the request head at the start of `buf`.
 fn parse(buf: &[u8]) -> Parsed {
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
@@ -207,17 +201,11 @@ fn parse(buf: &[u8]) -> Parsed {
     };
     let close = header("connection").any(|v| lists(v, "close"));
     let keep = header("connection").any(|v| lists(v, "keep-alive"));
-    // Content-Length: digits, every copy the same; not beside Transfer-Encoding (nginx answers
-    // both with 400: a body whose length two parsers could read differently).
-    let mut lengths = header("content-length").map(<[u8]>::trim_ascii);
-    let first_length = lengths.next();
-    let te = header("transfer-encoding").next().is_some();
-    if let Some(l) = first_length {
-        if te || l.is_empty() || !l.iter().all(u8::is_ascii_digit) || lengths.any(|o| o != l) {
-            return Parsed::Invalid;
-        }
-    }
-    let has_body = te || first_length.is_some_and(|l| l.iter().any(|&b| b != b'0'));
+    // A body whose length two parsers could read differently: 400 (nginx), see `head::framing`.
+    let Some(framing) = head::framing(req.headers) else {
+        return Parsed::Invalid;
+    };
+    let has_body = !matches!(framing, Framing::None | Framing::Length(0));
     let keep_alive = !has_body && !close && (version == 1 || keep);
     // origin-form as sent; absolute-form (`http://host/p?q`) keeps its path and query.
     let path = if target.starts_with('/') {
@@ -425,7 +413,8 @@ impl HttpConn<'_> {
                 SocketAddr::new(c.host, c.port)
             });
         let mut first = match rc.source_address_header {
-            SourceAddressHeader::None => Vec::new(),
+            // The challenge head is Rampart's own (`upstream_head`): no client header to replace.
+            SourceAddressHeader::None | SourceAddressHeader::XForwardedFor => Vec::new(),
             SourceAddressHeader::ProxyV1 => v1_header(self.origin.client, local),
             SourceAddressHeader::ProxyV2 => v2_header(self.origin.client, local, &[]),
         };

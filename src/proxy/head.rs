@@ -21,7 +21,7 @@
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// Header fields `httparse` is given room for; more is still a complete head (see [`Head::Full`]).
-const MAX_FIELDS: usize = 128;
+pub const MAX_FIELDS: usize = 128;
 
 const PREFACE: &[u8] = crate::http2::PREFACE;
 const FRAME_HEADER: usize = crate::http2::FRAME_HEADER_LEN;
@@ -95,6 +95,68 @@ pub fn http2(buf: &[u8]) -> Head {
     }
 }
 
+/// How a request's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No `Content-Length` and no `Transfer-Encoding`: no body.
+    None,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding` whose last coding is `chunked`.
+    Chunked,
+}
+
+/// Whether `token` is one of the comma-separated elements of `value` (any case).
+pub fn lists(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// The body framing of a request with `fields`, `None` when two parsers could read it
+/// differently (nginx and HAProxy answer these with 400): a `Content-Length` that is not one
+/// decimal number (copies that differ, `3, 3`, a sign, past 2^64), one beside
+/// `Transfer-Encoding`, a `Transfer-Encoding` whose last coding is not `chunked`.
+pub fn framing(fields: &[httparse::Header]) -> Option<Framing> {
+    let named = |name: &'static str| {
+        fields
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.trim_ascii())
+    };
+    let mut lengths = named("content-length");
+    let te = named("transfer-encoding").next_back();
+    match (lengths.next(), te) {
+        (None, None) => Some(Framing::None),
+        (Some(_), Some(_)) => None,
+        (None, Some(te)) => {
+            let last = te.rsplit(|&b| b == b',').next().unwrap_or(te).trim_ascii();
+            last.eq_ignore_ascii_case(b"chunked")
+                .then_some(Framing::Chunked)
+        }
+        (Some(l), None) => {
+            if l.is_empty() || !l.iter().all(u8::is_ascii_digit) || lengths.any(|o| o != l) {
+                return None;
+            }
+            std::str::from_utf8(l)
+                .ok()?
+                .parse()
+                .ok()
+                .map(Framing::Length)
+        }
+    }
+}
+
+/// Whether a request with `fields` asks to switch protocols: `Upgrade` and `Connection:
+/// upgrade` (RFC 9110 §7.8; WebSocket).
+pub fn upgrade(fields: &[httparse::Header]) -> bool {
+    let has = |name: &str| fields.iter().any(|h| h.name.eq_ignore_ascii_case(name));
+    has("upgrade")
+        && fields
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("connection") && lists(h.value, "upgrade"))
+}
+
 fn full_or_partial(buf: &[u8]) -> Head {
     if buf.len() >= MAX_HEAD_BYTES {
         Head::Full
@@ -134,6 +196,55 @@ mod tests {
             many.extend(format!("h{i}: v\r\n").bytes());
         }
         assert_eq!(http1(&many), Head::Full);
+    }
+
+    fn framing_of(head: &[u8]) -> Option<Framing> {
+        let mut fields = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut fields);
+        assert!(req.parse(head).unwrap().is_complete());
+        framing(req.headers)
+    }
+
+    #[test]
+    fn body_framing() {
+        let f = |fields: &str| framing_of(format!("POST / HTTP/1.1\r\n{fields}\r\n").as_bytes());
+        assert_eq!(f(""), Some(Framing::None));
+        assert_eq!(f("Content-Length: 007\r\n"), Some(Framing::Length(7)));
+        assert_eq!(
+            f("content-length: 3\r\nContent-Length: 3\r\n"),
+            Some(Framing::Length(3))
+        );
+        assert_eq!(
+            f("Transfer-Encoding: gzip,CHUNKED\r\n"),
+            Some(Framing::Chunked)
+        );
+        assert_eq!(
+            f("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"),
+            Some(Framing::Chunked)
+        );
+        for bad in [
+            "Content-Length: 3\r\nContent-Length: 4\r\n",
+            "Content-Length: 3,3\r\n",
+            "Content-Length: -1\r\n",
+            "Content-Length: 18446744073709551616\r\n",
+            "Content-Length: 1\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked, identity\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+        ] {
+            assert_eq!(f(bad), None, "{bad}");
+        }
+        let up = |fields: &str| {
+            let head = format!("GET / HTTP/1.1\r\n{fields}\r\n");
+            let mut fs = [httparse::EMPTY_HEADER; 8];
+            let mut req = httparse::Request::new(&mut fs);
+            req.parse(head.as_bytes()).unwrap();
+            upgrade(req.headers)
+        };
+        assert!(up(
+            "Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n"
+        ));
+        assert!(!up("Upgrade: websocket\r\n"));
+        assert!(!up("Connection: upgrade\r\n"));
     }
 
     #[test]

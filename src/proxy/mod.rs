@@ -2,6 +2,7 @@
 //! protocol, byte copy.
 
 pub mod copy;
+pub mod forward_headers;
 pub mod head;
 pub mod keepalive;
 pub mod proxy_protocol;

@@ -312,7 +312,7 @@ mod tests {
             http2: false,
             protocol: Default::default(),
             source_address_header: SourceAddressHeader::None,
-            forward_fingerprint: ForwardFingerprint::None,
+            forward_fingerprint: ForwardFingerprint::NONE,
             connect_timeout_ms: 1000,
             rate_limit: None,
             mtls: None,

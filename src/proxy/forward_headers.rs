@@ -1,0 +1,943 @@
+//! Forwarded request headers (`sourceAddressHeader: 'xForwardedFor'`, `forwardFingerprint`
+//! without a PROXY v2 header): the client → upstream bytes of an HTTP/1.1 route, rewritten
+//! request by request (README: Forwarded request headers).
+//!
+//! [`Rewriter`] is a streaming state machine over the client's bytes, without I/O:
+//!
+//! - **Head**: buffered until complete (at most [`MAX_HEAD_BYTES`], [`head::MAX_FIELDS`] fields)
+//!   and parsed with `httparse`. Every client copy of `X-Forwarded-For`, `X-Forwarded-Proto`,
+//!   `X-JA3` and `X-JA4` (any case) is removed and the route's own lines are inserted before the
+//!   empty line; every other line goes out as the client sent it.
+//! - **Body**, framed as RFC 9112 §6 says for a request ([`head::framing`]): `Content-Length`
+//!   bytes, or chunked (each chunk-size line parsed with `httparse::parse_chunk_size`, extensions
+//!   allowed; the data; its CRLF; after the last chunk the trailer section, parsed with
+//!   `httparse::parse_headers`), passed byte-exact; no length and no chunked coding is no body.
+//!   Then the next (pipelined) request's head.
+//! - **Tunnel**: after a `CONNECT` or a bodiless upgrade request (`Upgrade` + `Connection:
+//!   upgrade`, WebSocket) the client's bytes wait for the upstream's answer, found by following
+//!   the responses' framing in response mode ([`Rewriter::responses`]): granted (`101`, `2xx`
+//!   to `CONNECT`), everything that follows is passed as it is; declined, the next request is
+//!   parsed (so a declined upgrade smuggles nothing past the rewriter).
+//!
+//! Bytes that are not such a stream are refused ([`Refused`]): a malformed head (obs-fold
+//! included), a head over the limit, a body whose length two parsers could read differently
+//! (`Content-Length` copies that differ, `Content-Length` beside `Transfer-Encoding`, a
+//! `Transfer-Encoding` that does not end in `chunked`), a malformed chunk. Nothing after the last
+//! good byte is forwarded; the connection path closes the pair (`bad_request`).
+//!
+//! [`HeaderWriter`] applies a rewriter to the writes into the upstream stream, so the copy loop
+//! (`super::copy`) is the same one every route uses and the client's bytes are counted as they
+//! arrived; body bytes go to the upstream from the copy buffer without another copy.
+
+use super::head::{self, Framing, MAX_FIELDS, MAX_HEAD_BYTES};
+use crate::config::proxy::ForwardHeaders;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The request headers a client may not send on a rewriting route (compared in any case).
+pub const REMOVED: [&str; 4] = ["x-forwarded-for", "x-forwarded-proto", "x-ja3", "x-ja4"];
+
+/// Most bytes of one chunk-size line (size and extensions) or of a chunk's closing CRLF.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// A buffer emptied with more capacity than this is freed rather than kept: a connection
+/// between requests holds no more than a small head's worth.
+const KEEP_CAPACITY: usize = 4096;
+
+/// Empties `v`, freeing a large allocation.
+fn reset(v: &mut Vec<u8>) {
+    if v.capacity() > KEEP_CAPACITY {
+        *v = Vec::new();
+    } else {
+        v.clear();
+    }
+}
+
+/// The header lines a route inserts into every request head (each ending in CRLF):
+/// `X-Forwarded-For: <ip>` and `X-Forwarded-Proto: https`, `X-JA3: <md5>`, `X-JA4: <ja4>`,
+/// as `h` asks.
+pub fn header_lines(h: ForwardHeaders, ip: IpAddr, ja3: &str, ja4: &str) -> Vec<u8> {
+    let mut out = String::new();
+    if h.forwarded_for {
+        out.push_str(&format!(
+            "X-Forwarded-For: {ip}\r\nX-Forwarded-Proto: https\r\n"
+        ));
+    }
+    if h.fingerprint.ja3 {
+        out.push_str(&format!("X-JA3: {ja3}\r\n"));
+    }
+    if h.fingerprint.ja4 {
+        out.push_str(&format!("X-JA4: {ja4}\r\n"));
+    }
+    out.into_bytes()
+}
+
+/// Why a client's bytes were refused (all counted as `bad_request`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A request head over [`MAX_HEAD_BYTES`] or [`MAX_FIELDS`] fields, a chunk-size line over
+    /// 4 KiB, a trailer section over [`MAX_HEAD_BYTES`].
+    TooLarge,
+    /// Not an HTTP/1.x request head (obs-fold included), or a malformed chunk.
+    Malformed,
+    /// A body two parsers could frame differently (request smuggling).
+    Ambiguous,
+}
+
+/// What the rewriter made of the front of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Forward `input[..n]` as it is; report how many went with [`Rewriter::passed`].
+    Pass(usize),
+    /// `input[..n]` was taken (kept until its head or line is complete); nothing to send yet.
+    Held(usize),
+    /// `input[..n]` was taken and [`Rewriter::take_out`] has bytes to send first.
+    Emit(usize),
+    /// Nothing can go until the upstream answered an upgrade or `CONNECT`
+    /// ([`Rewriter::answered`]).
+    Wait,
+}
+
+/// What a request asked for, for the response that answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Any other request.
+    Plain,
+    /// `HEAD`: its response has no body whatever its fields say.
+    Head,
+    /// An upgrade request: `101` switches the connection to a tunnel.
+    Upgrade,
+    /// `CONNECT`: a `2xx` switches the connection to a tunnel.
+    Connect,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Head,
+    Body(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers,
+    /// An upgrade or `CONNECT` went out; the upstream has not answered it yet.
+    Await,
+    Tunnel,
+}
+
+/// The request-by-request rewriter of one connection's client → upstream bytes; in response
+/// mode ([`Rewriter::responses`]) the same machine follows the upstream's responses without
+/// changing them, to learn whether an upgrade or `CONNECT` was granted.
+pub struct Rewriter {
+    insert: Vec<u8>,
+    state: State,
+    held: Vec<u8>,
+    out: Vec<u8>,
+    /// Request mode: kinds of the requests emitted, not yet handed to the response side.
+    /// Response mode: kinds of the requests not answered yet, oldest first.
+    kinds: std::collections::VecDeque<Kind>,
+    response: bool,
+    /// Response mode: the answer to an upgrade / `CONNECT` just seen (granted or not).
+    decided: Option<bool>,
+}
+
+impl Rewriter {
+    /// A rewriter inserting `insert` (from [`header_lines`]) into every request head.
+    pub fn new(insert: Vec<u8>) -> Rewriter {
+        Rewriter {
+            insert,
+            state: State::Head,
+            held: Vec::new(),
+            out: Vec::new(),
+            kinds: Default::default(),
+            response: false,
+            decided: None,
+        }
+    }
+
+    /// A tracker of the upstream's responses (nothing inserted, nothing refused that matters:
+    /// a stream it cannot follow is passed on as it is).
+    pub fn responses() -> Rewriter {
+        Rewriter {
+            response: true,
+            ..Rewriter::new(Vec::new())
+        }
+    }
+
+    /// The upstream answered the upgrade / `CONNECT` the rewriter waits for: granted (`true`,
+    /// the rest of the connection is a tunnel) or not (the next request is parsed).
+    pub fn answered(&mut self, granted: bool) {
+        if self.state == State::Await {
+            self.state = if granted { State::Tunnel } else { State::Head };
+        }
+    }
+
+    /// The bytes to send after an [`Step::Emit`] (taken: the next call returns none).
+    pub fn take_out(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// `n` bytes of the last [`Step::Pass`] were forwarded.
+    pub fn passed(&mut self, n: usize) {
+        let n = n as u64;
+        self.state = match self.state {
+            State::Body(rem) if rem == n => State::Head,
+            State::Body(rem) => State::Body(rem - n),
+            State::ChunkData(rem) if rem == n => State::ChunkEnd,
+            State::ChunkData(rem) => State::ChunkData(rem - n),
+            s => s,
+        };
+    }
+
+    /// Whether the rewriter is between requests (nothing held, no body pending).
+    pub fn idle(&self) -> bool {
+        self.state == State::Head && self.held.is_empty()
+    }
+
+    /// Looks at the front of `input` (not empty).
+    pub fn next(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        match self.state {
+            State::Tunnel => Ok(Step::Pass(input.len())),
+            State::Await => Ok(Step::Wait),
+            State::Head if self.response => self.response_head(input),
+            State::Body(rem) | State::ChunkData(rem) => Ok(Step::Pass(
+                input.len().min(usize::try_from(rem).unwrap_or(usize::MAX)),
+            )),
+            State::Head => self.head(input),
+            State::ChunkSize => self.chunk_size(input),
+            State::ChunkEnd => self.chunk_end(input),
+            State::Trailers => self.trailers(input),
+        }
+    }
+
+    /// Appends up to the limit of `input` to `held`: how many.
+    fn hold(&mut self, input: &[u8], limit: usize) -> usize {
+        let n = input.len().min(limit.saturating_sub(self.held.len()));
+        self.held.extend_from_slice(&input[..n]);
+        n
+    }
+
+    fn head(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let before = self.held.len();
+        let took = self.hold(input, MAX_HEAD_BYTES);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut req = httparse::Request::new(&mut fields);
+        let len = match req.parse(&self.held) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if self.held.len() >= MAX_HEAD_BYTES => {
+                return Err(Refused::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(Step::Held(took)),
+            Err(httparse::Error::TooManyHeaders) => return Err(Refused::TooLarge),
+            Err(_) => return Err(Refused::Malformed),
+        };
+        let framing = head::framing(req.headers).ok_or(Refused::Ambiguous)?;
+        let bodiless = matches!(framing, Framing::None | Framing::Length(0));
+        // An upgrade with a body is not followed: the body is forwarded as a body.
+        let kind = match req.method {
+            Some("CONNECT") => Kind::Connect,
+            Some("HEAD") => Kind::Head,
+            _ if bodiless && head::upgrade(req.headers) => Kind::Upgrade,
+            _ => Kind::Plain,
+        };
+        self.kinds.push_back(kind);
+        self.rewrite_head(len);
+        self.state = match framing {
+            _ if matches!(kind, Kind::Upgrade | Kind::Connect) => State::Await,
+            Framing::None | Framing::Length(0) => State::Head,
+            Framing::Length(n) => State::Body(n),
+            Framing::Chunked => State::ChunkSize,
+        };
+        reset(&mut self.held);
+        Ok(Step::Emit(len - before))
+    }
+
+    /// Response mode: a response head; its request's kind says whether it has a body and
+    /// whether it grants an upgrade or `CONNECT` (RFC 9112 §6.3). Interim `1xx` answer nothing.
+    fn response_head(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let before = self.held.len();
+        let took = self.hold(input, MAX_HEAD_BYTES);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut res = httparse::Response::new(&mut fields);
+        let len = match res.parse(&self.held) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if self.held.len() < MAX_HEAD_BYTES => {
+                return Ok(Step::Held(took))
+            }
+            _ => return Err(Refused::Malformed),
+        };
+        let code = res.code.unwrap_or(0);
+        let framing = head::framing(res.headers);
+        reset(&mut self.held);
+        if (100..200).contains(&code) && code != 101 {
+            return Ok(Step::Held(len - before));
+        }
+        let kind = self.kinds.pop_front().unwrap_or(Kind::Plain);
+        let granted = match kind {
+            Kind::Upgrade => code == 101,
+            Kind::Connect => (200..300).contains(&code),
+            _ => false,
+        };
+        if matches!(kind, Kind::Upgrade | Kind::Connect) {
+            self.decided = Some(granted);
+        }
+        self.state = match framing {
+            _ if granted => State::Tunnel,
+            _ if kind == Kind::Head || matches!(code, 101 | 204 | 304) => State::Head,
+            Some(Framing::Length(0)) => State::Head,
+            Some(Framing::Length(n)) => State::Body(n),
+            Some(Framing::Chunked) => State::ChunkSize,
+            // No length: the body runs to the close; or framing it cannot follow.
+            Some(Framing::None) | None => State::Tunnel,
+        };
+        Ok(Step::Held(len - before))
+    }
+
+    /// Writes the complete head `held[..len]` into `out`: the request line and the client's
+    /// fields except [`REMOVED`] as they were, the inserted lines, the empty line.
+    fn rewrite_head(&mut self, len: usize) {
+        let head = &self.held[..len];
+        let mut lines = head.split_inclusive(|&b| b == b'\n');
+        // httparse skips empty lines before the request line (RFC 9112 §2.2): so does the copy.
+        for line in lines.by_ref() {
+            if line != b"\r\n" && line != b"\n" {
+                self.out.extend_from_slice(line);
+                break;
+            }
+        }
+        for line in lines {
+            if line == b"\r\n" || line == b"\n" {
+                self.out.extend_from_slice(&self.insert);
+                self.out.extend_from_slice(line);
+                break;
+            }
+            let name = line.split(|&b| b == b':').next().unwrap_or(line);
+            if !REMOVED
+                .iter()
+                .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
+            {
+                self.out.extend_from_slice(line);
+            }
+        }
+    }
+
+    fn chunk_size(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let end = input.iter().position(|&b| b == b'\n').map(|i| i + 1);
+        let took = self.hold(&input[..end.unwrap_or(input.len())], MAX_CHUNK_LINE);
+        if !self.held[0].is_ascii_hexdigit() {
+            return Err(Refused::Malformed);
+        }
+        if end != Some(took) {
+            return match self.held.len() >= MAX_CHUNK_LINE {
+                true => Err(Refused::TooLarge),
+                false => Ok(Step::Held(took)),
+            };
+        }
+        match httparse::parse_chunk_size(&self.held) {
+            Ok(httparse::Status::Complete((n, size))) if n == self.held.len() => {
+                self.state = match size {
+                    0 => State::Trailers,
+                    n => State::ChunkData(n),
+                };
+                self.out.append(&mut self.held);
+                Ok(Step::Emit(took))
+            }
+            _ => Err(Refused::Malformed),
+        }
+    }
+
+    fn chunk_end(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let took = self.hold(input, 2);
+        if !b"\r\n".starts_with(&self.held) {
+            return Err(Refused::Malformed);
+        }
+        if self.held.len() < 2 {
+            return Ok(Step::Held(took));
+        }
+        self.state = State::ChunkSize;
+        self.out.append(&mut self.held);
+        Ok(Step::Emit(took))
+    }
+
+    fn trailers(&mut self, input: &[u8]) -> Result<Step, Refused> {
+        let before = self.held.len();
+        let took = self.hold(input, MAX_HEAD_BYTES);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        match httparse::parse_headers(&self.held, &mut fields) {
+            Ok(httparse::Status::Complete((len, _))) => {
+                self.held.truncate(len);
+                self.out.append(&mut self.held);
+                self.state = State::Head;
+                Ok(Step::Emit(len - before))
+            }
+            Ok(httparse::Status::Partial) if self.held.len() >= MAX_HEAD_BYTES => {
+                Err(Refused::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => Ok(Step::Held(took)),
+            Err(httparse::Error::TooManyHeaders) => Err(Refused::TooLarge),
+            Err(_) => Err(Refused::Malformed),
+        }
+    }
+}
+
+/// An upstream stream whose writes go through a [`Rewriter`]; reads pass through unchanged,
+/// followed by a response-mode rewriter so that an upgrade or `CONNECT` becomes a tunnel only
+/// once the upstream granted it (`101`, `2xx`): until its answer the client's later bytes wait
+/// (a WebSocket client sends none before the `101`); a refusal lets the next request be
+/// rewritten. A write is accepted once the rewriter took it; rewritten bytes not yet written
+/// wait in a buffer (at most one copy-loop read plus the inserted lines) that `poll_flush` /
+/// `poll_shutdown` and the next write drain first. After a refusal every write fails;
+/// [`HeaderWriter::refused`] says why.
+pub struct HeaderWriter<S> {
+    inner: S,
+    rw: Rewriter,
+    resp: Rewriter,
+    pending: Vec<u8>,
+    pending_pos: usize,
+    refused: Option<Refused>,
+}
+
+impl<S> HeaderWriter<S> {
+    /// `inner` with writes rewritten by `rw`.
+    pub fn new(inner: S, rw: Rewriter) -> Self {
+        HeaderWriter {
+            inner,
+            rw,
+            resp: Rewriter::responses(),
+            pending: Vec::new(),
+            pending_pos: 0,
+            refused: None,
+        }
+    }
+
+    /// Why the client's bytes were refused, if they were.
+    pub fn refused(&self) -> Option<Refused> {
+        self.refused
+    }
+}
+
+fn refused_error(r: Refused) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("request refused: {r:?}"),
+    )
+}
+
+impl<S: AsyncWrite + Unpin> HeaderWriter<S> {
+    /// Writes the pending bytes; Ready(Ok) once none is left.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.pending_pos < self.pending.len() {
+            let n = ready!(
+                Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.pending_pos..])
+            )?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.pending_pos += n;
+        }
+        reset(&mut self.pending);
+        self.pending_pos = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for HeaderWriter<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let got = &buf.filled()[before..];
+        let mut at = 0;
+        while at < got.len() {
+            match this.resp.next(&got[at..]) {
+                Ok(Step::Pass(n)) => {
+                    this.resp.passed(n);
+                    at += n;
+                }
+                Ok(Step::Held(n) | Step::Emit(n)) => {
+                    this.resp.out.clear();
+                    at += n;
+                }
+                // A response stream it cannot follow: the rest passes as it is (a pending
+                // upgrade stays ungranted).
+                Ok(Step::Wait) | Err(_) => {
+                    this.resp.state = State::Tunnel;
+                    break;
+                }
+            }
+        }
+        if let Some(granted) = this.resp.decided.take() {
+            this.rw.answered(granted);
+            // The client direction may be waiting for this answer (same task: poll it again).
+            cx.waker().wake_by_ref();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(r) = this.refused {
+            return Poll::Ready(Err(refused_error(r)));
+        }
+        ready!(this.poll_drain(cx))?;
+        let mut used = 0;
+        while used < buf.len() {
+            let step = match this.rw.next(&buf[used..]) {
+                Ok(s) => s,
+                // The requests before the refused bytes go first: the next write fails.
+                Err(_) if used > 0 => break,
+                Err(r) => {
+                    this.refused = Some(r);
+                    return Poll::Ready(Err(refused_error(r)));
+                }
+            };
+            match step {
+                Step::Held(n) => used += n,
+                Step::Emit(n) => {
+                    used += n;
+                    this.pending.append(&mut this.rw.out);
+                    reset(&mut this.rw.out);
+                    this.resp.kinds.extend(this.rw.kinds.drain(..));
+                }
+                // Woken by `poll_read` when the upstream answers.
+                Step::Wait if used > 0 => break,
+                Step::Wait => return Poll::Pending,
+                Step::Pass(n) => {
+                    if this.pending_pos < this.pending.len() {
+                        // An emitted head goes first; `used > 0`: it was emitted in this call.
+                        match this.poll_drain(cx) {
+                            Poll::Ready(Ok(())) => {}
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                            Poll::Pending => return Poll::Ready(Ok(used)),
+                        }
+                    }
+                    match Pin::new(&mut this.inner).poll_write(cx, &buf[used..used + n]) {
+                        Poll::Ready(Ok(k)) => {
+                            this.rw.passed(k);
+                            used += k;
+                            if k < n {
+                                return Poll::Ready(Ok(used));
+                            }
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending if used > 0 => return Poll::Ready(Ok(used)),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
+        }
+        // Whatever was emitted starts now; the rest waits for the next write or a flush.
+        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(used))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.refused.is_none() {
+            ready!(this.poll_drain(cx))?;
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::proxy::ForwardFingerprint;
+
+    const INSERT: &[u8] = b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n";
+
+    /// Feeds `input` in pieces of `cut` bytes (0: whole), writing everything the way
+    /// [`HeaderWriter`] does; an upgrade is granted.
+    fn run(input: &[u8], cut: usize) -> Result<Vec<u8>, Refused> {
+        run_answered(input, cut, true)
+    }
+
+    /// [`run`], an upgrade answered with `granted`.
+    fn run_answered(input: &[u8], cut: usize, granted: bool) -> Result<Vec<u8>, Refused> {
+        let mut rw = Rewriter::new(INSERT.to_vec());
+        let mut out = Vec::new();
+        let size = if cut == 0 { input.len().max(1) } else { cut };
+        for piece in input.chunks(size) {
+            let mut at = 0;
+            while at < piece.len() {
+                match rw.next(&piece[at..])? {
+                    Step::Pass(n) => {
+                        // Forward at most 3 bytes at a time: partial writes are reported.
+                        let k = n.min(3);
+                        out.extend_from_slice(&piece[at..at + k]);
+                        rw.passed(k);
+                        at += k;
+                    }
+                    Step::Held(n) => at += n,
+                    Step::Emit(n) => {
+                        out.extend(rw.take_out());
+                        at += n;
+                    }
+                    Step::Wait => rw.answered(granted),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn every_cut(input: &[u8], want: &[u8]) {
+        for cut in 0..=input.len() {
+            let got = run(input, cut).unwrap_or_else(|e| panic!("cut {cut}: {e:?}"));
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(want),
+                "cut {cut}"
+            );
+        }
+    }
+
+    fn refused(input: &[u8]) -> Refused {
+        let r = run(input, 0).expect_err("refused");
+        for cut in 1..input.len() {
+            assert_eq!(run(input, cut), Err(r), "cut {cut}");
+        }
+        r
+    }
+
+    #[test]
+    fn header_lines_follow_the_route() {
+        let ip: IpAddr = "2001:db8::1".parse().unwrap();
+        let both = ForwardFingerprint {
+            ja3: true,
+            ja4: true,
+        };
+        let all = ForwardHeaders {
+            forwarded_for: true,
+            fingerprint: both,
+        };
+        assert_eq!(
+            header_lines(all, ip, "abc", "t13d"),
+            b"X-Forwarded-For: 2001:db8::1\r\nX-Forwarded-Proto: https\r\nX-JA3: abc\r\nX-JA4: t13d\r\n"
+        );
+        let ja4 = ForwardHeaders {
+            forwarded_for: false,
+            fingerprint: ForwardFingerprint {
+                ja3: false,
+                ja4: true,
+            },
+        };
+        assert_eq!(header_lines(ja4, ip, "abc", "t13d"), b"X-JA4: t13d\r\n");
+    }
+
+    #[test]
+    fn spoofed_copies_are_removed_in_any_case_and_pipelined_requests_each_rewritten() {
+        let input = b"GET /a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\nx-ja3: fake\r\n\r\n\
+GET /b HTTP/1.1\r\nX-FORWARDED-PROTO: http\r\nHost: a\r\nx-Ja4: fake\r\nX-Forwarded-Forx: kept\r\n\r\n\
+\r\nGET /c HTTP/1.0\nHost: a\n\n";
+        let want = b"GET /a HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\n\
+GET /b HTTP/1.1\r\nHost: a\r\nX-Forwarded-Forx: kept\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\n\
+GET /c HTTP/1.0\nHost: a\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\n";
+        every_cut(input, want);
+    }
+
+    #[test]
+    fn content_length_bodies_pass_byte_exact_at_every_split() {
+        let input = b"POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nX-JA3: body\
+PUT /v HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n\
+POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nGET";
+        let want = b"POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\nX-JA3: body\
+PUT /v HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\n\
+POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\nGET";
+        every_cut(input, want);
+    }
+
+    #[test]
+    fn chunked_bodies_with_extensions_and_trailers_pass_byte_exact() {
+        let body = b"5;name=\"v\";x\r\nhello\r\nA\r\n0123456789\r\n0;last\r\nX-Forwarded-For: t\r\nChecksum: 1\r\n\r\n";
+        let mut input = b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n".to_vec();
+        input.extend_from_slice(body);
+        input.extend_from_slice(
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+        );
+        let mut want = b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        want.extend_from_slice(body);
+        want.extend_from_slice(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n0\r\n\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        every_cut(&input, &want);
+    }
+
+    #[test]
+    fn upgrade_and_connect_switch_to_plain_copy() {
+        let input = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\n\x81\x05GET / HTTP/1.1\r\nX-JA3: raw\r\n\r\n";
+        let mut want =
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n"
+                .to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n\x81\x05GET / HTTP/1.1\r\nX-JA3: raw\r\n\r\n");
+        every_cut(input, &want);
+        let input = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n\x16\x03\x01";
+        let mut want = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n\x16\x03\x01");
+        every_cut(input, &want);
+        // An upgrade the upstream declined: the next request is rewritten.
+        let input = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
+        let mut want =
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        for cut in 0..=input.len() {
+            assert_eq!(run_answered(input, cut, false).unwrap(), want, "cut {cut}");
+        }
+        // `Upgrade` without `Connection: upgrade` is no upgrade: the next request is rewritten.
+        let input = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
+        let mut want = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        every_cut(input, &want);
+    }
+
+    #[test]
+    fn smuggling_shapes_and_malformed_bytes_are_refused() {
+        use Refused::*;
+        let cases: &[(&[u8], Refused)] = &[
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Ambiguous,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+                Ambiguous,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                Ambiguous,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+                Ambiguous,
+            ),
+            (b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n", Ambiguous),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+                Ambiguous,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                Ambiguous,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+                Ambiguous,
+            ),
+            // obs-fold (a continuation line), a space before the colon, not HTTP at all.
+            (b"GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n", Malformed),
+            (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", Malformed),
+            (b"\x16\x03\x01\x02\x00", Malformed),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Malformed),
+            // Chunks: not hex, a bare LF, data not followed by CRLF.
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                Malformed,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n",
+                Malformed,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n",
+                Malformed,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+                Malformed,
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(refused(input), *want, "{}", String::from_utf8_lossy(input));
+        }
+        let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        big.resize(MAX_HEAD_BYTES + 10, b'a');
+        assert_eq!(run(&big, 0), Err(TooLarge));
+        assert_eq!(run(&big, 1000), Err(TooLarge));
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..MAX_FIELDS + 1 {
+            many.extend(format!("h{i}: v\r\n").bytes());
+        }
+        many.extend(b"\r\n");
+        assert_eq!(run(&many, 0), Err(TooLarge));
+        let mut ext = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;".to_vec();
+        ext.resize(ext.len() + MAX_CHUNK_LINE, b'x');
+        assert_eq!(run(&ext, 0), Err(TooLarge));
+    }
+
+    /// Follows `responses` (in pieces of `cut`) as answers to requests of `kinds`: the
+    /// decisions seen and whether the tracker ended between responses.
+    fn follow(kinds: &[Kind], responses: &[u8], cut: usize) -> (Vec<bool>, State) {
+        let mut r = Rewriter::responses();
+        r.kinds.extend(kinds);
+        let mut seen = Vec::new();
+        for piece in responses.chunks(cut.max(1)) {
+            let mut at = 0;
+            while at < piece.len() {
+                match r.next(&piece[at..]).expect("followed") {
+                    Step::Pass(n) => {
+                        r.passed(n);
+                        at += n;
+                    }
+                    Step::Held(n) | Step::Emit(n) => at += n,
+                    Step::Wait => unreachable!(),
+                }
+                seen.extend(r.decided.take());
+            }
+        }
+        (seen, r.state)
+    }
+
+    #[test]
+    fn responses_are_followed_to_the_answer_of_an_upgrade() {
+        use Kind::*;
+        let responses = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello\
+HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n\
+HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n\
+HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nHTT\r\n0\r\n\r\n\
+HTTP/1.1 426 Upgrade Required\r\nContent-Length: 2\r\n\r\nno\
+HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 200";
+        for cut in 1..=responses.len() {
+            let (seen, state) = follow(
+                &[Plain, Head, Plain, Plain, Upgrade, Upgrade],
+                responses,
+                cut,
+            );
+            assert_eq!(seen, [false, true], "cut {cut}");
+            assert_eq!(state, State::Tunnel, "cut {cut}");
+        }
+        let (seen, state) = follow(
+            &[Connect],
+            b"HTTP/1.1 200 Connection established\r\n\r\n\x16\x03",
+            0,
+        );
+        assert_eq!((seen, state), (vec![true], State::Tunnel));
+        let (seen, state) = follow(
+            &[Connect],
+            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+            0,
+        );
+        assert_eq!((seen, state), (vec![false], State::Head));
+    }
+
+    #[tokio::test]
+    async fn the_writer_holds_the_client_until_the_upgrade_is_answered() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(4096);
+        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let ws = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        w.write_all(ws).await.unwrap();
+        // Bytes after the upgrade request wait for the answer.
+        let later = b"GET / HTTP/1.1\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+        let blocked = tokio::time::timeout(std::time::Duration::from_millis(50), w.write(later));
+        assert!(blocked.await.is_err(), "the write waits");
+        b.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        let mut resp = [0u8; 64];
+        let n = w.read(&mut resp).await.unwrap();
+        assert_eq!(&resp[..9], b"HTTP/1.1 ");
+        assert!(n > 9);
+        w.write_all(later).await.unwrap();
+        w.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        let mut want = ws[..ws.len() - 2].to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
+
+    #[test]
+    fn refused_bytes_are_never_forwarded() {
+        // The first request goes whole; nothing of the smuggled one does.
+        let first = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        let mut rw = Rewriter::new(INSERT.to_vec());
+        let mut input = first.to_vec();
+        input.extend_from_slice(
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        );
+        assert_eq!(rw.next(&input), Ok(Step::Emit(first.len())));
+        assert!(rw.idle());
+        assert_eq!(rw.next(&input[first.len()..]), Err(Refused::Ambiguous));
+    }
+
+    #[tokio::test]
+    async fn the_writer_rewrites_a_stream_written_in_pieces() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(7);
+        let input = b"POST / HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nContent-Length: 20\r\n\r\n01234567890123456789GET / HTTP/1.1\r\n\r\n";
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.map(|_| got)
+        });
+        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        for piece in input.chunks(5) {
+            w.write_all(piece).await.unwrap();
+        }
+        w.shutdown().await.unwrap();
+        let got = reader.await.unwrap().unwrap();
+        let mut want = b"POST / HTTP/1.1\r\nContent-Length: 20\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n01234567890123456789GET / HTTP/1.1\r\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+        assert_eq!(w.refused(), None);
+        // A good request before refused bytes is written; the refused bytes never are.
+        let (a, mut b) = tokio::io::duplex(1024);
+        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let e = w
+            .write_all(b"GET / HTTP/1.1\r\n\r\nGARBAGE\r\n\r\n")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(w.refused(), Some(Refused::Malformed));
+        drop(w);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        let mut want = b"GET / HTTP/1.1\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(got, want);
+    }
+}
