@@ -32,9 +32,9 @@
 //!
 //! **Known-good clients** ([`Engine::mark_known_good`], called by the connection path once a
 //! connection has completed its handshake and moved application bytes both ways without a
-//! refusal): marked in their entry for `knownGoodTtlMs`. They keep every limit of their own and
-//! their prefix's, but skip the listener budget (and are not counted in it) and defense mode's
-//! tightening. A client that is boxed loses its mark. The known-good listener
+//! refusal): marked in their entry's standing for `knownGoodTtlMs`. They keep every limit of
+//! their own and their prefix's, but skip the listener budget (and are not counted in it) and
+//! defense mode's tightening. A client that is boxed loses its mark. The known-good listener
 //! ([`Engine::set_known_good_listener`]) hears of each new mark and of its refreshes (about twice
 //! per TTL): the XDP layer mirrors them into the kernel, where they skip `xdp.synBudgetPerSecond`.
 //!
@@ -69,7 +69,7 @@
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};
 use super::dynamic::DynamicBlocks;
-use super::entry::{Entry, FLAG_BOX, FLAG_CONC, FLAG_RATE, MARK_KNOWN_GOOD, MARK_NEW};
+use super::entry::{Entry, Standing, FLAG_BOX, FLAG_CONC, FLAG_RATE, MARK_KNOWN_GOOD, MARK_NEW};
 use super::key::{IpKey, DEFAULT_IPV6_PREFIX};
 use super::offenders::Offenders;
 use super::penalty;
@@ -371,7 +371,7 @@ impl Engine {
                     key,
                     &ctx,
                     || now_ns,
-                    |e, _| e.active = e.active.saturating_add(1),
+                    |e, _, _| e.active = e.active.saturating_add(1),
                 )
                 .map(|(_, slot)| slot.conn_guard());
             return Admission {
@@ -391,11 +391,11 @@ impl Engine {
             observe,
             defended,
         };
-        let Some((mut out, slot)) = self.table.with(key, &ctx, &clock, |e, now| {
+        let Some((mut out, slot)) = self.table.with(key, &ctx, &clock, |e, s, now| {
             if e.tag() == inst.tag() {
-                self.decide(&d, &inst, e, now)
+                self.decide(&d, &inst, e, s, now)
             } else {
-                self.decide_rescaled(&d, e, now)
+                self.decide_rescaled(&d, e, s, now)
             }
         }) else {
             self.untracked.fetch_add(1, Ordering::Relaxed);
@@ -527,10 +527,16 @@ impl Engine {
     /// entry's), rescale the entry to it and decide with its limits.
     #[cold]
     #[inline(never)]
-    fn decide_rescaled(&self, d: &Decision<'_>, e: &mut Entry, now: u64) -> Outcome {
+    fn decide_rescaled(
+        &self,
+        d: &Decision<'_>,
+        e: &mut Entry,
+        s: &mut Standing,
+        now: u64,
+    ) -> Outcome {
         let latest = self.installed.load();
         latest.rescale(e, Tier::Client);
-        self.decide(d, &latest, e, now)
+        self.decide(d, &latest, e, s, now)
     }
 
     /// The per-entry part of [`Engine::admit`], under the client's shard lock: the client's
@@ -539,14 +545,21 @@ impl Engine {
     /// client passes (or in observe mode, to count the connection), the prefix tier and the
     /// listener budget ([`Engine::prefix_tier`]); then the client's debit if everything passed.
     #[inline]
-    fn decide(&self, d: &Decision<'_>, lim: &Installed, e: &mut Entry, now: u64) -> Outcome {
+    fn decide(
+        &self,
+        d: &Decision<'_>,
+        lim: &Installed,
+        e: &mut Entry,
+        s: &mut Standing,
+        now: u64,
+    ) -> Outcome {
         let p = d.p;
         let mut out = Outcome::default();
         // The mark only matters to the budget and to defense mode: without them the decision
-        // does not read it (the sweep uncounts expired marks).
+        // does not read the standing (the sweep uncounts expired marks).
         let known_good = (d.defended || p.listener_limit().is_some()) && {
-            expire_mark(e, now, Some(&self.table.marked));
-            e.known_good(now)
+            expire_mark(s, now, Some(&self.table.marked));
+            s.known_good(now)
         };
         let tight = d.defended && !known_good;
         let (rate, sustained) = if tight {
@@ -567,6 +580,7 @@ impl Engine {
                 exhausted(
                     p,
                     e,
+                    s,
                     d.epoch,
                     now,
                     &mut out.client,
@@ -579,6 +593,7 @@ impl Engine {
             exhausted(
                 p,
                 e,
+                s,
                 d.epoch,
                 now,
                 &mut out.client,
@@ -637,7 +652,7 @@ impl Engine {
             key,
             &ctx,
             || now,
-            |pe, pnow| {
+            |pe, ps, pnow| {
                 let latest;
                 let plim = if pe.tag() == lim.tag() {
                     lim
@@ -657,11 +672,11 @@ impl Engine {
                         if conforms {
                             debit(g, None, pe, pnow);
                         } else {
-                            exhausted(p, pe, d.epoch, pnow, &mut fx, false, None);
+                            exhausted(p, pe, ps, d.epoch, pnow, &mut fx, false, None);
                         }
                     } else if !conforms {
                         reason = Some(BlockReason::PrefixRateLimited);
-                        exhausted(p, pe, d.epoch, pnow, &mut fx, true, None);
+                        exhausted(p, pe, ps, d.epoch, pnow, &mut fx, true, None);
                     } else if pl.max_concurrent != 0 && u64::from(pe.active) >= pl.max_concurrent {
                         reason = Some(BlockReason::PrefixTooManyConnections);
                         set_flag(pe, FLAG_CONC, &mut fx);
@@ -771,11 +786,11 @@ impl Engine {
             key,
             &ctx,
             || now_ns,
-            |e, now| {
-                expire_mark(e, now, Some(&self.table.marked));
-                let known_good = e.known_good(now);
+            |e, s, now| {
+                expire_mark(s, now, Some(&self.table.marked));
+                let known_good = s.known_good(now);
                 let tight = defended && !known_good;
-                let max = if tight && e.marks & MARK_NEW != 0 {
+                let max = if tight && s.marks & MARK_NEW != 0 {
                     max.min(new_max)
                 } else {
                     max
@@ -832,19 +847,19 @@ impl Engine {
             key,
             &ctx,
             || now_ns,
-            |e, now| {
+            |e, s, now| {
                 if p.penalty_box() && penalty::is_boxed(e.penalty, epoch, now) {
                     return (false, false);
                 }
-                let fresh = e.marks & MARK_KNOWN_GOOD == 0 || !e.known_good(now);
-                if e.marks & MARK_KNOWN_GOOD == 0 {
-                    e.marks |= MARK_KNOWN_GOOD;
+                let fresh = s.marks & MARK_KNOWN_GOOD == 0 || !s.known_good(now);
+                if s.marks & MARK_KNOWN_GOOD == 0 {
+                    s.marks |= MARK_KNOWN_GOOD;
                     self.table.marked.fetch_add(1, Ordering::Relaxed);
                 }
-                let before = e.known_good_s;
-                e.known_good_s = e.known_good_s.max(until_s);
-                e.marks &= !MARK_NEW;
-                (true, fresh || before / half_s != e.known_good_s / half_s)
+                let before = s.known_good_s;
+                s.known_good_s = s.known_good_s.max(until_s);
+                s.marks &= !MARK_NEW;
+                (true, fresh || before / half_s != s.known_good_s / half_s)
             },
         );
         let (marked, tell) = marked.map(|(m, _)| m).unwrap_or((false, false));
@@ -868,11 +883,11 @@ impl Engine {
         };
         let half_s = u64::from((p.known_good_ttl_ns().div_ceil(2_000_000_000)).max(1) as u32);
         let mut out = Vec::new();
-        self.table.for_each(|e| {
-            if e.marks & MARK_KNOWN_GOOD != 0 && e.known_good(now_ns) {
+        self.table.for_each(|e, s| {
+            if s.marks & MARK_KNOWN_GOOD != 0 && s.known_good(now_ns) {
                 out.push((
                     e.key(),
-                    (u64::from(e.known_good_s) + half_s) * 1_000_000_000,
+                    (u64::from(s.known_good_s) + half_s) * 1_000_000_000,
                 ));
             }
         });
@@ -887,7 +902,7 @@ impl Engine {
         };
         let key = IpKey::new(ip.to_canonical(), p.ipv6_prefix_length());
         self.table
-            .inspect(key, |e| e.is_some_and(|e| e.known_good(now_ns)))
+            .inspect_standing(key, |s| s.is_some_and(|s| s.known_good(now_ns)))
     }
 
     /// Clients holding a known-good mark (`metrics().listeners[].knownGoodClients`): counted when
@@ -1294,10 +1309,13 @@ fn debit(rate: Option<Gcra>, sustained: Option<Gcra>, e: &mut Entry, now: u64) {
 
 /// A limit is exhausted: list the entry as rate-limited (for the exhausting attempt) and box it
 /// (or move its deadline) when the penalty box is on. A box that starts gets its escalation level
-/// ([`penalty::next_level`]) and clears a known-good mark (uncounted from `marked`).
+/// ([`penalty::next_level`], kept in the standing `s`) and clears a known-good mark (uncounted from
+/// `marked`).
+#[allow(clippy::too_many_arguments)]
 fn exhausted(
     p: &ProtectionPolicy,
     e: &mut Entry,
+    s: &mut Standing,
     epoch: u32,
     now: u64,
     fx: &mut Effects,
@@ -1313,17 +1331,17 @@ fn exhausted(
     let mut duration = base;
     if let Some(esc) = p.escalation() {
         if !penalty::is_boxed(e.penalty, epoch, now) {
-            e.level = penalty::next_level(e.penalty, epoch, e.level, now, esc.memory_ns);
+            s.level = penalty::next_level(e.penalty, epoch, s.level, now, esc.memory_ns);
         }
-        duration = penalty::escalated_ns(base, esc.factor, e.level, esc.max_duration_ns);
+        duration = penalty::escalated_ns(base, esc.factor, s.level, esc.max_duration_ns);
     }
     let deadline = penalty::deadline_for(now, duration);
     if let Some(ns) = penalty::extend(&mut e.penalty, epoch, deadline) {
         fx.boxed_ns = Some(ns);
         set_flag(e, FLAG_BOX, fx);
-        if e.marks & MARK_KNOWN_GOOD != 0 {
-            e.marks &= !MARK_KNOWN_GOOD;
-            e.known_good_s = 0;
+        if s.marks & MARK_KNOWN_GOOD != 0 {
+            s.marks &= !MARK_KNOWN_GOOD;
+            s.known_good_s = 0;
             if let Some(m) = marked {
                 m.fetch_sub(1, Ordering::Relaxed);
             }

@@ -1,20 +1,27 @@
-//! One tracked client's (or prefix's) state: the fixed-size entry the tables hold inline.
+//! One tracked client's (or prefix's) state: the fixed-size entry the tables hold inline, and its
+//! standing, held beside it.
 //!
-//! **Entry** (56 bytes, asserted at compile time): the key (128 bits + prefix length), the two
+//! **Entry** (48 bytes, asserted at compile time): the key (128 bits + prefix length), the two
 //! GCRA TATs (`rateLimit`, `sustained`, CLOCK_MONOTONIC ns; 0 = never), the penalty-box word (see
 //! [`super::penalty`]), the active-connection count (released by the table's `ConnGuard`), the
-//! pending-handshake count (released by `PendingGuard`, at most [`MAX_PENDING`]), one flag
+//! pending-handshake count (released by `PendingGuard`, at most [`MAX_PENDING`]) and one flag
 //! byte — 3 bits saying which blocked-list side sets hold the key ([`FLAG_RATE`], [`FLAG_CONC`],
 //! [`FLAG_BOX`], see [`super::blocked`]), 5 bits ([`TAG_BITS`]) of the rate-limit generation the
-//! TATs are written in (see [`super::rescale`]) — and, since the second round, the known-good
-//! deadline (CLOCK_MONOTONIC seconds, rounded up, 0 = never), the penalty-box escalation level
-//! (repeat boxes within `escalation.memoryMs`) and a mark byte ([`MARK_KNOWN_GOOD`]: counted in
-//! the engine's known-good gauge; [`MARK_NEW`]: first seen while defense mode was on). 4 bytes are
-//! spare. An entry is only read or written under its shard lock ([`super::table`]).
+//! TATs are written in (see [`super::rescale`]). This is everything an admission decision reads
+//! without defense mode or `listenerLimit`: one entry, at most two cache lines.
+//!
+//! **Standing** (8 bytes, asserted at compile time), in a parallel array of the same shard (same
+//! slot index, moved with the entry): the known-good deadline (CLOCK_MONOTONIC seconds, rounded
+//! up, 0 = never), the penalty-box escalation level (repeat boxes within `escalation.memoryMs`)
+//! and a mark byte ([`MARK_KNOWN_GOOD`]: counted in the engine's known-good gauge; [`MARK_NEW`]:
+//! first seen while defense mode was on); 2 bytes are spare. It is read only by the paths that
+//! need it (defense mode, the listener budget, a box that starts with escalation, the pending
+//! count, known-good marks, eviction), so the common decision does not touch its cache line. An
+//! entry and its standing are only read or written under their shard lock ([`super::table`]).
 //!
 //! A prefix-tier entry ([`super::engine`]'s second table) uses the same layout: `tat_rate` is the
-//! prefix's `prefixLimit` TAT, `penalty` and `level` its box, `active` the connections of all its
-//! clients; `tat_sustained`, `pending` and the known-good fields stay 0.
+//! prefix's `prefixLimit` TAT, `penalty` and the standing's `level` its box, `active` the
+//! connections of all its clients; `tat_sustained`, `pending` and the known-good fields stay 0.
 
 use super::key::IpKey;
 
@@ -57,6 +64,15 @@ pub(crate) struct Entry {
     /// Bits 0..3: which side sets hold this key (`FLAG_*`); bits 3..8: the rate-limit generation
     /// tag (read and written through [`Entry::tag`] and [`Entry::set_tag`]).
     pub flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 48);
+
+/// What a client's entry remembers of its behaviour, beside the entry (see the module doc).
+/// Only ever accessed under its shard lock.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Standing {
     /// Known-good until this CLOCK_MONOTONIC second (0 = never).
     pub known_good_s: u32,
     /// Penalty-box escalation level: boxes in a row, each within `memoryMs` of the last one's
@@ -67,7 +83,24 @@ pub(crate) struct Entry {
     _spare: u16,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 56);
+const _: () = assert!(std::mem::size_of::<Standing>() == 8);
+
+impl Standing {
+    /// A standing holding only `marks`.
+    #[inline]
+    pub(crate) fn with_marks(marks: u8) -> Standing {
+        Standing {
+            marks,
+            ..Standing::default()
+        }
+    }
+
+    /// Whether the known-good mark runs at `now_ns`.
+    #[inline]
+    pub fn known_good(&self, now_ns: u64) -> bool {
+        u64::from(self.known_good_s) * 1_000_000_000 > now_ns
+    }
+}
 
 /// Largest per-client pending count (`slowHandshake.maxPendingPerIp` is validated below it).
 pub const MAX_PENDING: u64 = u16::MAX as u64;
@@ -98,12 +131,6 @@ impl Entry {
         };
         e.set_tag(tag);
         e
-    }
-
-    /// Whether the known-good mark runs at `now_ns`.
-    #[inline]
-    pub fn known_good(&self, now_ns: u64) -> bool {
-        u64::from(self.known_good_s) * 1_000_000_000 > now_ns
     }
 
     /// The rate-limit generation (mod 32) the TATs are written in.

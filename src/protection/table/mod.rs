@@ -2,28 +2,32 @@
 //! incremental eviction. The engine's prefix tier is a second table of the same kind, keyed by
 //! network prefix.
 //!
-//! **Entry**: one fixed-size [`Entry`] per client (56 bytes; see [`super::entry`]).
+//! **Entry**: one fixed-size [`Entry`] per client (48 bytes) and its [`Standing`] (8 bytes) in a
+//! parallel array at the same index (see [`super::entry`]): the decision without defense mode or
+//! `listenerLimit` reads only the entry.
 //!
 //! **Layout** ([`shard`]): 256 shards, each a `Mutex` around an open-addressing table that holds
 //! the entries *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a
-//! lookup reads the control bytes (1 byte per slot) and then touches one entry. At a million
-//! clients both are memory misses; [`Table::with`] prefetches the key's home control byte and
-//! entry before it takes the shard lock (whose atomic exchange would otherwise order both loads
-//! after it, one after the other), so the misses overlap each other and the lock. Linear probing from `fastrange(hash, capacity)`, at most 7/8
+//! lookup reads the control bytes (1 byte per slot) and then touches one entry (its standing only
+//! when the decision needs it). At a million clients both are memory misses; [`Table::with`]
+//! prefetches the key's home control byte and entry before it takes the shard lock (whose atomic
+//! exchange would otherwise order both loads after it, one after the other), so the misses
+//! overlap each other and the lock. Linear probing from `fastrange(hash, capacity)`, at most 7/8
 //! full, growing by 1.25× (so the load stays between 70 % and 88 %), backward-shift deletion (no
-//! tombstones). Memory per tracked client: 57 bytes / load = 65–81 bytes (measured at 1M clients:
-//! 72 B of table heap, 83 B of RSS; after a 2M-address flood against a 1M cap, 80 B and 90 B —
-//! `tests/protection_table.rs`). The growth factor was 1.5 with 48-byte entries; with 56 bytes
-//! its worst load (58 %) would have cost up to 98 B, above the 96 B budget.
+//! tombstones). Memory per tracked client: 57 bytes (entry 48, standing 8, control 1) / load =
+//! 65–81 bytes (measured at 1M clients: 72 B of table heap, 83 B of RSS; after a 2M-address flood
+//! against a 1M cap, 80 B and 90 B — `tests/protection_table.rs`). The growth factor was 1.5 with
+//! 48 bytes per slot; with 56 (entry and standing) its worst load (58 %) would have cost up to
+//! 98 B, above the 96 B budget.
 //!
-//! **Why admission and eviction never split a client's state**: an entry is only read or written
-//! with its shard lock held — the lookup, the whole admission decision (penalty box, both limits,
-//! concurrency), a guard's release, and eviction are each one critical section. Eviction removes
-//! only entries with no active connection and no pending handshake, so the entry an admitted
-//! connection counts against is the entry the next connection from that client finds. Guards
-//! re-find their entry by key when released (entries move when the table grows or shifts). A
-//! critical section is one probe plus a few integer operations on one cache line; at the cap an
-//! insert adds a victim scan of at most 32 live entries.
+//! **Why admission and eviction never split a client's state**: an entry and its standing are
+//! only read or written with their shard lock held — the lookup, the whole admission decision
+//! (penalty box, both limits, concurrency), a guard's release, and eviction are each one critical
+//! section. Eviction removes only entries with no active connection and no pending handshake, so
+//! the entry an admitted connection counts against is the entry the next connection from that
+//! client finds. Guards re-find their entry by key when released (entries move, with their
+//! standing, when the table grows or shifts). A critical section is one probe plus a few integer
+//! operations on one entry; at the cap an insert adds a victim scan of at most 32 live entries.
 //!
 //! **Eviction** (lazy projection: nothing is refilled or reset on a timer): every entry an
 //! eviction pass looks at is first brought to the current rate-limit generation (rescaled TATs,
@@ -49,7 +53,7 @@ pub use guard::{ConnGuard, PendingGuard, PrefixHold};
 pub(crate) use shard::{expire_mark, Ctx};
 
 use super::blocked::SideLists;
-use super::entry::{Entry, MARK_KNOWN_GOOD, SIDE_FLAGS};
+use super::entry::{Entry, Standing, MARK_KNOWN_GOOD, SIDE_FLAGS};
 use super::key::IpKey;
 use shard::{
     rank, worth, Hasher4, Shard, ShardInner, Worth, OTHER_SHARDS, SHARDS, TICK_BATCH, VICTIM_SCAN,
@@ -111,19 +115,19 @@ impl Table {
     /// victim at the cap). `None` when the table is full of connected clients: the caller admits
     /// untracked. The returned [`Slot`] makes guards for counts `f` added.
     ///
-    /// `f` gets the decision time: `read_now()` called with the shard lock held, clamped to the
-    /// latest time a decision under this lock used. A time read before the lock could reach it
-    /// out of order (two workers, one descheduled between its clock read and the lock), and an
-    /// older arrival compared against a TAT already advanced by a newer one refuses a conforming
-    /// client at the fastest allowed rates; read under the lock, decision times follow decision
-    /// order. The clamp keeps that true for injected clocks too.
+    /// `f` gets the entry, its standing and the decision time: `read_now()` called with the shard
+    /// lock held, clamped to the latest time a decision under this lock used. A time read before
+    /// the lock could reach it out of order (two workers, one descheduled between its clock read
+    /// and the lock), and an older arrival compared against a TAT already advanced by a newer one
+    /// refuses a conforming client at the fastest allowed rates; read under the lock, decision
+    /// times follow decision order. The clamp keeps that true for injected clocks too.
     #[inline]
     pub fn with<R>(
         &self,
         key: IpKey,
         ctx: &Ctx,
         read_now: impl FnOnce() -> u64,
-        f: impl FnOnce(&mut Entry, u64) -> R,
+        f: impl FnOnce(&mut Entry, &mut Standing, u64) -> R,
     ) -> Option<(R, Slot<'_>)> {
         let h = self.hasher.hash(key);
         let si = (h >> 56) as usize % SHARDS;
@@ -136,7 +140,10 @@ impl Table {
         };
         let now = read_now().max(inner.now);
         inner.now = now;
-        let r = f(&mut inner.slots[pos], now);
+        let r = {
+            let inner = &mut *inner;
+            f(&mut inner.slots[pos], &mut inner.standing[pos], now)
+        };
         drop(inner);
         Some((
             r,
@@ -159,14 +166,25 @@ impl Table {
         }
     }
 
-    /// Runs `f` on every live entry, one shard under its lock at a time (not a snapshot across
-    /// shards). O(capacity): for rare whole-table reads such as an XDP attach.
-    pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
+    /// Runs `f` on `key`'s standing (or `None`) under its shard lock; no insert.
+    pub fn inspect_standing<R>(&self, key: IpKey, f: impl FnOnce(Option<&Standing>) -> R) -> R {
+        let h = self.hasher.hash(key);
+        let shard = &self.shards[(h >> 56) as usize % SHARDS];
+        let inner = shard.lock();
+        match inner.find(key, h) {
+            Some(pos) => f(Some(&inner.standing[pos])),
+            None => f(None),
+        }
+    }
+
+    /// Runs `f` on every live entry and its standing, one shard under its lock at a time (not a
+    /// snapshot across shards). O(capacity): for rare whole-table reads such as an XDP attach.
+    pub fn for_each(&self, mut f: impl FnMut(&Entry, &Standing)) {
         for shard in self.shards.iter() {
             let inner = shard.lock();
-            for (c, e) in inner.ctrl.iter().zip(inner.slots.iter()) {
+            for ((c, e), s) in inner.ctrl.iter().zip(&inner.slots).zip(&inner.standing) {
                 if *c != 0 {
-                    f(e);
+                    f(e, s);
                 }
             }
         }
@@ -254,10 +272,11 @@ impl Table {
         let Some(pos) = inner.find(key, self.hasher.hash(key)) else {
             return false;
         };
-        match worth(&mut inner.slots[pos], ctx) {
+        let inner = &mut *inner;
+        match worth(&mut inner.slots[pos], &mut inner.standing[pos], ctx) {
             Some(Worth::Boxed(_)) if !allow_boxed => false,
             Some(_) => {
-                self.evict_at(&mut inner, pos);
+                self.evict_at(inner, pos);
                 self.len.fetch_sub(1, Ordering::AcqRel);
                 true
             }
@@ -269,11 +288,12 @@ impl Table {
     /// touch `len`; uncounts a known-good mark from `marked`.
     fn evict_at(&self, inner: &mut ShardInner, pos: usize) {
         let e = inner.slots[pos];
+        let marks = inner.standing[pos].marks;
         inner.remove(&self.hasher, pos);
         if e.flags & SIDE_FLAGS != 0 {
             self.lists.forget(e.key(), e.flags & SIDE_FLAGS);
         }
-        if e.marks & MARK_KNOWN_GOOD != 0 {
+        if marks & MARK_KNOWN_GOOD != 0 {
             self.marked.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -295,7 +315,11 @@ impl Table {
             while pos < cap && examined < TICK_BATCH.min(left) {
                 examined += 1;
                 if inner.ctrl[pos] != 0 {
-                    if let Some(w) = worth(&mut inner.slots[pos], ctx) {
+                    let w = {
+                        let inner = &mut *inner;
+                        worth(&mut inner.slots[pos], &mut inner.standing[pos], ctx)
+                    };
+                    if let Some(w) = w {
                         let over = self.len.load(Ordering::Relaxed) > ctx.cap;
                         let go = match w {
                             Worth::Idle => true,
@@ -333,7 +357,8 @@ impl Table {
         evicted
     }
 
-    /// Heap bytes held by the table's shards (control bytes and entries; not the side sets).
+    /// Heap bytes held by the table's shards (control bytes, entries and standings; not the side
+    /// sets).
     pub fn memory_bytes(&self) -> usize {
         self.shards
             .iter()
@@ -341,6 +366,7 @@ impl Table {
                 let inner = s.lock();
                 inner.ctrl.capacity()
                     + inner.slots.capacity() * std::mem::size_of::<Entry>()
+                    + inner.standing.capacity() * std::mem::size_of::<Standing>()
                     + std::mem::size_of::<Shard>()
             })
             .sum()
@@ -381,7 +407,7 @@ mod tests {
     fn insert_find_remove_many() {
         let t = Table::new();
         for i in 0..20_000 {
-            t.with(key(i), &ctx(0, 1_000_000), || 0, |e, _| e.tat_rate = 5)
+            t.with(key(i), &ctx(0, 1_000_000), || 0, |e, _, _| e.tat_rate = 5)
                 .unwrap();
         }
         assert_eq!(t.len(), 20_000);
@@ -397,7 +423,7 @@ mod tests {
     fn guards_block_eviction() {
         let t = Table::new();
         let (_, slot) = t
-            .with(key(1), &ctx(0, 10), || 0, |e, _| e.active += 1)
+            .with(key(1), &ctx(0, 10), || 0, |e, _, _| e.active += 1)
             .unwrap();
         let g = slot.conn_guard();
         assert_eq!(t.evict_tick(&ctx(0, 10), 1_000), 0);
@@ -420,7 +446,7 @@ mod tests {
                 key(i),
                 &c,
                 || c.now,
-                |e, _| e.tat_rate = step + 1 + (x % 50),
+                |e, _, _| e.tat_rate = step + 1 + (x % 50),
             )
             .unwrap();
             if step % 1000 == 0 {

@@ -1,10 +1,11 @@
 //! One shard of the per-client table: an open-addressing table holding entries inline behind
-//! one control byte per slot (0 = empty, else a 7-bit hash tag), the keyed hash that places a
-//! key, and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
+//! one control byte per slot (0 = empty, else a 7-bit hash tag), with each entry's standing in a
+//! parallel array (same index, moved with it), the keyed hash that places a key, and what an
+//! entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
 //! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
 //! with the shard's lock held (see the table's module doc).
 
-use crate::protection::entry::{Entry, MARK_KNOWN_GOOD};
+use crate::protection::entry::{Entry, Standing, MARK_KNOWN_GOOD};
 use crate::protection::key::IpKey;
 use crate::protection::penalty;
 use crate::protection::rescale::{Installed, Tier};
@@ -64,12 +65,12 @@ pub(super) fn normalize(e: &mut Entry, ctx: &Ctx) {
     }
 }
 
-/// Clears `e`'s known-good mark if it expired at `now`, uncounting it from `marked`.
+/// Clears `s`'s known-good mark if it expired at `now`, uncounting it from `marked`.
 #[inline]
-pub(crate) fn expire_mark(e: &mut Entry, now: u64, marked: Option<&AtomicU64>) {
-    if e.marks & MARK_KNOWN_GOOD != 0 && !e.known_good(now) {
-        e.marks &= !MARK_KNOWN_GOOD;
-        e.known_good_s = 0;
+pub(crate) fn expire_mark(s: &mut Standing, now: u64, marked: Option<&AtomicU64>) {
+    if s.marks & MARK_KNOWN_GOOD != 0 && !s.known_good(now) {
+        s.marks &= !MARK_KNOWN_GOOD;
+        s.known_good_s = 0;
         if let Some(m) = marked {
             m.fetch_sub(1, Ordering::Relaxed);
         }
@@ -78,9 +79,9 @@ pub(crate) fn expire_mark(e: &mut Entry, now: u64, marked: Option<&AtomicU64>) {
 
 /// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
 /// to the current generation and clears an expired known-good mark first.
-pub(super) fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
+pub(super) fn worth(e: &mut Entry, s: &mut Standing, ctx: &Ctx) -> Option<Worth> {
     normalize(e, ctx);
-    expire_mark(e, ctx.now, ctx.marked);
+    expire_mark(s, ctx.now, ctx.marked);
     if e.active != 0 || e.pending != 0 {
         return None;
     }
@@ -88,8 +89,8 @@ pub(super) fn worth(e: &mut Entry, ctx: &Ctx) -> Option<Worth> {
         return Some(Worth::Boxed(e.penalty));
     }
     let mut remembered = 0;
-    if e.known_good(ctx.now) {
-        remembered = u64::from(e.known_good_s) * 1_000_000_000;
+    if s.known_good(ctx.now) {
+        remembered = u64::from(s.known_good_s) * 1_000_000_000;
     }
     if ctx.memory_ns > 0 {
         if let Some(t) = penalty::memory_until_ns(e.penalty, ctx.epoch, ctx.memory_ns) {
@@ -202,6 +203,8 @@ fn prefetch<T>(p: *const T) {
 pub(super) struct ShardInner {
     pub(super) ctrl: Vec<u8>,
     pub(super) slots: Vec<Entry>,
+    /// `standing[i]` belongs to `slots[i]` (same length).
+    pub(super) standing: Vec<Standing>,
     pub(super) count: usize,
     pub(super) hand: usize,
     /// The latest decision time made under this lock (CLOCK_MONOTONIC ns): see [`Table::with`].
@@ -256,6 +259,7 @@ impl ShardInner {
         ShardInner {
             ctrl: Vec::new(),
             slots: Vec::new(),
+            standing: Vec::new(),
             count: 0,
             hand: 0,
             now: 0,
@@ -307,7 +311,7 @@ impl ShardInner {
         }
         self.ctrl[pos] = tag(h);
         self.slots[pos] = Entry::fresh(key, generation_tag);
-        self.slots[pos].marks = marks;
+        self.standing[pos] = Standing::with_marks(marks);
         self.count += 1;
         pos
     }
@@ -316,7 +320,8 @@ impl ShardInner {
         let cap = (self.ctrl.len() * 5 / 4).max(MIN_CAP);
         let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
         let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
-        for (c, e) in ctrl.into_iter().zip(slots) {
+        let standing = std::mem::replace(&mut self.standing, vec![Standing::default(); cap]);
+        for ((c, e), s) in ctrl.into_iter().zip(slots).zip(standing) {
             if c != 0 {
                 let h = hasher.hash(e.key());
                 let mut pos = home(h, cap);
@@ -328,6 +333,7 @@ impl ShardInner {
                 }
                 self.ctrl[pos] = c;
                 self.slots[pos] = e;
+                self.standing[pos] = s;
             }
         }
         self.hand = 0;
@@ -353,11 +359,13 @@ impl ShardInner {
             if !stays {
                 self.ctrl[hole] = self.ctrl[j];
                 self.slots[hole] = self.slots[j];
+                self.standing[hole] = self.standing[j];
                 hole = j;
             }
         }
         self.ctrl[hole] = 0;
         self.slots[hole] = Entry::default();
+        self.standing[hole] = Standing::default();
         self.count -= 1;
     }
 
@@ -377,7 +385,7 @@ impl ShardInner {
                 continue;
             }
             live += 1;
-            if let Some(w) = worth(&mut self.slots[pos], ctx) {
+            if let Some(w) = worth(&mut self.slots[pos], &mut self.standing[pos], ctx) {
                 if w == Worth::Idle {
                     return Some((pos, w));
                 }
