@@ -35,19 +35,9 @@ const { fork, execFileSync } = require('node:child_process');
 const L = require('./lib');
 const { recordClientHello, legitProbe } = require('./clients');
 
-const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
-const argv = process.argv.slice(2);
-const flag = (n) => argv.includes(n);
-const opt = (n, d) => {
-  const i = argv.indexOf(n);
-  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
-};
-if (flag('--help') || flag('-h')) {
-  console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 24).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
-  process.exit(0);
-}
+const { flag, opt, list, rampartPath: RAMPART_PATH } = L.cli(__filename);
 const DURATION = Number(opt('--duration', 15));
-const ONLY = opt('--only', '') ? opt('--only', '').split(',') : null;
+const ONLY = list('--only', null);
 const WITH_HAPROXY = !flag('--no-haproxy');
 const JSON_OUT = opt('--json', '');
 const THREADS = 2;
@@ -78,16 +68,7 @@ const RECOMMENDED = {
   slowRequest: { headTimeoutMs: 10000 },
 };
 
-const children = new Set();
-function track(child) {
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return child;
-}
-process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
-});
-process.on('SIGINT', () => process.exit(130));
+const track = L.childTracker();
 
 /** `n` addresses from 127.<b>.0.0 on, `perNet` in each /24 (host parts .1 on), /24s in order. */
 function sources(b, n, perNet) {

@@ -30,18 +30,12 @@ const { fork } = require('node:child_process');
 const L = require('./lib');
 const H = require('../__tests__/helpers/h2');
 
-const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
-const argv = process.argv.slice(2);
-const flag = (n) => argv.includes(n);
-const opt = (n, d) => {
-  const i = argv.indexOf(n);
-  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
-};
+const { flag, opt, list, rampartPath: RAMPART_PATH } = L.cli(__filename);
 const QUICK = flag('--quick');
 const ROUNDS = Number(opt('--rounds', QUICK ? 1 : 3));
 const DURATION = Number(opt('--duration', QUICK ? 3 : 10));
 const ATTACK_SECS = Number(opt('--attack', QUICK ? 6 : 15));
-const ONLY = opt('--only', '') ? opt('--only', '').split(',') : ['cost', 'attack'];
+const ONLY = list('--only', ['cost', 'attack']);
 const JSON_OUT = opt('--json', '');
 const THREADS = 2;
 const SNI = 'localhost';
@@ -49,16 +43,7 @@ const PROBE_RATE = 20;
 const BODY = 'x'.repeat(64);
 
 const log = (...a) => console.error(...a);
-const children = new Set();
-const track = (c) => {
-  children.add(c);
-  c.once('exit', () => children.delete(c));
-  return c;
-};
-process.on('exit', () => {
-  for (const c of children) c.kill('SIGKILL');
-});
-process.on('SIGINT', () => process.exit(130));
+const track = L.childTracker();
 
 // ---------- the attack child ----------
 

@@ -1,5 +1,6 @@
 'use strict';
-// Plumbing for benches/run.js: processes, HAProxy configs, /proc readings, wrk output, statistics.
+// Plumbing for the bench scripts (run.js, attack.js, h2.js, syscalls.js): command line, child processes,
+// HAProxy/nginx configs, /proc readings, wrk output, statistics.
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
@@ -404,8 +405,57 @@ function answerStats(st, onStop) {
   process.on('disconnect', () => process.exit(0));
 }
 
+// ---------- command line and child processes ----------
+
+/**
+ * A bench script's command line (`process.argv` after the script name): `flag(name)` (given?),
+ * `opt(name, dflt)` (the word after `name`, or `dflt`), `list(name, dflt)` (that word split on
+ * commas; `dflt` when absent or empty), `argv`, and `rampartPath` (`RAMPART_PATH` resolved, default
+ * the repo root). `--help`/`-h` prints the script's header comment (the `//` lines after
+ * `'use strict';`, without their `// `) and exits 0.
+ */
+function cli(file) {
+  const argv = process.argv.slice(2);
+  const flag = (n) => argv.includes(n);
+  const opt = (n, dflt) => {
+    const i = argv.indexOf(n);
+    return i >= 0 && i + 1 < argv.length ? argv[i + 1] : dflt;
+  };
+  const list = (n, dflt) => (opt(n, '') ? opt(n, '').split(',') : dflt);
+  if (flag('--help') || flag('-h')) {
+    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    const from = lines.findIndex((l) => /^'use strict';/.test(l)) + 1;
+    const to = lines.findIndex((l, i) => i >= from && !l.startsWith('//'));
+    console.log(lines.slice(from, to).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+    process.exit(0);
+  }
+  const rampartPath = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
+  return { argv, flag, opt, list, rampartPath };
+}
+
+/**
+ * The child processes a bench starts: `track(child)` returns `child` and remembers it until it
+ * exits; every one still running is SIGKILLed when this process exits, including on SIGINT (exit
+ * 130) and SIGTERM (exit 143). Call once per process.
+ */
+function childTracker() {
+  const children = new Set();
+  process.on('exit', () => {
+    for (const c of children) c.kill('SIGKILL');
+  });
+  process.on('SIGINT', () => process.exit(130));
+  process.on('SIGTERM', () => process.exit(143));
+  return (child) => {
+    children.add(child);
+    child.once('exit', () => children.delete(child));
+    return child;
+  };
+}
+
 module.exports = {
   answerStats,
+  cli,
+  childTracker,
   sleep,
   run,
   haveTool,

@@ -32,23 +32,12 @@ const { fork } = require('node:child_process');
 const L = require('./lib');
 const { recordClientHello, legitProbe } = require('./clients');
 
-const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
-
 // ---------- options ----------
-const argv = process.argv.slice(2);
-const flag = (n) => argv.includes(n);
-const opt = (n, d) => {
-  const i = argv.indexOf(n);
-  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
-};
-if (flag('--help') || flag('-h')) {
-  console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 28).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
-  process.exit(0);
-}
+const { flag, opt, list, rampartPath: RAMPART_PATH } = L.cli(__filename);
 const QUICK = flag('--quick');
 const ROUNDS = Number(opt('--rounds', QUICK ? 1 : 3));
 const DURATION = Number(opt('--duration', QUICK ? 3 : 10));
-const ONLY = opt('--only', '') ? opt('--only', '').split(',') : null;
+const ONLY = list('--only', null);
 const IDLE_TARGET = Number(opt('--idle', QUICK ? 2000 : 50000));
 const JSON_OUT = opt('--json', '');
 const THREADS = 2;
@@ -63,18 +52,7 @@ const PROT_FLOOD = { connectionsPerSecond: 100, maxConcurrentPerIp: 64 };
 const FLOOD_CONCURRENCY = 256;
 const PROBE_RATE = 20;
 
-const children = new Set();
-function track(child) {
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return child;
-}
-function cleanup() {
-  for (const c of children) c.kill('SIGKILL');
-}
-process.on('exit', cleanup);
-process.on('SIGINT', () => process.exit(130));
-process.on('SIGTERM', () => process.exit(143));
+const track = L.childTracker();
 
 const log = (...a) => console.error(...a);
 

@@ -20,17 +20,13 @@ const path = require('node:path');
 const { spawn } = require('node:child_process');
 const L = require('./lib');
 
-const argv = process.argv.slice(2);
-const opt = (n, d) => {
-  const i = argv.indexOf(n);
-  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : d;
-};
+const { flag, opt, rampartPath: RAMPART_PATH } = L.cli(__filename);
 const CONNS = Number(opt('--conns', 64));
 const DURATION = Number(opt('--duration', 5));
 const KINDS = opt('--kinds', 'rampart,haproxy,nginx').split(',');
 const URL_PATH = opt('--path', '/');
-const PERF = argv.includes('--perf');
-const CTX = argv.includes('--ctx');
+const PERF = flag('--perf');
+const CTX = flag('--ctx');
 
 /** Summed context switches and CPU ticks over every thread of `pids`. */
 function switches(pids) {
@@ -45,7 +41,6 @@ function switches(pids) {
   }
   return out;
 }
-const RAMPART_PATH = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));
 
 /** Children pids of `pid` (/proc/<pid>/task/<tid>/children). */
 function childPids(pid) {
