@@ -19,8 +19,9 @@
 //! tokens then lapse (under-admission, never over).
 //!
 //! Table: a fixed array of [`MAX_CLIENTS`] slots (16 MiB, allocated once, never grown), in
-//! buckets of [`BUCKET`] slots (one cache line). A client's bucket and its 32-bit tag come from
-//! one keyed hash of (port, client); each slot is one 128-bit word (tag, tokens, debt, charging,
+//! buckets of [`BUCKET`] slots (one cache line). A client's two candidate buckets (it takes a
+//! slot in the second only when the first is full) and its 32-bit tag come from one keyed hash
+//! of (port, client); each slot is one 128-bit word (tag, tokens, debt, charging,
 //! in-flight mark, last use in s, deadline in ms) updated by compare-and-swap, so the accept path
 //! takes no lock, allocates nothing and touches one cache line. Times are kept in whole
 //! milliseconds, rounded so that a refusal never ends early (a refusal may last up to 1 ms
@@ -28,7 +29,7 @@
 //! seconds (a slot may be freed up to 1 s before [`IDLE_NS`]).
 //! - A new client takes a free slot of its bucket, or one unused for [`IDLE_NS`] with nothing
 //!   in flight (a slot in flight for [`STALE_NS`] is free too: a refill always ends far sooner).
-//! - Bucket full of live clients → the client is admitted without a lease (counted in
+//! - Both buckets full of live clients → the client is admitted without a lease (counted in
 //!   `untracked`), as beyond [`MAX_CLIENTS`]: so an IP-diverse flood costs no memory, and at
 //!   worst lets its excess through to the local limits (fail open to local, as with Redis down).
 //! - Two clients of one bucket with the same tag (probability 2⁻³¹ per pair of clients in a
@@ -197,7 +198,8 @@ impl Leases {
         }
     }
 
-    /// Keyed folded-multiply hash of (port, client): low bits pick the bucket, high the tag.
+    /// Keyed folded-multiply hash of (port, client): picks the buckets and, folded once more, the
+    /// tag.
     #[inline]
     fn hash(&self, port: u16, key: IpKey) -> u64 {
         let (bits, len) = key.raw();
@@ -206,8 +208,14 @@ impl Leases {
         fold(h ^ s[2], (u64::from(len) | u64::from(port) << 8) ^ s[3])
     }
 
-    fn bucket(&self, h: u64) -> &[AtomicU128; BUCKET] {
-        &self.buckets[h as usize & (self.buckets.len() - 1)].0
+    /// The client's two candidate buckets: bits 0.. of the hash pick the first, bits 24.. the
+    /// second (taken when the first is full).
+    fn buckets_of(&self, h: u64) -> [&[AtomicU128; BUCKET]; 2] {
+        let mask = self.buckets.len() - 1;
+        [
+            &self.buckets[h as usize & mask].0,
+            &self.buckets[(h >> 24) as usize & mask].0,
+        ]
     }
 
     /// Applies `f` to the lease of (`port`, `key`) by compare-and-swap (so `f` may run more than
@@ -223,12 +231,13 @@ impl Leases {
         mut f: impl FnMut(&mut Lease) -> R,
     ) -> Option<R> {
         let h = self.hash(port, key);
-        let tag = 0x8000_0000 | (h >> 32) as u32;
-        let b = self.bucket(h);
+        // Its own fold: bucket bits are shared by all clients of a bucket, the tag's must not be.
+        let tag = 0x8000_0000 | fold(h, self.seeds[1] ^ self.seeds[2]) as u32;
+        let bs = self.buckets_of(h);
         let now_s = now_ns / NS_PER_S;
         'scan: loop {
             let mut free = None;
-            for (i, slot) in b.iter().enumerate() {
+            for slot in bs.iter().flat_map(|b| b.iter()) {
                 let mut w = slot.load(Ordering::Acquire);
                 let e = Lease::unpack(w);
                 if e.tag == tag {
@@ -250,17 +259,17 @@ impl Leases {
                     }
                 }
                 if free.is_none() && (w == 0 || e.reclaimable(now_s)) {
-                    free = Some((i, w));
+                    free = Some((slot, w));
                 }
             }
-            let (i, w) = free.filter(|_| create)?;
+            let (slot, w) = free.filter(|_| create)?;
             let mut e = Lease {
                 tag,
                 last_s: now_s,
                 ..Lease::default()
             };
             let r = f(&mut e);
-            if b[i]
+            if slot
                 .compare_exchange(w, e.pack(), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
@@ -445,12 +454,12 @@ mod table_tests {
         IpKey::v4(Ipv4Addr::from(0x0a00_0000 | n))
     }
 
-    /// `n` distinct clients whose (port 1) slots fall in the bucket of `key(0)`.
+    /// `n` distinct clients whose (port 1) candidate buckets are both those of `key(0)`.
     fn same_bucket(l: &Leases, n: usize) -> Vec<IpKey> {
-        let home = l.hash(1, key(0)) as usize & (l.buckets.len() - 1);
+        let home = |k| l.buckets_of(l.hash(1, k)).map(|b| b.as_ptr());
         (0..)
             .map(key)
-            .filter(|&k| l.hash(1, k) as usize & (l.buckets.len() - 1) == home)
+            .filter(|&k| home(k) == home(key(0)))
             .take(n)
             .collect()
     }
@@ -475,7 +484,7 @@ mod table_tests {
 
     #[test]
     fn clients_sharing_a_bucket_keep_separate_leases() {
-        let l = Leases::with_slots(BUCKET * 2);
+        let l = Leases::with_slots(BUCKET);
         let ks = same_bucket(&l, BUCKET);
         for (i, &k) in ks.iter().enumerate() {
             assert_eq!(
@@ -507,7 +516,7 @@ mod table_tests {
 
     #[test]
     fn a_full_bucket_admits_untracked_until_a_slot_is_idle() {
-        let l = Leases::with_slots(BUCKET * 2);
+        let l = Leases::with_slots(BUCKET);
         let ks = same_bucket(&l, BUCKET + 1);
         for &k in &ks[..BUCKET] {
             assert!(l.admit(1, k, 1, 0).refill);
@@ -552,6 +561,36 @@ mod table_tests {
     }
 
     #[test]
+    fn a_client_whose_first_bucket_is_full_takes_its_second() {
+        let l = Leases::with_slots(BUCKET * 2);
+        let b = |i: usize| l.buckets[i].0.as_ptr();
+        let ks: Vec<IpKey> = (0..)
+            .map(key)
+            .filter(|&k| l.buckets_of(l.hash(1, k)).map(|x| x.as_ptr()) == [b(0), b(1)])
+            .take(2 * BUCKET + 1)
+            .collect();
+        for &k in &ks[..2 * BUCKET] {
+            assert_eq!(
+                l.admit(1, k, 1, 0),
+                LeaseDecision {
+                    admit: true,
+                    refill: true
+                }
+            );
+        }
+        assert_eq!(l.len(), 2 * BUCKET);
+        assert_eq!(l.untracked.load(Ordering::Relaxed), 0);
+        for &k in &ks[..2 * BUCKET] {
+            assert_eq!(l.take_debt(1, k), 1, "each found again in its bucket");
+        }
+        assert!(
+            !l.admit(1, ks[2 * BUCKET], 1, 0).refill,
+            "both full: untracked"
+        );
+        assert_eq!(l.untracked.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
     fn a_slot_in_flight_is_kept_until_stale() {
         let l = Leases::with_slots(BUCKET);
         let ks = same_bucket(&l, BUCKET + 1);
@@ -575,7 +614,8 @@ mod table_tests {
         let n = MAX_CLIENTS as u32 + MAX_CLIENTS as u32 / 2;
         let mut admitted = 0u64;
         for i in 0..n {
-            admitted += u64::from(l.admit(1, key(i), 1, 0).admit);
+            // Lease 2: two clients sharing a tag (2⁻³¹ a pair) still get their first one each.
+            admitted += u64::from(l.admit(1, key(i), 2, 0).admit);
         }
         assert_eq!(
             admitted,
