@@ -7,34 +7,12 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const tls = require('node:tls');
 const http = require('node:http');
-const { RampartProxy, fingerprintClientHello } = require('..');
+const { RampartProxy } = require('..');
 const h = require('./helpers');
 
 const SNI = 'fp.test';
 
-/** Runs `client(port)` against a recorder and returns the fingerprints of its ClientHello. */
-async function recordWith(client) {
-  let done;
-  const got = new Promise((r) => (done = r));
-  const server = net.createServer((s) => {
-    let buf = Buffer.alloc(0);
-    s.on('data', (d) => {
-      buf = Buffer.concat([buf, d]);
-      const fp = fingerprintClientHello(buf);
-      if (fp) {
-        done(fp);
-        s.destroy();
-      }
-    });
-    s.on('error', () => {});
-  });
-  await h.listen(server);
-  const running = client(server.address().port);
-  const fp = await got;
-  await running;
-  await h.closeServer(server);
-  return fp;
-}
+const recordWith = h.fingerprintOf;
 
 const clients = {
   nodeAlpn: {

@@ -7,37 +7,21 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
-const net = require('node:net');
 const tls = require('node:tls');
-const { RampartProxy, fingerprintClientHello } = require('..');
+const { RampartProxy } = require('..');
 const h = require('./helpers');
 
 const SNI = 'app.test';
 const ALPN = ['h2', 'http/1.1'];
 
 /** The JA3/JA4 that `fingerprintClientHello` gives for the ClientHello this test's client sends. */
-async function clientFingerprints() {
-  let done;
-  const got = new Promise((r) => (done = r));
-  const server = net.createServer((s) => {
-    let buf = Buffer.alloc(0);
-    s.on('data', (d) => {
-      buf = Buffer.concat([buf, d]);
-      const fp = fingerprintClientHello(buf);
-      if (fp) {
-        done(fp);
-        s.destroy();
-      }
-    });
-    s.on('error', () => {});
+function clientFingerprints() {
+  return h.fingerprintOf(async (port) => {
+    const c = tls.connect({ port, host: '127.0.0.1', servername: SNI, rejectUnauthorized: false, ALPNProtocols: ALPN });
+    c.on('error', () => {});
+    c.on('close', () => {});
+    await new Promise((r) => c.once('close', r));
   });
-  await h.listen(server);
-  const c = tls.connect({ port: server.address().port, host: '127.0.0.1', servername: SNI, rejectUnauthorized: false, ALPNProtocols: ALPN });
-  c.on('error', () => {});
-  const fp = await got;
-  c.destroy();
-  await h.closeServer(server);
-  return fp;
 }
 
 async function setup(t, route = {}, listener = {}) {

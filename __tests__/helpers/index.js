@@ -9,7 +9,7 @@ const path = require('node:path');
 const crypto = require('node:crypto');
 const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
-const { generateSelfSignedCert, ConfigError } = require('../..');
+const { generateSelfSignedCert, ConfigError, fingerprintClientHello } = require('../..');
 const { run, haveTool, freePort } = require('./proc');
 
 /** Self-signed ECDSA certificate for the given names: `{ certChain, privateKey }` (PEM). */
@@ -242,7 +242,35 @@ function errorsOf(fn) {
   assert.fail('expected a ConfigError');
 }
 
+/**
+ * Runs `client(port)` (resolves when done) against a plain TCP recorder on 127.0.0.1 and resolves
+ * the `fingerprintClientHello` result of the first ClientHello it sends (the recorder then closes).
+ */
+async function fingerprintOf(client) {
+  let done;
+  const got = new Promise((r) => (done = r));
+  const server = net.createServer((s) => {
+    let buf = Buffer.alloc(0);
+    s.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      const fp = fingerprintClientHello(buf);
+      if (fp) {
+        done(fp);
+        s.destroy();
+      }
+    });
+    s.on('error', () => {});
+  });
+  await listen(server);
+  const running = client(server.address().port);
+  const fp = await got;
+  await running;
+  await closeServer(server);
+  return fp;
+}
+
 module.exports = {
+  fingerprintOf,
   errorsOf,
   skipOrFail,
   underCi,
