@@ -172,13 +172,16 @@ fn off(f: &Fixture, i: usize) -> bool {
 }
 
 /// Cluster on: the engine's decision, then the lease check, as the accept path makes them
-/// (`listener::admit`: the policy in force read from the engine, then `Cluster::admit`).
+/// (`listener::admit`: the policy in force read once, the lease prefetched, the engine's decision,
+/// then `Cluster::admit`).
 fn on(f: &Fixture, i: usize) -> bool {
     let ip = f.keys[i % KEYS];
+    let policy = f.engine.policy();
+    f.cluster.prefetch(policy.as_deref(), PORT, ip);
     let a = f.engine.admit(ip, f.now);
     let c = a.verdict.is_none()
         && f.cluster
-            .admit(f.engine.policy().as_deref(), PORT, ip, f.now)
+            .admit(policy.as_deref(), PORT, ip, f.now)
             .is_none();
     black_box(c)
 }

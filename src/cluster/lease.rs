@@ -36,6 +36,7 @@
 //!   bucket) share one lease: tokens charged to one are spent by both (never more than charged).
 //! - A count of the `lease` field above 16383 tokens is clamped (the config allows 10000).
 
+use crate::protection::table::prefetch;
 use crate::protection::IpKey;
 use portable_atomic::AtomicU128;
 use std::collections::hash_map::RandomState;
@@ -279,6 +280,15 @@ impl Leases {
                 return Some(r);
             }
         }
+    }
+
+    /// Starts loading the first candidate bucket of (`port`, `key`) into the cache (a hint, no
+    /// effect on any decision): called before the engine's own lookup, the two cache misses of a
+    /// decision overlap instead of following each other.
+    #[inline]
+    pub fn prefetch(&self, port: u16, key: IpKey) {
+        let [first, _] = self.buckets_of(self.hash(port, key));
+        prefetch(first.as_ptr());
     }
 
     /// Decides one connection of `key` on `port` at `now_ns` with leases of `lease` tokens.

@@ -389,6 +389,17 @@ impl Cluster {
         }
     }
 
+    /// Before the engine's decision on the accept path: starts loading the lease `ip` would use
+    /// under `policy`'s `clusterRateLimit` (nothing without one), so that [`Self::admit`] finds
+    /// it in the cache. A hint only: it decides nothing and changes no state.
+    #[inline]
+    pub fn prefetch(&self, policy: Option<&ProtectionPolicy>, port: u16, ip: IpAddr) {
+        if let Some(p) = policy.filter(|p| p.cluster_rate_limit().is_some()) {
+            let key = IpKey::new(ip.to_canonical(), p.ipv6_prefix_length());
+            self.leases.prefetch(port, key);
+        }
+    }
+
     /// `clusterRateLimit` at accept, for a connection the engine admitted: `Some(verdict)`
     /// refuses `cluster_rate_limited` (observed in observe mode). Admits when the policy has no
     /// `clusterRateLimit`, the client is allowlisted, or the breaker is open (local limits

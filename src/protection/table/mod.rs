@@ -50,7 +50,7 @@ mod shard;
 
 pub(crate) use guard::Slot;
 pub use guard::{ConnGuard, PendingGuard, PrefixHold};
-pub(crate) use shard::{expire_mark, Ctx};
+pub(crate) use shard::{expire_mark, prefetch, Ctx};
 
 use super::blocked::SideLists;
 use super::entry::{Entry, Standing, MARK_KNOWN_GOOD, SIDE_FLAGS};

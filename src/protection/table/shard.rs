@@ -189,7 +189,7 @@ struct Hint {
 /// Asks the CPU to start loading the cache line at `p` (no-op off x86_64). Never dereferences
 /// `p`: any address is allowed.
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(crate) fn prefetch<T>(p: *const T) {
     // SAFETY: PREFETCHT0 is a hint: it reads no memory the program can observe, never faults
     // (an invalid address is dropped), and SSE is part of the x86_64 baseline.
     #[cfg(target_arch = "x86_64")]
