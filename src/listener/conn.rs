@@ -354,7 +354,11 @@ impl Conn<'_> {
         let timeout = Duration::from_millis(timeout_ms);
         match ticket.wait(timeout, client_gone(sock)).await {
             Outcome::Resolved(Resolution::Route(rc)) => {
-                let listeners: Vec<_> = shared.listeners.iter().map(|l| l.config.clone()).collect();
+                // Compiled for this connection's listener only (the only one it can use).
+                let li = self.li;
+                let listeners: Vec<_> = (shared.listeners.iter().enumerate())
+                    .map(|(i, l)| (i == li).then_some(&l.config))
+                    .collect();
                 Ok(Route::compile(&rc, &listeners, suspended.metrics.clone()))
             }
             Outcome::Resolved(Resolution::Close) => {

@@ -79,21 +79,21 @@ impl Drop for UpstreamGuard {
 
 impl CompiledRoute {
     /// Compiles one route: its TLS config per listener (route cert, else that listener's
-    /// default cert), limits and upstream counters; `metrics` are its counters (a route-table
-    /// route's from the registry, a resolved suspended connection's those of its suspended
-    /// route).
+    /// default cert), limits and upstream counters. `listeners[i]` is listener `i`'s config, or
+    /// `None` for a listener the route will not serve (a resolved suspended connection is
+    /// compiled for its own listener only: one rustls config, not one per listener). `metrics`
+    /// are its counters (a route-table route's from the registry, a resolved suspended
+    /// connection's those of its suspended route).
     pub fn compile(
         r: &RouteConfig,
-        listeners: &[ListenerConfig],
+        listeners: &[Option<&ListenerConfig>],
         metrics: Arc<RouteMetrics>,
     ) -> Arc<CompiledRoute> {
         let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
         let tls = listeners
             .iter()
             .map(|l| {
-                if !r.terminate_tls {
-                    return None;
-                }
+                let l = l.filter(|_| r.terminate_tls)?;
                 let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
                 let client_auth = mtls_of(l).map(|m| m.verifier);
                 Some(server_config(cert, r.alpn_offered(), client_auth))
@@ -101,7 +101,7 @@ impl CompiledRoute {
             .collect();
         let mtls = listeners
             .iter()
-            .map(|l| r.terminate_tls && mtls_of(l).is_some())
+            .map(|l| r.terminate_tls && l.is_some_and(|l| mtls_of(l).is_some()))
             .collect();
         Arc::new(CompiledRoute {
             config: r.clone(),
@@ -233,8 +233,9 @@ impl RouteTable {
         registry: &RouteRegistry,
     ) -> RouteTable {
         let mut t = RouteTable::default();
+        let listeners: Vec<_> = listeners.iter().map(Some).collect();
         for r in routes {
-            let cr = CompiledRoute::compile(r, listeners, {
+            let cr = CompiledRoute::compile(r, &listeners, {
                 let name = r.sni.name();
                 let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
                 registry.get(&name, &group)
