@@ -559,11 +559,7 @@ fn boxed_clients_are_listed_with_their_deadline() {
         try_admit(&e, "2001:db8:5::2", T0),
         Some(BlockReason::RateLimited)
     );
-    let boxed: Vec<(String, u64, bool)> = e
-        .boxed(T0)
-        .into_iter()
-        .map(|(k, d, prefix)| (k.to_string(), d, prefix))
-        .collect();
+    let boxed = boxed_at(&e, T0);
     assert_eq!(
         boxed,
         vec![("2001:db8:5::/64".to_string(), T0 + 2 * S, false)]
@@ -787,11 +783,7 @@ fn box_prefix_refuses_the_prefix_and_lists_it_as_a_local_prefix_box() {
             Some(rampart::protection::PREFIX_NOTE)
         );
         assert!(v.dynamic_blocklist.is_empty());
-        let boxed: Vec<(String, u64, bool)> = e
-            .boxed(T0)
-            .into_iter()
-            .map(|(k, d, prefix)| (k.to_string(), d, prefix))
-            .collect();
+        let boxed = boxed_at(&e, T0);
         assert_eq!(
             boxed,
             vec![("203.0.113.0/24".to_string(), T0 + 2 * S, true)]
@@ -914,4 +906,12 @@ fn a_decision_read_under_the_lock_never_refuses_a_conforming_client_decided_out_
         e2.admit(a, T0 + 1_000).verdict.map(|v| v.reason),
         Some(BlockReason::RateLimited)
     );
+}
+
+/// `Engine::boxed(now)` with keys as strings: `(client or prefix, deadline ns, is a prefix)`.
+fn boxed_at(e: &Engine, now: u64) -> Vec<(String, u64, bool)> {
+    e.boxed(now)
+        .into_iter()
+        .map(|(k, d, prefix)| (k.to_string(), d, prefix))
+        .collect()
 }
