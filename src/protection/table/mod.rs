@@ -40,9 +40,10 @@
 //! from its shard's clock hand: idle first, then *limited* (a TAT in the future; the one closest
 //! to idle), then *remembered* (a known-good mark or the escalation memory of a past box; the one
 //! ending first), *boxed* last (the earliest deadline). Before giving up a remembered or boxed
-//! entry it looks at up to 8 other non-empty shards (try-lock only) for anything not boxed; a shard with no
-//! candidate at all (small tables) looks at every shard. The priority is thus exact for small
-//! tables and sampled for large ones. When every candidate holds connections the client is
+//! entry — or a limited one from a shard holding fewer than 32 live entries, too small a sample —
+//! it looks at up to 8 other non-empty shards (try-lock only) for one ranked lower; a shard with
+//! no candidate at all (small tables) looks at every shard. The priority is thus exact for small
+//! tables and sampled (at least 32 entries) for large ones. When every candidate holds connections the client is
 //! admitted untracked.
 
 mod guard;
@@ -56,7 +57,8 @@ use super::blocked::SideLists;
 use super::entry::{Entry, Standing, MARK_KNOWN_GOOD, SIDE_FLAGS};
 use super::key::IpKey;
 use shard::{
-    rank, worth, Hasher4, Shard, ShardInner, Worth, OTHER_SHARDS, SHARDS, TICK_BATCH, VICTIM_SCAN,
+    rank, worth, Hasher4, Shard, ShardInner, Worth, ANY, NOT_BOXED, OTHER_SHARDS, SHARDS,
+    TICK_BATCH, VICTIM_SCAN,
 };
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -201,12 +203,16 @@ impl Table {
     ) -> Option<usize> {
         if !self.reserve(ctx.cap) {
             // At the cap: replace the least valuable entry (the count stays the same).
+            // A shard with fewer than VICTIM_SCAN live entries is too small a sample of the
+            // table: its victim is compared with those of a few other shards.
+            let sampled = inner.count >= VICTIM_SCAN;
             match inner.scan_victim(ctx, VICTIM_SCAN) {
-                Some((pos, Worth::Idle | Worth::Limited(_))) => self.evict_at(inner, pos),
-                Some((pos, Worth::Remembered(_) | Worth::Boxed(_))) => {
-                    // Keep remembered and boxed clients if a few other shards have anything
-                    // else to give up (all of them in a small table).
-                    if !(self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
+                Some((pos, Worth::Idle)) => self.evict_at(inner, pos),
+                Some((pos, Worth::Limited(_))) if sampled => self.evict_at(inner, pos),
+                Some((pos, w)) => {
+                    // Keep remembered and boxed clients (and, in a small shard, the closest
+                    // to idle) if a few other shards have something less worth keeping.
+                    if !(self.evict_elsewhere(si, ctx, OTHER_SHARDS, rank(w))
                         && self.reserve(ctx.cap))
                     {
                         self.evict_at(inner, pos);
@@ -214,8 +220,8 @@ impl Table {
                 }
                 None => {
                     // Nothing evictable here (small table, or all connected): look everywhere.
-                    let found = self.evict_elsewhere(si, ctx, OTHER_SHARDS, false)
-                        || self.evict_elsewhere(si, ctx, SHARDS, true);
+                    let found = self.evict_elsewhere(si, ctx, OTHER_SHARDS, NOT_BOXED)
+                        || self.evict_elsewhere(si, ctx, SHARDS, ANY);
                     if !(found && self.reserve(ctx.cap)) {
                         return None;
                     }
@@ -231,9 +237,9 @@ impl Table {
     }
 
     /// Evicts the least valuable entry found in up to `shards` other non-empty shards (try-lock
-    /// only, so it never waits while holding the caller's shard lock); boxed entries only with
-    /// `allow_boxed`. Decrements `len` on success.
-    fn evict_elsewhere(&self, si: usize, ctx: &Ctx, shards: usize, allow_boxed: bool) -> bool {
+    /// only, so it never waits while holding the caller's shard lock) whose [`rank`] is below
+    /// `limit` ([`NOT_BOXED`], [`ANY`] or a candidate's rank). Decrements `len` on success.
+    fn evict_elsewhere(&self, si: usize, ctx: &Ctx, shards: usize, limit: (u8, u64)) -> bool {
         let mut best: Option<(usize, IpKey, Worth)> = None;
         let mut visited = 0;
         for j in 1..SHARDS {
@@ -251,7 +257,7 @@ impl Table {
             let Some((pos, w)) = inner.scan_victim(ctx, VICTIM_SCAN) else {
                 continue;
             };
-            if matches!(w, Worth::Boxed(_)) && !allow_boxed {
+            if rank(w) >= limit {
                 continue;
             }
             if w == Worth::Idle {
@@ -274,13 +280,12 @@ impl Table {
         };
         let inner = &mut *inner;
         match worth(&mut inner.slots[pos], &mut inner.standing[pos], ctx) {
-            Some(Worth::Boxed(_)) if !allow_boxed => false,
-            Some(_) => {
+            Some(w) if rank(w) < limit => {
                 self.evict_at(inner, pos);
                 self.len.fetch_sub(1, Ordering::AcqRel);
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 

@@ -108,6 +108,11 @@ pub(super) fn worth(e: &mut Entry, s: &mut Standing, ctx: &Ctx) -> Option<Worth>
     })
 }
 
+/// A [`rank`] limit below which every entry but a boxed one falls.
+pub(super) const NOT_BOXED: (u8, u64) = (3, 0);
+/// A [`rank`] limit below which every entry falls.
+pub(super) const ANY: (u8, u64) = (4, 0);
+
 /// Lower is evicted first: limited by TAT (closest to idle first), then remembered ones (the
 /// memory closest to its end first), then boxed by deadline.
 pub(super) fn rank(w: Worth) -> (u8, u64) {
