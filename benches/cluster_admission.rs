@@ -176,13 +176,10 @@ fn off(f: &Fixture, i: usize) -> bool {
 /// then `Cluster::admit`).
 fn on(f: &Fixture, i: usize) -> bool {
     let ip = f.keys[i % KEYS];
-    let policy = f.engine.policy();
-    f.cluster.prefetch(policy.as_deref(), PORT, ip);
+    let policy = f.engine.policy_ref();
+    f.cluster.prefetch(policy.get(), PORT, ip);
     let a = f.engine.admit(ip, f.now);
-    let c = a.verdict.is_none()
-        && f.cluster
-            .admit(policy.as_deref(), PORT, ip, f.now)
-            .is_none();
+    let c = a.verdict.is_none() && f.cluster.admit(policy.get(), PORT, ip, f.now).is_none();
     black_box(c)
 }
 

@@ -18,7 +18,8 @@
 //! and used in it add up to another `nodes × lease`. A lease is valid for [`LEASE_TTL_NS`]; unused
 //! tokens then lapse (under-admission, never over).
 //!
-//! Table: a fixed array of [`MAX_CLIENTS`] slots (16 MiB, allocated once, never grown), in
+//! Table: a fixed array of [`MAX_CLIENTS`] slots (16 MiB, mapped once on huge pages where the
+//! kernel allows, never grown), in
 //! buckets of [`BUCKET`] slots (one cache line). A client's two candidate buckets (it takes a
 //! slot in the second only when the first is full) and its 32-bit tag come from one keyed hash
 //! of (port, client); each slot is one 128-bit word (tag, tokens, debt, charging,
@@ -36,6 +37,7 @@
 //!   bucket) share one lease: tokens charged to one are spent by both (never more than charged).
 //! - A count of the `lease` field above 16383 tokens is clamped (the config allows 10000).
 
+use super::pages::{Zeroable, ZeroedPages};
 use crate::protection::table::prefetch;
 use crate::protection::IpKey;
 use portable_atomic::AtomicU128;
@@ -156,6 +158,9 @@ pub struct LeaseDecision {
 #[repr(align(64))]
 struct Bucket([AtomicU128; BUCKET]);
 
+// SAFETY: all-zero bytes are four `AtomicU128::new(0)` (free slots); no drop.
+unsafe impl Zeroable for Bucket {}
+
 #[inline]
 fn fold(a: u64, b: u64) -> u64 {
     let p = u128::from(a) * u128::from(b);
@@ -164,7 +169,8 @@ fn fold(a: u64, b: u64) -> u64 {
 
 /// One node's leases, keyed by (listener port, client): see the module doc.
 pub struct Leases {
-    buckets: Box<[Bucket]>,
+    /// On huge pages where the kernel allows ([`super::pages`]): one TLB entry per 2 MiB.
+    buckets: ZeroedPages<Bucket>,
     seeds: [u64; 4],
     /// Slots in use: counted where a free slot is taken, uncounted where `purge` frees one.
     count: AtomicUsize,
@@ -190,9 +196,7 @@ impl Leases {
             *s = h.finish() | 1;
         }
         Leases {
-            buckets: (0..n)
-                .map(|_| Bucket(std::array::from_fn(|_| AtomicU128::new(0))))
-                .collect(),
+            buckets: ZeroedPages::new(n),
             seeds,
             count: AtomicUsize::new(0),
             untracked: AtomicU64::new(0),

@@ -34,6 +34,7 @@ pub mod breaker;
 pub mod kernel;
 pub mod lease;
 pub mod message;
+mod pages;
 
 use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
 use crate::config::cluster::ClusterConfig;

@@ -275,9 +275,12 @@ fn admit(
     let l = &shared.listeners[li];
     // With a cluster, the policy in force is read once for the lease: its slot is prefetched
     // before the engine's decision and checked after it.
-    let cluster = shared.cluster.as_deref().map(|c| (c, l.engine.policy()));
+    let cluster = shared
+        .cluster
+        .as_deref()
+        .map(|c| (c, l.engine.policy_ref()));
     if let Some((c, policy)) = &cluster {
-        c.prefetch(policy.as_deref(), l.config.port, ip);
+        c.prefetch(policy.get(), l.config.port, ip);
     }
     let adm = l.engine.admit_clocked(ip, clock::now_ns);
     if let Some(v) = adm.verdict {
@@ -288,7 +291,7 @@ fn admit(
     }
     if adm.verdict.is_none() {
         if let Some((c, policy)) = &cluster {
-            if let Some(v) = c.admit(policy.as_deref(), l.config.port, ip, clock::now_ns()) {
+            if let Some(v) = c.admit(policy.get(), l.config.port, ip, clock::now_ns()) {
                 shared.report_block(li, ip, v, None, ("", ""));
                 if !v.observed {
                     return None;

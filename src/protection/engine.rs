@@ -112,6 +112,17 @@ pub struct Verdict {
     pub observed: bool,
 }
 
+/// The policy in force at one moment, borrowed ([`Engine::policy_ref`]).
+pub struct PolicyRef(arc_swap::Guard<Arc<Installed>>);
+
+impl PolicyRef {
+    /// The policy (`None`: no protection on the listener).
+    #[inline]
+    pub fn get(&self) -> Option<&ProtectionPolicy> {
+        self.0.policy.as_deref()
+    }
+}
+
 /// The outcome of [`Engine::admit`]. Admitted iff `verdict` is `None` or observed; keep `guard`
 /// for the connection's lifetime (it holds the per-IP active count).
 #[derive(Debug)]
@@ -265,6 +276,13 @@ impl Engine {
     /// The policy in force.
     pub fn policy(&self) -> Option<Arc<ProtectionPolicy>> {
         self.installed.load().policy.clone()
+    }
+
+    /// The policy in force, borrowed for one decision (no reference count taken: for the accept
+    /// path; hold it for the decision only, not across an await).
+    #[inline]
+    pub fn policy_ref(&self) -> PolicyRef {
+        PolicyRef(self.installed.load())
     }
 
     /// The box listener in force, if any (so another can be chained behind it).

@@ -42,7 +42,7 @@ pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::{
     Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, PendingGuard,
-    Verdict, PREFIX_NOTE,
+    PolicyRef, Verdict, PREFIX_NOTE,
 };
 pub use key::IpKey;
 pub use policy::{
