@@ -69,7 +69,8 @@ struct Fixture {
     cluster: Arc<Cluster>,
     now: u64,
     _rt: tokio::runtime::Runtime,
-    _redis: Redis,
+    /// Taken (and so killed) when the bench ends: a static fixture is never dropped.
+    redis: std::sync::Mutex<Option<Redis>>,
     _stop: CancellationToken,
 }
 
@@ -85,6 +86,7 @@ fn fixture() -> &'static Fixture {
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
                 .stdout(Stdio::null())
+                .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server on PATH (apt-get install redis-server)"),
         );
@@ -157,7 +159,7 @@ fn fixture() -> &'static Fixture {
             cluster,
             now,
             _rt: rt,
-            _redis: redis,
+            redis: std::sync::Mutex::new(Some(redis)),
             _stop: stop,
         }
     })
@@ -212,6 +214,9 @@ fn cluster_admission(c: &mut Criterion) {
     });
     g.finish();
     report();
+    if let Ok(mut redis) = f.redis.lock() {
+        drop(redis.take()); // kills it
+    }
 }
 
 /// Paired rounds (off then on, same keys, same moment) so machine noise hits both; prints the

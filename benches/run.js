@@ -23,7 +23,9 @@
 // Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
 // hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle,
 // idle-req), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
-// --peers haproxy,nginx (which peers to run; default: those installed), --no-floor.
+// --peers haproxy,nginx (which peers to run; default: those installed), --no-floor,
+// --merge a.json,b.json,... (no run: the table over every round of those --json files pooled, so
+// three full runs give one median of their 9 rounds, plus each run's own ratio column).
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -40,6 +42,7 @@ const DURATION = Number(opt('--duration', QUICK ? 3 : 10));
 const ONLY = list('--only', null);
 const IDLE_TARGET = Number(opt('--idle', QUICK ? 2000 : 50000));
 const JSON_OUT = opt('--json', '');
+const MERGE = list('--merge', null);
 const THREADS = 2;
 const BODY_BYTES = 4096;
 const BULK_BYTES = 65536;
@@ -556,8 +559,45 @@ function floorLines(f, results) {
   return lines;
 }
 
+// ---------- --merge ----------
+
+/**
+ * Prints the table over every round of several `--json` files (same rows, same peers), each
+ * run's Rampart / better-peer ratio beside the pooled one, and each run's load and floor.
+ */
+function merge(files) {
+  const runs = files.map((f) => ({ file: f, ...JSON.parse(fs.readFileSync(f, 'utf8')) }));
+  const peers = runs[0].peers;
+  const ids = Object.keys(runs[0].results);
+  const rows = ROWS.filter((r) => ids.includes(r.id));
+  const pooled = {};
+  for (const id of ids) {
+    pooled[id] = Object.fromEntries(['rampart', ...peers].map((k) => [k, runs.flatMap((r) => (r.results[id] && r.results[id][k]) || [])]));
+  }
+  const out = [`${runs.length} runs pooled (${ROUNDS_OF(runs)} rounds per cell): ${files.join(', ')}`];
+  for (const r of runs) {
+    out.push(`- ${r.file}: commit ${r.env.commit || '?'}, load before ${r.loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${r.loadAfter.map((x) => x.toFixed(2)).join(' ')}`);
+  }
+  out.push('', table(rows, pooled, peers), '', 'per run (Rampart / better peer, each run\'s own medians):', '');
+  const perRun = runs.map((r) => table(rows, r.results, peers).split('\n').map((l) => l.split(' | ').slice(-2, -1)[0]));
+  const lines = table(rows, pooled, peers).split('\n');
+  out.push(`| scenario | metric | ${runs.map((_, i) => `run ${i + 1}`).join(' | ')} |`, `|---|---|${runs.map(() => '---|').join('')}`);
+  for (let i = 2; i < lines.length; i++) {
+    const c = lines[i].split(' | ');
+    out.push(`${c[0]} | ${c[1]} | ${perRun.map((p) => p[i]).join(' | ')} |`);
+  }
+  const floors = runs.filter((r) => r.floor);
+  if (floors.length) out.push('', ...floorLines(floors[0].floor, pooled));
+  const pc = protectionCost(rows, pooled, ['rampart', ...peers]);
+  if (pc.length) out.push('', 'protection cost (pooled medians):', '', ...pc);
+  console.log(out.join('\n'));
+}
+
+const ROUNDS_OF = (runs) => runs.reduce((a, r) => a + Object.values(r.results)[0].rampart.length, 0);
+
 // ---------- main ----------
 async function main() {
+  if (MERGE) return merge(MERGE);
   const started = Date.now();
   const { cc, peers, peerNotes } = await checkTools();
   const kinds = ['rampart', ...peers];

@@ -763,15 +763,18 @@ impl Conn<'_> {
             .or_else(|| sock.local_addr().ok())
             .unwrap_or(SocketAddr::new(l.config.host, l.config.port));
 
-        let closed = self.peek(&sock, deadline, min_bps).await?;
+        // Each phase's future in its own allocation (see `listener::serve`): a transient phase
+        // inline would leave the pages it touched resident for the connection's whole life, and
+        // the long one (the copy) is kept compact.
+        let closed = Box::pin(self.peek(&sock, deadline, min_bps)).await?;
         self.admit(closed)?;
-        let (route, mut client) = self.terminate(sock, deadline).await?;
+        let (route, mut client) = Box::pin(self.terminate(sock, deadline)).await?;
         drop(pending);
-        let head = self.head(&route, &mut client).await?;
+        let head = Box::pin(self.head(&route, &mut client)).await?;
         let ssl = self.client_cert_tlv(&route, &client);
         let proto = self.protocol(&route, &client);
-        let up = self.connect(&route, proto, local, ssl).await?;
-        self.pump(&route, client, up, head).await
+        let up = Box::pin(self.connect(&route, proto, local, ssl)).await?;
+        Box::pin(self.pump(&route, client, up, head)).await
     }
 }
 

@@ -256,11 +256,25 @@ async fn serve(
     clean: bool,
 ) {
     let ip = origin.client.ip().to_canonical();
+    // Each mode's future on the heap, at its own size: inline, the task would be as large as the
+    // larger of the two, and rustc lays an awaited future out more than once (rust-lang/rust
+    // #62958): the task was 53 KiB for a 14 KiB TLS connection future, and the pages an idle
+    // connection touched in it were most of its resident memory (BENCHMARKS.md: Memory per idle
+    // connection).
     match shared.listeners[li].config.mode {
         ListenerMode::Tls => {
-            conn::serve(shared, li, sock, origin.client, ip, origin.local, clean).await
+            Box::pin(conn::serve(
+                shared,
+                li,
+                sock,
+                origin.client,
+                ip,
+                origin.local,
+                clean,
+            ))
+            .await
         }
-        ListenerMode::Http => http::serve(shared, li, sock, origin, ip).await,
+        ListenerMode::Http => Box::pin(http::serve(shared, li, sock, origin, ip)).await,
     }
 }
 
