@@ -1,23 +1,24 @@
 //! The cluster tier's cost at accept: one admission decision with `cluster` off (the engine
-//! alone) and on (the engine, then the `clusterRateLimit` lease check the accept path makes,
-//! `Cluster::admit`), on the same engine, keys and moment, in the same run (README: Running
-//! several nodes; BENCHMARKS.md: Cluster tier).
+//! alone, `Engine::admit`) and on (the breaker read, then the engine's decision taking the
+//! client's `clusterRateLimit` lease token in the same critical section, `Engine::admit_clustered`,
+//! as the accept path makes them), on the same engine, keys and moment, in the same run (README:
+//! Running several nodes; BENCHMARKS.md: Cluster tier).
 //!
 //! Redis is real: the bench starts a `redis-server` on a free loopback port (killed at the end)
 //! and warms every client's lease through the cluster tier's own background refills (EVALSHA of
 //! the GCRA script) before measuring, with a lease (10000 tokens) and a limit (1e9/s) that no
-//! measured decision exhausts: what is measured is the warm path, a lease lookup and one token
-//! taken. The clock is injected (the instant warming began, so no lease lapses meanwhile), and
-//! once the leases are warm the cluster tier's background tasks are stopped, so neither their
-//! work (health `PING`, the idle-lease purge, which reads the real clock) nor their CPU share
-//! enters the figure: it is the accept path's own cost. `KEYS` clients, one thread. Without
+//! measured decision exhausts: what is measured is the warm path, one token taken from the lease
+//! kept beside the client's entry. The clock is injected (the instant warming began, so no lease
+//! lapses meanwhile), and once the leases are warm the cluster tier's background tasks are
+//! stopped, so neither their work (the health `PING`) nor their CPU share enters the figure: it
+//! is the accept path's own cost. `KEYS` clients, one thread. Without
 //! `redis-server` on PATH the bench says so and exits.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rampart::cluster::{Cluster, Node};
 use rampart::config::error::Issues;
 use rampart::config::protection::policy_from_json;
-use rampart::protection::{DynamicBlocks, Engine, ProtectionPolicy};
+use rampart::protection::{DynamicBlocks, Engine, IpKey, LeaseUpdate};
 use serde_json::json;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -30,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 const KEYS: usize = 100_000;
 const PORT: u16 = 443;
 
-struct Quiet;
+/// The bench's node: bans go nowhere, lease updates to the one engine.
+struct Quiet(Arc<Engine>);
 
 impl Node for Quiet {
     fn serves(&self, _: u16) -> bool {
@@ -51,6 +53,12 @@ impl Node for Quiet {
     fn unavailable(&self, m: String) {
         eprintln!("cluster unavailable during the bench: {m}");
     }
+    fn update_lease(&self, _: usize, key: IpKey, u: LeaseUpdate) -> u64 {
+        self.0.update_lease(key, u)
+    }
+    fn lease_clients(&self) -> u64 {
+        self.0.lease_clients() as u64
+    }
 }
 
 struct Redis(Child);
@@ -64,8 +72,7 @@ impl Drop for Redis {
 
 struct Fixture {
     keys: Vec<IpAddr>,
-    engine: Engine,
-    policy: Arc<ProtectionPolicy>,
+    engine: Arc<Engine>,
     cluster: Arc<Cluster>,
     now: u64,
     _rt: tokio::runtime::Runtime,
@@ -104,11 +111,6 @@ fn fixture() -> &'static Fixture {
             .enable_all()
             .build()
             .expect("runtime");
-        let stop = CancellationToken::new();
-        {
-            let _g = rt.enter();
-            cluster.start(Arc::new(Quiet), stop.clone());
-        }
         let policy = Arc::new(
             policy_from_json(&json!({
                 "rateLimit": {"connectionsPerSecond": 1000, "burst": 1000},
@@ -124,13 +126,18 @@ fn fixture() -> &'static Fixture {
             .map(|i| IpAddr::V4(Ipv4Addr::from(i.wrapping_mul(2_654_435_761) ^ 0x0a00_0000)))
             .collect();
         let now = rampart::clock::now_ns();
-        let engine = Engine::new(PORT, Arc::new(DynamicBlocks::new()));
-        engine.set_policy(Some(policy.clone()), now);
+        let engine = Arc::new(Engine::new(PORT, Arc::new(DynamicBlocks::new())));
+        engine.set_policy(Some(policy), now);
+        let stop = CancellationToken::new();
+        {
+            let _g = rt.enter();
+            cluster.start(Arc::new(Quiet(engine.clone())), stop.clone());
+        }
         // Warm: every client asks once (admitted on credit), the refill task leases its tokens.
         let t = Instant::now();
         loop {
             for &k in &keys {
-                let _ = cluster.admit(Some(&policy), PORT, k, now);
+                let _ = decide_on(&engine, &cluster, k, now);
             }
             std::thread::sleep(Duration::from_millis(200));
             let s = cluster.snapshot();
@@ -152,10 +159,10 @@ fn fixture() -> &'static Fixture {
         for &k in &keys {
             assert!(engine.admit(k, now).verdict.is_none());
         }
+        assert_eq!(engine.lease_clients(), KEYS, "every client holds a lease");
         Fixture {
             keys,
             engine,
-            policy,
             cluster,
             now,
             _rt: rt,
@@ -173,16 +180,21 @@ fn off(f: &Fixture, i: usize) -> bool {
     black_box(a.verdict.is_none())
 }
 
-/// Cluster on: the engine's decision, then the lease check, as the accept path makes them
-/// (`listener::admit`: the policy in force read once, the lease prefetched, the engine's decision,
-/// then `Cluster::admit`).
+/// Cluster on, as the accept path decides (`listener::admit`): the breaker read, the engine's
+/// decision with the lease token, a refill request queued if the lease asks for one.
+fn decide_on(engine: &Engine, cluster: &Cluster, ip: IpAddr, now: u64) -> bool {
+    let a = engine.admit_clustered(ip, || now, cluster.leases_on());
+    if let Some(r) = a.refill {
+        if !cluster.request_refill(0, r) {
+            engine.update_lease(r.key, LeaseUpdate::NotSent);
+        }
+    }
+    a.verdict.is_none()
+}
+
+/// Cluster on (its guard dropped at once).
 fn on(f: &Fixture, i: usize) -> bool {
-    let ip = f.keys[i % KEYS];
-    let policy = f.engine.policy_ref();
-    f.cluster.prefetch(policy.get(), PORT, ip);
-    let a = f.engine.admit(ip, f.now);
-    let c = a.verdict.is_none() && f.cluster.admit(policy.get(), PORT, ip, f.now).is_none();
-    black_box(c)
+    black_box(decide_on(&f.engine, &f.cluster, f.keys[i % KEYS], f.now))
 }
 
 fn run(iters: u64, decide: fn(&Fixture, usize) -> bool) -> Duration {
@@ -206,7 +218,6 @@ fn cluster_admission(c: &mut Criterion) {
         return;
     }
     let f = fixture();
-    let _ = &f.policy;
     let mut g = c.benchmark_group("admission_cluster_100k_ips");
     g.bench_function("cluster off", |b| b.iter_custom(|iters| run(iters, off)));
     g.bench_function("cluster on (leases warm)", |b| {

@@ -642,6 +642,26 @@ impl crate::cluster::Node for ClusterPeer {
     fn unavailable(&self, message: String) {
         self.0.report_cluster_unavailable(message);
     }
+
+    fn update_lease(
+        &self,
+        listener: usize,
+        key: crate::protection::IpKey,
+        u: crate::protection::LeaseUpdate,
+    ) -> u64 {
+        self.0
+            .listeners
+            .get(listener)
+            .map_or(0, |l| l.engine.update_lease(key, u))
+    }
+
+    fn lease_clients(&self) -> u64 {
+        self.0
+            .listeners
+            .iter()
+            .map(|l| l.engine.lease_clients() as u64)
+            .sum()
+    }
 }
 
 /// `note` of a kernel SYN-limit ban in `blockedIps({ detail: true })`.

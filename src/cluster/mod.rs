@@ -9,8 +9,10 @@
 //! fallback to loading the script. `fred` would also fit; it brings its own reconnection and
 //! pooling policy, which we would have to mirror in the breaker.
 //!
-//! Nothing here is on the accept path except two non-blocking calls: [`Cluster::boxed`] (the
-//! engine's box listener: a `try_send`) and [`Cluster::admit`] (a lease lookup, [`lease`]). The
+//! Nothing here is on the accept path except non-blocking calls: [`Cluster::boxed`] (the
+//! engine's box listener: a `try_send`), [`Cluster::leases_on`] (one atomic load) and
+//! [`Cluster::request_refill`] (a `try_send`). `clusterRateLimit`'s leases live in the engines'
+//! tables, beside each client's entry, and are decided there ([`crate::protection::lease`]). The
 //! rest runs as tasks on the proxy's tokio runtime:
 //! - **writer**: local bans (boxes, `blockIp`, `unblockIp`, the kernel's own bans found by
 //!   [`Cluster::kernel_scan`], see [`kernel`]) → `SET key value PX ttl` + `PUBLISH`,
@@ -22,7 +24,8 @@
 //!   `nodeId`; a node ignores its own;
 //! - **reconcile**: on every (re)subscription and at the end of every outage: replay, then `SCAN`
 //!   every ban key and apply the live ones with their `PTTL`;
-//! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently;
+//! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently, the
+//!   answers written back through [`Node::update_lease`];
 //! - **health**: a `PING` every [`HEALTH_MS`] so an outage is seen (and its end) without traffic;
 //!   refreshes the TTL of this node's bans that have none ([`message::REFRESH_MS`]).
 //!
@@ -32,20 +35,15 @@
 
 pub mod breaker;
 pub mod kernel;
-pub mod lease;
 pub mod message;
-mod pages;
 
 use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
 use crate::config::cluster::ClusterConfig;
-use crate::protection::{
-    BlockReason, ClusterRateLimit, Engine, IpKey, Mode, ProtectionPolicy, Verdict,
-};
+use crate::protection::{BlockReason, ClusterRateLimit, Engine, IpKey, LeaseRequest, LeaseUpdate};
 use breaker::Breaker;
 use futures_util::StreamExt;
 use ipnet::IpNet;
 use kernel::{KernelBan, KernelBans};
-use lease::Leases;
 use message::{wall_us, BanKind, BanMessage, Keys, Op, PERMANENT_TTL_MS, REFRESH_MS};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
@@ -107,6 +105,12 @@ pub trait Node: Send + Sync + 'static {
     fn apply_unblock(&self, net: IpNet, port: Option<u16>);
     /// Emits `'error'` `cluster_unavailable` with `message`.
     fn unavailable(&self, message: String);
+    /// Applies the refill task's `u` to the cluster lease of `key` on listener `listener` (the
+    /// index given to [`Cluster::request_refill`], [`Engine::update_lease`]); returns what it
+    /// returns (0 when no such listener or lease).
+    fn update_lease(&self, listener: usize, key: IpKey, u: LeaseUpdate) -> u64;
+    /// Clients holding a cluster lease on all listeners ([`Engine::lease_clients`]).
+    fn lease_clients(&self) -> u64;
 }
 
 #[derive(Debug, Clone)]
@@ -127,6 +131,8 @@ enum Outgoing {
 
 #[derive(Debug, Clone, Copy)]
 struct Refill {
+    /// Which listener's engine holds the lease (several may share a port).
+    listener: usize,
     port: u16,
     key: IpKey,
     limit: ClusterRateLimit,
@@ -201,8 +207,6 @@ pub struct Cluster {
     conn: OnceLock<ConnectionManager>,
     node: OnceLock<Arc<dyn Node>>,
     script: redis::Script,
-    /// `clusterRateLimit` leases.
-    pub leases: Leases,
     stats: Stats,
     breaker: Mutex<Breaker>,
     out_tx: mpsc::Sender<Outgoing>,
@@ -237,7 +241,6 @@ impl Cluster {
             conn: OnceLock::new(),
             node: OnceLock::new(),
             script: redis::Script::new(GCRA_SCRIPT),
-            leases: Leases::default(),
             stats: Stats::default(),
             out_tx,
             out_rx: Arc::new(tokio::sync::Mutex::new(out_rx)),
@@ -390,52 +393,32 @@ impl Cluster {
         }
     }
 
-    /// Before the engine's decision on the accept path: starts loading the lease `ip` would use
-    /// under `policy`'s `clusterRateLimit` (nothing without one), so that [`Self::admit`] finds
-    /// it in the cache. A hint only: it decides nothing and changes no state.
+    /// Whether admissions take `clusterRateLimit` lease tokens now: false while the breaker is
+    /// open (local limits alone). One atomic load, for the accept path
+    /// ([`Engine::admit_clustered`]).
     #[inline]
-    pub fn prefetch(&self, policy: Option<&ProtectionPolicy>, port: u16, ip: IpAddr) {
-        if let Some(p) = policy.filter(|p| p.cluster_rate_limit().is_some()) {
-            let key = IpKey::new(ip.to_canonical(), p.ipv6_prefix_length());
-            self.leases.prefetch(port, key);
-        }
+    pub fn leases_on(&self) -> bool {
+        !self.stats.breaker_open.load(Ordering::Relaxed)
     }
 
-    /// `clusterRateLimit` at accept, for a connection the engine admitted: `Some(verdict)`
-    /// refuses `cluster_rate_limited` (observed in observe mode). Admits when the policy has no
-    /// `clusterRateLimit`, the client is allowlisted, or the breaker is open (local limits
-    /// alone). Never waits: a client out of tokens queues a refill request.
-    pub fn admit(
-        &self,
-        policy: Option<&ProtectionPolicy>,
-        port: u16,
-        ip: IpAddr,
-        now_ns: u64,
-    ) -> Option<Verdict> {
-        let p = policy?;
-        let limit = *p.cluster_rate_limit()?;
-        if self.stats.breaker_open.load(Ordering::Relaxed) {
-            return None;
-        }
-        let ip = ip.to_canonical();
-        if p.allowlist().contains(ip) {
-            return None;
-        }
-        let key = IpKey::new(ip, p.ipv6_prefix_length());
-        let d = self.leases.admit(port, key, limit.lease, now_ns);
-        if d.refill
-            && self
-                .refill_tx
-                .try_send(Refill { port, key, limit })
-                .is_err()
-        {
+    /// Queues a lease refill ([`crate::protection::Admission::refill`]) of listener
+    /// `listener`'s engine (answered through [`Node::update_lease`]); never waits. False when
+    /// the queue is full (counted in `queueOverflow`): the caller tells the engine
+    /// ([`LeaseUpdate::NotSent`]) so the client's next connection asks again.
+    pub fn request_refill(&self, listener: usize, r: LeaseRequest) -> bool {
+        let sent = self
+            .refill_tx
+            .try_send(Refill {
+                listener,
+                port: r.port,
+                key: r.key,
+                limit: r.limit,
+            })
+            .is_ok();
+        if !sent {
             self.stats.queue_overflow.fetch_add(1, Ordering::Relaxed);
-            self.leases.not_sent(port, key);
         }
-        (!d.admit).then_some(Verdict {
-            reason: BlockReason::ClusterRateLimited,
-            observed: p.mode() == Mode::Observe,
-        })
+        sent
     }
 
     // ---- operator actions (JS thread) ----
@@ -520,7 +503,7 @@ impl Cluster {
             lease_refills: s.lease_refills.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
             queue_overflow: s.queue_overflow.load(Ordering::Relaxed),
-            lease_clients: self.leases.len() as u64,
+            lease_clients: self.node.get().map_or(0, |n| n.lease_clients()),
             propagation_delay_ms: DelayStats {
                 count: d.len() as u64,
                 p50: pick(0.5),
@@ -800,9 +783,12 @@ impl Cluster {
 
     /// One EVALSHA per client, sent concurrently (the connection pipelines them).
     async fn refill(&self, batch: Vec<Refill>) {
+        let Some(node) = self.node.get() else {
+            return;
+        };
         let mut calls = Vec::with_capacity(batch.len());
         for r in &batch {
-            let debt = self.leases.take_debt(r.port, r.key);
+            let debt = node.update_lease(r.listener, r.key, LeaseUpdate::TakeDebt);
             let interval_us = ((1e6 / r.limit.limit.rate).round() as u64).max(1);
             let tolerance_us = interval_us.saturating_mul(r.limit.limit.burst.saturating_sub(1));
             let mut inv = self.script.key(self.keys.rate(r.port, &r.key.to_string()));
@@ -828,13 +814,12 @@ impl Cluster {
         match answers {
             Some(a) => {
                 for (r, (granted, retry_us)) in batch.iter().zip(a) {
-                    self.leases.refilled(
-                        r.port,
-                        r.key,
+                    let u = LeaseUpdate::Refilled {
                         granted,
-                        retry_us.saturating_mul(1000),
-                        now,
-                    );
+                        retry_after_ns: retry_us.saturating_mul(1000),
+                        now_ns: now,
+                    };
+                    node.update_lease(r.listener, r.key, u);
                 }
                 self.stats
                     .lease_refills
@@ -842,7 +827,7 @@ impl Cluster {
             }
             None => {
                 for r in &batch {
-                    self.leases.failed(r.port, r.key);
+                    node.update_lease(r.listener, r.key, LeaseUpdate::Failed);
                 }
             }
         }
@@ -862,7 +847,6 @@ impl Cluster {
             let now = clock::now_ns();
             n += 1;
             if n.is_multiple_of(40) {
-                self.leases.purge(now);
                 lock(&self.origins).retain(|_, o| o.deadline_ns.is_none_or(|d| d > now));
             }
             if n.is_multiple_of(REFRESH_MS / HEALTH_MS) {
@@ -1150,6 +1134,12 @@ mod tests {
             lock(&self.0).push(format!("unblock {net}"));
         }
         fn unavailable(&self, _: String) {}
+        fn update_lease(&self, _: usize, _: IpKey, _: LeaseUpdate) -> u64 {
+            0
+        }
+        fn lease_clients(&self) -> u64 {
+            0
+        }
     }
 
     #[test]

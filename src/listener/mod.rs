@@ -29,7 +29,7 @@ pub mod proxy_in;
 use crate::clock;
 use crate::config::proxy::ListenerMode;
 use crate::metrics::ErrorReason;
-use crate::protection::{BlockReason, ConnGuard, Verdict};
+use crate::protection::{BlockReason, ConnGuard, LeaseUpdate, Verdict};
 use crate::shared::{ActiveGuard, Shared};
 use proxy_in::{HeaderFailure, Origin};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -278,39 +278,30 @@ async fn serve(
     }
 }
 
-/// Admission at accept: the engine, then `maxConnections`. Returns the guards to hold for the
-/// connection's lifetime and whether no check refused it (observe mode admits refusals), or
-/// `None` when refused (already counted and reported).
+/// Admission at accept: the engine (with the client's `clusterRateLimit` lease while the cluster
+/// tier is up), then `maxConnections`. Returns the guards to hold for the connection's lifetime
+/// and whether no check refused it (observe mode admits refusals), or `None` when refused
+/// (already counted and reported).
 fn admit(
     shared: &Arc<Shared>,
     li: usize,
     ip: IpAddr,
 ) -> Option<(Option<ConnGuard>, ActiveGuard, bool)> {
     let l = &shared.listeners[li];
-    // With a cluster, the policy in force is read once for the lease: its slot is prefetched
-    // before the engine's decision and checked after it.
-    let cluster = shared
-        .cluster
-        .as_deref()
-        .map(|c| (c, l.engine.policy_ref()));
-    if let Some((c, policy)) = &cluster {
-        c.prefetch(policy.get(), l.config.port, ip);
+    // With the cluster tier up, the engine also takes the client's lease token (same lock).
+    let cluster = shared.cluster.as_deref();
+    let adm = l
+        .engine
+        .admit_clustered(ip, clock::now_ns, cluster.is_some_and(|c| c.leases_on()));
+    if let (Some(r), Some(c)) = (adm.refill, cluster) {
+        if !c.request_refill(li, r) {
+            l.engine.update_lease(r.key, LeaseUpdate::NotSent);
+        }
     }
-    let adm = l.engine.admit_clocked(ip, clock::now_ns);
     if let Some(v) = adm.verdict {
         shared.report_block(li, ip, v, None, ("", ""));
         if !v.observed {
             return None;
-        }
-    }
-    if adm.verdict.is_none() {
-        if let Some((c, policy)) = &cluster {
-            if let Some(v) = c.admit(policy.get(), l.config.port, ip, clock::now_ns()) {
-                shared.report_block(li, ip, v, None, ("", ""));
-                if !v.observed {
-                    return None;
-                }
-            }
         }
     }
     let (active, prev) = ActiveGuard::open(shared, li);

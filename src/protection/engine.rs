@@ -61,6 +61,14 @@
 //! `observed`. This applies to every check of the listener, dynamic blocks included (a handshake
 //! over a pending cap goes on uncounted). Without a policy only dynamic blocks apply (enforced).
 //!
+//! `clusterRateLimit` ([`Engine::admit_clustered`], [`super::lease`]): with the cluster tier up,
+//! a client that passed every local check takes one token of its local lease, in the same
+//! critical section (no second lookup); out of tokens, it is admitted on credit or refused
+//! `cluster_rate_limited`, and [`Admission::refill`] asks the cluster tier to refill the lease
+//! (which it answers through [`Engine::update_lease`]). A refusal there debits neither of the
+//! client's own limits (`rateLimit`, `sustained`); its prefix and the listener budget, decided
+//! before it, are charged as for any admission that reached them.
+//!
 //! When a table is at `maxTrackedIps` and no entry can be evicted (every candidate holds
 //! connections), a client is admitted untracked (fail-open, as a full stick table does) and counted
 //! in [`Engine::untracked_admissions`]; a prefix that cannot be tracked is skipped (the client's
@@ -71,11 +79,12 @@ use super::defense::{Buckets, DefenseChange, DefenseState};
 use super::dynamic::DynamicBlocks;
 use super::entry::{Entry, Standing, FLAG_BOX, FLAG_CONC, FLAG_RATE, MARK_KNOWN_GOOD, MARK_NEW};
 use super::key::{IpKey, DEFAULT_IPV6_PREFIX};
+use super::lease::{Lease, LeaseUpdate};
 use super::offenders::Offenders;
 use super::penalty;
 use super::policy::{
-    DefenseMode, Mode, ProtectionPolicy, DEFAULT_H2_BOX_AFTER_VIOLATIONS, DEFAULT_PENALTY_MS,
-    H2_VIOLATION_WINDOW_NS,
+    ClusterRateLimit, DefenseMode, Mode, ProtectionPolicy, DEFAULT_H2_BOX_AFTER_VIOLATIONS,
+    DEFAULT_PENALTY_MS, H2_VIOLATION_WINDOW_NS,
 };
 use super::prefix_boxes::PrefixBoxes;
 use super::reason::BlockReason;
@@ -112,17 +121,6 @@ pub struct Verdict {
     pub observed: bool,
 }
 
-/// The policy in force at one moment, borrowed ([`Engine::policy_ref`]).
-pub struct PolicyRef(arc_swap::Guard<Arc<Installed>>);
-
-impl PolicyRef {
-    /// The policy (`None`: no protection on the listener).
-    #[inline]
-    pub fn get(&self) -> Option<&ProtectionPolicy> {
-        self.0.policy.as_deref()
-    }
-}
-
 /// The outcome of [`Engine::admit`]. Admitted iff `verdict` is `None` or observed; keep `guard`
 /// for the connection's lifetime (it holds the per-IP active count).
 #[derive(Debug)]
@@ -132,6 +130,20 @@ pub struct Admission {
     /// The per-IP connection count (none for allowlisted or untracked clients, or without a
     /// policy).
     pub guard: Option<ConnGuard>,
+    /// The client's cluster lease ran out: queue this refill request (and, if it cannot be
+    /// queued, say so with [`LeaseUpdate::NotSent`]). Only from [`Engine::admit_clustered`].
+    pub refill: Option<LeaseRequest>,
+}
+
+/// A refill request for one client's cluster lease ([`Admission::refill`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRequest {
+    /// The listener port (Redis keeps one GCRA per port and client).
+    pub port: u16,
+    /// The client.
+    pub key: IpKey,
+    /// The limit in force when the lease ran out.
+    pub limit: ClusterRateLimit,
 }
 
 impl Admission {
@@ -144,6 +156,7 @@ impl Admission {
         Admission {
             verdict: None,
             guard,
+            refill: None,
         }
     }
 }
@@ -238,7 +251,8 @@ impl Engine {
     /// is carried over at once. `defense.mode` `'on'`/`'off'` applies at once (its event follows
     /// at the next [`Engine::defense_tick`]). If the new `maxTrackedIps` is below the tracked
     /// count, a bounded eviction pass runs at `now_ns` (the rest is left to
-    /// [`Engine::evict_tick`]).
+    /// [`Engine::evict_tick`]). Installing a policy without `clusterRateLimit` frees the cluster
+    /// leases ([`super::lease`]).
     pub fn set_policy(&self, p: Option<Arc<ProtectionPolicy>>, now_ns: u64) {
         let mut last_epoch = self.swap.lock().unwrap_or_else(|e| e.into_inner());
         let box_on = p.as_ref().is_some_and(|p| p.penalty_box());
@@ -264,9 +278,18 @@ impl Engine {
             _ => self.defended.store(false, Ordering::Release),
         }
         // Serialised by the swap lock: each installation is derived from the previous one.
+        let unlease = p
+            .as_deref()
+            .is_none_or(|p| p.cluster_rate_limit().is_none());
         let next = old.next(p, now_ns);
         drop(old);
         self.installed.store(Arc::new(next));
+        if unlease {
+            // After the store: decisions from now on take no lease (one made on the old
+            // snapshot meanwhile may keep its shard's leases until the next swap without
+            // `clusterRateLimit`: memory only; shards without leases are skipped).
+            self.table.drop_leases();
+        }
         drop(last_epoch);
         if cap.is_some_and(|c| self.table.len() > c || self.prefixes.len() > c) {
             self.evict_tick(now_ns, SWAP_EVICT_BUDGET);
@@ -276,13 +299,6 @@ impl Engine {
     /// The policy in force.
     pub fn policy(&self) -> Option<Arc<ProtectionPolicy>> {
         self.installed.load().policy.clone()
-    }
-
-    /// The policy in force, borrowed for one decision (no reference count taken: for the accept
-    /// path; hold it for the decision only, not across an await).
-    #[inline]
-    pub fn policy_ref(&self) -> PolicyRef {
-        PolicyRef(self.installed.load())
     }
 
     /// The box listener in force, if any (so another can be chained behind it).
@@ -345,6 +361,15 @@ impl Engine {
     /// use times in the order they are made (see `Table::with`). The accept loop passes
     /// [`crate::clock::now_ns`].
     pub fn admit_clocked(&self, ip: IpAddr, clock: impl Fn() -> u64) -> Admission {
+        self.admit_clustered(ip, clock, false)
+    }
+
+    /// [`Engine::admit_clocked`] with the cluster tier: with `cluster` (the tier is configured
+    /// and its breaker closed) and a policy with `clusterRateLimit`, a client that passed every
+    /// local check (and is not a penalty-box offender) takes a token of its lease under the same
+    /// shard lock ([`super::lease`]): refused `cluster_rate_limited` (observed in observe mode)
+    /// when Redis said no, and [`Admission::refill`] set when the lease needs refilling.
+    pub fn admit_clustered(&self, ip: IpAddr, clock: impl Fn() -> u64, cluster: bool) -> Admission {
         let now_ns = clock();
         let ip = ip.to_canonical();
         let inst = self.installed.load();
@@ -395,6 +420,7 @@ impl Engine {
             return Admission {
                 verdict: Some(observed(reason)),
                 guard,
+                refill: None,
             };
         }
         let offender =
@@ -402,20 +428,25 @@ impl Engine {
         if offender && !observe {
             return refused(BlockReason::PenaltyBoxed);
         }
+        let limit = p.cluster_rate_limit().filter(|_| cluster && !offender);
         let d = Decision {
             p,
             ip,
             epoch,
             observe,
             defended,
+            lease: limit.map(|l| l.lease),
         };
-        let Some((mut out, slot)) = self.table.with(key, &ctx, &clock, |e, s, now| {
-            if e.tag() == inst.tag() {
-                self.decide(&d, &inst, e, s, now)
-            } else {
-                self.decide_rescaled(&d, e, s, now)
-            }
-        }) else {
+        let Some((mut out, slot)) =
+            self.table
+                .with_lease(key, &ctx, &clock, limit.is_some(), |e, s, lease, now| {
+                    if e.tag() == inst.tag() {
+                        self.decide(&d, &inst, e, s, lease, now)
+                    } else {
+                        self.decide_rescaled(&d, e, s, lease, now)
+                    }
+                })
+        else {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return Admission::open(None);
         };
@@ -435,7 +466,27 @@ impl Engine {
                 observed: observe,
             }),
             guard: out.counted.then(|| slot.conn_guard_with(out.prefix.take())),
+            refill: match limit {
+                Some(&limit) if out.refill => Some(LeaseRequest {
+                    port: self.port,
+                    key,
+                    limit,
+                }),
+                _ => None,
+            },
         }
+    }
+
+    /// The refill task's update `u` of `key`'s cluster lease, under its shard lock (see
+    /// [`LeaseUpdate`] for what it returns); 0 and nothing done when the client is no longer
+    /// tracked (its lease went with its entry) or no lease is kept.
+    pub fn update_lease(&self, key: IpKey, u: LeaseUpdate) -> u64 {
+        self.table.inspect_lease(key, |l| l.update(u)).unwrap_or(0)
+    }
+
+    /// Clients holding a cluster lease (one lock per table shard: for metrics).
+    pub fn lease_clients(&self) -> usize {
+        self.table.lease_clients()
     }
 
     /// After the locks: side-set inserts for newly set flags, and the box listener.
@@ -550,18 +601,20 @@ impl Engine {
         d: &Decision<'_>,
         e: &mut Entry,
         s: &mut Standing,
+        lease: Option<&mut Lease>,
         now: u64,
     ) -> Outcome {
         let latest = self.installed.load();
         latest.rescale(e, Tier::Client);
-        self.decide(d, &latest, e, s, now)
+        self.decide(d, &latest, e, s, lease, now)
     }
 
     /// The per-entry part of [`Engine::admit`], under the client's shard lock: the client's
     /// penalty box, both GCRA limits (those of `lim`, the generation `e` is written in; × factor
     /// in defense mode for a client that is not known-good), `maxConcurrentPerIp`; then, if the
     /// client passes (or in observe mode, to count the connection), the prefix tier and the
-    /// listener budget ([`Engine::prefix_tier`]); then the client's debit if everything passed.
+    /// listener budget ([`Engine::prefix_tier`]); then, with `lease`, a token of the client's
+    /// cluster lease; then the client's debit if everything passed.
     #[inline]
     fn decide(
         &self,
@@ -569,6 +622,7 @@ impl Engine {
         lim: &Installed,
         e: &mut Entry,
         s: &mut Standing,
+        lease: Option<&mut Lease>,
         now: u64,
     ) -> Outcome {
         let p = d.p;
@@ -631,6 +685,13 @@ impl Engine {
             out.prefix = pt.hold;
             out.prefix_key = pt.key;
             out.prefix_effects = pt.effects;
+        }
+        if let (Some(l), Some(n), None) = (lease, d.lease, out.reason) {
+            let ld = l.admit(n, now);
+            out.refill = ld.refill;
+            if !ld.admit {
+                out.reason = Some(BlockReason::ClusterRateLimited);
+            }
         }
         if out.reason.is_none() {
             debit(rate, sustained, e, now);
@@ -730,7 +791,8 @@ impl Engine {
     }
 
     /// The listener budget (`listenerLimit.connectionsPerSecond`): one CAS on the listener's TAT,
-    /// debited only on admission (it is the last check); known-good clients are not counted.
+    /// debited only on admission (the last local check: only the cluster lease follows it);
+    /// known-good clients are not counted.
     fn budget(&self, p: &ProtectionPolicy, now: u64, known_good: bool) -> Option<BlockReason> {
         if known_good {
             return None;
@@ -1262,6 +1324,8 @@ struct Decision<'a> {
     epoch: u32,
     observe: bool,
     defended: bool,
+    /// `clusterRateLimit.lease` when the decision takes a lease token.
+    lease: Option<u64>,
 }
 
 /// Escalation memory in force (ns; 0 without escalation or penalty box).
@@ -1313,6 +1377,8 @@ struct Outcome {
     prefix_key: Option<IpKey>,
     /// The prefix's side effects.
     prefix_effects: Effects,
+    /// The client's cluster lease asks for a refill.
+    refill: bool,
 }
 
 #[inline]
@@ -1381,6 +1447,7 @@ fn refused(reason: BlockReason) -> Admission {
             observed: false,
         }),
         guard: None,
+        refill: None,
     }
 }
 

@@ -15,6 +15,7 @@
 //! - [`dynamic`]: runtime blocks with TTL and port scope;
 //! - `offenders`: clients boxed for violations on admitted connections (the HTTP/2 guard);
 //! - `prefix_boxes`: prefix boxes received from another node (the cluster tier);
+//! - [`lease`]: a client's local lease of `clusterRateLimit` tokens, kept beside its entry;
 //! - [`policy`]: the compiled `ProtectionConfig` (parsed by `crate::config::protection`);
 //! - [`rescale`]: carrying each client's rate-limit usage over a policy swap;
 //! - [`defense`]: defense mode's per-second measure, baseline and on/off rule;
@@ -28,6 +29,7 @@ pub mod dynamic;
 pub mod engine;
 pub mod entry;
 pub mod key;
+pub mod lease;
 pub(crate) mod offenders;
 pub mod penalty;
 pub mod policy;
@@ -41,10 +43,11 @@ pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::{
-    Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, PendingGuard,
-    PolicyRef, Verdict, PREFIX_NOTE,
+    Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, LeaseRequest,
+    PendingGuard, Verdict, PREFIX_NOTE,
 };
 pub use key::IpKey;
+pub use lease::{LeaseUpdate, LEASE_TTL_NS};
 pub use policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
     ProtectionPolicy, RateLimit, SlowHandshake, XdpKernel, XdpSyn,

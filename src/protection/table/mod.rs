@@ -4,7 +4,10 @@
 //!
 //! **Entry**: one fixed-size [`Entry`] per client (48 bytes) and its [`Standing`] (8 bytes) in a
 //! parallel array at the same index (see [`super::entry`]): the decision without defense mode or
-//! `listenerLimit` reads only the entry.
+//! `listenerLimit` reads only the entry. While the policy has `clusterRateLimit`, each shard also
+//! keeps a [`Lease`] (16 bytes) per slot in a third parallel array, allocated the first time a
+//! decision asks for one and freed when a policy without it is installed ([`Table::drop_leases`]):
+//! the cluster tier's token is taken in the admission's own critical section ([`super::lease`]).
 //!
 //! **Layout** ([`shard`]): 256 shards, each a `Mutex` around an open-addressing table that holds
 //! the entries *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a
@@ -51,11 +54,12 @@ mod shard;
 
 pub(crate) use guard::Slot;
 pub use guard::{ConnGuard, PendingGuard, PrefixHold};
-pub(crate) use shard::{expire_mark, prefetch, Ctx};
+pub(crate) use shard::{expire_mark, Ctx};
 
 use super::blocked::SideLists;
 use super::entry::{Entry, Standing, MARK_KNOWN_GOOD, SIDE_FLAGS};
 use super::key::IpKey;
+use super::lease::Lease;
 use shard::{
     rank, worth, Hasher4, Shard, ShardInner, Worth, ANY, NOT_BOXED, OTHER_SHARDS, SHARDS,
     TICK_BATCH, VICTIM_SCAN,
@@ -131,11 +135,29 @@ impl Table {
         read_now: impl FnOnce() -> u64,
         f: impl FnOnce(&mut Entry, &mut Standing, u64) -> R,
     ) -> Option<(R, Slot<'_>)> {
+        self.with_lease(key, ctx, read_now, false, |e, s, _, now| f(e, s, now))
+    }
+
+    /// [`Table::with`], and with `leased` `f` also gets the entry's cluster lease (the shard
+    /// starts keeping leases if it did not: one allocation of its capacity × 16 bytes).
+    #[inline]
+    pub fn with_lease<R>(
+        &self,
+        key: IpKey,
+        ctx: &Ctx,
+        read_now: impl FnOnce() -> u64,
+        leased: bool,
+        f: impl FnOnce(&mut Entry, &mut Standing, Option<&mut Lease>, u64) -> R,
+    ) -> Option<(R, Slot<'_>)> {
         let h = self.hasher.hash(key);
         let si = (h >> 56) as usize % SHARDS;
         let shard = &self.shards[si];
         shard.prefetch(h);
         let mut inner = shard.lock();
+        if leased && !inner.leased {
+            inner.enable_leases();
+            shard.publish_hint(&mut inner);
+        }
         let pos = match inner.find(key, h) {
             Some(pos) => pos,
             None => self.insert(si, &mut inner, key, h, ctx)?,
@@ -144,7 +166,27 @@ impl Table {
         inner.now = now;
         let r = {
             let inner = &mut *inner;
-            f(&mut inner.slots[pos], &mut inner.standing[pos], now)
+            let lease = if leased {
+                inner.leases.get_mut(pos)
+            } else {
+                None
+            };
+            match lease {
+                Some(l) => {
+                    let held = l.held();
+                    let r = f(
+                        &mut inner.slots[pos],
+                        &mut inner.standing[pos],
+                        Some(&mut *l),
+                        now,
+                    );
+                    if l.held() && !held {
+                        inner.lease_count += 1;
+                    }
+                    r
+                }
+                None => f(&mut inner.slots[pos], &mut inner.standing[pos], None, now),
+            }
         };
         drop(inner);
         Some((
@@ -166,6 +208,32 @@ impl Table {
             Some(pos) => f(Some(&mut inner.slots[pos])),
             None => f(None),
         }
+    }
+
+    /// Runs `f` on `key`'s cluster lease under its shard lock; no insert. `None` when the key
+    /// is not tracked or its shard keeps no leases.
+    pub fn inspect_lease<R>(&self, key: IpKey, f: impl FnOnce(&mut Lease) -> R) -> Option<R> {
+        let h = self.hasher.hash(key);
+        let shard = &self.shards[(h >> 56) as usize % SHARDS];
+        let mut inner = shard.lock();
+        let pos = inner.find(key, h)?;
+        inner.leases.get_mut(pos).map(f)
+    }
+
+    /// Frees every shard's leases (a policy without `clusterRateLimit` was installed).
+    pub fn drop_leases(&self) {
+        for shard in self.shards.iter() {
+            let mut inner = shard.lock();
+            if inner.leased {
+                inner.drop_leases();
+                shard.publish_hint(&mut inner);
+            }
+        }
+    }
+
+    /// Entries holding a cluster lease (one lock per shard: for metrics).
+    pub fn lease_clients(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().lease_count).sum()
     }
 
     /// Runs `f` on `key`'s standing (or `None`) under its shard lock; no insert.
@@ -279,7 +347,8 @@ impl Table {
             return false;
         };
         let inner = &mut *inner;
-        match worth(&mut inner.slots[pos], &mut inner.standing[pos], ctx) {
+        let lease = inner.leases.get(pos);
+        match worth(&mut inner.slots[pos], &mut inner.standing[pos], lease, ctx) {
             Some(w) if rank(w) < limit => {
                 self.evict_at(inner, pos);
                 self.len.fetch_sub(1, Ordering::AcqRel);
@@ -322,7 +391,8 @@ impl Table {
                 if inner.ctrl[pos] != 0 {
                     let w = {
                         let inner = &mut *inner;
-                        worth(&mut inner.slots[pos], &mut inner.standing[pos], ctx)
+                        let lease = inner.leases.get(pos);
+                        worth(&mut inner.slots[pos], &mut inner.standing[pos], lease, ctx)
                     };
                     if let Some(w) = w {
                         let over = self.len.load(Ordering::Relaxed) > ctx.cap;
@@ -362,8 +432,8 @@ impl Table {
         evicted
     }
 
-    /// Heap bytes held by the table's shards (control bytes, entries and standings; not the side
-    /// sets).
+    /// Heap bytes held by the table's shards (control bytes, entries, standings and leases; not
+    /// the side sets).
     pub fn memory_bytes(&self) -> usize {
         self.shards
             .iter()
@@ -372,6 +442,7 @@ impl Table {
                 inner.ctrl.capacity()
                     + inner.slots.capacity() * std::mem::size_of::<Entry>()
                     + inner.standing.capacity() * std::mem::size_of::<Standing>()
+                    + inner.leases.capacity() * std::mem::size_of::<Lease>()
                     + std::mem::size_of::<Shard>()
             })
             .sum()

@@ -1,12 +1,14 @@
 //! One shard of the per-client table: an open-addressing table holding entries inline behind
 //! one control byte per slot (0 = empty, else a 7-bit hash tag), with each entry's standing in a
-//! parallel array (same index, moved with it), the keyed hash that places a key, and what an
+//! parallel array (same index, moved with it) and, while the policy has `clusterRateLimit`, each
+//! entry's cluster lease in another ([`ShardInner::leases`]), the keyed hash that places a key, and what an
 //! entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
 //! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
 //! with the shard's lock held (see the table's module doc).
 
 use crate::protection::entry::{Entry, Standing, MARK_KNOWN_GOOD};
 use crate::protection::key::IpKey;
+use crate::protection::lease::Lease;
 use crate::protection::penalty;
 use crate::protection::rescale::{Installed, Tier};
 use arc_swap::ArcSwap;
@@ -78,8 +80,14 @@ pub(crate) fn expire_mark(s: &mut Standing, now: u64, marked: Option<&AtomicU64>
 }
 
 /// `None` when the entry holds connections or handshakes (never evictable). Rescales the entry
-/// to the current generation and clears an expired known-good mark first.
-pub(super) fn worth(e: &mut Entry, s: &mut Standing, ctx: &Ctx) -> Option<Worth> {
+/// to the current generation and clears an expired known-good mark first. A cluster lease that
+/// would lose something ([`Lease::live_until`]) counts as a TAT in the future (limited).
+pub(super) fn worth(
+    e: &mut Entry,
+    s: &mut Standing,
+    lease: Option<&Lease>,
+    ctx: &Ctx,
+) -> Option<Worth> {
     normalize(e, ctx);
     expire_mark(s, ctx.now, ctx.marked);
     if e.active != 0 || e.pending != 0 {
@@ -100,7 +108,8 @@ pub(super) fn worth(e: &mut Entry, s: &mut Standing, ctx: &Ctx) -> Option<Worth>
     if remembered > ctx.now {
         return Some(Worth::Remembered(remembered));
     }
-    let tat = e.tat_rate.max(e.tat_sustained);
+    let leased = lease.and_then(|l| l.live_until(ctx.now)).unwrap_or(0);
+    let tat = e.tat_rate.max(e.tat_sustained).max(leased);
     Some(if tat > ctx.now {
         Worth::Limited(tat)
     } else {
@@ -188,6 +197,8 @@ pub(crate) struct Shard {
 struct Hint {
     ctrl: AtomicPtr<u8>,
     slots: AtomicPtr<Entry>,
+    /// Null while the shard holds no leases.
+    leases: AtomicPtr<Lease>,
     cap: AtomicUsize,
 }
 
@@ -210,6 +221,12 @@ pub(super) struct ShardInner {
     pub(super) slots: Vec<Entry>,
     /// `standing[i]` belongs to `slots[i]` (same length).
     pub(super) standing: Vec<Standing>,
+    /// `leases[i]` belongs to `slots[i]` (same length) while `leased`; empty otherwise.
+    pub(super) leases: Vec<Lease>,
+    /// The shard keeps cluster leases ([`ShardInner::enable_leases`]).
+    pub(super) leased: bool,
+    /// Entries whose lease was ever asked for ([`Lease::held`]).
+    pub(super) lease_count: usize,
     pub(super) count: usize,
     pub(super) hand: usize,
     /// The latest decision time made under this lock (CLOCK_MONOTONIC ns): see [`Table::with`].
@@ -238,6 +255,10 @@ impl Shard {
         let pos = home(h, cap);
         prefetch(self.hint.ctrl.load(Ordering::Relaxed).wrapping_add(pos));
         prefetch(self.hint.slots.load(Ordering::Relaxed).wrapping_add(pos));
+        let leases = self.hint.leases.load(Ordering::Relaxed);
+        if !leases.is_null() {
+            prefetch(leases.wrapping_add(pos));
+        }
     }
 
     /// Records where `inner`'s arrays are now (called under the lock after they moved).
@@ -248,6 +269,12 @@ impl Shard {
         self.hint
             .slots
             .store(inner.slots.as_mut_ptr(), Ordering::Relaxed);
+        let leases = if inner.leases.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            inner.leases.as_mut_ptr()
+        };
+        self.hint.leases.store(leases, Ordering::Relaxed);
         self.hint.cap.store(inner.ctrl.len(), Ordering::Relaxed);
     }
 
@@ -265,6 +292,9 @@ impl ShardInner {
             ctrl: Vec::new(),
             slots: Vec::new(),
             standing: Vec::new(),
+            leases: Vec::new(),
+            leased: false,
+            lease_count: 0,
             count: 0,
             hand: 0,
             now: 0,
@@ -317,8 +347,26 @@ impl ShardInner {
         self.ctrl[pos] = tag(h);
         self.slots[pos] = Entry::fresh(key, generation_tag);
         self.standing[pos] = Standing::with_marks(marks);
+        if self.leased {
+            self.leases[pos] = Lease::default();
+        }
         self.count += 1;
         pos
+    }
+
+    /// From now on the shard keeps a lease beside every entry (fresh ones for the entries it
+    /// holds). Allocates `capacity × 16` bytes once.
+    pub(super) fn enable_leases(&mut self) {
+        self.leased = true;
+        self.leases = vec![Lease::default(); self.ctrl.len()];
+        self.lease_count = 0;
+    }
+
+    /// The shard no longer keeps leases (their memory is freed).
+    pub(super) fn drop_leases(&mut self) {
+        self.leased = false;
+        self.leases = Vec::new();
+        self.lease_count = 0;
     }
 
     pub(super) fn grow(&mut self, hasher: &Hasher4) {
@@ -326,7 +374,12 @@ impl ShardInner {
         let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
         let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
         let standing = std::mem::replace(&mut self.standing, vec![Standing::default(); cap]);
-        for ((c, e), s) in ctrl.into_iter().zip(slots).zip(standing) {
+        let leases = if self.leased {
+            std::mem::replace(&mut self.leases, vec![Lease::default(); cap])
+        } else {
+            Vec::new()
+        };
+        for (i, ((c, e), s)) in ctrl.into_iter().zip(slots).zip(standing).enumerate() {
             if c != 0 {
                 let h = hasher.hash(e.key());
                 let mut pos = home(h, cap);
@@ -339,6 +392,9 @@ impl ShardInner {
                 self.ctrl[pos] = c;
                 self.slots[pos] = e;
                 self.standing[pos] = s;
+                if let Some(l) = leases.get(i) {
+                    self.leases[pos] = *l;
+                }
             }
         }
         self.hand = 0;
@@ -347,6 +403,9 @@ impl ShardInner {
     /// Backward-shift deletion of slot `pos`.
     pub(super) fn remove(&mut self, hasher: &Hasher4, pos: usize) {
         let cap = self.ctrl.len();
+        if self.leases.get(pos).is_some_and(|l| l.held()) {
+            self.lease_count -= 1;
+        }
         let mut hole = pos;
         let mut j = pos;
         loop {
@@ -365,12 +424,18 @@ impl ShardInner {
                 self.ctrl[hole] = self.ctrl[j];
                 self.slots[hole] = self.slots[j];
                 self.standing[hole] = self.standing[j];
+                if self.leased {
+                    self.leases[hole] = self.leases[j];
+                }
                 hole = j;
             }
         }
         self.ctrl[hole] = 0;
         self.slots[hole] = Entry::default();
         self.standing[hole] = Standing::default();
+        if self.leased {
+            self.leases[hole] = Lease::default();
+        }
         self.count -= 1;
     }
 
@@ -390,7 +455,8 @@ impl ShardInner {
                 continue;
             }
             live += 1;
-            if let Some(w) = worth(&mut self.slots[pos], &mut self.standing[pos], ctx) {
+            let lease = self.leases.get(pos);
+            if let Some(w) = worth(&mut self.slots[pos], &mut self.standing[pos], lease, ctx) {
                 if w == Worth::Idle {
                     return Some((pos, w));
                 }
