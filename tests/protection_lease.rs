@@ -34,10 +34,18 @@ fn leased(lease: u64, extra: serde_json::Value) -> Engine {
 /// One admission with the cluster tier up: (refusal reason or `None`, whether it asks a refill).
 fn admit(e: &Engine, addr: &str, now: u64) -> (Option<BlockReason>, bool) {
     let a: Admission = e.admit_clustered(ip(addr), || now, true);
-    if let Some(r) = a.refill {
-        assert_eq!((r.port, r.key), (443, key(addr)));
+    if a.refill {
+        let r = e.lease_request(ip(addr)).expect("a request");
+        assert_eq!(
+            (r.port, r.key, r.limit.lease),
+            (
+                443,
+                key(addr),
+                e.policy().unwrap().cluster_rate_limit().unwrap().lease
+            )
+        );
     }
-    (a.verdict.map(|v| v.reason), a.refill.is_some())
+    (a.verdict.map(|v| v.reason), a.refill)
 }
 
 fn refilled(e: &Engine, addr: &str, granted: u64, retry_after_ns: u64, now_ns: u64) {
@@ -110,7 +118,7 @@ fn without_the_cluster_tier_or_for_the_allowlist_no_lease_is_taken() {
     for _ in 0..5 {
         // The breaker open: local limits alone.
         let a = e.admit_clustered(ip(A), || T0, false);
-        assert!(a.verdict.is_none() && a.refill.is_none());
+        assert!(a.verdict.is_none() && !a.refill);
         let (r, asks) = admit(&e, "198.51.100.7", T0);
         assert_eq!((r, asks), (None, false), "allowlisted");
     }
@@ -145,7 +153,7 @@ fn a_local_refusal_takes_no_token_and_a_cluster_refusal_debits_no_local_limit() 
     assert_eq!(e.update_lease(key(A), LeaseUpdate::TakeDebt), 1);
     refilled(&e, A, 5, 0, T0);
     let open = e.admit_clustered(ip(A), || T0 + MS, true);
-    assert!(open.verdict.is_none() && open.refill.is_none());
+    assert!(open.verdict.is_none() && !open.refill);
     for _ in 0..20 {
         assert_eq!(
             admit(&e, A, T0 + 2 * MS),
@@ -180,7 +188,7 @@ fn leases_move_with_their_entries_as_the_table_grows() {
     let addr = |i: u32| v4(0x0a00_0000 | i);
     for i in 0..N {
         let a = e.admit_clustered(addr(i), || T0, true);
-        assert!(a.verdict.is_none() && a.refill.is_some(), "client {i}");
+        assert!(a.verdict.is_none() && a.refill, "client {i}");
     }
     assert_eq!(e.lease_clients(), N as usize);
     for i in 0..N {
@@ -199,7 +207,7 @@ fn leases_move_with_their_entries_as_the_table_grows() {
         for t in 0..tokens {
             let a = e.admit_clustered(addr(i), || T0 + MS, true);
             assert!(a.verdict.is_none(), "client {i}");
-            assert_eq!(a.refill.is_some(), t + 1 == tokens, "client {i}, token {t}");
+            assert_eq!(a.refill, t + 1 == tokens, "client {i}, token {t}");
         }
     }
 }
@@ -254,7 +262,7 @@ fn a_policy_without_cluster_rate_limit_frees_the_leases() {
         "{slots} lease slots freed ({base} → {with} → {without} bytes)"
     );
     let a = e.admit_clustered(v4(0x0a00_0000), || T0, true);
-    assert!(a.verdict.is_none() && a.refill.is_none(), "no lease now");
+    assert!(a.verdict.is_none() && !a.refill, "no lease now");
     // Switched on again: fresh leases, the first connection on credit.
     e.set_policy(
         Some(policy(
@@ -295,7 +303,7 @@ fn threads_spend_each_token_and_credit_exactly_once() {
                                 let (a, seen) =
                                     race.op(0, || e.admit_clustered(ip(A), || T0 + MS, true));
                                 admitted += usize::from(a.verdict.is_none());
-                                asks += usize::from(a.refill.is_some());
+                                asks += usize::from(a.refill);
                                 raced += usize::from(seen.side(0));
                             }
                             (admitted, asks, raced)

@@ -293,7 +293,7 @@ fn admit(
     let adm = l
         .engine
         .admit_clustered(ip, clock::now_ns, cluster.is_some_and(|c| c.leases_on()));
-    if let (Some(r), Some(c)) = (adm.refill, cluster) {
+    if let (true, Some(c), Some(r)) = (adm.refill, cluster, l.engine.lease_request(ip)) {
         if !c.request_refill(li, r) {
             l.engine.update_lease(r.key, LeaseUpdate::NotSent);
         }

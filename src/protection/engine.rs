@@ -130,12 +130,14 @@ pub struct Admission {
     /// The per-IP connection count (none for allowlisted or untracked clients, or without a
     /// policy).
     pub guard: Option<ConnGuard>,
-    /// The client's cluster lease ran out: queue this refill request (and, if it cannot be
-    /// queued, say so with [`LeaseUpdate::NotSent`]). Only from [`Engine::admit_clustered`].
-    pub refill: Option<LeaseRequest>,
+    /// The client's cluster lease ran out: queue the refill request of
+    /// [`Engine::lease_request`] (and, if it cannot be queued, say so with
+    /// [`LeaseUpdate::NotSent`]). Only from [`Engine::admit_clustered`]. (A flag, not the
+    /// request: the admission stays small on the path every connection takes.)
+    pub refill: bool,
 }
 
-/// A refill request for one client's cluster lease ([`Admission::refill`]).
+/// A refill request for one client's cluster lease ([`Engine::lease_request`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseRequest {
     /// The listener port (Redis keeps one GCRA per port and client).
@@ -156,7 +158,7 @@ impl Admission {
         Admission {
             verdict: None,
             guard,
-            refill: None,
+            refill: false,
         }
     }
 }
@@ -420,7 +422,7 @@ impl Engine {
             return Admission {
                 verdict: Some(observed(reason)),
                 guard,
-                refill: None,
+                refill: false,
             };
         }
         let offender =
@@ -466,15 +468,21 @@ impl Engine {
                 observed: observe,
             }),
             guard: out.counted.then(|| slot.conn_guard_with(out.prefix.take())),
-            refill: match limit {
-                Some(&limit) if out.refill => Some(LeaseRequest {
-                    port: self.port,
-                    key,
-                    limit,
-                }),
-                _ => None,
-            },
+            refill: out.refill,
         }
+    }
+
+    /// The refill request for `ip`'s cluster lease under the policy in force (after an
+    /// [`Admission::refill`]); `None` when that policy has no `clusterRateLimit` (it was swapped
+    /// meanwhile, and the leases went with it).
+    pub fn lease_request(&self, ip: IpAddr) -> Option<LeaseRequest> {
+        let inst = self.installed.load();
+        let p = inst.policy.as_deref()?;
+        Some(LeaseRequest {
+            port: self.port,
+            key: IpKey::new(ip.to_canonical(), p.ipv6_prefix_length()),
+            limit: *p.cluster_rate_limit()?,
+        })
     }
 
     /// The refill task's update `u` of `key`'s cluster lease, under its shard lock (see
@@ -1447,7 +1455,7 @@ fn refused(reason: BlockReason) -> Admission {
             observed: false,
         }),
         guard: None,
-        refill: None,
+        refill: false,
     }
 }
 

@@ -314,8 +314,15 @@ impl ShardInner {
             if c == 0 {
                 return None;
             }
-            if c == t && self.slots[pos].is(key) {
-                return Some(pos);
+            if c == t {
+                if self.leased {
+                    // Its lease's line loads while the entry's key is compared (that entry is
+                    // usually a cache miss): the two misses overlap.
+                    prefetch(self.leases.as_ptr().wrapping_add(pos));
+                }
+                if self.slots[pos].is(key) {
+                    return Some(pos);
+                }
             }
             pos += 1;
             if pos == cap {
