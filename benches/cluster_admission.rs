@@ -184,9 +184,11 @@ fn off(f: &Fixture, i: usize) -> bool {
 /// decision with the lease token, a refill request queued if the lease asks for one.
 fn decide_on(engine: &Engine, cluster: &Cluster, ip: IpAddr, now: u64) -> bool {
     let a = engine.admit_clustered(ip, || now, cluster.leases_on());
-    if let (true, Some(r)) = (a.refill, engine.lease_request(ip)) {
-        if !cluster.request_refill(0, r) {
-            engine.update_lease(r.key, LeaseUpdate::NotSent);
+    if a.refill {
+        if let Some(r) = engine.lease_request(ip) {
+            if !cluster.request_refill(0, r) {
+                engine.update_lease(r.key, LeaseUpdate::NotSent);
+            }
         }
     }
     a.verdict.is_none()

@@ -293,9 +293,12 @@ fn admit(
     let adm = l
         .engine
         .admit_clustered(ip, clock::now_ns, cluster.is_some_and(|c| c.leases_on()));
-    if let (true, Some(c), Some(r)) = (adm.refill, cluster, l.engine.lease_request(ip)) {
-        if !c.request_refill(li, r) {
-            l.engine.update_lease(r.key, LeaseUpdate::NotSent);
+    if adm.refill {
+        // Rare (once per lease): only then is the request built.
+        if let (Some(c), Some(r)) = (cluster, l.engine.lease_request(ip)) {
+            if !c.request_refill(li, r) {
+                l.engine.update_lease(r.key, LeaseUpdate::NotSent);
+            }
         }
     }
     if let Some(v) = adm.verdict {

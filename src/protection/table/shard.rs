@@ -1,8 +1,8 @@
 //! One shard of the per-client table: an open-addressing table holding entries inline behind
 //! one control byte per slot (0 = empty, else a 7-bit hash tag), with each entry's standing in a
 //! parallel array (same index, moved with it) and, while the policy has `clusterRateLimit`, each
-//! entry's cluster lease in another ([`ShardInner::leases`]), the keyed hash that places a key, and what an
-//! entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
+//! entry's cluster lease in another ([`ShardInner::leases`]), the keyed hash that places a key,
+//! and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
 //! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
 //! with the shard's lock held (see the table's module doc).
 
@@ -314,15 +314,8 @@ impl ShardInner {
             if c == 0 {
                 return None;
             }
-            if c == t {
-                if self.leased {
-                    // Its lease's line loads while the entry's key is compared (that entry is
-                    // usually a cache miss): the two misses overlap.
-                    prefetch(self.leases.as_ptr().wrapping_add(pos));
-                }
-                if self.slots[pos].is(key) {
-                    return Some(pos);
-                }
+            if c == t && self.slots[pos].is(key) {
+                return Some(pos);
             }
             pos += 1;
             if pos == cap {
