@@ -18,9 +18,9 @@
 //! and used in it add up to another `nodes × lease`. A lease is valid for [`LEASE_TTL_NS`]; unused
 //! tokens then lapse (under-admission, never over).
 //!
-//! **Where a lease lives**: in the engine's per-client table, beside the client's entry (a
-//! parallel array of the shard, same slot index, moved with the entry, allocated only while the
-//! policy in force has `clusterRateLimit`: [`super::table`]). So the token is taken inside the
+//! **Where a lease lives**: in the engine's per-client table, in the client's entry's own slot
+//! (64-byte, cache-line-aligned slots of entry and lease, used only while the policy in force
+//! has `clusterRateLimit`, 48-byte entry-only slots otherwise: [`super::table`]). So the token is taken inside the
 //! admission's own critical section: no second hash, no second table, no compare-and-swap, and
 //! the same `maxTrackedIps` bound as every other per-client state (an IP-diverse flood costs no
 //! lease memory beyond the cap; an untracked client is admitted without a lease, to the local

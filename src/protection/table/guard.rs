@@ -84,7 +84,7 @@ impl Drop for Release {
         let mut inner = self.shard.lock();
         // The entry cannot have been evicted while this count was held.
         if let Some(pos) = inner.find(self.key, self.hash) {
-            let e = &mut inner.slots[pos];
+            let e = inner.slots.entry_mut(pos);
             match self.counter {
                 Counter::Active => e.active = e.active.saturating_sub(1),
                 Counter::Pending => e.pending = e.pending.saturating_sub(1),

@@ -4,10 +4,12 @@
 //!
 //! **Entry**: one fixed-size [`Entry`] per client (48 bytes) and its [`Standing`] (8 bytes) in a
 //! parallel array at the same index (see [`super::entry`]): the decision without defense mode or
-//! `listenerLimit` reads only the entry. While the policy has `clusterRateLimit`, each shard also
-//! keeps a [`Lease`] (16 bytes) per slot in a third parallel array, allocated the first time a
-//! decision asks for one and freed when a policy without it is installed ([`Table::drop_leases`]):
-//! the cluster tier's token is taken in the admission's own critical section ([`super::lease`]).
+//! `listenerLimit` reads only the entry. While the policy has `clusterRateLimit`, each shard keeps
+//! a [`Lease`] (16 bytes) in every entry's slot — 64-byte, cache-line-aligned slots instead of
+//! 48-byte ones ([`slots`]), switched to the first time a decision asks for a lease and back when
+//! a policy without it is installed ([`Table::drop_leases`]): the cluster tier's token is taken in
+//! the admission's own critical section, from the cache line the lookup already loaded
+//! ([`super::lease`]).
 //!
 //! **Layout** ([`shard`]): 256 shards, each a `Mutex` around an open-addressing table that holds
 //! the entries *inline*, plus one control byte per slot (0 = empty, else a 7-bit hash tag): a
@@ -51,6 +53,7 @@
 
 mod guard;
 mod shard;
+mod slots;
 
 pub(crate) use guard::Slot;
 pub use guard::{ConnGuard, PendingGuard, PrefixHold};
@@ -139,7 +142,8 @@ impl Table {
     }
 
     /// [`Table::with`], and with `leased` `f` also gets the entry's cluster lease (the shard
-    /// starts keeping leases if it did not: one allocation of its capacity × 16 bytes).
+    /// starts keeping leases if it did not: its entries move to 64-byte slots, one allocation of
+    /// its capacity × 64 bytes).
     #[inline]
     pub fn with_lease<R>(
         &self,
@@ -154,7 +158,7 @@ impl Table {
         let shard = &self.shards[si];
         shard.prefetch(h);
         let mut inner = shard.lock();
-        if leased && !inner.leased {
+        if leased && !inner.leased() {
             inner.enable_leases();
             shard.publish_hint(&mut inner);
         }
@@ -166,26 +170,17 @@ impl Table {
         inner.now = now;
         let r = {
             let inner = &mut *inner;
-            let lease = if leased {
-                inner.leases.get_mut(pos)
-            } else {
-                None
-            };
-            match lease {
+            let (e, lease) = inner.slots.parts(pos);
+            match lease.filter(|_| leased) {
                 Some(l) => {
                     let held = l.held();
-                    let r = f(
-                        &mut inner.slots[pos],
-                        &mut inner.standing[pos],
-                        Some(&mut *l),
-                        now,
-                    );
+                    let r = f(e, &mut inner.standing[pos], Some(&mut *l), now);
                     if l.held() && !held {
                         inner.lease_count += 1;
                     }
                     r
                 }
-                None => f(&mut inner.slots[pos], &mut inner.standing[pos], None, now),
+                None => f(e, &mut inner.standing[pos], None, now),
             }
         };
         drop(inner);
@@ -205,7 +200,7 @@ impl Table {
         let shard = &self.shards[(h >> 56) as usize % SHARDS];
         let mut inner = shard.lock();
         match inner.find(key, h) {
-            Some(pos) => f(Some(&mut inner.slots[pos])),
+            Some(pos) => f(Some(inner.slots.entry_mut(pos))),
             None => f(None),
         }
     }
@@ -217,14 +212,14 @@ impl Table {
         let shard = &self.shards[(h >> 56) as usize % SHARDS];
         let mut inner = shard.lock();
         let pos = inner.find(key, h)?;
-        inner.leases.get_mut(pos).map(f)
+        inner.slots.parts(pos).1.map(f)
     }
 
     /// Frees every shard's leases (a policy without `clusterRateLimit` was installed).
     pub fn drop_leases(&self) {
         for shard in self.shards.iter() {
             let mut inner = shard.lock();
-            if inner.leased {
+            if inner.leased() {
                 inner.drop_leases();
                 shard.publish_hint(&mut inner);
             }
@@ -252,9 +247,9 @@ impl Table {
     pub fn for_each(&self, mut f: impl FnMut(&Entry, &Standing)) {
         for shard in self.shards.iter() {
             let inner = shard.lock();
-            for ((c, e), s) in inner.ctrl.iter().zip(&inner.slots).zip(&inner.standing) {
+            for (pos, (c, s)) in inner.ctrl.iter().zip(&inner.standing).enumerate() {
                 if *c != 0 {
-                    f(e, s);
+                    f(inner.slots.entry(pos), s);
                 }
             }
         }
@@ -334,7 +329,7 @@ impl Table {
                 return true;
             }
             if best.is_none_or(|(_, _, b)| rank(w) < rank(b)) {
-                best = Some((oi, inner.slots[pos].key(), w));
+                best = Some((oi, inner.slots.entry(pos).key(), w));
             }
         }
         let Some((oi, key, _)) = best else {
@@ -347,8 +342,8 @@ impl Table {
             return false;
         };
         let inner = &mut *inner;
-        let lease = inner.leases.get(pos);
-        match worth(&mut inner.slots[pos], &mut inner.standing[pos], lease, ctx) {
+        let (e, lease) = inner.slots.parts(pos);
+        match worth(e, &mut inner.standing[pos], lease.as_deref(), ctx) {
             Some(w) if rank(w) < limit => {
                 self.evict_at(inner, pos);
                 self.len.fetch_sub(1, Ordering::AcqRel);
@@ -361,7 +356,7 @@ impl Table {
     /// Removes the entry at `pos` (evictable: checked by the caller under the lock). Does not
     /// touch `len`; uncounts a known-good mark from `marked`.
     fn evict_at(&self, inner: &mut ShardInner, pos: usize) {
-        let e = inner.slots[pos];
+        let e = *inner.slots.entry(pos);
         let marks = inner.standing[pos].marks;
         inner.remove(&self.hasher, pos);
         if e.flags & SIDE_FLAGS != 0 {
@@ -391,8 +386,8 @@ impl Table {
                 if inner.ctrl[pos] != 0 {
                     let w = {
                         let inner = &mut *inner;
-                        let lease = inner.leases.get(pos);
-                        worth(&mut inner.slots[pos], &mut inner.standing[pos], lease, ctx)
+                        let (e, lease) = inner.slots.parts(pos);
+                        worth(e, &mut inner.standing[pos], lease.as_deref(), ctx)
                     };
                     if let Some(w) = w {
                         let over = self.len.load(Ordering::Relaxed) > ctx.cap;
@@ -440,9 +435,8 @@ impl Table {
             .map(|s| {
                 let inner = s.lock();
                 inner.ctrl.capacity()
-                    + inner.slots.capacity() * std::mem::size_of::<Entry>()
+                    + inner.slots.bytes()
                     + inner.standing.capacity() * std::mem::size_of::<Standing>()
-                    + inner.leases.capacity() * std::mem::size_of::<Lease>()
                     + std::mem::size_of::<Shard>()
             })
             .sum()
@@ -535,7 +529,7 @@ mod tests {
                     for pos in 0..inner.ctrl.len() {
                         if inner.ctrl[pos] != 0 {
                             live += 1;
-                            let k = inner.slots[pos].key();
+                            let k = inner.slots.entry(pos).key();
                             assert!(seen.insert(k));
                             assert_eq!(inner.find(k, t.hasher.hash(k)), Some(pos), "step {step}");
                         }

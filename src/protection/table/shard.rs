@@ -1,11 +1,13 @@
 //! One shard of the per-client table: an open-addressing table holding entries inline behind
 //! one control byte per slot (0 = empty, else a 7-bit hash tag), with each entry's standing in a
 //! parallel array (same index, moved with it) and, while the policy has `clusterRateLimit`, each
-//! entry's cluster lease in another ([`ShardInner::leases`]), the keyed hash that places a key,
+//! entry's cluster lease in the entry's own 64-byte slot ([`super::slots`]), the keyed hash that
+//! places a key,
 //! and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
 //! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
 //! with the shard's lock held (see the table's module doc).
 
+use super::slots::{HasEntry, Slots};
 use crate::protection::entry::{Entry, Standing, MARK_KNOWN_GOOD};
 use crate::protection::key::IpKey;
 use crate::protection::lease::Lease;
@@ -196,9 +198,9 @@ pub(crate) struct Shard {
 #[derive(Default)]
 struct Hint {
     ctrl: AtomicPtr<u8>,
-    slots: AtomicPtr<Entry>,
-    /// Null while the shard holds no leases.
-    leases: AtomicPtr<Lease>,
+    slots: AtomicPtr<u8>,
+    /// Bytes per slot (48 plain, 64 with leases).
+    stride: AtomicUsize,
     cap: AtomicUsize,
 }
 
@@ -218,13 +220,10 @@ pub(crate) fn prefetch<T>(p: *const T) {
 
 pub(super) struct ShardInner {
     pub(super) ctrl: Vec<u8>,
-    pub(super) slots: Vec<Entry>,
-    /// `standing[i]` belongs to `slots[i]` (same length).
+    /// Entries (with their leases while the shard keeps them), indexed like `ctrl`.
+    pub(super) slots: Slots,
+    /// `standing[i]` belongs to slot `i` (same length).
     pub(super) standing: Vec<Standing>,
-    /// `leases[i]` belongs to `slots[i]` (same length) while `leased`; empty otherwise.
-    pub(super) leases: Vec<Lease>,
-    /// The shard keeps cluster leases ([`ShardInner::enable_leases`]).
-    pub(super) leased: bool,
     /// Entries whose lease was ever asked for ([`Lease::held`]).
     pub(super) lease_count: usize,
     pub(super) count: usize,
@@ -242,8 +241,8 @@ impl Shard {
         }
     }
 
-    /// Starts loading the control byte and the entry at `h`'s home slot before the lock is
-    /// taken. At a million clients both are memory misses, and the lock's atomic exchange
+    /// Starts loading the control byte and the entry (with its lease, same line) at `h`'s home
+    /// slot before the lock is taken. At a million clients both are memory misses, and the lock's atomic exchange
     /// orders every later load after it: prefetched first, the two misses overlap each other
     /// and the lock instead of following it one after the other.
     #[inline(always)]
@@ -254,11 +253,13 @@ impl Shard {
         }
         let pos = home(h, cap);
         prefetch(self.hint.ctrl.load(Ordering::Relaxed).wrapping_add(pos));
-        prefetch(self.hint.slots.load(Ordering::Relaxed).wrapping_add(pos));
-        let leases = self.hint.leases.load(Ordering::Relaxed);
-        if !leases.is_null() {
-            prefetch(leases.wrapping_add(pos));
-        }
+        let stride = self.hint.stride.load(Ordering::Relaxed);
+        prefetch(
+            self.hint
+                .slots
+                .load(Ordering::Relaxed)
+                .wrapping_add(pos * stride),
+        );
     }
 
     /// Records where `inner`'s arrays are now (called under the lock after they moved).
@@ -266,15 +267,9 @@ impl Shard {
         self.hint
             .ctrl
             .store(inner.ctrl.as_mut_ptr(), Ordering::Relaxed);
-        self.hint
-            .slots
-            .store(inner.slots.as_mut_ptr(), Ordering::Relaxed);
-        let leases = if inner.leases.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            inner.leases.as_mut_ptr()
-        };
-        self.hint.leases.store(leases, Ordering::Relaxed);
+        let (slots, stride) = inner.slots.base();
+        self.hint.slots.store(slots, Ordering::Relaxed);
+        self.hint.stride.store(stride, Ordering::Relaxed);
         self.hint.cap.store(inner.ctrl.len(), Ordering::Relaxed);
     }
 
@@ -290,10 +285,8 @@ impl ShardInner {
     pub(super) fn new() -> ShardInner {
         ShardInner {
             ctrl: Vec::new(),
-            slots: Vec::new(),
+            slots: Slots::Plain(Vec::new()),
             standing: Vec::new(),
-            leases: Vec::new(),
-            leased: false,
             lease_count: 0,
             count: 0,
             hand: 0,
@@ -303,25 +296,16 @@ impl ShardInner {
 
     #[inline]
     pub(super) fn find(&self, key: IpKey, h: u64) -> Option<usize> {
-        let cap = self.ctrl.len();
-        if cap == 0 {
-            return None;
+        match &self.slots {
+            Slots::Plain(v) => probe(&self.ctrl, v, key, h),
+            Slots::Leased(v) => probe(&self.ctrl, v, key, h),
         }
-        let t = tag(h);
-        let mut pos = home(h, cap);
-        loop {
-            let c = self.ctrl[pos];
-            if c == 0 {
-                return None;
-            }
-            if c == t && self.slots[pos].is(key) {
-                return Some(pos);
-            }
-            pos += 1;
-            if pos == cap {
-                pos = 0;
-            }
-        }
+    }
+
+    /// Whether the shard keeps cluster leases ([`ShardInner::enable_leases`]).
+    #[inline]
+    pub(super) fn leased(&self) -> bool {
+        self.slots.leased()
     }
 
     /// Inserts a fresh entry for `key` (absent) with `marks` and returns its slot.
@@ -345,43 +329,34 @@ impl ShardInner {
             }
         }
         self.ctrl[pos] = tag(h);
-        self.slots[pos] = Entry::fresh(key, generation_tag);
+        self.slots.put(pos, Entry::fresh(key, generation_tag));
         self.standing[pos] = Standing::with_marks(marks);
-        if self.leased {
-            self.leases[pos] = Lease::default();
-        }
         self.count += 1;
         pos
     }
 
-    /// From now on the shard keeps a lease beside every entry (fresh ones for the entries it
-    /// holds). Allocates `capacity × 16` bytes once.
+    /// From now on the shard keeps a lease in every entry's slot (fresh ones for the entries it
+    /// holds): its entries move to 64-byte slots, one allocation of `capacity × 64` bytes.
     pub(super) fn enable_leases(&mut self) {
-        self.leased = true;
-        self.leases = vec![Lease::default(); self.ctrl.len()];
+        self.slots.keep_leases();
         self.lease_count = 0;
     }
 
-    /// The shard no longer keeps leases (their memory is freed).
+    /// The shard no longer keeps leases (its entries move back to 48-byte slots).
     pub(super) fn drop_leases(&mut self) {
-        self.leased = false;
-        self.leases = Vec::new();
+        self.slots.drop_leases();
         self.lease_count = 0;
     }
 
     pub(super) fn grow(&mut self, hasher: &Hasher4) {
         let cap = (self.ctrl.len() * 5 / 4).max(MIN_CAP);
         let ctrl = std::mem::replace(&mut self.ctrl, vec![0; cap]);
-        let slots = std::mem::replace(&mut self.slots, vec![Entry::default(); cap]);
+        let fresh = self.slots.empty_like(cap);
+        let slots = std::mem::replace(&mut self.slots, fresh);
         let standing = std::mem::replace(&mut self.standing, vec![Standing::default(); cap]);
-        let leases = if self.leased {
-            std::mem::replace(&mut self.leases, vec![Lease::default(); cap])
-        } else {
-            Vec::new()
-        };
-        for (i, ((c, e), s)) in ctrl.into_iter().zip(slots).zip(standing).enumerate() {
+        for (i, (c, s)) in ctrl.into_iter().zip(standing).enumerate() {
             if c != 0 {
-                let h = hasher.hash(e.key());
+                let h = hasher.hash(slots.entry(i).key());
                 let mut pos = home(h, cap);
                 while self.ctrl[pos] != 0 {
                     pos += 1;
@@ -390,11 +365,8 @@ impl ShardInner {
                     }
                 }
                 self.ctrl[pos] = c;
-                self.slots[pos] = e;
+                self.slots.copy_from(&slots, i, pos);
                 self.standing[pos] = s;
-                if let Some(l) = leases.get(i) {
-                    self.leases[pos] = *l;
-                }
             }
         }
         self.hand = 0;
@@ -403,7 +375,7 @@ impl ShardInner {
     /// Backward-shift deletion of slot `pos`.
     pub(super) fn remove(&mut self, hasher: &Hasher4, pos: usize) {
         let cap = self.ctrl.len();
-        if self.leases.get(pos).is_some_and(|l| l.held()) {
+        if self.slots.lease(pos).is_some_and(|l| l.held()) {
             self.lease_count -= 1;
         }
         let mut hole = pos;
@@ -413,7 +385,7 @@ impl ShardInner {
             if self.ctrl[j] == 0 {
                 break;
             }
-            let k = home(hasher.hash(self.slots[j].key()), cap);
+            let k = home(hasher.hash(self.slots.entry(j).key()), cap);
             // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
             let stays = if hole <= j {
                 hole < k && k <= j
@@ -422,20 +394,14 @@ impl ShardInner {
             };
             if !stays {
                 self.ctrl[hole] = self.ctrl[j];
-                self.slots[hole] = self.slots[j];
+                self.slots.copy_within(j, hole);
                 self.standing[hole] = self.standing[j];
-                if self.leased {
-                    self.leases[hole] = self.leases[j];
-                }
                 hole = j;
             }
         }
         self.ctrl[hole] = 0;
-        self.slots[hole] = Entry::default();
+        self.slots.clear(hole);
         self.standing[hole] = Standing::default();
-        if self.leased {
-            self.leases[hole] = Lease::default();
-        }
         self.count -= 1;
     }
 
@@ -455,8 +421,8 @@ impl ShardInner {
                 continue;
             }
             live += 1;
-            let lease = self.leases.get(pos);
-            if let Some(w) = worth(&mut self.slots[pos], &mut self.standing[pos], lease, ctx) {
+            let (e, lease) = self.slots.parts(pos);
+            if let Some(w) = worth(e, &mut self.standing[pos], lease.as_deref(), ctx) {
                 if w == Worth::Idle {
                     return Some((pos, w));
                 }
@@ -469,5 +435,29 @@ impl ShardInner {
             }
         }
         best
+    }
+}
+
+/// Linear probe for `key` from `h`'s home slot over `ctrl` and its `slots`.
+#[inline(always)]
+fn probe<T: HasEntry>(ctrl: &[u8], slots: &[T], key: IpKey, h: u64) -> Option<usize> {
+    let cap = ctrl.len();
+    if cap == 0 {
+        return None;
+    }
+    let t = tag(h);
+    let mut pos = home(h, cap);
+    loop {
+        let c = ctrl[pos];
+        if c == 0 {
+            return None;
+        }
+        if c == t && slots[pos].entry().is(key) {
+            return Some(pos);
+        }
+        pos += 1;
+        if pos == cap {
+            pos = 0;
+        }
     }
 }
