@@ -2,13 +2,16 @@
 //! alone, `Engine::admit`) and on (the breaker read, then the engine's decision taking the
 //! client's `clusterRateLimit` lease token in the same critical section, `Engine::admit_clustered`,
 //! as the accept path makes them), on the same engine, keys and moment, in the same run (README:
-//! Running several nodes; BENCHMARKS.md: Cluster tier).
+//! Running several nodes; BENCHMARKS.md: Cluster tier). A third side, "no clusterRateLimit", is
+//! `Engine::admit` on an engine of the same policy without the cluster limit, tracking the same
+//! clients: a listener that never had the feature (its table keeps 48-byte slots, where the
+//! clustered one keeps 64-byte slots of entry and lease, so "off" decides on those).
 //!
 //! Redis is real: the bench starts a `redis-server` on a free loopback port (killed at the end)
 //! and warms every client's lease through the cluster tier's own background refills (EVALSHA of
 //! the GCRA script) before measuring, with a lease (10000 tokens) and a limit (1e9/s) that no
 //! measured decision exhausts: what is measured is the warm path, one token taken from the lease
-//! kept beside the client's entry. The clock is injected (the instant warming began, so no lease
+//! kept in the client's entry's slot. The clock is injected (the instant warming began, so no lease
 //! lapses meanwhile), and once the leases are warm the cluster tier's background tasks are
 //! stopped, so neither their work (the health `PING`) nor their CPU share enters the figure: it
 //! is the accept path's own cost. `KEYS` clients, one thread. Without
@@ -73,6 +76,9 @@ impl Drop for Redis {
 struct Fixture {
     keys: Vec<IpAddr>,
     engine: Arc<Engine>,
+    /// The same policy without `clusterRateLimit` (a listener without the cluster limit: its
+    /// table keeps 48-byte entry-only slots), the same clients tracked.
+    plain: Arc<Engine>,
     cluster: Arc<Cluster>,
     now: u64,
     _rt: tokio::runtime::Runtime,
@@ -111,23 +117,26 @@ fn fixture() -> &'static Fixture {
             .enable_all()
             .build()
             .expect("runtime");
-        let policy = Arc::new(
-            policy_from_json(&json!({
-                "rateLimit": {"connectionsPerSecond": 1000, "burst": 1000},
-                "sustained": {"connectionsPerMinute": 60000, "burst": 60000},
-                "penaltyBox": {"durationMs": 600000},
-                "maxConcurrentPerIp": 100,
-                "maxTrackedIps": KEYS,
-                "clusterRateLimit": {"connectionsPerSecond": 1e9, "burst": 1e9, "lease": 10000},
-            }))
-            .expect("valid policy"),
-        );
+        let local = json!({
+            "rateLimit": {"connectionsPerSecond": 1000, "burst": 1000},
+            "sustained": {"connectionsPerMinute": 60000, "burst": 60000},
+            "penaltyBox": {"durationMs": 600000},
+            "maxConcurrentPerIp": 100,
+            "maxTrackedIps": KEYS,
+        });
+        let mut clustered = local.clone();
+        clustered["clusterRateLimit"] =
+            json!({"connectionsPerSecond": 1e9, "burst": 1e9, "lease": 10000});
+        let policy = Arc::new(policy_from_json(&clustered).expect("valid policy"));
         let keys: Vec<IpAddr> = (0..KEYS as u32)
             .map(|i| IpAddr::V4(Ipv4Addr::from(i.wrapping_mul(2_654_435_761) ^ 0x0a00_0000)))
             .collect();
         let now = rampart::clock::now_ns();
         let engine = Arc::new(Engine::new(PORT, Arc::new(DynamicBlocks::new())));
         engine.set_policy(Some(policy), now);
+        let plain = Arc::new(Engine::new(PORT, Arc::new(DynamicBlocks::new())));
+        let policy = policy_from_json(&local).expect("valid policy");
+        plain.set_policy(Some(Arc::new(policy)), now);
         let stop = CancellationToken::new();
         {
             let _g = rt.enter();
@@ -160,9 +169,13 @@ fn fixture() -> &'static Fixture {
             assert!(engine.admit(k, now).verdict.is_none());
         }
         assert_eq!(engine.lease_clients(), KEYS, "every client holds a lease");
+        for &k in &keys {
+            assert!(plain.admit(k, now).verdict.is_none());
+        }
         Fixture {
             keys,
             engine,
+            plain,
             cluster,
             now,
             _rt: rt,
@@ -177,6 +190,12 @@ static CURSOR: AtomicUsize = AtomicUsize::new(0);
 /// Cluster off: the engine's decision (its guard dropped at once).
 fn off(f: &Fixture, i: usize) -> bool {
     let a = f.engine.admit(f.keys[i % KEYS], f.now);
+    black_box(a.verdict.is_none())
+}
+
+/// No cluster limit at all: the engine of the same policy without `clusterRateLimit`.
+fn plain(f: &Fixture, i: usize) -> bool {
+    let a = f.plain.admit(f.keys[i % KEYS], f.now);
     black_box(a.verdict.is_none())
 }
 
@@ -222,6 +241,9 @@ fn cluster_admission(c: &mut Criterion) {
     let f = fixture();
     let mut g = c.benchmark_group("admission_cluster_100k_ips");
     g.bench_function("cluster off", |b| b.iter_custom(|iters| run(iters, off)));
+    g.bench_function("no clusterRateLimit", |b| {
+        b.iter_custom(|iters| run(iters, plain))
+    });
     g.bench_function("cluster on (leases warm)", |b| {
         b.iter_custom(|iters| run(iters, on))
     });
@@ -232,29 +254,40 @@ fn cluster_admission(c: &mut Criterion) {
     }
 }
 
-/// Paired rounds (off then on, same keys, same moment) so machine noise hits both; prints the
-/// median per-decision times and the median of the per-round ratios.
+/// Paired rounds (off, on and the plain engine back to back, same keys, same moment, the order
+/// rotating so none always runs first or last) so machine noise hits all three; prints the median
+/// per-decision times and the medians of the per-round ratios.
 fn report() {
-    const ROUNDS: usize = 9;
-    const N: u64 = 500_000;
-    let (mut a, mut b, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let x = run(N, off).as_nanos() as f64 / N as f64;
-        let y = run(N, on).as_nanos() as f64 / N as f64;
-        a.push(x);
-        b.push(y);
-        ratio.push(y / x);
+    const ROUNDS: usize = 21;
+    const N: u64 = 300_000;
+    let sides: [fn(&Fixture, usize) -> bool; 3] = [off, on, plain];
+    let mut ns: [Vec<f64>; 3] = Default::default();
+    let (mut on_off, mut on_plain) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let mut t = [0.0; 3];
+        for k in 0..3 {
+            let side = (round + k) % 3;
+            t[side] = run(N, sides[side]).as_nanos() as f64 / N as f64;
+        }
+        for (v, x) in ns.iter_mut().zip(t) {
+            v.push(x);
+        }
+        on_off.push(t[1] / t[0]);
+        on_plain.push(t[1] / t[2]);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let [mut a, mut b, mut c] = ns;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "\nadmission at {KEYS} IPs, 1 thread, {ROUNDS} paired rounds: cluster off {:.1} ns, on {:.1} ns per decision; ratio on/off = {:.3} (load average {})",
+        "\nadmission at {KEYS} IPs, 1 thread, {ROUNDS} paired rounds: cluster off {:.1} ns, on {:.1} ns, no clusterRateLimit {:.1} ns per decision; ratio on/off = {:.3}, on/no clusterRateLimit = {:.3} (load average {})",
         median(&mut a),
         median(&mut b),
-        median(&mut ratio),
+        median(&mut c),
+        median(&mut on_off),
+        median(&mut on_plain),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
 }

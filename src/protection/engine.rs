@@ -622,8 +622,11 @@ impl Engine {
     /// in defense mode for a client that is not known-good), `maxConcurrentPerIp`; then, if the
     /// client passes (or in observe mode, to count the connection), the prefix tier and the
     /// listener budget ([`Engine::prefix_tier`]); then, with `lease`, a token of the client's
-    /// cluster lease; then the client's debit if everything passed.
-    #[inline]
+    /// cluster lease; then the client's debit if everything passed. Kept out of line on every
+    /// path, so each instantiation of the table's closure around it stays small and inlined (the
+    /// clustered admission otherwise inlined it into a closure kept out of line: on/off 1.06
+    /// against 1.04, `cargo bench --bench cluster_admission`).
+    #[inline(never)]
     fn decide(
         &self,
         d: &Decision<'_>,

@@ -178,3 +178,52 @@ impl Slots {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protection::key::IpKey;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn entry(i: u32) -> Entry {
+        Entry::fresh(IpKey::new(IpAddr::V4(Ipv4Addr::from(i)), 64), 3)
+    }
+
+    /// Leased slots are one aligned cache line each; switching layout keeps every entry, gives
+    /// each a fresh lease, and switching back drops them.
+    #[test]
+    fn layouts_switch_keeping_entries() {
+        let mut s = Slots::Plain(vec![Entry::default(); 1000]);
+        for i in 0..1000 {
+            s.put(i, entry(i as u32));
+        }
+        s.keep_leases();
+        assert!(s.leased());
+        let (base, stride) = s.base();
+        assert_eq!((base as usize % 64, stride), (0, 64));
+        for i in 0..1000 {
+            assert!(s.entry(i).is(entry(i as u32).key()));
+            assert_eq!(s.lease(i), Some(&Lease::default()));
+        }
+        s.parts(7).1.expect("a lease").admit(10, 0);
+        assert!(s.lease(7).is_some_and(|l| l.held()));
+        s.copy_within(7, 8);
+        assert!(s.entry(8).is(entry(7).key()) && s.lease(8).is_some_and(|l| l.held()));
+        s.put(8, entry(8));
+        assert_eq!(s.lease(8), Some(&Lease::default()));
+        let grown = {
+            let mut g = s.empty_like(2000);
+            g.copy_from(&s, 7, 1500);
+            g
+        };
+        assert!(grown.leased() && grown.lease(1500).is_some_and(|l| l.held()));
+        s.drop_leases();
+        assert!(!s.leased() && s.lease(7).is_none());
+        assert_eq!(s.bytes(), 1000 * 48);
+        for i in 0..1000 {
+            assert!(s.entry(i).is(entry(i as u32).key()));
+        }
+        s.clear(3);
+        assert!(!s.entry(3).is(entry(3).key()));
+    }
+}
