@@ -1,11 +1,13 @@
-//! The cluster tier's cost at accept: one admission decision with `cluster` off (the engine
-//! alone, `Engine::admit`) and on (the breaker read, then the engine's decision taking the
-//! client's `clusterRateLimit` lease token in the same critical section, `Engine::admit_clustered`,
-//! as the accept path makes them), on the same engine, keys and moment, in the same run (README:
-//! Running several nodes; BENCHMARKS.md: Cluster tier). A third side, "no clusterRateLimit", is
-//! `Engine::admit` on an engine of the same policy without the cluster limit, tracking the same
-//! clients: a listener that never had the feature (its table keeps 48-byte slots, where the
-//! clustered one keeps 64-byte slots of entry and lease, so "off" decides on those).
+//! The cluster tier's cost at accept: one admission decision as the accept path makes it
+//! (`listener::admit`: `Engine::admit_clustered` with the breaker's flag, then a refill request
+//! only when the lease asks for one), all three sides through that one function, on the same keys
+//! and moment, in the same run (README: Running several nodes; BENCHMARKS.md: Cluster tier):
+//! - "cluster on": the breaker read, then the engine's decision taking the client's
+//!   `clusterRateLimit` lease token in the same critical section;
+//! - "cluster off": the same engine with the flag false (no cluster tier, or its breaker open);
+//! - "no clusterRateLimit": an engine of the same policy without the cluster limit, tracking the
+//!   same clients — a listener that never had the feature (its table keeps 48-byte slots, where
+//!   the clustered one keeps 64-byte slots of entry and lease, on which "off" also decides).
 //!
 //! Redis is real: the bench starts a `redis-server` on a free loopback port (killed at the end)
 //! and warms every client's lease through the cluster tier's own background refills (EVALSHA of
@@ -146,7 +148,7 @@ fn fixture() -> &'static Fixture {
         let t = Instant::now();
         loop {
             for &k in &keys {
-                let _ = decide_on(&engine, &cluster, k, now);
+                let _ = decide(&engine, Some(&cluster), k, now);
             }
             std::thread::sleep(Duration::from_millis(200));
             let s = cluster.snapshot();
@@ -187,25 +189,28 @@ fn fixture() -> &'static Fixture {
 
 static CURSOR: AtomicUsize = AtomicUsize::new(0);
 
-/// Cluster off: the engine's decision (its guard dropped at once).
+/// Cluster off: the accept path's own code (`listener::admit`) with the cluster tier absent or
+/// its breaker open — the same instantiation of `Engine::admit_clustered` as "on", with the flag
+/// false (its guard dropped at once).
 fn off(f: &Fixture, i: usize) -> bool {
-    let a = f.engine.admit(f.keys[i % KEYS], f.now);
-    black_box(a.verdict.is_none())
+    black_box(decide(&f.engine, None, f.keys[i % KEYS], f.now))
 }
 
-/// No cluster limit at all: the engine of the same policy without `clusterRateLimit`.
+/// No cluster limit at all: the engine of the same policy without `clusterRateLimit`, through the
+/// same code with no cluster tier.
 fn plain(f: &Fixture, i: usize) -> bool {
-    let a = f.plain.admit(f.keys[i % KEYS], f.now);
-    black_box(a.verdict.is_none())
+    black_box(decide(&f.plain, None, f.keys[i % KEYS], f.now))
 }
 
-/// Cluster on, as the accept path decides (`listener::admit`): the breaker read, the engine's
-/// decision with the lease token, a refill request queued if the lease asks for one.
-fn decide_on(engine: &Engine, cluster: &Cluster, ip: IpAddr, now: u64) -> bool {
-    let a = engine.admit_clustered(ip, || now, cluster.leases_on());
+/// As the accept path decides (`listener::admit`): with a cluster tier, the breaker read, the
+/// engine's decision with the lease token, a refill request queued if the lease asks for one.
+/// Every side of the bench runs this one function.
+#[inline(never)]
+fn decide(engine: &Engine, cluster: Option<&Cluster>, ip: IpAddr, now: u64) -> bool {
+    let a = engine.admit_clustered(ip, || now, cluster.is_some_and(|c| c.leases_on()));
     if a.refill {
-        if let Some(r) = engine.lease_request(ip) {
-            if !cluster.request_refill(0, r) {
+        if let (Some(c), Some(r)) = (cluster, engine.lease_request(ip)) {
+            if !c.request_refill(0, r) {
                 engine.update_lease(r.key, LeaseUpdate::NotSent);
             }
         }
@@ -215,7 +220,7 @@ fn decide_on(engine: &Engine, cluster: &Cluster, ip: IpAddr, now: u64) -> bool {
 
 /// Cluster on (its guard dropped at once).
 fn on(f: &Fixture, i: usize) -> bool {
-    black_box(decide_on(&f.engine, &f.cluster, f.keys[i % KEYS], f.now))
+    black_box(decide(&f.engine, Some(&f.cluster), f.keys[i % KEYS], f.now))
 }
 
 fn run(iters: u64, decide: fn(&Fixture, usize) -> bool) -> Duration {
