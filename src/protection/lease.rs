@@ -20,11 +20,11 @@
 //!
 //! **Where a lease lives**: in the engine's per-client table, in the client's entry's own slot
 //! (64-byte, cache-line-aligned slots of entry and lease, used only while the policy in force
-//! has `clusterRateLimit`, 48-byte entry-only slots otherwise: [`super::table`]). So the token is taken inside the
-//! admission's own critical section: no second hash, no second table, no compare-and-swap, and
-//! the same `maxTrackedIps` bound as every other per-client state (an IP-diverse flood costs no
-//! lease memory beyond the cap; an untracked client is admitted without a lease, to the local
-//! limits, as with Redis down). An entry whose lease holds live tokens, runs a refusal, waits for
+//! has `clusterRateLimit`, 48-byte entry-only slots otherwise: [`super::table`]). So the token
+//! is taken inside the admission's own critical section: no second hash, no second table, no
+//! compare-and-swap, and the same `maxTrackedIps` bound as every other per-client state (an
+//! IP-diverse flood costs no lease memory beyond the cap; an untracked client is admitted without
+//! a lease, to the local limits, as with Redis down). An entry whose lease holds live tokens, runs a refusal, waits for
 //! a refill (for up to [`STALE_NS`] after the client's last connection) or owes credit (for up
 //! to [`IDLE_NS`] after it) is not idle for eviction, and at the cap it ranks as a rate-limited
 //! client does (the one closest to idle first; [`Lease::live_until`]); after those times credit

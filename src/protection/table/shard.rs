@@ -2,10 +2,9 @@
 //! one control byte per slot (0 = empty, else a 7-bit hash tag), with each entry's standing in a
 //! parallel array (same index, moved with it) and, while the policy has `clusterRateLimit`, each
 //! entry's cluster lease in the entry's own 64-byte slot ([`super::slots`]), the keyed hash that
-//! places a key,
-//! and what an entry is worth to eviction. Linear probing from `fastrange(hash, capacity)`,
-//! at most 7/8 full, growing by 1.25x, backward-shift deletion (no tombstones). Every method runs
-//! with the shard's lock held (see the table's module doc).
+//! places a key, and what an entry is worth to eviction. Linear probing from
+//! `fastrange(hash, capacity)`, at most 7/8 full, growing by 1.25x, backward-shift deletion (no
+//! tombstones). Every method runs with the shard's lock held (see the table's module doc).
 
 use super::slots::{HasEntry, Slots};
 use crate::protection::entry::{Entry, Standing, MARK_KNOWN_GOOD};
@@ -242,9 +241,9 @@ impl Shard {
     }
 
     /// Starts loading the control byte and the entry (with its lease, same line) at `h`'s home
-    /// slot before the lock is taken. At a million clients both are memory misses, and the lock's atomic exchange
-    /// orders every later load after it: prefetched first, the two misses overlap each other
-    /// and the lock instead of following it one after the other.
+    /// slot before the lock is taken. At a million clients both are memory misses, and the
+    /// lock's atomic exchange orders every later load after it: prefetched first, the two misses
+    /// overlap each other and the lock instead of following it one after the other.
     #[inline(always)]
     pub(super) fn prefetch(&self, h: u64) {
         let cap = self.hint.cap.load(Ordering::Relaxed);
