@@ -21,7 +21,7 @@ pub(super) struct Leased {
 const _: () = assert!(std::mem::size_of::<Leased>() == 64);
 
 /// What a slot of either layout holds: an entry.
-pub(super) trait HasEntry: Copy + Default {
+pub(super) trait HasEntry {
     fn entry(&self) -> &Entry;
 }
 
