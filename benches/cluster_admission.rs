@@ -208,12 +208,8 @@ fn plain(f: &Fixture, i: usize) -> bool {
 #[inline(never)]
 fn decide(engine: &Engine, cluster: Option<&Cluster>, ip: IpAddr, now: u64) -> bool {
     let a = engine.admit_clustered(ip, || now, cluster.is_some_and(|c| c.leases_on()));
-    if a.refill {
-        if let (Some(c), Some(r)) = (cluster, engine.lease_request(ip)) {
-            if !c.request_refill(0, r) {
-                engine.update_lease(r.key, LeaseUpdate::NotSent);
-            }
-        }
+    if let Some(c) = cluster.filter(|_| a.refill) {
+        c.refill_lease(engine, 0, ip);
     }
     a.verdict.is_none()
 }

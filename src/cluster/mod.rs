@@ -11,7 +11,7 @@
 //!
 //! Nothing here is on the accept path except non-blocking calls: [`Cluster::boxed`] (the
 //! engine's box listener: a `try_send`), [`Cluster::leases_on`] (one atomic load) and
-//! [`Cluster::request_refill`] (a `try_send`). `clusterRateLimit`'s leases live in the engines'
+//! [`Cluster::refill_lease`] (a `try_send`, once per lease). `clusterRateLimit`'s leases live in the engines'
 //! tables, beside each client's entry, and are decided there ([`crate::protection::lease`]). The
 //! rest runs as tasks on the proxy's tokio runtime:
 //! - **writer**: local bans (boxes, `blockIp`, `unblockIp`, the kernel's own bans found by
@@ -106,7 +106,7 @@ pub trait Node: Send + Sync + 'static {
     /// Emits `'error'` `cluster_unavailable` with `message`.
     fn unavailable(&self, message: String);
     /// Applies the refill task's `u` to the cluster lease of `key` on listener `listener` (the
-    /// index given to [`Cluster::request_refill`], [`Engine::update_lease`]); returns what it
+    /// index given to [`Cluster::refill_lease`], [`Engine::update_lease`]); returns what it
     /// returns (0 when no such listener or lease).
     fn update_lease(&self, listener: usize, key: IpKey, u: LeaseUpdate) -> u64;
     /// Clients holding a cluster lease on all listeners ([`Engine::lease_clients`]).
@@ -401,11 +401,10 @@ impl Cluster {
         !self.stats.breaker_open.load(Ordering::Relaxed)
     }
 
-    /// Queues a lease refill ([`crate::protection::Admission::refill`]) of listener
-    /// `listener`'s engine (answered through [`Node::update_lease`]); never waits. False when
-    /// the queue is full (counted in `queueOverflow`): the caller tells the engine
-    /// ([`LeaseUpdate::NotSent`]) so the client's next connection asks again.
-    pub fn request_refill(&self, listener: usize, r: LeaseRequest) -> bool {
+    /// Queues the lease refill `r` of listener `listener`'s engine (answered through
+    /// [`Node::update_lease`]); never waits. False when the queue is full (counted in
+    /// `queueOverflow`).
+    fn request_refill(&self, listener: usize, r: LeaseRequest) -> bool {
         let sent = self
             .refill_tx
             .try_send(Refill {
@@ -419,6 +418,18 @@ impl Cluster {
             self.stats.queue_overflow.fetch_add(1, Ordering::Relaxed);
         }
         sent
+    }
+
+    /// After an admission that set [`crate::protection::Admission::refill`] (rare: once per
+    /// lease): builds `ip`'s refill request on listener `listener`'s `engine` and queues it
+    /// (a `try_send` on the refill queue); if it cannot be queued, tells the engine
+    /// ([`LeaseUpdate::NotSent`]) so the client's next connection asks again. Never waits.
+    pub fn refill_lease(&self, engine: &Engine, listener: usize, ip: IpAddr) {
+        if let Some(r) = engine.lease_request(ip) {
+            if !self.request_refill(listener, r) {
+                engine.update_lease(r.key, LeaseUpdate::NotSent);
+            }
+        }
     }
 
     // ---- operator actions (JS thread) ----

@@ -29,7 +29,7 @@ pub mod proxy_in;
 use crate::clock;
 use crate::config::proxy::ListenerMode;
 use crate::metrics::ErrorReason;
-use crate::protection::{BlockReason, ConnGuard, LeaseUpdate, Verdict};
+use crate::protection::{BlockReason, ConnGuard, Verdict};
 use crate::shared::{ActiveGuard, Shared};
 use proxy_in::{HeaderFailure, Origin};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -293,13 +293,8 @@ fn admit(
     let adm = l
         .engine
         .admit_clustered(ip, clock::now_ns, cluster.is_some_and(|c| c.leases_on()));
-    if adm.refill {
-        // Rare (once per lease): only then is the request built.
-        if let (Some(c), Some(r)) = (cluster, l.engine.lease_request(ip)) {
-            if !c.request_refill(li, r) {
-                l.engine.update_lease(r.key, LeaseUpdate::NotSent);
-            }
-        }
+    if let Some(c) = cluster.filter(|_| adm.refill) {
+        c.refill_lease(&l.engine, li, ip);
     }
     if let Some(v) = adm.verdict {
         shared.report_block(li, ip, v, None, ("", ""));

@@ -130,10 +130,10 @@ pub struct Admission {
     /// The per-IP connection count (none for allowlisted or untracked clients, or without a
     /// policy).
     pub guard: Option<ConnGuard>,
-    /// The client's cluster lease ran out: queue the refill request of
-    /// [`Engine::lease_request`] (and, if it cannot be queued, say so with
-    /// [`LeaseUpdate::NotSent`]). Only from [`Engine::admit_clustered`]. (A flag, not the
-    /// request: the admission stays small on the path every connection takes.)
+    /// The client's cluster lease ran out: ask for a refill (`Cluster::refill_lease`, which
+    /// builds the request with [`Engine::lease_request`] and says [`LeaseUpdate::NotSent`] if it
+    /// cannot be queued). Only from [`Engine::admit_clustered`]. (A flag, not the request: the
+    /// admission stays small on the path every connection takes.)
     pub refill: bool,
 }
 
