@@ -1,3 +1,4 @@
+/// <reference types="node" />
 // Types of the Rampart JS API (`require('rampart')` / `import ... from 'rampart'`). Written against
 // @types/node (>= 20). Times are milliseconds unless a name says otherwise.
 import { EventEmitter } from 'node:events';
