@@ -297,9 +297,6 @@ impl Engine {
     }
 }
 
-/// `note` of a boxed prefix in `blockedIps({ detail: true })`.
-pub const PREFIX_NOTE: &str = "prefix";
-
 /// One table of the blocked view.
 struct Side<'a> {
     table: &'a Table,

@@ -80,8 +80,6 @@ mod known_good;
 mod listing;
 mod pending;
 
-pub use listing::PREFIX_NOTE;
-
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};
 use super::dynamic::DynamicBlocks;
@@ -218,6 +216,9 @@ pub struct Engine {
 
 /// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.
 pub const H2_BOX_NOTE: &str = "boxed by protection.http2.boxAfterViolations";
+
+/// `note` of a boxed prefix in `blockedIps({ detail: true })`.
+pub const PREFIX_NOTE: &str = "prefix";
 
 const SWAP_EVICT_BUDGET: usize = 4096;
 
