@@ -156,11 +156,22 @@ ${upstreams.map((u, i) => `  server o${i} ${u.host}:${u.port}`).join('\n')}
 `;
 }
 
-/** Starts `haproxy -db -f cfg` (foreground, one process); resolves `{ pid, child, stop() }`. */
-async function startHaproxy(cfgPath, port, host = '127.0.0.1') {
+/**
+ * `[cmd, args]` run under `taskset -c cpus` (which execs it: the pid is the command's), or as it
+ * is when `cpus` is null.
+ */
+function pinned(cpus, cmd, args) {
+  return cpus ? ['taskset', ['-c', cpus, cmd, ...args]] : [cmd, args];
+}
+
+/**
+ * Starts `haproxy -db -f cfg` (foreground, one process), on the CPUs `cpus` (a taskset list) when
+ * given; resolves `{ pid, child, stop() }`.
+ */
+async function startHaproxy(cfgPath, port, host = '127.0.0.1', cpus = null) {
   const check = await run('haproxy', ['-c', '-q', '-f', cfgPath]);
   if (check.code !== 0) throw new Error(`haproxy config ${cfgPath} rejected:\n${check.stdout}${check.stderr}`);
-  const child = spawn('haproxy', ['-db', '-f', cfgPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(...pinned(cpus, 'haproxy', ['-db', '-f', cfgPath]), { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   child.stderr.on('data', (d) => (log += d));
   const exited = new Promise((r) => child.once('exit', r));
@@ -271,12 +282,12 @@ ${protServer}    proxy_pass origin;
  * stop() }` once it listens and all `workers` worker processes are forked (the master listens
  * before it forks them, and their CPU must be in the first reading).
  */
-async function startNginx(cfgPath, port, dir, workers = 1) {
+async function startNginx(cfgPath, port, dir, workers = 1, cpus = null) {
   const errLog = path.join(dir, 'nginx-error.log');
   const base = ['-p', dir, '-e', errLog, '-c', cfgPath];
   const check = await run('nginx', ['-t', '-q', ...base]);
   if (check.code !== 0) throw new Error(`nginx config ${cfgPath} rejected:\n${check.stdout}${check.stderr}`);
-  const child = spawn('nginx', base, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(...pinned(cpus, 'nginx', base), { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   child.stderr.on('data', (d) => (log += d));
   const exited = new Promise((r) => child.once('exit', r));
@@ -312,9 +323,12 @@ function establishedOn(port) {
  * Forks benches/rampart-server.js with `config` (written to `cfgPath`); resolves `{ pid, child,
  * metrics(), stop() }` once it listens.
  */
-async function startRampart(config, cfgPath, rampartPath) {
+async function startRampart(config, cfgPath, rampartPath, cpus = null) {
   fs.writeFileSync(cfgPath, JSON.stringify(config));
+  // Pinned: `taskset -c cpus node rampart-server.js` (taskset execs node, which keeps the IPC fd).
+  const pin = cpus ? { execPath: 'taskset', execArgv: ['-c', cpus, process.execPath] } : {};
   const child = fork(path.join(__dirname, 'rampart-server.js'), [cfgPath], {
+    ...pin,
     env: { ...process.env, RAMPART_PATH: rampartPath },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -455,6 +469,7 @@ function childTracker() {
 module.exports = {
   answerStats,
   cli,
+  pinned,
   childTracker,
   sleep,
   run,

@@ -25,7 +25,10 @@
 // idle-req), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
 // --peers haproxy,nginx (which peers to run; default: those installed), --no-floor,
 // --merge a.json,b.json,... (no run: the table over every round of those --json files pooled, so
-// three full runs give one median of their 9 rounds, plus each run's own ratio column).
+// three full runs give one median of their 9 rounds, plus each run's own ratio column),
+// --threads N (worker threads/processes of every proxy alike, and wrk's threads; default 2),
+// --pin (with taskset: the proxy under test on CPUs 0..N-1, wrk and the origin on the remaining
+// CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output).
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -43,7 +46,16 @@ const ONLY = list('--only', null);
 const IDLE_TARGET = Number(opt('--idle', QUICK ? 2000 : 50000));
 const JSON_OUT = opt('--json', '');
 const MERGE = list('--merge', null);
-const THREADS = 2;
+const THREADS = Number(opt('--threads', 2));
+const PIN = flag('--pin');
+const NCPU = os.cpus().length;
+if (!Number.isInteger(THREADS) || THREADS < 1) throw new Error(`--threads must be a positive integer, got ${opt('--threads', '')}`);
+if (PIN && THREADS >= NCPU) throw new Error(`--pin needs more CPUs than --threads (${THREADS} of ${NCPU}): wrk and the origin need one of their own`);
+/** taskset CPU lists with --pin: the proxies', and wrk's and the origin's; null otherwise. */
+const cpuRange = (a, b) => (a === b ? `${a}` : `${a}-${b}`);
+const CPUS = PIN ? { proxy: cpuRange(0, THREADS - 1), load: cpuRange(THREADS, NCPU - 1) } : { proxy: null, load: null };
+/** wrk's threads: one per CPU it has when pinned, else as many as the proxies' workers. */
+const WRK_THREADS = PIN ? NCPU - THREADS : THREADS;
 const BODY_BYTES = 4096;
 const BULK_BYTES = 65536;
 const SNI = 'localhost';
@@ -220,7 +232,7 @@ function rampartConfig(ctx, protection) {
 
 async function startProxy(ctx, kind, protection) {
   if (kind === 'rampart') {
-    const p = await L.startRampart(rampartConfig(ctx, protection), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+    const p = await L.startRampart(rampartConfig(ctx, protection), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH, CPUS.proxy);
     track(p.child);
     return {
       ...p,
@@ -245,7 +257,7 @@ async function startProxy(ctx, kind, protection) {
         protection,
       })
     );
-    const p = await L.startNginx(cfg, ctx.nginxPort, ctx.dir, THREADS);
+    const p = await L.startNginx(cfg, ctx.nginxPort, ctx.dir, THREADS, CPUS.proxy);
     track(p.child);
     return {
       ...p,
@@ -269,7 +281,7 @@ async function startProxy(ctx, kind, protection) {
       protection,
     })
   );
-  const p = await L.startHaproxy(cfg, ctx.haproxyPort);
+  const p = await L.startHaproxy(cfg, ctx.haproxyPort, '127.0.0.1', CPUS.proxy);
   track(p.child);
   return {
     ...p,
@@ -281,7 +293,7 @@ async function startProxy(ctx, kind, protection) {
 
 // ---------- measurements ----------
 function wrkArgs(port, { conns, close, urlPath = '/' }) {
-  const a = ['-t', String(THREADS), '-c', String(conns), '-d', `${DURATION}s`, '--timeout', '10s', '--latency'];
+  const a = ['-t', String(WRK_THREADS), '-c', String(conns), '-d', `${DURATION}s`, '--timeout', '10s', '--latency'];
   if (close) a.push('-H', 'Connection: close');
   a.push(`https://127.0.0.1:${port}${urlPath}`);
   return a;
@@ -294,7 +306,7 @@ async function measureWrk(ctx, kind, row) {
     const env = row.noResume ? { ...process.env, LD_PRELOAD: ctx.shim } : process.env;
     const s0 = p.stat();
     const t0 = Date.now();
-    const r = await L.run('wrk', args, { env, timeoutMs: (DURATION + 30) * 1000 });
+    const r = await L.run(...L.pinned(CPUS.load, 'wrk', args), { env, timeoutMs: (DURATION + 30) * 1000 });
     const secs = (Date.now() - t0) / 1000;
     const s1 = p.stat();
     const w = L.parseWrk(r.stdout);
@@ -637,7 +649,7 @@ async function main() {
     originCfg,
     L.originConfig({ addrs: originAddrs, port: originPort, bodyFile: path.join(dir, 'body.bin'), bulkFile: path.join(dir, 'bulk.bin'), maxconn: ctx.haMaxconn })
   );
-  const origin = await L.startHaproxy(originCfg, originPort, originAddrs[0]);
+  const origin = await L.startHaproxy(originCfg, originPort, originAddrs[0], CPUS.load);
   track(origin.child);
 
   const env = await environment(ctx);
@@ -694,7 +706,8 @@ async function main() {
   out.push(`peers: ${peers.map((k) => NAME[k]).join(', ') || 'none'}${peerNotes.length ? ` (${peerNotes.join('; ')})` : ''}`);
   out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
   out.push(`TLS negotiated: ${tlsLine}`);
-  out.push(`workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}, nginx worker_processes ${THREADS} (CPU and RSS: master + workers); origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}`);
+  out.push(`workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}, nginx worker_processes ${THREADS} (CPU and RSS: master + workers); origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}; wrk -t ${WRK_THREADS}`);
+  out.push(PIN ? `pinned (taskset): proxies on CPUs ${CPUS.proxy}, wrk and the origin on CPUs ${CPUS.load}` : 'not pinned: proxies, wrk and the origin share every CPU');
   out.push('');
   out.push(table(rows, results, peers));
   out.push('');
