@@ -210,10 +210,7 @@ class RampartProxy extends EventEmitter {
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
       throw new ConfigError([{ path: 'opts.port', message: `must be a port number, got ${String(port)}` }]);
     }
-    if (port !== 0 && !this.metrics().listeners.some((l) => l.port === port)) {
-      throw new ConfigError([{ path: 'opts.port', message: `no listener on port ${port}` }]);
-    }
-    return JSON.parse(this._native.blockedIps(port, Boolean(opts && opts.detail)));
+    return JSON.parse(call(() => this._native.blockedIps(port, Boolean(opts && opts.detail))));
   }
 
   /** Blocks a CIDR (or bare IP) for `ttlMs` ms (forever without), on `port` or every listener. */

@@ -374,8 +374,13 @@ impl Proxy {
     }
 
     /// `blockedIps({ port, detail })`: every listener's view (or those on `port`), plus the
-    /// kernel's own SYN-limit bans under the port they were made for.
-    pub fn blocked_ips(&self, port: Option<u16>) -> BlockedIps {
+    /// kernel's own SYN-limit bans under the port they were made for. A `port` no listener has is
+    /// a ConfigError at `opts.port`.
+    pub fn blocked_ips(&self, port: Option<u16>) -> Result<BlockedIps, ConfigError> {
+        if let Some(p) = port.filter(|&p| !self.shared.listeners.iter().any(|l| l.config.port == p))
+        {
+            return Err(one_issue("opts.port", format!("no listener on port {p}")));
+        }
         let now = clock::now_ns();
         let mut out = BlockedIps::default();
         for l in &self.shared.listeners {
@@ -420,7 +425,7 @@ impl Proxy {
             }
         }
         out.finish();
-        out
+        Ok(out)
     }
 
     /// `blockIp(cidr, { ttlMs, reason, port })`, validated already: the engine's set, then

@@ -173,10 +173,11 @@ impl NativeProxy {
 
     /// `blockedIps` as JSON (`port` 0 = every listener).
     #[napi]
-    pub fn blocked_ips(&self, port: u32, detail: bool) -> String {
+    pub fn blocked_ips(&self, port: u32, detail: bool) -> Result<String, String> {
         let p = (port > 0 && port <= 65535).then_some(port as u16);
         let cluster = self.inner.cluster().map(|c| &**c);
-        blocked_json(&self.inner.blocked_ips(p), detail, cluster).to_string()
+        let blocked = self.inner.blocked_ips(p).map_err(config_error)?;
+        Ok(blocked_json(&blocked, detail, cluster).to_string())
     }
 
     /// `blockIp(cidr, optsJson)`.
