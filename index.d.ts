@@ -6,6 +6,20 @@ import { EventEmitter } from 'node:events';
 /** PEM text or bytes. */
 export type Pem = string | Buffer;
 
+/** One live `blockIp` entry, as `dynamicBlocks()` lists it. */
+export interface DynamicBlock {
+  /** The blocked network, canonical (`192.0.2.7/32`, `2001:db8::/48`). */
+  cidr: string;
+  /** The one listener port it applies to; null: every listener (and listeners added later). */
+  port: number | null;
+  /** Milliseconds left (rounded up); absent: until unblockIp. */
+  remainingMs?: number;
+  /** The reason given to blockIp. */
+  reason?: string;
+  /** The cluster node (`nodeId`) it was received from; absent when made on this node. */
+  node?: string;
+}
+
 /** A certificate chain (leaf first, then intermediates) and its private key (PKCS#8, PKCS#1 or SEC1). */
 export interface CertConfig {
   certChain: Pem;
@@ -622,6 +636,12 @@ export class RampartProxy extends EventEmitter {
   blockedIps(opts?: { port?: number; detail?: boolean }): BlockedIps | BlockedIpsDetail;
   /** Blocks a CIDR or bare IP; ttlMs omitted = until unblocked; port omitted = every listener. */
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
+  /**
+   * Every live blockIp entry exactly as held (sorted by network, then port), e.g. to re-apply
+   * them to another proxy: `proxy.blockIp(b.cidr, { ttlMs: b.remainingMs, reason: b.reason,
+   * port: b.port ?? undefined })`.
+   */
+  dynamicBlocks(): DynamicBlock[];
   /** Removes a blockIp entry; true when one was removed. */
   unblockIp(cidr: string, opts?: { port?: number }): boolean;
   /**

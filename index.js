@@ -221,6 +221,15 @@ class RampartProxy extends EventEmitter {
     call(() => this._native.blockIp(cidr, encode(opts)));
   }
 
+  /**
+   * Every live `blockIp` entry exactly as the engine holds it: `[{ cidr, port, remainingMs?,
+   * reason?, node? }]` (canonical CIDR; `port` null for every listener; `remainingMs` absent for
+   * a block until `unblockIp`; `node` when it came from another cluster node).
+   */
+  dynamicBlocks() {
+    return JSON.parse(this._native.dynamicBlocks());
+  }
+
   /** Removes a `blockIp` entry; returns true when one was removed. */
   unblockIp(cidr, opts = {}) {
     if (typeof cidr !== 'string' || !cidr.isWellFormed()) {

@@ -57,6 +57,28 @@ test('blockIp / unblockIp: dynamic blocks with TTL on every listener, with or wi
   assert.deepEqual(p.proxy.blockedIps().dynamicBlocklist, []);
 });
 
+test('dynamicBlocks() lists every blockIp entry exactly as held: canonical CIDR, port scope, remaining time, reason', async (t) => {
+  const p = await h.protectedProxy({});
+  t.after(() => p.close());
+  const t0 = Date.now();
+  p.proxy.blockIp('2001:db8:0:0::/48', { ttlMs: 600000, reason: 'INC-9' });
+  p.proxy.blockIp('127.0.0.6', { port: p.port });
+  p.proxy.blockIp('::ffff:198.51.100.0/120');
+  const got = p.proxy.dynamicBlocks();
+  const elapsed = Date.now() - t0;
+  assert.deepEqual(got.map((b) => [b.cidr, b.port, b.reason]), [
+    ['127.0.0.6/32', p.port, undefined],
+    ['198.51.100.0/24', null, undefined],
+    ['2001:db8::/48', null, 'INC-9'],
+  ]);
+  const timed = got[2].remainingMs;
+  assert.ok(timed <= 600000 && timed >= 600000 - elapsed - 1, `${timed} after ${elapsed} ms`);
+  assert.equal(got[0].remainingMs, undefined);
+  assert.equal(got.every((b) => b.node === undefined), true);
+  p.proxy.unblockIp('127.0.0.6', { port: p.port });
+  assert.deepEqual(p.proxy.dynamicBlocks().map((b) => b.cidr), ['198.51.100.0/24', '2001:db8::/48']);
+});
+
 test('hot swap none → some → none on a running listener keeps open connections', async (t) => {
   const p = await h.protectedProxy({});
   t.after(() => p.close());

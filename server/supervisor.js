@@ -23,8 +23,6 @@ const { runConfig, plan, ports, stable } = require('./plan');
 const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense', 'suspended'];
 /** How long a stop-first handover retries binding while the old proxy lets go of its ports. */
 const REBIND_MS = 2000;
-/** Two dynamic-block entries whose remaining times differ by less than this are one block. */
-const SAME_TTL_MS = 1000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -33,53 +31,16 @@ function errorInfo(e) {
 }
 
 /**
- * The canonical form the addon lists a CIDR in (`192.0.2.7` → `192.0.2.7/32`, IPv6 compressed,
- * `::ffff:a.b.c.d/N` → `a.b.c.d/(N-96)`), or null when unsure (then scopes are guessed).
+ * `blockIp` entries of `proxy` as blocks to re-apply, exactly as its engine holds them
+ * (`dynamicBlocks()`: canonical CIDR, port scope, remaining time, reason). Blocks received from
+ * another cluster node are left out: the new proxy's cluster tier loads them from Redis itself,
+ * still attributed to their node.
  */
-function canonicalCidr(input) {
-  const m = typeof input === 'string' ? /^([^/\s]+)(?:\/(\d{1,3}))?$/.exec(input) : null;
-  if (!m) return null;
-  const family = net.isIP(m[1]);
-  if (family === 4) return `${m[1]}/${m[2] === undefined ? 32 : Number(m[2])}`;
-  if (family !== 6) return null;
-  const bits = m[2] === undefined ? 128 : Number(m[2]);
-  const host = new URL(`http://[${m[1]}]`).hostname.slice(1, -1);
-  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
-  if (mapped && bits >= 96) {
-    const hi = parseInt(mapped[1], 16);
-    const lo = parseInt(mapped[2], 16);
-    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}/${bits - 96}`;
-  }
-  return `${host}/${bits}`;
-}
-
-/**
- * `blockIp` entries of `proxy` as blocks to re-apply. `blockedIps` lists a block per port, so
- * whether one was made for every port (and must cover a port added by the reload) comes from
- * `scopes` (what the admin API was asked): a CIDR blocked only with a `port` stays per port.
- * Otherwise a CIDR listed on every port with one note and one remaining time is one block for
- * every port; anything else is re-applied per port.
- */
-function snapshotBlocks(proxy, scopes = { every: new Set(), perPort: new Set() }) {
-  const portsOf = [...new Set(proxy.metrics().listeners.map((l) => l.port))];
-  const byCidr = new Map();
-  for (const e of proxy.blockedIps({ detail: true }).dynamicBlocklist) {
-    if (!byCidr.has(e.ip)) byCidr.set(e.ip, []);
-    byCidr.get(e.ip).push(e);
-  }
-  const blocks = [];
-  for (const [cidr, entries] of byCidr) {
-    const timed = entries.map((e) => e.remainingMs).filter((t) => t !== undefined);
-    const onlyPerPort = !scopes.every.has(cidr) && entries.some((e) => scopes.perPort.has(`${cidr} ${e.port}`));
-    const oneBlock =
-      !onlyPerPort &&
-      portsOf.every((p) => entries.some((e) => e.port === p)) &&
-      entries.every((e) => e.note === entries[0].note) &&
-      (timed.length === 0 || (timed.length === entries.length && Math.max(...timed) - Math.min(...timed) < SAME_TTL_MS));
-    if (oneBlock) blocks.push({ cidr, port: null, remainingMs: timed.length ? Math.min(...timed) : undefined, note: entries[0].note });
-    else for (const e of entries) blocks.push({ cidr, port: e.port, remainingMs: e.remainingMs, note: e.note });
-  }
-  return blocks;
+function snapshotBlocks(proxy) {
+  return proxy
+    .dynamicBlocks()
+    .filter((b) => b.node === undefined)
+    .map((b) => ({ cidr: b.cidr, port: b.port, remainingMs: b.remainingMs, note: b.reason }));
 }
 
 /** Applies `blocks` to `proxy`; returns `{ carried, dropped: [{ cidr, port, why }] }`. */
@@ -163,8 +124,6 @@ class Supervisor {
     this.lastReloadOk = true;
     this.reloadedAt = null;
     this.xdpError = null;
-    /** How blocks were asked for (canonical CIDR; `cidr port` when per port), see snapshotBlocks. */
-    this.scopes = { every: new Set(), perPort: new Set() };
   }
 
   /** Runs `fn` after every change queued before it. */
@@ -299,8 +258,6 @@ class Supervisor {
       if (p.restart) {
         Object.assign(entry, await this._handover(loaded, run));
         entry.applied = 'restart';
-        const kept = ports(run.config);
-        for (const k of this.scopes.perPort) if (!kept.includes(Number(k.split(' ')[1]))) this.scopes.perPort.delete(k);
       } else if (p.update) {
         this.proxy.updateConfig(p.update);
         entry.applied = 'update';
@@ -348,7 +305,7 @@ class Supervisor {
     const old = this.proxy;
     const oldRun = this.current.run;
     const drainMs = loaded.drainMs;
-    const blocks = snapshotBlocks(old, this.scopes);
+    const blocks = snapshotBlocks(old);
     const fresh = this._makeProxy(run.config);
     const out = { handover: 'overlap', ...applyBlocksSummary(applyBlocks(fresh, blocks, ports(run.config))) };
     try {
@@ -412,26 +369,11 @@ class Supervisor {
   // --- blocks ----------------------------------------------------------------------------------
 
   block(cidr, opts) {
-    return this.exclusive(() => {
-      this.proxy.blockIp(cidr, opts);
-      const key = canonicalCidr(cidr);
-      if (key === null) return;
-      if (opts && typeof opts.port === 'number') this.scopes.perPort.add(`${key} ${opts.port}`);
-      else this.scopes.every.add(key);
-    });
+    return this.exclusive(() => this.proxy.blockIp(cidr, opts));
   }
 
   unblock(cidr, opts) {
-    return this.exclusive(() => {
-      const removed = this.proxy.unblockIp(cidr, opts);
-      const key = canonicalCidr(cidr);
-      if (key !== null && opts && typeof opts.port === 'number') this.scopes.perPort.delete(`${key} ${opts.port}`);
-      else if (key !== null) {
-        this.scopes.every.delete(key);
-        for (const k of this.scopes.perPort) if (k.startsWith(`${key} `)) this.scopes.perPort.delete(k);
-      }
-      return removed;
-    });
+    return this.exclusive(() => this.proxy.unblockIp(cidr, opts));
   }
 
   blockedIps(opts) {
@@ -492,4 +434,4 @@ function applyBlocksSummary({ carried, dropped }) {
   return out;
 }
 
-module.exports = { Supervisor, snapshotBlocks, applyBlocks, canonicalCidr };
+module.exports = { Supervisor, snapshotBlocks, applyBlocks };

@@ -12,7 +12,8 @@ use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, Engine, Listed, ProtectionPolicy,
+    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Listed,
+    ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
 use crate::shared::{ListenerRt, Shared};
@@ -442,6 +443,16 @@ impl Proxy {
         if let Some(mgr) = self.xdp().as_ref() {
             sync_dynamic(&self.shared, mgr, true);
         }
+    }
+
+    /// `dynamicBlocks()`: every live `blockIp` entry exactly as held (canonical network, port
+    /// scope, expiry, reason), sorted by network then port, with the CLOCK_MONOTONIC ns it was
+    /// read at (to turn expiries into remaining times).
+    pub fn dynamic_blocks(&self) -> (u64, Vec<DynamicRule>) {
+        let now = clock::now_ns();
+        let mut rules = self.shared.dynamic.rules(None, now);
+        rules.sort_by_key(|r| (r.net, r.port));
+        (now, rules)
     }
 
     /// `unblockIp(cidr, { port })`, validated already: true when an entry was removed.

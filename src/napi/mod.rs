@@ -15,7 +15,7 @@ use crate::config::proxy::{parse_proxy_config, parse_resolve_route};
 use crate::config::update::{parse_block, parse_unblock, parse_update};
 use crate::config::ConfigError;
 use crate::events::EventSink;
-use crate::protection::BlockedIps;
+use crate::protection::{BlockReason, BlockedIps};
 use crate::server::{AttachError, Proxy};
 use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
@@ -195,6 +195,36 @@ impl NativeProxy {
         let v = parse_json(&opts_json)?;
         let req = parse_unblock(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
         Ok(self.inner.unblock_ip(req))
+    }
+
+    /// `dynamicBlocks()` as JSON: `[{ cidr, port (null: every listener), remainingMs (absent:
+    /// until unblockIp), reason?, node? (the cluster node it came from, when not this one) }]`.
+    #[napi]
+    pub fn dynamic_blocks(&self) -> String {
+        let (now, rules) = self.inner.dynamic_blocks();
+        let cluster = self.inner.cluster();
+        let list: Vec<Value> = rules
+            .iter()
+            .map(|r| {
+                let cidr = r.net.to_string();
+                let mut o = serde_json::json!({ "cidr": cidr, "port": r.port });
+                if let Some(t) = r.expires_ns {
+                    o["remainingMs"] = crate::clock::ns_to_ms_ceil(t.saturating_sub(now)).into();
+                }
+                if let Some(note) = &r.note {
+                    o["reason"] = (**note).into();
+                }
+                if let Some(c) = cluster {
+                    let (node, kind) =
+                        c.origin(BlockReason::DynamicBlocked, &cidr, r.port.unwrap_or(0));
+                    if kind.is_some() {
+                        o["node"] = node.into();
+                    }
+                }
+                o
+            })
+            .collect();
+        Value::Array(list).to_string()
     }
 
     /// `metrics()` as JSON.
