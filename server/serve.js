@@ -63,6 +63,10 @@ async function serve({ configPath, logFormat = 'json' }) {
   };
   const onTerm = () => onStop('SIGTERM');
   const onInt = () => onStop('SIGINT');
+  // Every promise of the server is handled where it is made (reloads below, admin handlers, the
+  // supervisor's queue and drains). No `unhandledRejection` handler keeps serving on purpose: one
+  // would be a bug in an unknown state, so Node turns it into an uncaught exception, logged here
+  // with its stack, and the exit (1) lets systemd's Restart=on-failure start a clean process.
   process.on('uncaughtException', (e) => {
     log.event('error', { code: 'uncaught', message: e && e.stack ? e.stack : String(e) });
     process.exit(1);
