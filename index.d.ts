@@ -597,6 +597,14 @@ export class ConfigError extends Error {
   constructor(errors: ConfigErrorEntry[]);
 }
 
+/**
+ * Deepest nesting of arrays and objects accepted in any value passed to the proxy (a config, an
+ * update, opts, a route), the value itself being level 1: 64. A deeper value (or a cyclic one) is
+ * a ConfigError whose path names the first value past it, e.g.
+ * `routes[0].upstreams[0].x[0]...[0]: nested deeper than 64 levels`.
+ */
+export const MAX_CONFIG_DEPTH: number;
+
 /** The events a RampartProxy emits, with their listener arguments. */
 export interface RampartProxyEvents {
   /** A connection was refused (or, in observe mode, would have been). */

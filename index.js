@@ -25,39 +25,86 @@ class ConfigError extends Error {
   }
 }
 
-/** True when plain JSON.stringify would lose nothing (no NaN/Infinity, Buffer or bigint inside). */
-function jsonSafe(root) {
+/**
+ * Deepest nesting of arrays and objects in a value passed to the native side (the value itself is
+ * level 1); src/config refuses deeper values with a ConfigError naming their path.
+ */
+const MAX_CONFIG_DEPTH = binding.MAX_CONFIG_DEPTH;
+
+/** A plain object or array (not a Buffer, typed array or object with toJSON): a nesting level. */
+function isContainer(v) {
+  return v !== null && typeof v === 'object' && !ArrayBuffer.isView(v) && typeof v.toJSON !== 'function';
+}
+
+/**
+ * `'safe'` when plain JSON.stringify would lose nothing (no NaN/Infinity, Buffer, bigint or lone
+ * surrogate inside), `'encode'` when the replacer is needed, `'deep'` when a container sits past
+ * MAX_CONFIG_DEPTH (a cycle counts as infinitely deep). Iterative: any depth is safe to walk.
+ */
+function scan(root) {
   const stack = [root];
+  const depths = [1];
+  let out = 'safe';
   while (stack.length) {
     const v = stack.pop();
+    const depth = depths.pop();
     if (v === null) continue;
     const t = typeof v;
     if (t === 'string') {
-      if (!v.isWellFormed()) return false;
+      if (!v.isWellFormed()) out = 'encode';
     } else if (t === 'number') {
-      if (!Number.isFinite(v)) return false;
+      if (!Number.isFinite(v)) out = 'encode';
     } else if (t === 'bigint') {
-      return false;
+      out = 'encode';
     } else if (t === 'object') {
-      if (Buffer.isBuffer(v) || v instanceof Uint8Array || typeof v.toJSON === 'function') return false;
-      if (Array.isArray(v)) {
-        for (let i = 0; i < v.length; i++) {
-          const x = v[i];
-          if (typeof x !== 'string') stack.push(x);
-          else if (!x.isWellFormed()) return false;
-        }
-      } else {
-        for (const k in v) stack.push(v[k]);
+      if (!isContainer(v)) {
+        out = 'encode';
+        continue;
+      }
+      if (depth > MAX_CONFIG_DEPTH) return 'deep';
+      const children = Array.isArray(v) ? v : Object.values(v);
+      for (let i = children.length - 1; i >= 0; i--) {
+        stack.push(children[i]);
+        depths.push(depth + 1);
       }
     }
   }
-  return true;
+  return out;
+}
+
+/**
+ * A copy of `root` in which every container at level MAX_CONFIG_DEPTH + 1 is an empty array, so
+ * that encoding stays shallow and the native side names the first such path.
+ */
+function cutDeep(root) {
+  const copy = (v) => (Array.isArray(v) ? [] : {});
+  if (!isContainer(root)) return root;
+  const out = copy(root);
+  const stack = [[root, out, 1]];
+  while (stack.length) {
+    const [src, dst, depth] = stack.pop();
+    for (const k of Object.keys(src)) {
+      const v = src[k];
+      if (!isContainer(v)) dst[k] = v;
+      else if (depth >= MAX_CONFIG_DEPTH) dst[k] = [];
+      else {
+        dst[k] = copy(v);
+        stack.push([v, dst[k], depth + 1]);
+      }
+    }
+  }
+  return out;
 }
 
 /** JSON.stringify that keeps what JSON loses: non-finite numbers and Buffers (see src/config). */
 function encode(value) {
-  const v0 = value === undefined ? null : value;
-  if (jsonSafe(v0)) return JSON.stringify(v0);
+  let v0 = value === undefined ? null : value;
+  let kind = scan(v0);
+  if (kind === 'deep') {
+    v0 = cutDeep(v0);
+    kind = scan(v0);
+  }
+  if (kind === 'safe') return JSON.stringify(v0);
   return JSON.stringify(v0, function replacer(key, v) {
     const raw = this[key];
     if (typeof raw === 'number' && !Number.isFinite(raw)) return { $nonFinite: String(raw) };
@@ -303,4 +350,4 @@ function fingerprintClientHello(hello) {
   return out == null ? null : JSON.parse(out);
 }
 
-module.exports = { RampartProxy, ConfigError, generateSelfSignedCert, fingerprintClientHello };
+module.exports = { RampartProxy, ConfigError, generateSelfSignedCert, fingerprintClientHello, MAX_CONFIG_DEPTH };

@@ -118,7 +118,7 @@ test('admin: port and/or socketPath, a token of 16+ characters, token or tokenFi
     [{ port: 9901, token: 'has a space in it, quite long' }, ['admin.token: must be printable ASCII without spaces']],
     [{ port: 9901, token: s.TOKEN, tokenFile: 't' }, ['admin.tokenFile: give token or tokenFile, not both']],
     [{ port: 9901, tokenFile: 'missing-token' }, [`admin.tokenFile: cannot read ${path.join(dir, 'missing-token')}: ENOENT (no such file or directory)`]],
-    [{ port: 9901, tokn: 'x' }, ['admin.tokn: unknown field; expected one of: host, port, socketPath, token, tokenFile']],
+    [{ port: 9901, tokn: 'x' }, ['admin.tokn: unknown field; expected one of: host, port, socketPath, token, tokenFile, allowedHosts, maxConnectionsPerAddress']],
     [{ port: 1.5 }, ['admin.port: must be an integer in [0, 65535], got 1.5']],
   ];
   for (const [adminCfg, want] of cases) {

@@ -32,7 +32,7 @@ test('examples/harper/rampart.json passes rampart check (with its cert and token
   fs.copyFileSync(path.join(EX, 'harper', 'rampart.json'), path.join(dir, 'rampart.json'));
   fs.mkdirSync(path.join(dir, 'tls'));
   s.writeCert(path.join(dir, 'tls'), { cert: 'fullchain.pem', key: 'privkey.pem', hosts: ['example.com', 'ops.example.com'] });
-  fs.writeFileSync(path.join(dir, 'admin-token'), `${'ab'.repeat(32)}\n`);
+  fs.writeFileSync(path.join(dir, 'admin-token'), `${'ab'.repeat(32)}\n`, { mode: 0o600 });
   const r = await s.runCli(['check', '--config', path.join(dir, 'rampart.json')]);
   assert.equal(r.stderr, '');
   assert.equal(r.stdout, 'ok\n');

@@ -11,8 +11,8 @@ const USAGE = `usage:
   rampart serve --config FILE [--log json|text]   run the proxy of FILE until SIGTERM/SIGINT
                                                   (SIGHUP, a change of FILE or of a file it names,
                                                   or POST /reload reloads it)
-  rampart check --config FILE                     validate FILE: prints "ok", or every problem
-                                                  (path: message) and exits 1
+  rampart check --config FILE                     validate FILE: prints "ok" (and any warning),
+                                                  or every problem (path: message) and exits 1
   rampart version                                 print the version
 `;
 
@@ -63,9 +63,10 @@ async function main(argv) {
     }
     case 'check': {
       if (!args.config) return usage('check needs --config FILE');
-      const { loadConfigFile, formatErrors } = require('../server/config-file');
+      const { loadConfigFile, formatErrors, configWarnings } = require('../server/config-file');
       const loaded = loadConfigFile(args.config);
       if (loaded.errors.length === 0) {
+        for (const w of configWarnings(loaded)) process.stderr.write(`warning: ${w.path}: ${w.message}\n`);
         process.stdout.write('ok\n');
         return 0;
       }

@@ -21,6 +21,18 @@
  * is not JSON), every field and query parameter checked (unknown ones are errors); 404 for an
  * unknown path, 405 (with `Allow`) for a known path with another method. Errors are
  * `{ error, errors? }`, `errors` being `{ path, message }[]` as in ConfigError.
+ *
+ * DNS rebinding: over TCP, a request whose `Host` is not this API's (loopback IPs, `localhost`,
+ * the listen IP, any IP when listening on 0.0.0.0 / ::, or a name in `admin.allowedHosts`; any
+ * port) answers 421 Misdirected Request before anything else, `/health` included: a browser
+ * tricked into sending a request here carries the attacker's name. The unix socket skips it.
+ *
+ * Slots: a client address holds at most `admin.maxConnectionsPerAddress` connections (default 8)
+ * and all addresses together MAX_CONNECTIONS. A connection is idle until its request head is
+ * complete and again between keep-alive requests; one idle without a complete head for
+ * HEAD_TIMEOUT_MS is closed. When a new connection would pass a cap, the longest-idle connection
+ * under that cap is closed to make room; when none is idle, the new one is closed at once. So
+ * sockets that send nothing hold no slot for long and never lock out a client that sends a request.
  */
 const fs = require('node:fs');
 const net = require('node:net');
@@ -29,6 +41,16 @@ const crypto = require('node:crypto');
 
 const MAX_BODY_BYTES = 1 << 20;
 const SOCKET_MODE = 0o660;
+/** A connection that has not sent a complete request head within this is closed (ms). */
+const HEAD_TIMEOUT_MS = 5000;
+/** Connections of every address together, per listening address. */
+const MAX_CONNECTIONS = 256;
+const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 8;
+/** Since when a socket is idle (ms epoch), 0 while a request is in progress. */
+const IDLE_SINCE = Symbol('idleSince');
+const HEAD_TIMER = Symbol('headTimer');
+/** Requests of a socket whose response has not closed yet (pipelining may overlap them). */
+const IN_FLIGHT = Symbol('inFlight');
 
 class HttpError extends Error {
   constructor(status, message, errors, headers) {
@@ -154,8 +176,48 @@ function optsFrom(body, keys) {
   return opts;
 }
 
-/** The request handler, over a Supervisor. */
-function createHandler({ supervisor, log, version }) {
+const WILDCARD = new Set(['0.0.0.0', '::']);
+
+/**
+ * Whether the `Host` of `req` names this admin API (see the module note). `admin`: the section
+ * in force (`host`: the listen IP, `allowedHosts`: lowercase names).
+ */
+function hostAllowed(req, admin) {
+  if (!req.socket.remoteAddress) return true; // unix socket: no browser reaches it
+  const raw = req.headers.host;
+  if (raw === undefined) return true; // HTTP/1.0 without Host (node refuses HTTP/1.1 without one): not a browser
+  if (!/^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(raw)) return false;
+  let name;
+  try {
+    name = new URL(`http://${raw}`).hostname.toLowerCase();
+  } catch {
+    return false;
+  }
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  if (name.startsWith('[')) name = name.slice(1, -1);
+  if (name === 'localhost') return true;
+  const family = net.isIP(name);
+  if (family === 4 && name.startsWith('127.')) return true;
+  if (family === 6 && (name === '::1' || /^::ffff:(127\.|7f[0-9a-f]{2}:)/.test(name))) return true;
+  if (family !== 0 && admin) {
+    if (WILDCARD.has(admin.host)) return true;
+    if (admin.host && net.isIP(admin.host) === family && canonicalIp(admin.host) === name) return true;
+  }
+  return Boolean(admin && Array.isArray(admin.allowedHosts) && admin.allowedHosts.includes(name));
+}
+
+/** An IP as the URL parser writes it (lowercase, IPv6 compressed), to compare with a Host. */
+function canonicalIp(ip) {
+  try {
+    const h = new URL(`http://${net.isIP(ip) === 6 ? `[${ip}]` : ip}`).hostname;
+    return h.startsWith('[') ? h.slice(1, -1) : h;
+  } catch {
+    return ip;
+  }
+}
+
+/** The request handler, over a Supervisor. `listen`: the admin section the API listens with. */
+function createHandler({ supervisor, log, version, listen = null }) {
   const routes = {
     '/health': {
       GET: (url) => {
@@ -239,8 +301,13 @@ function createHandler({ supervisor, log, version }) {
   };
   const known = Object.keys(routes).join(', ');
 
-  return async function handle(req, res) {
+  async function handle(req, res) {
     try {
+      const admin = { ...(listen || {}), ...(supervisor.adminConfig ? supervisor.adminConfig() || {} : {}) };
+      if (listen) admin.host = listen.host;
+      if (!hostAllowed(req, admin)) {
+        throw new HttpError(421, `misdirected request: Host ${JSON.stringify(req.headers.host)} does not name this admin API; use its address, localhost, or a name listed in admin.allowedHosts`);
+      }
       let url;
       try {
         url = new URL(req.url, 'http://admin.invalid');
@@ -278,7 +345,73 @@ function createHandler({ supervisor, log, version }) {
         send(res, 500, { error: e && e.message ? e.message : String(e) });
       }
     }
+  }
+  // node:http ignores what a handler returns: a rejection (a failing send) is logged here.
+  return (req, res) =>
+    handle(req, res).catch((e) => {
+      log.event('error', { code: 'admin_failed', message: e && e.message ? e.message : String(e), path: req.url, method: req.method });
+      res.destroy();
+    });
+}
+
+/**
+ * Caps the connections of `server` per client address and in all, and closes those without a
+ * complete request head after HEAD_TIMEOUT_MS (see the module note). `perAddress()` is read at
+ * each connection (the cap in force after a reload).
+ */
+function guardConnections(server, perAddress) {
+  const all = new Set();
+  const byAddress = new Map();
+  const forget = (socket) => {
+    clearTimeout(socket[HEAD_TIMER]);
+    if (!all.delete(socket)) return;
+    const addr = socket.remoteAddress;
+    const mine = byAddress.get(addr);
+    if (mine) {
+      mine.delete(socket);
+      if (mine.size === 0) byAddress.delete(addr);
+    }
   };
+  /** Closes the longest-idle socket of `set`; false when every one has a request in progress. */
+  const evict = (set) => {
+    let oldest = null;
+    for (const s of set) if (s[IDLE_SINCE] > 0 && (oldest === null || s[IDLE_SINCE] < oldest[IDLE_SINCE])) oldest = s;
+    if (oldest === null) return false;
+    forget(oldest);
+    oldest.destroy();
+    return true;
+  };
+  const idle = (socket) => {
+    socket[IDLE_SINCE] = Date.now();
+    clearTimeout(socket[HEAD_TIMER]);
+    socket[HEAD_TIMER] = setTimeout(() => socket.destroy(), HEAD_TIMEOUT_MS).unref();
+  };
+  server.on('connection', (socket) => {
+    const addr = socket.remoteAddress; // undefined on the unix socket: only the total applies
+    const mine = addr === undefined ? null : byAddress.get(addr) || null;
+    if ((mine && mine.size >= perAddress() && !evict(mine)) || (all.size >= MAX_CONNECTIONS && !evict(all))) {
+      socket.destroy();
+      return;
+    }
+    all.add(socket);
+    if (addr !== undefined) {
+      if (mine) mine.add(socket);
+      else byAddress.set(addr, new Set([socket]));
+    }
+    socket[IN_FLIGHT] = 0;
+    idle(socket);
+    socket.once('close', () => forget(socket));
+  });
+  server.on('request', (req, res) => {
+    const socket = req.socket;
+    socket[IN_FLIGHT]++;
+    socket[IDLE_SINCE] = 0;
+    clearTimeout(socket[HEAD_TIMER]);
+    res.once('close', () => {
+      // keep-alive: idle again until the next request's head (keepAliveTimeout closes it)
+      if (--socket[IN_FLIGHT] === 0 && !socket.destroyed && all.has(socket)) idle(socket);
+    });
+  });
 }
 
 function remoteOf(req) {
@@ -315,9 +448,9 @@ async function clearStaleSocket(p) {
 }
 
 /** Listens on one address (`{ socketPath }` or `{ host, port }`) with `handler`. */
-async function listenOne(where, handler, log) {
-  const server = http.createServer({ requestTimeout: 30000, headersTimeout: 10000, keepAliveTimeout: 5000, maxHeaderSize: 16384 }, handler);
-  server.maxConnections = 256;
+async function listenOne(where, handler, log, perAddress) {
+  const server = http.createServer({ requestTimeout: 30000, headersTimeout: HEAD_TIMEOUT_MS, keepAliveTimeout: 5000, maxHeaderSize: 16384, connectionsCheckingInterval: 1000 }, handler);
+  guardConnections(server, perAddress);
   if (where.socketPath) await clearStaleSocket(where.socketPath);
   await new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -354,13 +487,17 @@ function closeServer(server) {
  * cannot be bound, none is kept.
  */
 async function startAdmin({ admin, supervisor, log, version }) {
-  const handler = createHandler({ supervisor, log, version });
+  const handler = createHandler({ supervisor, log, version, listen: admin });
+  const perAddress = () => {
+    const a = supervisor.adminConfig ? supervisor.adminConfig() : null;
+    return (a && a.maxConnectionsPerAddress) || admin.maxConnectionsPerAddress || DEFAULT_MAX_CONNECTIONS_PER_ADDRESS;
+  };
   const wanted = [];
   if (admin.port !== null && admin.port !== undefined) wanted.push({ host: admin.host, port: admin.port });
   if (admin.socketPath) wanted.push({ socketPath: admin.socketPath });
   const up = [];
   try {
-    for (const w of wanted) up.push(await listenOne(w, handler, log));
+    for (const w of wanted) up.push(await listenOne(w, handler, log, perAddress));
   } catch (e) {
     await Promise.all(up.map((u) => closeServer(u.server)));
     throw e;
@@ -371,4 +508,4 @@ async function startAdmin({ admin, supervisor, log, version }) {
   };
 }
 
-module.exports = { startAdmin, createHandler, clearStaleSocket, MAX_BODY_BYTES };
+module.exports = { startAdmin, createHandler, clearStaleSocket, hostAllowed, MAX_BODY_BYTES, HEAD_TIMEOUT_MS, MAX_CONNECTIONS };

@@ -13,14 +13,19 @@
  *   (never started), so its errors are exactly the addon's, prefixed `proxy.`.
  * - `inputs` lists every file read with what was read (bytes, or the error code): the watcher
  *   compares a fresh read against it to tell whether anything changed since this load.
+ * - Bounds: every file read (the config, cert and token files) is at most MAX_FILE_BYTES (a
+ *   longer one is an `EFBIG` read error, read no further), and the document nests at most
+ *   MAX_CONFIG_DEPTH levels of arrays and objects (the file's top object being level 1): a deeper
+ *   value is one error naming its path, before anything walks it.
  */
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
 const crypto = require('node:crypto');
+const { MAX_CONFIG_DEPTH } = require('..');
 
 const TOP_KEYS = ['proxy', 'admin', 'xdp', 'drainMs'];
-const ADMIN_KEYS = ['host', 'port', 'socketPath', 'token', 'tokenFile'];
+const ADMIN_KEYS = ['host', 'port', 'socketPath', 'token', 'tokenFile', 'allowedHosts', 'maxConnectionsPerAddress'];
 const XDP_KEYS = ['interface', 'mode'];
 const XDP_MODES = ['auto', 'native', 'generic'];
 const CERT_FILE_FIELDS = [
@@ -31,6 +36,11 @@ const DEFAULT_DRAIN_MS = 5000;
 const MAX_DRAIN_MS = 3600000;
 const MIN_TOKEN_LENGTH = 16;
 const MAX_TOKEN_LENGTH = 4096;
+/** Largest file read: the config file, and each cert or token file it names. */
+const MAX_FILE_BYTES = 8 << 20;
+const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 8;
+const MAX_CONNECTIONS_PER_ADDRESS = 256;
+const MAX_ALLOWED_HOSTS = 64;
 /** sun_path is 108 bytes on Linux, one of them the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
 
@@ -42,7 +52,50 @@ const FS_ERRORS = {
   ENOTDIR: 'a path component is not a directory',
   ELOOP: 'too many symbolic links',
   EMFILE: 'too many open files',
+  EFBIG: `larger than ${MAX_FILE_BYTES >> 20} MiB`,
 };
+
+/**
+ * The bytes of file `p`, at most MAX_FILE_BYTES: a longer file (or a device that never ends)
+ * throws `EFBIG` after reading one byte past the bound.
+ */
+function readBounded(p) {
+  const fd = fs.openSync(p, 'r');
+  try {
+    const st = fs.fstatSync(fd);
+    if (st.isDirectory()) throw Object.assign(new Error('is a directory'), { code: 'EISDIR' });
+    if (st.isFile() && st.size > MAX_FILE_BYTES) throw Object.assign(new Error('file too large'), { code: 'EFBIG' });
+    const chunks = [];
+    let size = 0;
+    const buf = Buffer.allocUnsafe(64 * 1024);
+    for (;;) {
+      const n = fs.readSync(fd, buf, 0, Math.min(buf.length, MAX_FILE_BYTES + 1 - size), null);
+      if (n === 0) break;
+      size += n;
+      if (size > MAX_FILE_BYTES) throw Object.assign(new Error('file too large'), { code: 'EFBIG' });
+      chunks.push(Buffer.from(buf.subarray(0, n)));
+    }
+    return Buffer.concat(chunks, size);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * The path (from the document's top, as in errors) of the first array or object nested past
+ * MAX_CONFIG_DEPTH levels, or null. Iterative, so any depth is walked safely.
+ */
+function tooDeep(doc) {
+  const stack = [[doc, '', 1]];
+  while (stack.length) {
+    const [v, p, depth] = stack.pop();
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > MAX_CONFIG_DEPTH) return p;
+    const entries = Array.isArray(v) ? v.map((x, i) => [x, `${p}[${i}]`]) : Object.keys(v).map((k) => [v[k], p ? `${p}.${k}` : k]);
+    for (let i = entries.length - 1; i >= 0; i--) stack.push([entries[i][0], entries[i][1], depth + 1]);
+  }
+  return null;
+}
 
 function describeFsError(e) {
   const code = e && e.code ? e.code : 'EIO';
@@ -95,7 +148,7 @@ function hashInputs(inputs) {
 function readInputs(paths) {
   return paths.map((p) => {
     try {
-      return { path: p, data: fs.readFileSync(p) };
+      return { path: p, data: readBounded(p) };
     } catch (e) {
       return { path: p, error: e.code || 'EIO' };
     }
@@ -108,7 +161,7 @@ function validateAdmin(admin, dir, errors, read) {
     return null;
   }
   unknownKeys(admin, ADMIN_KEYS, 'admin', errors);
-  const out = { host: '127.0.0.1', port: null, socketPath: null, token: null, tokenFile: null };
+  const out = { host: '127.0.0.1', port: null, socketPath: null, token: null, tokenFile: null, tokenFileMode: null, allowedHosts: [], maxConnectionsPerAddress: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS };
   const has = (k) => admin[k] !== undefined && admin[k] !== null;
   if (has('port')) {
     if (!Number.isInteger(admin.port) || admin.port < 0 || admin.port > 65535) {
@@ -163,11 +216,39 @@ function validateAdmin(admin, dir, errors, read) {
       out.tokenFile = abs;
       const r = read(abs);
       if (r.error) errors.push({ path: 'admin.tokenFile', message: `cannot read ${abs}: ${r.error}` });
-      else out.token = checkToken(r.data.toString('utf8').replace(/\s+$/, ''), 'admin.tokenFile', abs);
+      else {
+        out.token = checkToken(r.data.toString('utf8').replace(/\s+$/, ''), 'admin.tokenFile', abs);
+        try {
+          out.tokenFileMode = fs.statSync(abs).mode & 0o777;
+        } catch {
+          // replaced meanwhile: the watcher sees it and reloads
+        }
+      }
     }
+  }
+  if (has('allowedHosts')) {
+    const list = admin.allowedHosts;
+    if (!Array.isArray(list) || list.length > MAX_ALLOWED_HOSTS) {
+      errors.push({ path: 'admin.allowedHosts', message: `must be an array of at most ${MAX_ALLOWED_HOSTS} host names, got ${shown(list)}` });
+    } else {
+      list.forEach((h, i) => {
+        if (typeof h !== 'string' || !(HOST_NAME.test(h) || net.isIP(h) !== 0)) {
+          errors.push({ path: `admin.allowedHosts[${i}]`, message: `must be a host name such as "rampart.internal" or an IP address, without a port, got ${shown(h)}` });
+        } else out.allowedHosts.push(h.toLowerCase());
+      });
+    }
+  }
+  if (has('maxConnectionsPerAddress')) {
+    const n = admin.maxConnectionsPerAddress;
+    if (!Number.isInteger(n) || n < 1 || n > MAX_CONNECTIONS_PER_ADDRESS) {
+      errors.push({ path: 'admin.maxConnectionsPerAddress', message: `must be an integer in [1, ${MAX_CONNECTIONS_PER_ADDRESS}], got ${shown(n)}` });
+    } else out.maxConnectionsPerAddress = n;
   }
   return out;
 }
+
+/** A DNS name: dot-separated labels of letters, digits and hyphens (a trailing dot allowed). */
+const HOST_NAME = /^(?=.{1,253}\.?$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
 
 function validateXdp(xdp, errors) {
   if (!isPlainObject(xdp)) {
@@ -261,7 +342,7 @@ function loadConfigFile(file) {
   const inputs = [];
   const read = (p) => {
     try {
-      const data = fs.readFileSync(p);
+      const data = readBounded(p);
       inputs.push({ path: p, data });
       return { data };
     } catch (e) {
@@ -286,6 +367,11 @@ function loadConfigFile(file) {
   }
   if (!isPlainObject(doc)) {
     errors.push({ path: '', message: `must be a JSON object { proxy, admin?, xdp?, drainMs? }, got ${shown(doc)}` });
+    return done();
+  }
+  const deep = tooDeep(doc);
+  if (deep !== null) {
+    errors.push({ path: deep, message: `nested deeper than ${MAX_CONFIG_DEPTH} levels` });
     return done();
   }
   unknownKeys(doc, TOP_KEYS, '', errors);
@@ -314,9 +400,95 @@ function loadConfigFile(file) {
   return { errors, path: abs, dir, proxy, admin, xdp, drainMs, files, inputs, hash: hashInputs(inputs) };
 }
 
+/** An IP address as a BigInt and its family (4 or 6), or null. */
+function ipValue(ip) {
+  const family = net.isIP(ip);
+  if (family === 4) return { family, value: ip.split('.').reduce((a, o) => (a << 8n) | BigInt(o), 0n) };
+  if (family !== 6) return null;
+  let text = ip;
+  const v4 = /:(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  if (v4) {
+    const n = ipValue(v4[1]).value;
+    text = `${text.slice(0, v4.index)}:${(n >> 16n).toString(16)}:${(n & 0xffffn).toString(16)}`;
+  }
+  const [head, tail] = text.includes('::') ? text.split('::') : [text, null];
+  const h = head ? head.split(':') : [];
+  const t = tail ? tail.split(':') : [];
+  const groups = tail === null ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+  return { family, value: groups.reduce((a, g) => (a << 16n) | BigInt(`0x${g}`), 0n) };
+}
+
+/**
+ * The families (`IPv4`, `IPv6`) whose every address lies in the union of `cidrs` (bare IPs and
+ * `ip/len`; `::ffff:a.b.c.d/len` counts as IPv4, as the proxy matches it). Unparsable entries
+ * are skipped (the proxy refuses them).
+ */
+function familiesCovered(cidrs) {
+  const ranges = { 4: [], 6: [] };
+  for (const c of cidrs) {
+    if (typeof c !== 'string') continue;
+    const [ip, len] = c.split('/');
+    let a = ipValue(ip);
+    if (!a) continue;
+    let bits = a.family === 4 ? 32 : 128;
+    let prefix = len === undefined ? bits : Number(len);
+    if (!Number.isInteger(prefix) || prefix < 0 || prefix > bits) continue;
+    if (a.family === 6 && prefix >= 96 && a.value >> 32n === 0xffffn) {
+      a = { family: 4, value: a.value & 0xffffffffn };
+      bits = 32;
+      prefix -= 96;
+    }
+    const size = 1n << BigInt(bits - prefix);
+    const start = (a.value / size) * size;
+    ranges[a.family].push([start, start + size - 1n]);
+  }
+  const out = [];
+  for (const [family, bits] of [[4, 32n], [6, 128n]]) {
+    const list = ranges[family].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+    let next = 0n;
+    for (const [start, end] of list) {
+      if (start > next) break;
+      if (end + 1n > next) next = end + 1n;
+    }
+    if (next === 1n << bits) out.push(`IPv${family}`);
+  }
+  return out;
+}
+
+/**
+ * What a valid load should warn about, as `{ code, path, message }` (one log line each):
+ * a token file every user can read, and an `acceptProxyProtocol.trustedCidrs` that trusts every
+ * address of a family (any client may then claim any address in a PROXY header).
+ */
+function configWarnings(loaded) {
+  const out = [];
+  const a = loaded.admin;
+  if (a && a.tokenFile && a.tokenFileMode !== null && a.tokenFileMode & 0o004) {
+    const mode = a.tokenFileMode.toString(8).padStart(4, '0');
+    out.push({
+      code: 'token_file_world_readable',
+      path: 'admin.tokenFile',
+      message: `${a.tokenFile} is readable by every user (mode ${mode}): anyone on this host can take the admin token; chmod 600 it (or 640 with the service's group)`,
+    });
+  }
+  const listeners = loaded.proxy && Array.isArray(loaded.proxy.listeners) ? loaded.proxy.listeners : [];
+  listeners.forEach((l, i) => {
+    const app = l && l.acceptProxyProtocol;
+    if (!app || !Array.isArray(app.trustedCidrs)) return;
+    const families = familiesCovered(app.trustedCidrs);
+    if (families.length === 0) return;
+    out.push({
+      code: 'trusted_cidrs_cover_all',
+      path: `proxy.listeners[${i}].acceptProxyProtocol.trustedCidrs`,
+      message: `covers every ${families.join(' and every ')} address: any client may send a PROXY header and pose as any address, past every per-IP limit; list only the load balancers' addresses`,
+    });
+  });
+  return out;
+}
+
 /** `path: message` lines for people (the file itself is shown as `(file)`). */
 function formatErrors(errors) {
   return errors.map((e) => `${e.path || '(file)'}: ${e.message}`);
 }
 
-module.exports = { loadConfigFile, readInputs, hashInputs, formatErrors, DEFAULT_DRAIN_MS };
+module.exports = { loadConfigFile, readInputs, hashInputs, formatErrors, configWarnings, familiesCovered, DEFAULT_DRAIN_MS, MAX_FILE_BYTES };

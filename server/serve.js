@@ -35,12 +35,19 @@ async function serve({ configPath, logFormat = 'json' }) {
   const stopRequested = new Promise((r) => (wakeStop = r));
   let hupBeforeStart = false;
 
+  // Every reload goes through here: its outcome is logged by the supervisor, and nothing it can
+  // throw (or reject with) leaves this promise chain, so no reload stops the server.
+  const reloadFrom = (trigger) =>
+    supervisor
+      .reload(trigger)
+      .then(() => watcher && watcher.set(supervisor.watchedFiles()))
+      .catch((e) => log.event('error', { code: 'reload_failed', message: e && e.message ? e.message : String(e), trigger }));
   const onHup = () => {
     if (!supervisor || !supervisor.current) {
       hupBeforeStart = true;
       return;
     }
-    supervisor.reload('sighup').then(() => watcher && watcher.set(supervisor.watchedFiles()));
+    reloadFrom('sighup');
   };
   const onStop = (signal) => {
     if (stopSignal) {
@@ -56,6 +63,10 @@ async function serve({ configPath, logFormat = 'json' }) {
   };
   const onTerm = () => onStop('SIGTERM');
   const onInt = () => onStop('SIGINT');
+  // Every promise of the server is handled where it is made (reloads below, admin handlers, the
+  // supervisor's queue and drains). No `unhandledRejection` handler keeps serving on purpose: one
+  // would be a bug in an unknown state, so Node turns it into an uncaught exception, logged here
+  // with its stack, and the exit (1) lets systemd's Restart=on-failure start a clean process.
   process.on('uncaughtException', (e) => {
     log.event('error', { code: 'uncaught', message: e && e.stack ? e.stack : String(e) });
     process.exit(1);
@@ -111,13 +122,13 @@ async function serve({ configPath, logFormat = 'json' }) {
   watcher = new DirWatcher({
     onChange: () => {
       if (stopSignal || !supervisor.filesChanged()) return;
-      supervisor.reload('file').then(() => watcher.set(supervisor.watchedFiles()));
+      reloadFrom('file');
     },
     onError: (dir, err) => log.event('error', { code: 'watch_failed', message: `cannot watch ${dir}: ${err.message}; reload with SIGHUP or POST /reload`, dir }),
   });
   watcher.set(supervisor.watchedFiles());
   // A change between the load and the first watch would otherwise wait for the next event.
-  if (supervisor.filesChanged()) supervisor.reload('file').then(() => watcher.set(supervisor.watchedFiles()));
+  if (supervisor.filesChanged()) reloadFrom('file');
   log.event('start', {
     pid: process.pid,
     version,

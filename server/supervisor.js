@@ -17,7 +17,7 @@
 const fs = require('node:fs');
 const net = require('node:net');
 const { RampartProxy } = require('..');
-const { loadConfigFile } = require('./config-file');
+const { loadConfigFile, configWarnings } = require('./config-file');
 const { runConfig, plan, ports, stable } = require('./plan');
 
 const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense', 'suspended'];
@@ -151,8 +151,14 @@ class Supervisor {
     this.current = { loaded, run };
     this.seen = { paths: loaded.inputs.map((i) => i.path), hash: loaded.hash };
     this.reloadedAt = new Date();
+    this.warn(loaded);
     const xdp = await this._attachXdp(proxy, loaded.xdp);
     return { ports: ports(run.config), xdp };
+  }
+
+  /** Logs a `warning` event (one line each) for what `configWarnings` finds in `loaded`. */
+  warn(loaded) {
+    for (const w of configWarnings(loaded)) this.log.event('warning', w);
   }
 
   get running() {
@@ -161,6 +167,11 @@ class Supervisor {
 
   ports() {
     return this.current ? ports(this.current.run.config) : [];
+  }
+
+  /** The admin section in force (null before the first start or without one). */
+  adminConfig() {
+    return (this.current && this.current.loaded.admin) || null;
   }
 
   /** The admin token in force (null: none; changes over the API are refused). */
@@ -231,7 +242,16 @@ class Supervisor {
    * proxy could not start); in both failure cases the running config is unchanged.
    */
   reload(trigger) {
-    return this.exclusive(() => this._reload(trigger));
+    return this.exclusive(async () => {
+      try {
+        return await this._reload(trigger);
+      } catch (e) {
+        // A bug on the way (the file loader never throws): the running config stays, the
+        // failure is counted and logged, and the caller gets it as a failed reload.
+        const info = errorInfo(e);
+        return this._failed(trigger, { error: info.message, code: info.code || 'ERR_RELOAD' }, `reload failed: ${info.message}; the running config is unchanged`);
+      }
+    });
   }
 
   /** True when a file read by the last load attempt now reads differently. */
@@ -286,6 +306,7 @@ class Supervisor {
     this.current = { loaded, run };
     this.reloadedAt = new Date();
     this.reloads.success++;
+    this.warn(loaded);
     this.lastReloadOk = true;
     entry.ports = ports(run.config);
     entry.durationMs = Date.now() - t0;

@@ -8,6 +8,99 @@ use serde_json::{Map, Value};
 /// Largest integer a JS number holds exactly (2^53 − 1); durations and counts above it are refused.
 pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
+/// Deepest nesting of arrays and objects accepted in a value handed over from JS (a
+/// `ProxyConfig`, an `updateConfig` argument, `blockIp` / `unblockIp` opts, a `resolveConnection`
+/// route): the value itself is level 1, so `{"a": [{}]}` nests 3 levels. No valid config nests
+/// more than about 8; the bound keeps every walk over a value (here, serde's parser, the JS
+/// encoder) far from the stack's end. index.js cuts what is deeper at level 65, so any depth
+/// arrives here and is refused with its path.
+pub const MAX_DEPTH: usize = 64;
+
+/// Why [`parse_bounded`] refused a text.
+#[derive(Debug)]
+pub enum ParseError {
+    /// Not JSON (or nested past serde's own limit of 128 levels).
+    Json(serde_json::Error),
+    /// Valid JSON nested deeper than [`MAX_DEPTH`]: one issue naming the first offending value.
+    TooDeep(super::ConfigError),
+}
+
+/// Parses the JSON text of a value handed over from JS and checks that it nests at most
+/// [`MAX_DEPTH`] levels. A deeper value is a [`ParseError::TooDeep`] whose one issue has the path
+/// of the first value (in document order) past the bound, rooted at `root` (`""` for a config,
+/// `"opts"`, `"route"`), e.g. `routes[0].upstreams[0].x[0][0]...: nested deeper than 64 levels`.
+pub fn parse_bounded(text: &str, root: &str) -> Result<Value, ParseError> {
+    let v: Value = serde_json::from_str(text).map_err(ParseError::Json)?;
+    match too_deep(&v, MAX_DEPTH) {
+        None => Ok(v),
+        Some(path) => {
+            let mut issues = Issues::default();
+            let full = if root.is_empty() {
+                path.strip_prefix('.').unwrap_or(&path).to_string()
+            } else {
+                format!("{root}{path}")
+            };
+            issues.push(full, format!("nested deeper than {MAX_DEPTH} levels"));
+            Err(ParseError::TooDeep(super::ConfigError::new(issues.0)))
+        }
+    }
+}
+
+/// One step of the walk in [`too_deep`]: the children of a container still to visit.
+enum Frame<'a> {
+    Array(std::iter::Enumerate<std::slice::Iter<'a, Value>>),
+    Object(serde_json::map::Iter<'a>),
+}
+
+/// The children of `v` to visit, when it is an array or object.
+fn frame(v: &Value) -> Option<Frame<'_>> {
+    match v {
+        Value::Array(a) => Some(Frame::Array(a.iter().enumerate())),
+        Value::Object(o) => Some(Frame::Object(o.iter())),
+        _ => None,
+    }
+}
+
+/// The path (`.key` / `[i]` segments from the root) of the first array or object at a level
+/// past `max` (the root is level 1), or `None`. Iterative: any depth is walked in constant stack.
+fn too_deep(v: &Value, max: usize) -> Option<String> {
+    let mut stack: Vec<Frame<'_>> = Vec::new();
+    let mut segs: Vec<String> = Vec::new();
+    match frame(v) {
+        None => return None,
+        Some(_) if max == 0 => return Some(String::new()),
+        Some(f) => stack.push(f),
+    }
+    while let Some(top) = stack.last_mut() {
+        let (seg, child) = match top {
+            Frame::Array(it) => match it.next() {
+                Some((i, c)) => (format!("[{i}]"), c),
+                None => {
+                    stack.pop();
+                    segs.pop();
+                    continue;
+                }
+            },
+            Frame::Object(it) => match it.next() {
+                Some((k, c)) => (format!(".{k}"), c),
+                None => {
+                    stack.pop();
+                    segs.pop();
+                    continue;
+                }
+            },
+        };
+        if let Some(f) = frame(child) {
+            segs.push(seg);
+            if stack.len() >= max {
+                return Some(segs.concat());
+            }
+            stack.push(f);
+        }
+    }
+    None
+}
+
 /// Joins a parent path and a field name (`a.b` or just `b` at the root).
 pub fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
@@ -262,5 +355,31 @@ mod tests {
             issues.0[0].message,
             "must be a finite number in [1, 10], got NaN"
         );
+    }
+
+    #[test]
+    fn depth_is_bounded_with_a_path() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse_bounded(&deep(MAX_DEPTH), "").is_ok());
+        let Err(ParseError::TooDeep(e)) = parse_bounded(&deep(MAX_DEPTH + 1), "opts") else {
+            panic!("expected TooDeep");
+        };
+        assert_eq!(e.issues.len(), 1);
+        assert_eq!(e.issues[0].path, format!("opts{}", "[0]".repeat(MAX_DEPTH)));
+        assert_eq!(e.issues[0].message, "nested deeper than 64 levels");
+        let text = format!(
+            r#"{{"routes":[{{"sni":"a","upstreams":[{{"x":{}}}]}}],"b":{{}}}}"#,
+            deep(70)
+        );
+        let Err(ParseError::TooDeep(e)) = parse_bounded(&text, "") else {
+            panic!("expected TooDeep");
+        };
+        assert_eq!(
+            e.issues[0].path,
+            format!("routes[0].upstreams[0].x{}", "[0]".repeat(MAX_DEPTH - 5))
+        );
+        // Scalars add no level; siblings after a shallow subtree are still walked.
+        assert!(parse_bounded(r#"{"a":[1,{"b":[]}],"c":{"d":"e"}}"#, "").is_ok());
+        assert!(matches!(parse_bounded("[", ""), Err(ParseError::Json(_))));
     }
 }

@@ -13,6 +13,7 @@ use crate::cluster::message::BanKind;
 use crate::cluster::Cluster;
 use crate::config::proxy::{parse_proxy_config, parse_resolve_route};
 use crate::config::update::{parse_block, parse_unblock, parse_update};
+use crate::config::value::{parse_bounded, ParseError, MAX_DEPTH};
 use crate::config::ConfigError;
 use crate::events::EventSink;
 use crate::protection::{BlockReason, BlockedIps};
@@ -40,8 +41,18 @@ fn config_error(e: ConfigError) -> Error<String> {
     coded(CONFIG_ERROR_CODE, Value::Array(list))
 }
 
-fn parse_json(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| coded("ERR_INVALID_ARG_VALUE", format!("bad JSON: {e}")))
+/// Deepest nesting of arrays and objects a config value may have (the value itself is level 1);
+/// index.js cuts deeper values at the next level so that the refusal names their path.
+#[napi]
+pub const MAX_CONFIG_DEPTH: u32 = MAX_DEPTH as u32;
+
+/// The JSON text of a value from JS, nested at most [`MAX_DEPTH`] levels; a deeper one is a
+/// config error whose path starts at `root`.
+fn parse_json(text: &str, root: &str) -> Result<Value, String> {
+    parse_bounded(text, root).map_err(|e| match e {
+        ParseError::Json(e) => coded("ERR_INVALID_ARG_VALUE", format!("bad JSON: {e}")),
+        ParseError::TooDeep(e) => config_error(e),
+    })
 }
 
 /// The JS `code` of an XDP failure.
@@ -119,7 +130,7 @@ impl NativeProxy {
     /// `'defense'` and `'suspended'`.
     #[napi(constructor)]
     pub fn new(config_json: String, on_event: EventFn) -> Result<Self, String> {
-        let v = parse_json(&config_json)?;
+        let v = parse_json(&config_json, "")?;
         let cpus = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -161,7 +172,7 @@ impl NativeProxy {
     /// `updateConfig(JSON)`: all-or-nothing; throws a config error listing every problem.
     #[napi]
     pub fn update_config(&self, update_json: String) -> Result<(), String> {
-        let v = parse_json(&update_json)?;
+        let v = parse_json(&update_json, "")?;
         let u = parse_update(
             &v,
             &self.inner.listener_configs(),
@@ -183,7 +194,7 @@ impl NativeProxy {
     /// `blockIp(cidr, optsJson)`.
     #[napi]
     pub fn block_ip(&self, cidr: String, opts_json: String) -> Result<(), String> {
-        let v = parse_json(&opts_json)?;
+        let v = parse_json(&opts_json, "opts")?;
         let req = parse_block(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
         self.inner.block_ip(req);
         Ok(())
@@ -192,7 +203,7 @@ impl NativeProxy {
     /// `unblockIp(cidr, optsJson)` → whether an entry was removed.
     #[napi]
     pub fn unblock_ip(&self, cidr: String, opts_json: String) -> Result<bool, String> {
-        let v = parse_json(&opts_json)?;
+        let v = parse_json(&opts_json, "opts")?;
         let req = parse_unblock(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
         Ok(self.inner.unblock_ip(req))
     }
@@ -239,7 +250,7 @@ impl NativeProxy {
     /// it: false for an unknown, expired or already resolved id (a no-op).
     #[napi]
     pub fn resolve_connection(&self, id: String, route_json: String) -> Result<bool, String> {
-        let v = parse_json(&route_json)?;
+        let v = parse_json(&route_json, "route")?;
         let id = id.parse::<u64>().ok();
         let listener = id.and_then(|i| self.inner.suspended_listener(i));
         let route = match v {
