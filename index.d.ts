@@ -6,6 +6,61 @@ import { EventEmitter } from 'node:events';
 /** PEM text or bytes. */
 export type Pem = string | Buffer;
 
+/** `explain(ip)`: one address across every tier that can refuse it. */
+export interface Explanation {
+  /** The address, canonical (an IPv4-mapped IPv6 address as IPv4). */
+  ip: string;
+  /** One entry per listener. */
+  listeners: ListenerExplanation[];
+  /** Kernel (XDP) bans covering the address; null when XDP is not attached. */
+  kernel: { port: number; reason: 'dynamic' | 'penalty' | 'synFlood'; remainingMs: number }[] | null;
+}
+
+/** The engine's view of one address on one listener. */
+export interface ListenerExplanation {
+  port: number;
+  /** The key it is tracked under: the address, or its IPv6 prefix (`ipv6PrefixLength`). */
+  key: string;
+  /**
+   * The reason its next connection would be refused with, in the check order (`cidr_blocked`,
+   * `dynamic_blocked`, `penalty_boxed`, `rate_limited`, `too_many_connections`,
+   * `prefix_rate_limited`, `prefix_too_many_connections`); null: admitted (the listener budget
+   * and handshake guards permitting). In observe mode the refusal is reported, not enforced.
+   */
+  verdict: string | null;
+  observe: boolean;
+  /** The listener has protection. */
+  protected: boolean;
+  allowlisted: boolean;
+  blocklisted: boolean;
+  /** blockIp entries covering it on this listener (`node`: received from that cluster node). */
+  dynamicBlocks: { cidr: string; port: number | null; reason?: string; node?: string }[];
+  /** In the penalty box: ms left, escalation level, `note` for an HTTP/2-guard box, `node` when received. */
+  penaltyBox: { remainingMs: number; level: number; note?: string; node?: string } | null;
+  /** Penalty-box escalation level (boxes in a row). */
+  escalationLevel: number;
+  /** ms until rateLimit / sustained admit it again; null: they admit now. */
+  retryAfterMs: number | null;
+  /** Open connections, and maxConcurrentPerIp (0 = off). */
+  active: number;
+  maxConcurrent: number;
+  pendingHandshakes: number;
+  /** ms left on its known-good mark; null: not known-good. */
+  knownGoodMs: number | null;
+  /** It has an entry in the per-IP table. */
+  tracked: boolean;
+  /** Its prefix in the prefix tier (null without prefixLimit). */
+  prefix: {
+    cidr: string;
+    tracked: boolean;
+    penaltyBoxMs: number | null;
+    retryAfterMs: number | null;
+    active: number;
+    maxConcurrent: number;
+  } | null;
+  defenseActive: boolean;
+}
+
 /** One live `blockIp` entry, as `dynamicBlocks()` lists it. */
 export interface DynamicBlock {
   /** The blocked network, canonical (`192.0.2.7/32`, `2001:db8::/48`). */
@@ -644,6 +699,12 @@ export class RampartProxy extends EventEmitter {
   blockedIps(opts?: { port?: number; detail?: boolean }): BlockedIps | BlockedIpsDetail;
   /** Blocks a CIDR or bare IP; ttlMs omitted = until unblocked; port omitted = every listener. */
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
+  /**
+   * Why is `ip` refused (or not)? Its state on every listener and the verdict its next connection
+   * would get there, plus the kernel's bans covering it. Throws ConfigError (path `ip`) for
+   * anything but one IPv4 or IPv6 address.
+   */
+  explain(ip: string): Explanation;
   /**
    * Every live blockIp entry exactly as held (sorted by network, then port), e.g. to re-apply
    * them to another proxy: `proxy.blockIp(b.cidr, { ttlMs: b.remainingMs, reason: b.reason,

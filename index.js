@@ -269,6 +269,18 @@ class RampartProxy extends EventEmitter {
   }
 
   /**
+   * Why is this address refused (or not)? Its state on every listener across the engine's tiers
+   * and the verdict its next connection would get there, plus the kernel's bans covering it
+   * (README: explain). Throws a ConfigError at `ip` for anything but one IPv4/IPv6 address.
+   */
+  explain(ip) {
+    if (typeof ip !== 'string') {
+      throw new ConfigError([{ path: 'ip', message: `must be a string, got ${typeof ip}` }]);
+    }
+    return JSON.parse(call(() => this._native.explain(ip)));
+  }
+
+  /**
    * Every live `blockIp` entry exactly as the engine holds it: `[{ cidr, port, remainingMs?,
    * reason?, node? }]` (canonical CIDR; `port` null for every listener; `remainingMs` absent for
    * a block until `unblockIp`; `node` when it came from another cluster node).

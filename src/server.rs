@@ -12,7 +12,7 @@ use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Listed,
+    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Explanation, Listed,
     ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
@@ -20,7 +20,7 @@ use crate::shared::{ListenerRt, Shared};
 use crate::xdp::sync::{build_policy, map_sizes, BoxedClient, KnownGoodClient, XdpSlot};
 use crate::xdp::{BanReason, XdpError, XdpManager, XdpMode, XdpStatus};
 use arc_swap::ArcSwap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,6 +62,15 @@ fn one_issue(path: &str, message: String) -> ConfigError {
         path: path.into(),
         message,
     }])
+}
+
+/// What `explain(ip)` found ([`Proxy::explain`]).
+#[derive(Debug, Clone)]
+pub struct ExplainReport {
+    /// Each listener's port and the engine's view of the client there.
+    pub listeners: Vec<(u16, Explanation)>,
+    /// Kernel bans covering the client: `(port, reason, remaining ns)`; `None` without XDP.
+    pub kernel: Option<Vec<(u16, BanReason, u64)>>,
 }
 
 /// Why `attachXdp` failed.
@@ -443,6 +452,31 @@ impl Proxy {
         if let Some(mgr) = self.xdp().as_ref() {
             sync_dynamic(&self.shared, mgr, true);
         }
+    }
+
+    /// `explain(ip)`: `ip`'s state on every listener ([`Engine::explain`], by port) and the
+    /// kernel's bans covering it (`(port, reason, remaining ns)`), at the CLOCK_MONOTONIC ns
+    /// returned with them.
+    pub fn explain(&self, ip: IpAddr) -> ExplainReport {
+        let ip = ip.to_canonical();
+        let now = clock::now_ns();
+        let listeners = self
+            .shared
+            .listeners
+            .iter()
+            .map(|l| (l.config.port, l.engine.explain(ip, now)))
+            .collect();
+        let kernel = self.xdp().as_ref().map(|mgr| {
+            mgr.bans()
+                .into_iter()
+                .filter(|b| b.deadline_ns > now)
+                .filter(|b| {
+                    ipnet::IpNet::new(b.ip, b.prefix_len).is_ok_and(|n| n.trunc().contains(&ip))
+                })
+                .map(|b| (b.port, b.reason, b.deadline_ns - now))
+                .collect()
+        });
+        ExplainReport { listeners, kernel }
     }
 
     /// `dynamicBlocks()`: every live `blockIp` entry exactly as held (canonical network, port

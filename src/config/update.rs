@@ -211,6 +211,20 @@ pub fn parse_block(
     }
 }
 
+/// Validates `explain(ip)`'s argument: one IPv4 or IPv6 address, no prefix length (an
+/// IPv4-mapped IPv6 address is taken as its IPv4 address). A ConfigError at `ip` otherwise.
+pub fn parse_explain_ip(ip: &str) -> Result<std::net::IpAddr, ConfigError> {
+    ip.trim()
+        .parse::<std::net::IpAddr>()
+        .map(|a| a.to_canonical())
+        .map_err(|_| {
+            ConfigError::new(vec![ConfigIssue {
+                path: "ip".into(),
+                message: format!("must be an IPv4 or IPv6 address (no /length), got {ip:?}"),
+            }])
+        })
+}
+
 /// Validates `unblockIp(cidr, opts)`.
 pub fn parse_unblock(
     cidr: &str,

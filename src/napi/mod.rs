@@ -12,12 +12,12 @@
 use crate::cluster::message::BanKind;
 use crate::cluster::Cluster;
 use crate::config::proxy::{parse_proxy_config, parse_resolve_route};
-use crate::config::update::{parse_block, parse_unblock, parse_update};
+use crate::config::update::{parse_block, parse_explain_ip, parse_unblock, parse_update};
 use crate::config::value::{parse_bounded, ParseError, MAX_DEPTH};
 use crate::config::ConfigError;
 use crate::events::EventSink;
 use crate::protection::{BlockReason, BlockedIps};
-use crate::server::{AttachError, Proxy};
+use crate::server::{AttachError, ExplainReport, Proxy};
 use crate::xdp::{XdpError, XdpMode};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -72,6 +72,86 @@ fn xdp_code(e: &XdpError) -> &'static str {
 
 /// `blockedIps()` as JSON: bare `ip` lists, or `{ ip, port, reason, remainingMs?, note? }`
 /// objects with `detail` (README: blockedIps()).
+fn explain_json(ip: std::net::IpAddr, r: &ExplainReport, cluster: Option<&Cluster>) -> Value {
+    use crate::clock::ns_to_ms_ceil;
+    let origin = |reason: BlockReason, what: &str, port: u16| {
+        cluster.and_then(|c| match c.origin(reason, what, port) {
+            (node, Some(_)) => Some(node),
+            (_, None) => None,
+        })
+    };
+    let listeners: Vec<Value> = r
+        .listeners
+        .iter()
+        .map(|(port, x)| {
+            let key = x.key.to_string();
+            let dynamic: Vec<Value> = x
+                .dynamic
+                .iter()
+                .map(|d| {
+                    let cidr = d.net.to_string();
+                    let mut o = serde_json::json!({ "cidr": cidr, "port": d.port });
+                    if let Some(note) = &d.note {
+                        o["reason"] = (**note).into();
+                    }
+                    if let Some(node) = origin(BlockReason::DynamicBlocked, &cidr, *port) {
+                        o["node"] = node.into();
+                    }
+                    o
+                })
+                .collect();
+            let boxed = x.boxed.map(|(ms, note)| {
+                let mut o = serde_json::json!({ "remainingMs": ms, "level": x.box_level });
+                if let Some(note) = note {
+                    o["note"] = note.into();
+                }
+                if let Some(node) = origin(BlockReason::PenaltyBoxed, &key, *port) {
+                    o["node"] = node.into();
+                }
+                o
+            });
+            let prefix = x.prefix.as_ref().map(|p| {
+                serde_json::json!({
+                    "cidr": p.cidr.to_string(), "tracked": p.tracked,
+                    "penaltyBoxMs": p.boxed_ms, "retryAfterMs": p.rate_limited_ms,
+                    "active": p.active, "maxConcurrent": p.max_concurrent,
+                })
+            });
+            serde_json::json!({
+                "port": port,
+                "key": key,
+                "verdict": x.verdict.map(|v| v.as_str()),
+                "observe": x.observe,
+                "protected": x.protected,
+                "allowlisted": x.allowlisted,
+                "blocklisted": x.blocklisted,
+                "dynamicBlocks": dynamic,
+                "penaltyBox": boxed,
+                "escalationLevel": x.box_level,
+                "retryAfterMs": x.rate_limited_ms,
+                "active": x.active,
+                "maxConcurrent": x.max_concurrent,
+                "pendingHandshakes": x.pending,
+                "knownGoodMs": x.known_good_ms,
+                "tracked": x.tracked,
+                "prefix": prefix,
+                "defenseActive": x.defense_active,
+            })
+        })
+        .collect();
+    let kernel = r.kernel.as_ref().map(|bans| {
+        bans.iter()
+            .map(|(port, reason, ns)| {
+                serde_json::json!({
+                    "port": port, "reason": reason.as_str(),
+                    "remainingMs": ns_to_ms_ceil(*ns),
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    serde_json::json!({ "ip": ip.to_string(), "listeners": listeners, "kernel": kernel })
+}
+
 fn blocked_json(b: &BlockedIps, detail: bool, cluster: Option<&Cluster>) -> Value {
     let mut out = serde_json::Map::new();
     for (name, list) in b.lists() {
@@ -206,6 +286,16 @@ impl NativeProxy {
         let v = parse_json(&opts_json, "opts")?;
         let req = parse_unblock(&cidr, &v, &self.inner.listener_configs()).map_err(config_error)?;
         Ok(self.inner.unblock_ip(req))
+    }
+
+    /// `explain(ip)` as JSON (README: explain): the client's state on every listener, the
+    /// verdict its next connection would get, the kernel's bans covering it; a ConfigError at
+    /// `ip` for anything but one address.
+    #[napi]
+    pub fn explain(&self, ip: String) -> Result<String, String> {
+        let ip = parse_explain_ip(&ip).map_err(config_error)?;
+        let report = self.inner.explain(ip);
+        Ok(explain_json(ip, &report, self.inner.cluster().map(|c| &**c)).to_string())
     }
 
     /// `dynamicBlocks()` as JSON: `[{ cidr, port (null: every listener), remainingMs (absent:

@@ -37,6 +37,16 @@ impl BanReason {
         }
     }
 
+    /// The name `explain(ip)` reports it under, as its drop counter in `xdpStatus()`
+    /// (`dynamic`, `penalty`, `synFlood`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Dynamic => "dynamic",
+            Self::Penalty => "penalty",
+            Self::SynFlood => "synFlood",
+        }
+    }
+
     /// From a `rampart_ban.reason` value (unknown values read as `Penalty`).
     pub const fn from_code(code: u32) -> Self {
         match code {
