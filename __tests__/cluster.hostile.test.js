@@ -143,6 +143,8 @@ test('malformed JSON and oversized payloads are rejected', async (t) => {
 test('a valid message still applies, attributed to the node it names', async (t) => {
   if (!needRedis(t)) return;
   const before = await cluster(node);
+  assert.ok(Number.isInteger(before.rejectedMessages), `rejectedMessages ${before.rejectedMessages}`);
+  // A note at the bound (200 characters) is accepted.
   await publish(message({ net: '127.0.34.0/24', note: 'x'.repeat(200), ttlMs: 60000 }));
   await h.waitFor(async () => (await node.call('blockedIps')).dynamicBlocklist.includes('127.0.34.0/24'), { what: 'valid block applied' });
   const d = (await node.call('blockedIps', { detail: true })).dynamicBlocklist;

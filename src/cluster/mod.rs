@@ -1480,4 +1480,114 @@ mod tests {
             vec![(BanKind::Box, "198.51.100.7/32".into(), Some(8443), Some(1))]
         );
     }
+
+    fn rejected(c: &Cluster) -> u64 {
+        c.snapshot().rejected_messages
+    }
+
+    /// The ban channel: hostile messages are counted and change nothing, this node's own echo is
+    /// silent (once), a forgery or a replay in its name is rejected, a valid one applies; one
+    /// aggregated report.
+    #[test]
+    fn received_messages_are_checked_and_rejections_counted() {
+        let c = cluster(true);
+        let calls = Arc::new(Calls::default());
+        let _ = c.node.set(calls.clone());
+        let msg = |node: &str, kind: &str, net: &str| {
+            format!(
+                r#"{{"op":"ban","node":"{node}","kind":"{kind}","net":"{net}","port":8443,"ttlMs":5000,"sentUs":0}}"#
+            )
+        };
+        c.receive(b"{");
+        c.receive(msg("b", "prefix", "0.0.0.0/0").as_bytes());
+        c.receive(msg("b", "block", "10.0.0.1/8").as_bytes());
+        c.receive(&vec![b' '; MAX_MESSAGE_BYTES + 1]);
+        assert_eq!(rejected(&c), 4);
+        // This node's own message: silent when it published it (its echo), once.
+        let own = msg("a", "block", "10.1.0.0/16");
+        c.await_echo(own.as_bytes());
+        c.receive(own.as_bytes());
+        assert_eq!(rejected(&c), 4);
+        c.receive(own.as_bytes());
+        c.receive(msg("a", "block", "10.2.0.0/16").as_bytes());
+        assert_eq!(rejected(&c), 6);
+        assert!(lock(&calls.0).is_empty(), "nothing applied");
+        assert_eq!(c.snapshot().bans_received, 0);
+        c.receive(msg("b", "block", "10.3.0.0/16").as_bytes());
+        assert_eq!(*lock(&calls.0), ["block 10.3.0.0/16"]);
+        assert_eq!(
+            c.origin(BlockReason::DynamicBlocked, "10.3.0.0/16", 8443).0,
+            "b"
+        );
+        c.report_rejects();
+        c.report_rejects();
+        let calls = lock(&calls.0);
+        assert_eq!(calls.len(), 2, "one report: {calls:?}");
+        assert!(
+            calls[1].starts_with(
+                "rejected 6 ban message(s) from Redis rejected (metrics().cluster.rejectedMessages); \
+                 the first: ban channel: not a ban message: EOF"
+            ),
+            "{}",
+            calls[1]
+        );
+    }
+
+    /// A load's ban keys: each must hold a valid ban written under its own name; this node's own
+    /// keys are skipped silently, blocks are gathered for one write, the TTL is the key's PTTL.
+    #[test]
+    fn loaded_ban_keys_are_checked_against_their_names() {
+        use redis::Value as V;
+        let c = cluster(true);
+        let calls = Arc::new(Calls::default());
+        let _ = c.node.set(calls.clone());
+        let mut blocks = Vec::new();
+        let mut names = HashMap::new();
+        let val = |node: &str, op: &str, net: &str| {
+            V::BulkString(
+                format!(
+                    r#"{{"op":"{op}","node":"{node}","kind":"block","net":"{net}","port":null,"ttlMs":60000,"sentUs":0}}"#
+                )
+                .into_bytes(),
+            )
+        };
+        let key = |net: &str| format!("rampart:{{bans}}:block:*:{net}").into_bytes();
+        let mut load = |k: Vec<u8>, v: V, pttl: i64| {
+            c.load_one(&k, &v, &V::Int(pttl), &mut blocks, &mut names)
+        };
+        load(key("10.0.0.0/8"), val("b", "ban", "10.1.0.0/16"), 5000); // another key's ban
+        load(key("10.0.0.0/8"), val("b", "unban", "10.0.0.0/8"), 5000);
+        load(key("10.0.0.0/8"), V::Array(vec![]), 5000); // not a string
+        load(
+            key("10.0.0.0/8"),
+            V::BulkString(vec![b'{'; MAX_MESSAGE_BYTES + 1]),
+            5000,
+        );
+        load(key("10.0.0.0/8"), val("b", "ban", "10.0.0.0/8"), -2); // gone: not a rejection
+        load(key("10.0.0.0/8"), val("a", "ban", "10.0.0.0/8"), 5000); // our own
+        assert_eq!(rejected(&c), 4);
+        load(key("10.0.0.0/8"), val("b", "ban", "10.0.0.0/8"), 1234);
+        load(key("10.9.0.0/16"), val("b", "ban", "10.9.0.0/16"), 77);
+        assert_eq!(rejected(&c), 4);
+        let got: Vec<(String, Option<u64>)> = blocks
+            .iter()
+            .map(|b| (b.net.to_string(), b.ttl_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.0/8".to_string(), Some(1234)),
+                ("10.9.0.0/16".to_string(), Some(77))
+            ]
+        );
+        assert_eq!(names.len(), 1, "the origin's name is shared");
+        assert!(
+            lock(&calls.0).is_empty(),
+            "gathered, not applied one by one"
+        );
+        c.flush_blocks(&mut blocks);
+        assert!(blocks.is_empty());
+        assert_eq!(*lock(&calls.0), ["block 10.0.0.0/8", "block 10.9.0.0/16"]);
+        assert_eq!(c.snapshot().bans_received, 2);
+    }
 }

@@ -426,3 +426,65 @@ fn purge_locked(m: &mut Master, now_ns: u64) -> Vec<NetKey> {
     }
     touched
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protection::cidr::parse_cidr;
+
+    const MS: u64 = 1_000_000;
+
+    fn req(cidr: &str, ttl_ms: Option<u64>, port: Option<u16>) -> BlockRequest {
+        BlockRequest {
+            net: parse_cidr(cidr).unwrap(),
+            ttl_ms,
+            reason: Some("n".into()),
+            port,
+        }
+    }
+
+    /// One write of many entries is the same set as one write each: lookups, replacement of a
+    /// network's entry, ports, TTLs, and one new snapshot (generation) for the lot.
+    #[test]
+    fn block_many_is_block_for_each_in_one_write() {
+        let (one, many) = (DynamicBlocks::new(), DynamicBlocks::new());
+        let mut reqs: Vec<BlockRequest> = (0..5000u32)
+            .map(|i| req(&format!("10.{}.{}.0/24", i >> 8, i & 255), Some(1000), None))
+            .collect();
+        reqs.push(req("2001:db8::/32", None, Some(443)));
+        reqs.push(req("10.0.0.0/24", Some(5000), None)); // replaces the first one's TTL
+        for r in reqs.clone() {
+            one.block(r.net, r.ttl_ms, r.reason, r.port, 0);
+        }
+        let g = many.generation();
+        many.block_many(reqs, 0);
+        assert_eq!(many.generation(), g + 1, "one snapshot");
+        assert_eq!(many.len(), one.len());
+        assert_eq!(many.len(), 5001);
+        let sorted = |d: &DynamicBlocks| {
+            let mut r: Vec<String> = d
+                .rules(None, 0)
+                .iter()
+                .map(|r| format!("{} {:?} {:?}", r.net, r.port, r.expires_ns))
+                .collect();
+            r.sort();
+            r
+        };
+        assert_eq!(sorted(&many), sorted(&one));
+        for (ip, port, at, hit) in [
+            ("10.0.0.9", 1, 2000 * MS, true),
+            ("10.0.1.9", 1, 2000 * MS, false),
+            ("10.19.135.1", 1, 999 * MS, true),
+            ("10.19.136.1", 1, 0, false),
+            ("2001:db8::1", 443, u64::MAX - 1, true),
+            ("2001:db8::1", 80, 0, false),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(many.matches(ip, port, at), hit, "{ip} {port} {at}");
+            assert_eq!(one.matches(ip, port, at), hit, "{ip} {port} {at}");
+        }
+        assert_eq!(many.purge_expired(1000 * MS), 4999);
+        many.block_many(Vec::new(), 0);
+        assert_eq!(many.len(), 2);
+    }
+}
