@@ -18,12 +18,15 @@
 //!   [`Cluster::kernel_scan`], see [`kernel`]) → `SET key value PX ttl` + `PUBLISH`,
 //!   batched in one pipeline; what cannot be written (breaker open, Redis down) is kept, bounded,
 //!   and replayed when Redis is back (bans made during an outage are reconciled, not lost);
-//! - **subscriber**: the ban channel; every message from another node is applied to the engines
-//!   (and through them to XDP). A node never republishes what it received: remote bans are
+//! - **subscriber**: the ban channel; every message is checked as local input is
+//!   ([`BanMessage::check`]; what fails is counted in `rejectedMessages` and reported at most
+//!   once a second as `cluster_message_rejected`), and one from another node is applied to the
+//!   engines (and through them to XDP). A node never republishes what it received: remote bans are
 //!   applied with the box listener muted on that thread, and messages carry their origin
 //!   `nodeId`; a node ignores its own;
 //! - **reconcile**: on every (re)subscription and at the end of every outage: replay, then `SCAN`
-//!   every ban key and apply the live ones with their `PTTL`;
+//!   every ban key and apply the live ones with their `PTTL`, checked as messages are, in O(keys)
+//!   ([`Cluster::load`]);
 //! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently, the
 //!   answers written back through [`Node::update_lease`];
 //! - **health**: a `PING` every [`HEALTH_MS`] so an outage is seen (and its end) without traffic;
