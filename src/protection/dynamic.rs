@@ -8,7 +8,9 @@
 //! through a mutex and publish a new snapshot: a small *delta* layer over a shared *base* layer,
 //! copied on each write; when the delta outgrows max(64, √n) entries it is folded into a rebuilt
 //! base. A write therefore costs O(√n) amortised, so a script blocking 100k addresses one by one
-//! finishes in well under a second.
+//! finishes in well under a second. Many entries at once ([`DynamicBlocks::block_many`], the
+//! cluster tier's load) are one write: O(entries + n), so batches that double cost O(N) in all.
+//! The master and the layers share each network's entries (`Arc`): a rebuild copies pointers.
 //!
 //! Expiry: an entry whose TTL has passed stops matching at once (checked at lookup) and is
 //! removed by [`DynamicBlocks::purge_expired`] (called from every engine's eviction tick) or by the
@@ -167,7 +169,9 @@ impl Snapshot {
 }
 
 struct Master {
-    rules: HashMap<NetKey, Vec<DynamicRule>>,
+    /// The entries per network, shared with the published layers (a base rebuild copies
+    /// pointers, not entries).
+    rules: HashMap<NetKey, Arc<[DynamicRule]>>,
     /// Keys per prefix length (IPv4 0..=32, then IPv6 0..=128), for the published `Lens`.
     per_len: [u32; 33 + 129],
     expiry: BTreeSet<(u64, NetKey, Option<u16>)>,
@@ -251,21 +255,22 @@ impl DynamicBlocks {
     pub fn unblock(&self, net: IpNet, port: Option<u16>) -> bool {
         let key = NetKey::of(&net);
         let mut m = self.lock();
-        let Some(rules) = m.rules.get_mut(&key) else {
+        let Some(rules) = m.rules.get(&key) else {
             return false;
         };
         let mut gone = Vec::new();
-        rules.retain(|r| {
-            let hit = port.is_none() || r.port == port;
-            if hit {
-                gone.push((r.expires_ns, r.port));
-            }
-            !hit
-        });
-        if rules.is_empty() {
-            m.rules.remove(&key);
-            m.per_len[len_slot(&key)] -= 1;
-        }
+        let kept: Vec<DynamicRule> = rules
+            .iter()
+            .filter(|r| {
+                let hit = port.is_none() || r.port == port;
+                if hit {
+                    gone.push((r.expires_ns, r.port));
+                }
+                !hit
+            })
+            .cloned()
+            .collect();
+        replace_rules(&mut m, key, kept);
         for (t, p) in &gone {
             if let Some(t) = t {
                 m.expiry.remove(&(*t, key, *p));
@@ -305,7 +310,7 @@ impl DynamicBlocks {
         let m = self.lock();
         m.rules
             .values()
-            .flatten()
+            .flat_map(|r| r.iter())
             .filter(|r| r.live(now_ns) && (port.is_none() || r.port.is_none() || r.port == port))
             .cloned()
             .collect()
@@ -328,7 +333,7 @@ impl DynamicBlocks {
 
     /// Number of entries (including expired ones not yet purged).
     pub fn len(&self) -> usize {
-        self.lock().rules.values().map(Vec::len).sum()
+        self.lock().rules.values().map(|r| r.len()).sum()
     }
 
     /// True when there is no entry.
@@ -338,13 +343,12 @@ impl DynamicBlocks {
 
     fn publish(&self, m: &mut Master, changed: &[NetKey]) {
         for k in changed {
-            let rules: Arc<[DynamicRule]> =
-                m.rules.get(k).map(|v| v[..].into()).unwrap_or_default();
+            let rules: Arc<[DynamicRule]> = m.rules.get(k).cloned().unwrap_or_default();
             m.delta.insert(*k, rules);
         }
         if m.delta.len() > 64usize.max(m.rules.len().isqrt()) {
             m.base = Arc::new(Layer {
-                map: m.rules.iter().map(|(k, v)| (*k, v[..].into())).collect(),
+                map: m.rules.iter().map(|(k, v)| (*k, Arc::clone(v))).collect(),
             });
             m.delta.clear();
         }
@@ -384,10 +388,7 @@ fn insert_locked(
 ) -> NetKey {
     let expires_ns = ttl_ms.map(|ms| now_ns.saturating_add(ms_to_ns(ms)));
     let key = NetKey::of(&net);
-    if !m.rules.contains_key(&key) {
-        m.per_len[len_slot(&key)] += 1;
-    }
-    let rules = m.rules.entry(key).or_default();
+    let mut rules: Vec<DynamicRule> = m.rules.get(&key).map(|r| r.to_vec()).unwrap_or_default();
     let old_expiry = rules
         .iter()
         .position(|r| r.port == port)
@@ -398,6 +399,9 @@ fn insert_locked(
         expires_ns,
         note: reason.map(Arc::from),
     });
+    if m.rules.insert(key, rules.into()).is_none() {
+        m.per_len[len_slot(&key)] += 1;
+    }
     if let Some(Some(t)) = old_expiry {
         m.expiry.remove(&(t, key, port));
     }
@@ -405,6 +409,17 @@ fn insert_locked(
         m.expiry.insert((t, key, port));
     }
     key
+}
+
+/// Sets the entries of `key` in the master to `kept` (none: the key goes), unpublished.
+fn replace_rules(m: &mut Master, key: NetKey, kept: Vec<DynamicRule>) {
+    if kept.is_empty() {
+        if m.rules.remove(&key).is_some() {
+            m.per_len[len_slot(&key)] -= 1;
+        }
+    } else {
+        m.rules.insert(key, kept.into());
+    }
 }
 
 /// Removes expired rules from the master; returns the keys touched.
@@ -415,12 +430,13 @@ fn purge_locked(m: &mut Master, now_ns: u64) -> Vec<NetKey> {
             break;
         }
         m.expiry.pop_first();
-        if let Some(rules) = m.rules.get_mut(&key) {
-            rules.retain(|r| !(r.port == port && r.expires_ns == Some(t)));
-            if rules.is_empty() {
-                m.rules.remove(&key);
-                m.per_len[len_slot(&key)] -= 1;
-            }
+        if let Some(rules) = m.rules.get(&key) {
+            let kept: Vec<DynamicRule> = rules
+                .iter()
+                .filter(|r| !(r.port == port && r.expires_ns == Some(t)))
+                .cloned()
+                .collect();
+            replace_rules(m, key, kept);
         }
         touched.push(key);
     }
