@@ -448,11 +448,11 @@ export interface DefenseEvent {
 }
 
 export interface ErrorEvent {
-  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), or `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply). */
+  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply), or `cluster_message_rejected` (ban messages or keys from Redis failed validation: at most once a second, the message starting with the count since the previous one). */
   code: string;
   message: string;
   ip: string | null;
-  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`, `cluster_unavailable`). */
+  /** The listener's port; null for proxy-wide errors (`xdp_sync_failed`, `cluster_unavailable`, `cluster_message_rejected`). */
   port: number | null;
   /** 'host:port' of the listener; null for proxy-wide errors. */
   listener: string | null;
@@ -599,6 +599,14 @@ export interface ClusterMetrics {
   errors: number;
   /** Bans or refill requests dropped because a queue was full. */
   queueOverflow: number;
+  /**
+   * Ban messages (the ban channel) and ban keys (loaded at start and after reconnects) read from
+   * Redis that failed validation and were dropped: a CIDR with host bits or out of its kind's
+   * prefix lengths, a TTL over 2^53-1 ms, a note over 200 characters, a bad port or `node`, a
+   * message naming this node that it did not publish, malformed JSON, over 4096 bytes. Reported
+   * as `'error'` `cluster_message_rejected` at most once a second.
+   */
+  rejectedMessages: number;
   /** Clients holding a clusterRateLimit lease entry. */
   leaseClients: number;
   /** Delay from a ban's origin to this node (wall clocks), over the newest 1024 messages. */

@@ -58,6 +58,10 @@ impl Node for Quiet {
     fn unavailable(&self, m: String) {
         eprintln!("cluster unavailable during the bench: {m}");
     }
+    fn rejected(&self, m: String) {
+        eprintln!("cluster message rejected during the bench: {m}");
+    }
+    fn apply_blocks(&self, _: Vec<rampart::config::update::BlockRequest>, _: u64) {}
     fn update_lease(&self, _: usize, key: IpKey, u: LeaseUpdate) -> u64 {
         self.0.update_lease(key, u)
     }

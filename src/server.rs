@@ -693,6 +693,14 @@ impl crate::cluster::Node for ClusterPeer {
         self.0.report_cluster_unavailable(message);
     }
 
+    fn rejected(&self, message: String) {
+        self.0.report_cluster_rejected(message);
+    }
+
+    fn apply_blocks(&self, blocks: Vec<crate::config::update::BlockRequest>, now_ns: u64) {
+        self.0.dynamic.block_many(blocks, now_ns);
+    }
+
     fn update_lease(
         &self,
         listener: usize,

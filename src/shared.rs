@@ -131,6 +131,18 @@ impl Shared {
         self.events.error(&ev, clock::now_ns());
     }
 
+    /// Emits `'error'` `cluster_message_rejected` (no listener; the cluster tier aggregates).
+    pub fn report_cluster_rejected(&self, message: String) {
+        let ev = ErrorEvent {
+            code: crate::cluster::CLUSTER_REJECTED,
+            message,
+            ip: None,
+            port: None,
+            listener: None,
+        };
+        self.events.error(&ev, clock::now_ns());
+    }
+
     /// Indexes of the listeners on `port` (a port names every listener bound to it).
     pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
         self.listeners

@@ -10,12 +10,16 @@ const inNetns = (netns, cmd, args) => (netns ? ['ip', ['netns', 'exec', netns, c
 
 /**
  * Starts `redis-server` on a free port of 127.0.0.1 (no persistence) and waits for its PONG.
- * `{ port, url, proc, cli(...args) → run result (--raw), signal(sig), kill() }`.
+ * `{ port, url, proc, cli(...args[, runOptions]) → run result (--raw), signal(sig), kill() }`.
  */
 async function startRedis({ netns } = {}) {
   const port = await h.freePort();
   const proc = spawn(...inNetns(netns, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']), { stdio: 'ignore' });
-  const cli = (...args) => h.run(...inNetns(netns, 'redis-cli', ['-p', String(port), '--raw', ...args]), { timeoutMs: 5000 });
+  // A last argument that is an object is run()'s options (e.g. `{ input }` for `redis-cli -x`).
+  const cli = (...args) => {
+    const o = typeof args[args.length - 1] === 'object' ? args.pop() : {};
+    return h.run(...inNetns(netns, 'redis-cli', ['-p', String(port), '--raw', ...args]), { timeoutMs: 5000, ...o });
+  };
   const redis = {
     port,
     url: `redis://127.0.0.1:${port}`,

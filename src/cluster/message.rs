@@ -11,6 +11,10 @@
 //!
 //! Channel: `<keyPrefix>bans` carries every ban and unban as a [`BanMessage`].
 
+use crate::config::cluster::check_name;
+use crate::config::update::MAX_REASON_CHARS;
+use crate::config::value::MAX_DURATION_MS;
+use crate::protection::policy::{CLIENT_V6_LENGTHS, PREFIX_V4_LENGTHS, PREFIX_V6_LENGTHS};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +22,9 @@ use serde::{Deserialize, Serialize};
 pub const PERMANENT_TTL_MS: u64 = 3_600_000;
 /// How often the origin refreshes the keys of its bans with no TTL, ms.
 pub const REFRESH_MS: u64 = 60_000;
+/// Largest ban message (or ban key value) read from Redis, bytes: a valid one is at most ~1.5 KiB
+/// (a 128-byte `node`, a 200-character `note` JSON-escaped); a larger one is refused unread.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
 
 /// What a ban is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -66,7 +73,9 @@ pub struct BanMessage {
     pub node: String,
     /// What kind of ban.
     pub kind: BanKind,
-    /// The banned network, canonical (`192.0.2.7/32`, `2001:db8::/64`).
+    /// The banned network, canonical (`192.0.2.7/32`, `2001:db8::/64`): read with the CIDR rules
+    /// of local input ([`crate::protection::cidr::parse_cidr`]) and only in its canonical text.
+    #[serde(with = "canonical_net")]
     pub net: IpNet,
     /// The listener port it applies to; `None`: every port.
     pub port: Option<u16>,
@@ -77,6 +86,98 @@ pub struct BanMessage {
     pub note: Option<String>,
     /// Wall-clock time of sending, µs since the Unix epoch (propagation-delay metric only).
     pub sent_us: u64,
+}
+
+impl BanMessage {
+    /// Checks a message read from Redis (the ban channel or a ban key) as local input is checked:
+    /// `node` a valid `nodeId` ([`check_name`]); `port` 1..=65535; per kind, a box or SYN ban is
+    /// one client (IPv4 /32, IPv6 a client prefix: `ipv6PrefixLength`'s range) and a prefix ban a
+    /// prefix of the prefix tier (`prefixLimit`'s length ranges), both with a TTL and no note; a
+    /// block is what `blockIp` accepts (any canonical CIDR, a TTL or none, a note of at most
+    /// [`MAX_REASON_CHARS`] characters); an unban is a block's (no TTL, no note); every TTL is
+    /// 1..=[`MAX_DURATION_MS`] ms. `net` is already canonical (the deserializer's rule).
+    /// Whether `node` is this node's own id is the caller's question. `Err`: why, for the
+    /// operator.
+    pub fn check(&self) -> Result<(), String> {
+        check_name(&self.node).map_err(|e| format!("node {e}"))?;
+        if self.port == Some(0) {
+            return Err("port must be in [1, 65535], got 0".into());
+        }
+        let len = self.net.prefix_len();
+        let lengths = match (self.op, self.kind, self.net) {
+            (Op::Unban, BanKind::Block, _) | (Op::Ban, BanKind::Block, _) => None,
+            (Op::Unban, kind, _) => {
+                return Err(format!("an unban is of kind block, got {}", kind.as_str()))
+            }
+            (Op::Ban, BanKind::Box | BanKind::Syn, IpNet::V4(_)) => Some(32..=32),
+            (Op::Ban, BanKind::Box | BanKind::Syn, IpNet::V6(_)) => Some(CLIENT_V6_LENGTHS),
+            (Op::Ban, BanKind::Prefix, IpNet::V4(_)) => Some(PREFIX_V4_LENGTHS),
+            (Op::Ban, BanKind::Prefix, IpNet::V6(_)) => Some(PREFIX_V6_LENGTHS),
+        };
+        if let Some(r) = lengths {
+            if !r.contains(&len) {
+                return Err(format!(
+                    "a {} ban of {} must have a prefix length in [{}, {}], got {}",
+                    self.kind.as_str(),
+                    if self.net.addr().is_ipv4() {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    },
+                    r.start(),
+                    r.end(),
+                    self.net
+                ));
+            }
+            if self.ttl_ms.is_none() {
+                return Err(format!("a {} ban needs a TTL", self.kind.as_str()));
+            }
+        }
+        if let Some(t) = self.ttl_ms {
+            if self.op == Op::Unban {
+                return Err("an unban has no TTL".into());
+            }
+            if !(1..=MAX_DURATION_MS).contains(&t) {
+                return Err(format!("ttlMs must be in [1, 2^53-1], got {t}"));
+            }
+        }
+        if let Some(n) = &self.note {
+            if (self.op, self.kind) != (Op::Ban, BanKind::Block) {
+                return Err(format!("a {} ban has no note", self.kind.as_str()));
+            }
+            let chars = n.chars().count();
+            if chars > MAX_REASON_CHARS {
+                return Err(format!(
+                    "note must be at most {MAX_REASON_CHARS} characters, got {chars}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `BanMessage::net` on the wire: the canonical CIDR text; reading goes through
+/// [`crate::protection::cidr::parse_cidr`] and refuses any other spelling of the network
+/// (host bits, a bare address, an IPv4-mapped form).
+mod canonical_net {
+    use crate::protection::cidr::parse_cidr;
+    use ipnet::IpNet;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(net: &IpNet, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(net)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let net = parse_cidr(&text).map_err(|e| D::Error::custom(format!("net {e}")))?;
+        if net.to_string() != text {
+            return Err(D::Error::custom(format!(
+                "net must be written canonically ({net}), got {text:?}"
+            )));
+        }
+        Ok(net)
+    }
 }
 
 /// Key and channel names under one `keyPrefix`.
@@ -179,5 +280,135 @@ mod tests {
             r#"{"op":"ban","node":"a:1","kind":"prefix","net":"2001:db8::/48","port":null,"ttlMs":5,"sentUs":7}"#
         );
         assert_eq!(serde_json::from_str::<BanMessage>(&j).unwrap(), m);
+    }
+
+    /// The checks a message read from Redis passes: each case below is what a local `blockIp`
+    /// or box would refuse, and fails with the reason quoted.
+    #[test]
+    fn hostile_messages_are_refused_with_their_reason() {
+        let read = |j: &str| -> Result<BanMessage, String> {
+            let m: BanMessage = serde_json::from_str(j).map_err(|e| e.to_string())?;
+            m.check().map(|()| m)
+        };
+        let msg = |kind: &str, net: &str, ttl: &str, extra: &str| {
+            format!(
+                r#"{{"op":"ban","node":"b:1","kind":"{kind}","net":"{net}","port":8443,"ttlMs":{ttl},"sentUs":1{extra}}}"#
+            )
+        };
+        // Valid: each kind at its bounds.
+        for ok in [
+            msg("box", "192.0.2.7/32", "5000", ""),
+            msg("box", "2001:db8:1:2::/64", "5000", ""),
+            msg("syn", "2001:db8::1/128", "1", ""),
+            msg("prefix", "198.51.0.0/16", "9007199254740991", ""),
+            msg("prefix", "128.0.0.0/1", "5000", ""),
+            msg("prefix", "2001:db8::/48", "5000", ""),
+            msg("block", "0.0.0.0/0", "null", r#","note":"incident 42""#),
+            msg(
+                "block",
+                "10.0.0.0/8",
+                "5000",
+                &format!(r#","note":"{}""#, "é".repeat(200)),
+            ),
+        ] {
+            assert!(read(&ok).is_ok(), "{ok}: {:?}", read(&ok));
+        }
+        let unban = r#"{"op":"unban","node":"b:1","kind":"block","net":"10.0.0.0/8","port":null,"ttlMs":null,"sentUs":1}"#;
+        assert!(read(unban).is_ok());
+        let refused = |j: String, why: &str| {
+            let e = read(&j).unwrap_err();
+            assert!(e.contains(why), "{j}: {e:?} lacks {why:?}");
+        };
+        refused(
+            msg("prefix", "0.0.0.0/0", "5000", ""),
+            "prefix length in [1, 32], got 0.0.0.0/0",
+        );
+        refused(
+            msg("prefix", "::/0", "5000", ""),
+            "prefix length in [1, 128], got ::/0",
+        );
+        refused(
+            msg("syn", "::/0", "5000", ""),
+            "a syn ban of IPv6 must have a prefix length in [1, 128]",
+        );
+        refused(
+            msg("box", "10.0.0.0/8", "5000", ""),
+            "a box ban of IPv4 must have a prefix length in [32, 32]",
+        );
+        refused(
+            msg("block", "10.0.0.1/8", "5000", ""),
+            "host bits are set in \"10.0.0.1/8\"; did you mean 10.0.0.0/8?",
+        );
+        refused(
+            msg("block", "10.0.0.1", "5000", ""),
+            "net must be written canonically (10.0.0.1/32)",
+        );
+        refused(
+            msg("block", "::ffff:10.0.0.1/128", "5000", ""),
+            "net must be written canonically (10.0.0.1/32)",
+        );
+        refused(
+            msg("block", "10.0.0.0/08", "5000", ""),
+            "without leading zeros",
+        );
+        refused(
+            msg("prefix", "10.0.0.0/8", "18446744073709551615", ""),
+            "ttlMs must be in [1, 2^53-1], got 18446744073709551615",
+        );
+        refused(
+            msg("block", "10.0.0.0/8", "9007199254740992", ""),
+            "ttlMs must be in [1, 2^53-1]",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "0", ""),
+            "ttlMs must be in [1, 2^53-1], got 0",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "null", ""),
+            "a box ban needs a TTL",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "5", r#","note":"x""#),
+            "a box ban has no note",
+        );
+        refused(
+            msg(
+                "block",
+                "10.0.0.0/8",
+                "5",
+                &format!(r#","note":"{}""#, "x".repeat(201)),
+            ),
+            "note must be at most 200 characters, got 201",
+        );
+        refused(msg("ban", "10.0.0.0/8", "5", ""), "unknown variant `ban`");
+        refused(
+            msg("box", "192.0.2.7/32", "5", "").replace("8443", "0"),
+            "port must be in [1, 65535], got 0",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "5", "").replace("8443", "65536"),
+            "invalid value: integer `65536`",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "5", "").replace("b:1", ""),
+            "node must be 1 to 128 bytes",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "5", "").replace("b:1", "a b"),
+            "node must be 1 to 128 bytes",
+        );
+        refused(
+            msg("box", "192.0.2.7/32", "5", "").replace("b:1", &"n".repeat(129)),
+            "node must be 1 to 128 bytes",
+        );
+        refused(
+            unban.replace("block", "box"),
+            "an unban is of kind block, got box",
+        );
+        refused(
+            unban.replace(r#""ttlMs":null"#, r#""ttlMs":5"#),
+            "an unban has no TTL",
+        );
+        refused("{".into(), "EOF");
     }
 }

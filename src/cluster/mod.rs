@@ -18,12 +18,15 @@
 //!   [`Cluster::kernel_scan`], see [`kernel`]) → `SET key value PX ttl` + `PUBLISH`,
 //!   batched in one pipeline; what cannot be written (breaker open, Redis down) is kept, bounded,
 //!   and replayed when Redis is back (bans made during an outage are reconciled, not lost);
-//! - **subscriber**: the ban channel; every message from another node is applied to the engines
-//!   (and through them to XDP). A node never republishes what it received: remote bans are
+//! - **subscriber**: the ban channel; every message is checked as local input is
+//!   ([`BanMessage::check`]; what fails is counted in `rejectedMessages` and reported at most
+//!   once a second as `cluster_message_rejected`), and one from another node is applied to the
+//!   engines (and through them to XDP). A node never republishes what it received: remote bans are
 //!   applied with the box listener muted on that thread, and messages carry their origin
 //!   `nodeId`; a node ignores its own;
 //! - **reconcile**: on every (re)subscription and at the end of every outage: replay, then `SCAN`
-//!   every ban key and apply the live ones with their `PTTL`;
+//!   every ban key and apply the live ones with their `PTTL`, checked as messages are, in O(keys)
+//!   ([`Cluster::load`]);
 //! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently, the
 //!   answers written back through [`Node::update_lease`];
 //! - **health**: a `PING` every [`HEALTH_MS`] so an outage is seen (and its end) without traffic;
@@ -39,17 +42,21 @@ pub mod message;
 
 use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
 use crate::config::cluster::ClusterConfig;
+use crate::config::update::BlockRequest;
 use crate::protection::{BlockReason, ClusterRateLimit, Engine, IpKey, LeaseRequest, LeaseUpdate};
 use breaker::Breaker;
 use futures_util::StreamExt;
 use ipnet::IpNet;
 use kernel::{KernelBan, KernelBans};
-use message::{wall_us, BanKind, BanMessage, Keys, Op, PERMANENT_TTL_MS, REFRESH_MS};
+use message::{
+    wall_us, BanKind, BanMessage, Keys, Op, MAX_MESSAGE_BYTES, PERMANENT_TTL_MS, REFRESH_MS,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -59,6 +66,11 @@ use tokio_util::sync::CancellationToken;
 
 /// `'error'` event code of an outage (one per outage).
 pub const CLUSTER_UNAVAILABLE: &str = "cluster_unavailable";
+/// `'error'` event code of ban messages or ban keys read from Redis and rejected (at most one
+/// event per [`REJECT_REPORT_MS`], with the count since the previous one).
+pub const CLUSTER_REJECTED: &str = "cluster_message_rejected";
+/// Least time between two `cluster_message_rejected` events, ms.
+pub const REJECT_REPORT_MS: u64 = 1_000;
 /// The `clusterRateLimit` GCRA (Redis Lua, `TIME` as the clock).
 pub const GCRA_SCRIPT: &str = include_str!("gcra.lua");
 /// Local bans waiting to be written (between two writer batches).
@@ -74,6 +86,12 @@ pub const BATCH: usize = 512;
 pub const HEALTH_MS: u64 = 250;
 /// Propagation-delay samples kept (the newest).
 pub const DELAY_SAMPLES: usize = 1024;
+/// Messages this node published whose echo on the ban channel is still awaited, kept at most
+/// (a whole replay and a full ban queue in flight at once; 8 bytes each).
+pub const ECHOES_KEPT: usize = REPLAY_MAX + BAN_QUEUE;
+/// Ban keys read per `SCAN` step of a load (each step's values are read and applied before the
+/// next step, so a load never holds the whole key list).
+pub const SCAN_COUNT: usize = 1000;
 
 thread_local! {
     /// Set while this thread applies a ban received from another node: the box listener does
@@ -105,6 +123,11 @@ pub trait Node: Send + Sync + 'static {
     fn apply_unblock(&self, net: IpNet, port: Option<u16>);
     /// Emits `'error'` `cluster_unavailable` with `message`.
     fn unavailable(&self, message: String);
+    /// Emits `'error'` `cluster_message_rejected` with `message` (aggregated by the caller).
+    fn rejected(&self, message: String);
+    /// Adds `blockIp` entries in one write (a load from Redis: one snapshot of the set, not one
+    /// per entry).
+    fn apply_blocks(&self, blocks: Vec<BlockRequest>, now_ns: u64);
     /// Applies the refill task's `u` to the cluster lease of `key` on listener `listener` (the
     /// index given to [`Cluster::refill_lease`], [`Engine::update_lease`]); returns what it
     /// returns (0 when no such listener or lease).
@@ -140,7 +163,8 @@ struct Refill {
 
 #[derive(Debug, Clone)]
 struct Origin {
-    node: String,
+    /// The `node` the message named (shared by every ban of that node loaded at once).
+    node: Arc<str>,
     port: Option<u16>,
     deadline_ns: Option<u64>,
 }
@@ -155,7 +179,22 @@ struct Stats {
     lease_refills: AtomicU64,
     errors: AtomicU64,
     queue_overflow: AtomicU64,
+    rejected: AtomicU64,
     delays_us: Mutex<VecDeque<u64>>,
+}
+
+/// Rejections not yet reported in a `cluster_message_rejected` event.
+#[derive(Default)]
+struct PendingRejects {
+    count: u64,
+    first: Option<String>,
+}
+
+/// Hashes of the messages this node published, until their echo comes back on the channel.
+#[derive(Default)]
+struct Echoes {
+    awaited: HashSet<u64>,
+    order: VecDeque<u64>,
 }
 
 /// Propagation delay of received bans (sender's wall clock to receiver's), ms, over the newest
@@ -193,6 +232,8 @@ pub struct ClusterSnapshot {
     pub errors: u64,
     /// Bans or refill requests not queued because a queue was full.
     pub queue_overflow: u64,
+    /// Ban messages and ban keys read from Redis that failed validation and were dropped.
+    pub rejected_messages: u64,
     /// Clients holding a lease entry.
     pub lease_clients: u64,
     /// Propagation delay of received ban messages.
@@ -218,6 +259,9 @@ pub struct Cluster {
     permanent: Mutex<HashSet<String>>,
     reconcile: Notify,
     kernel: Mutex<KernelBans>,
+    rejects: Mutex<PendingRejects>,
+    echoes: Mutex<Echoes>,
+    echo_hasher: RandomState,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -251,6 +295,9 @@ impl Cluster {
             permanent: Mutex::new(HashSet::new()),
             reconcile: Notify::new(),
             kernel: Mutex::new(KernelBans::default()),
+            rejects: Mutex::new(PendingRejects::default()),
+            echoes: Mutex::new(Echoes::default()),
+            echo_hasher: RandomState::new(),
         }))
     }
 
@@ -488,7 +535,7 @@ impl Cluster {
             })
             .map_or_else(
                 || (self.cfg.node_id.clone(), None),
-                |(k, o)| (o.node.clone(), Some(k)),
+                |(k, o)| (o.node.to_string(), Some(k)),
             )
     }
 
@@ -514,6 +561,7 @@ impl Cluster {
             lease_refills: s.lease_refills.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
             queue_overflow: s.queue_overflow.load(Ordering::Relaxed),
+            rejected_messages: s.rejected.load(Ordering::Relaxed),
             lease_clients: self.node.get().map_or(0, |n| n.lease_clients()),
             propagation_delay_ms: DelayStats {
                 count: d.len() as u64,
@@ -695,6 +743,7 @@ impl Cluster {
                 }
             };
             let _ = key;
+            self.await_echo(msg.as_bytes());
             pipe.cmd("PUBLISH").arg(&channel).arg(msg).ignore();
             published += 1;
         }
@@ -857,6 +906,9 @@ impl Cluster {
                 .await;
             let now = clock::now_ns();
             n += 1;
+            if n.is_multiple_of(REJECT_REPORT_MS / HEALTH_MS) {
+                self.report_rejects();
+            }
             if n.is_multiple_of(40) {
                 lock(&self.origins).retain(|_, o| o.deadline_ns.is_none_or(|d| d > now));
             }
@@ -892,42 +944,225 @@ impl Cluster {
         }
     }
 
-    /// Loads every live ban key of the other nodes (`SCAN`, then `GET` + `PTTL` per key).
+    /// Loads every live ban key of the other nodes, one `SCAN` step at a time: each step's keys
+    /// are read (`GETRANGE` of at most [`MAX_MESSAGE_BYTES`] + 1 bytes, `PTTL`), checked as a
+    /// received message is ([`Cluster::read_message`], and the key must be the one its ban is
+    /// written under) and applied; what fails is rejected ([`Cluster::reject`]). `blockIp`
+    /// entries are applied in batches of at least as many as applied before in this load (one
+    /// snapshot of the set per batch), so a load of N keys costs O(N) time. A key carrying this
+    /// node's `nodeId` is its own (written by it, or by an earlier run under the same `nodeId`)
+    /// and is not applied.
     async fn load(&self) {
-        let Some(keys) = self.scan(&self.keys.ban_pattern()).await else {
-            return;
-        };
-        for chunk in keys.chunks(BATCH) {
-            let mut pipe = redis::pipe();
-            for k in chunk {
-                pipe.cmd("GET").arg(k).cmd("PTTL").arg(k);
-            }
-            let Some(vals) =
-                self.run(|mut c| async move {
-                    pipe.query_async::<Vec<(Option<String>, i64)>>(&mut c).await
+        let pattern = self.keys.ban_pattern();
+        let mut cursor: u64 = 0;
+        let mut blocks: Vec<BlockRequest> = Vec::new();
+        let mut flushed: usize = 0;
+        let mut names: HashMap<String, Arc<str>> = HashMap::new();
+        loop {
+            let pat = pattern.clone();
+            let Some((next, keys)) = self
+                .run(|mut c| async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pat)
+                        .arg("COUNT")
+                        .arg(SCAN_COUNT)
+                        .query_async::<(u64, Vec<Vec<u8>>)>(&mut c)
+                        .await
                 })
                 .await
             else {
-                return;
+                break;
             };
-            for (v, pttl) in vals {
-                let Some(m) = v.and_then(|v| serde_json::from_str::<BanMessage>(&v).ok()) else {
-                    continue;
-                };
-                if m.node == self.cfg.node_id || m.op != Op::Ban || pttl == -2 {
-                    continue;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for k in &keys {
+                    pipe.cmd("GETRANGE")
+                        .arg(k)
+                        .arg(0)
+                        .arg(MAX_MESSAGE_BYTES)
+                        .cmd("PTTL")
+                        .arg(k);
                 }
-                let ttl = if m.ttl_ms.is_none() {
-                    None
-                } else if pttl > 0 {
-                    Some(pttl as u64)
-                } else {
-                    continue;
+                let Some(vals) = self
+                    .run(|mut c| async move { pipe.query_async::<Vec<redis::Value>>(&mut c).await })
+                    .await
+                else {
+                    break;
                 };
-                self.stats.bans_received.fetch_add(1, Ordering::Relaxed);
-                self.apply(&m, ttl);
+                for (k, v) in keys.iter().zip(vals.chunks_exact(2)) {
+                    self.load_one(k, &v[0], &v[1], &mut blocks, &mut names);
+                }
+            }
+            if blocks.len() >= BATCH.max(flushed) {
+                flushed += blocks.len();
+                self.flush_blocks(&mut blocks);
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        self.flush_blocks(&mut blocks);
+    }
+
+    /// One ban key of a load: `value` its `GETRANGE`, `pttl` its `PTTL`.
+    fn load_one(
+        &self,
+        key: &[u8],
+        value: &redis::Value,
+        pttl: &redis::Value,
+        blocks: &mut Vec<BlockRequest>,
+        names: &mut HashMap<String, Arc<str>>,
+    ) {
+        let shown = || {
+            let k = String::from_utf8_lossy(key);
+            let mut k: String = k.chars().take(160).collect();
+            if k.len() < key.len() {
+                k.push_str("...");
+            }
+            k
+        };
+        let pttl = match pttl {
+            redis::Value::Int(-2) => return, // gone since the SCAN
+            redis::Value::Int(t) => *t,
+            _ => return self.reject(format!("ban key {}: no PTTL", shown())),
+        };
+        let bytes: &[u8] = match value {
+            redis::Value::BulkString(b) => b,
+            redis::Value::SimpleString(s) => s.as_bytes(),
+            _ => return self.reject(format!("ban key {}: not a string", shown())),
+        };
+        if bytes.is_empty() && pttl < 0 {
+            return; // gone between GETRANGE and PTTL
+        }
+        let mut m = match self.read_message(bytes) {
+            Ok(m) => m,
+            Err(e) => return self.reject(format!("ban key {}: {e}", shown())),
+        };
+        if m.op != Op::Ban {
+            return self.reject(format!("ban key {}: holds an unban", shown()));
+        }
+        if self.keys.ban(m.kind, m.port, &m.net).as_bytes() != key {
+            return self.reject(format!(
+                "ban key {}: holds a ban of {} {} port {:?}, written under another key",
+                shown(),
+                m.kind.as_str(),
+                m.net,
+                m.port
+            ));
+        }
+        if m.node == self.cfg.node_id {
+            return;
+        }
+        // The key's remaining time; a ban with no TTL (until unblockIp) is refreshed by its
+        // origin, so its key's PTTL is not its end.
+        if m.ttl_ms.is_some() {
+            if pttl <= 0 {
+                return;
+            }
+            m.ttl_ms = Some(pttl as u64);
+            if let Err(e) = m.check() {
+                return self.reject(format!("ban key {}: PTTL: {e}", shown()));
             }
         }
+        let node = match names.get(m.node.as_str()) {
+            Some(n) => n.clone(),
+            None => {
+                let n: Arc<str> = Arc::from(m.node.as_str());
+                if names.len() < 1024 {
+                    names.insert(m.node.clone(), n.clone());
+                }
+                n
+            }
+        };
+        self.stats.bans_received.fetch_add(1, Ordering::Relaxed);
+        let ttl = m.ttl_ms;
+        self.apply(&m, ttl, node, Some(blocks));
+    }
+
+    /// Applies the `blockIp` entries a load gathered, in one write.
+    fn flush_blocks(&self, blocks: &mut Vec<BlockRequest>) {
+        if blocks.is_empty() {
+            return;
+        }
+        if let Some(node) = self.node.get() {
+            node.apply_blocks(std::mem::take(blocks), clock::now_ns());
+        }
+        blocks.clear();
+    }
+
+    /// A ban message (channel payload or ban key value) as read from Redis: at most
+    /// [`MAX_MESSAGE_BYTES`], a [`BanMessage`] whose `net` is canonical, passing
+    /// [`BanMessage::check`]. `Err`: why not.
+    fn read_message(&self, bytes: &[u8]) -> Result<BanMessage, String> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(format!(
+                "more than {MAX_MESSAGE_BYTES} bytes ({}{})",
+                bytes.len(),
+                if bytes.len() == MAX_MESSAGE_BYTES + 1 {
+                    "+"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let m: BanMessage =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a ban message: {e}"))?;
+        m.check()?;
+        Ok(m)
+    }
+
+    /// Counts a message or ban key read from Redis that failed validation (dropped); `why` is
+    /// kept for the next `cluster_message_rejected` event when it is the first since the last.
+    fn reject(&self, why: String) {
+        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        let mut r = lock(&self.rejects);
+        r.count += 1;
+        if r.first.is_none() {
+            r.first = Some(why);
+        }
+    }
+
+    /// Emits one `cluster_message_rejected` for the rejections since the last one, if any (the
+    /// health task, every [`REJECT_REPORT_MS`]).
+    fn report_rejects(&self) {
+        let (count, first) = {
+            let mut r = lock(&self.rejects);
+            (std::mem::take(&mut r.count), r.first.take())
+        };
+        if count == 0 {
+            return;
+        }
+        if let Some(n) = self.node.get() {
+            n.rejected(format!(
+                "{count} ban message(s) from Redis rejected (metrics().cluster.rejectedMessages); \
+                 the first: {}",
+                first.unwrap_or_default()
+            ));
+        }
+    }
+
+    /// This node is about to publish `payload`: its echo on the ban channel is expected.
+    fn await_echo(&self, payload: &[u8]) {
+        let h = self.echo_hasher.hash_one(payload);
+        let mut e = lock(&self.echoes);
+        if e.order.len() >= ECHOES_KEPT {
+            if let Some(old) = e.order.pop_front() {
+                e.awaited.remove(&old);
+            }
+        }
+        if e.awaited.insert(h) {
+            e.order.push_back(h);
+        }
+    }
+
+    /// Whether `payload` is the echo of a message this node published (each echo is taken once).
+    fn echoed(&self, payload: &[u8]) -> bool {
+        let h = self.echo_hasher.hash_one(payload);
+        lock(&self.echoes).awaited.remove(&h)
     }
 
     async fn subscriber(self: Arc<Self>, stop: CancellationToken) {
@@ -970,13 +1205,24 @@ impl Cluster {
         }
     }
 
-    /// One ban-channel message.
+    /// One ban-channel message: read and checked ([`Cluster::read_message`]), else rejected.
+    /// A message naming this node's `nodeId` is applied by no one: it is the echo of one this
+    /// node published (expected, silent) or it is not, and then it is rejected — Redis does not
+    /// authenticate senders, so `node` is only what the message claims; a ban is attributed
+    /// (`blockedIps({detail:true}).node`) to the valid `nodeId`, other than this node's, that it
+    /// names.
     fn receive(&self, payload: &[u8]) {
-        let Ok(m) = serde_json::from_slice::<BanMessage>(payload) else {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            return;
+        let m = match self.read_message(payload) {
+            Ok(m) => m,
+            Err(e) => return self.reject(format!("ban channel: {e}")),
         };
         if m.node == self.cfg.node_id {
+            if !self.echoed(payload) {
+                self.reject(format!(
+                    "ban channel: a message naming this node ({:?}) that it did not publish",
+                    m.node
+                ));
+            }
             return;
         }
         self.stats.bans_received.fetch_add(1, Ordering::Relaxed);
@@ -987,13 +1233,21 @@ impl Cluster {
             }
             d.push_back(wall_us().saturating_sub(m.sent_us));
         }
-        self.apply(&m, m.ttl_ms);
+        let node: Arc<str> = Arc::from(m.node.as_str());
+        self.apply(&m, m.ttl_ms, node, None);
     }
 
-    /// Applies another node's ban (or unban) with `ttl_ms` left to this node's engines. A ban
-    /// for a port this node does not serve is ignored; one without a port applies to every
-    /// listener.
-    fn apply(&self, m: &BanMessage, ttl_ms: Option<u64>) {
+    /// Applies another node's ban (or unban), checked already, with `ttl_ms` left to this node's
+    /// engines, attributed to `node`. A ban for a port this node does not serve is ignored; one
+    /// without a port applies to every listener. With `blocks` (a load), a `blockIp` entry is
+    /// gathered there for one write ([`Node::apply_blocks`]) instead of applied alone.
+    fn apply(
+        &self,
+        m: &BanMessage,
+        ttl_ms: Option<u64>,
+        node_id: Arc<str>,
+        blocks: Option<&mut Vec<BlockRequest>>,
+    ) {
         let Some(node) = self.node.get() else { return };
         if m.port.is_some_and(|p| !node.serves(p)) {
             return;
@@ -1001,7 +1255,7 @@ impl Cluster {
         let now = clock::now_ns();
         let deadline_ns = ttl_ms.map(|t| now.saturating_add(ms_to_ns(t)));
         let origin = Origin {
-            node: m.node.clone(),
+            node: node_id,
             port: m.port,
             deadline_ns,
         };
@@ -1018,9 +1272,15 @@ impl Cluster {
                 node.apply_prefix_box(m.net, m.port, ms_to_ns(ttl), now);
                 REMOTE.with(|r| r.set(false));
             }
-            (Op::Ban, BanKind::Block) => {
-                node.apply_block(m.net, m.port, ttl_ms, m.note.clone(), now)
-            }
+            (Op::Ban, BanKind::Block) => match blocks {
+                Some(b) => b.push(BlockRequest {
+                    net: m.net,
+                    ttl_ms,
+                    reason: m.note.clone(),
+                    port: m.port,
+                }),
+                None => node.apply_block(m.net, m.port, ttl_ms, m.note.clone(), now),
+            },
             (Op::Unban, _) => {
                 node.apply_unblock(m.net, m.port);
                 lock(&self.origins).remove(&(BanKind::Block, m.net));
@@ -1145,6 +1405,14 @@ mod tests {
             lock(&self.0).push(format!("unblock {net}"));
         }
         fn unavailable(&self, _: String) {}
+        fn rejected(&self, message: String) {
+            lock(&self.0).push(format!("rejected {message}"));
+        }
+        fn apply_blocks(&self, blocks: Vec<BlockRequest>, _: u64) {
+            for b in blocks {
+                lock(&self.0).push(format!("block {}", b.net));
+            }
+        }
         fn update_lease(&self, _: usize, _: IpKey, _: LeaseUpdate) -> u64 {
             0
         }
@@ -1172,7 +1440,7 @@ mod tests {
             msg(BanKind::Syn, "198.51.100.7/32"),
             msg(BanKind::Prefix, "203.0.113.0/24"),
         ] {
-            c.apply(&m, m.ttl_ms);
+            c.apply(&m, m.ttl_ms, Arc::from("b"), None);
         }
         assert_eq!(
             *lock(&calls.0),
@@ -1214,5 +1482,115 @@ mod tests {
             queued(&c),
             vec![(BanKind::Box, "198.51.100.7/32".into(), Some(8443), Some(1))]
         );
+    }
+
+    fn rejected(c: &Cluster) -> u64 {
+        c.snapshot().rejected_messages
+    }
+
+    /// The ban channel: hostile messages are counted and change nothing, this node's own echo is
+    /// silent (once), a forgery or a replay in its name is rejected, a valid one applies; one
+    /// aggregated report.
+    #[test]
+    fn received_messages_are_checked_and_rejections_counted() {
+        let c = cluster(true);
+        let calls = Arc::new(Calls::default());
+        let _ = c.node.set(calls.clone());
+        let msg = |node: &str, kind: &str, net: &str| {
+            format!(
+                r#"{{"op":"ban","node":"{node}","kind":"{kind}","net":"{net}","port":8443,"ttlMs":5000,"sentUs":0}}"#
+            )
+        };
+        c.receive(b"{");
+        c.receive(msg("b", "prefix", "0.0.0.0/0").as_bytes());
+        c.receive(msg("b", "block", "10.0.0.1/8").as_bytes());
+        c.receive(&vec![b' '; MAX_MESSAGE_BYTES + 1]);
+        assert_eq!(rejected(&c), 4);
+        // This node's own message: silent when it published it (its echo), once.
+        let own = msg("a", "block", "10.1.0.0/16");
+        c.await_echo(own.as_bytes());
+        c.receive(own.as_bytes());
+        assert_eq!(rejected(&c), 4);
+        c.receive(own.as_bytes());
+        c.receive(msg("a", "block", "10.2.0.0/16").as_bytes());
+        assert_eq!(rejected(&c), 6);
+        assert!(lock(&calls.0).is_empty(), "nothing applied");
+        assert_eq!(c.snapshot().bans_received, 0);
+        c.receive(msg("b", "block", "10.3.0.0/16").as_bytes());
+        assert_eq!(*lock(&calls.0), ["block 10.3.0.0/16"]);
+        assert_eq!(
+            c.origin(BlockReason::DynamicBlocked, "10.3.0.0/16", 8443).0,
+            "b"
+        );
+        c.report_rejects();
+        c.report_rejects();
+        let calls = lock(&calls.0);
+        assert_eq!(calls.len(), 2, "one report: {calls:?}");
+        assert!(
+            calls[1].starts_with(
+                "rejected 6 ban message(s) from Redis rejected (metrics().cluster.rejectedMessages); \
+                 the first: ban channel: not a ban message: EOF"
+            ),
+            "{}",
+            calls[1]
+        );
+    }
+
+    /// A load's ban keys: each must hold a valid ban written under its own name; this node's own
+    /// keys are skipped silently, blocks are gathered for one write, the TTL is the key's PTTL.
+    #[test]
+    fn loaded_ban_keys_are_checked_against_their_names() {
+        use redis::Value as V;
+        let c = cluster(true);
+        let calls = Arc::new(Calls::default());
+        let _ = c.node.set(calls.clone());
+        let mut blocks = Vec::new();
+        let mut names = HashMap::new();
+        let val = |node: &str, op: &str, net: &str| {
+            V::BulkString(
+                format!(
+                    r#"{{"op":"{op}","node":"{node}","kind":"block","net":"{net}","port":null,"ttlMs":60000,"sentUs":0}}"#
+                )
+                .into_bytes(),
+            )
+        };
+        let key = |net: &str| format!("rampart:{{bans}}:block:*:{net}").into_bytes();
+        let mut load = |k: Vec<u8>, v: V, pttl: i64| {
+            c.load_one(&k, &v, &V::Int(pttl), &mut blocks, &mut names)
+        };
+        load(key("10.0.0.0/8"), val("b", "ban", "10.1.0.0/16"), 5000); // another key's ban
+        load(key("10.0.0.0/8"), val("b", "unban", "10.0.0.0/8"), 5000);
+        load(key("10.0.0.0/8"), V::Array(vec![]), 5000); // not a string
+        load(
+            key("10.0.0.0/8"),
+            V::BulkString(vec![b'{'; MAX_MESSAGE_BYTES + 1]),
+            5000,
+        );
+        load(key("10.0.0.0/8"), val("b", "ban", "10.0.0.0/8"), -2); // gone: not a rejection
+        load(key("10.0.0.0/8"), val("a", "ban", "10.0.0.0/8"), 5000); // our own
+        assert_eq!(rejected(&c), 4);
+        load(key("10.0.0.0/8"), val("b", "ban", "10.0.0.0/8"), 1234);
+        load(key("10.9.0.0/16"), val("b", "ban", "10.9.0.0/16"), 77);
+        assert_eq!(rejected(&c), 4);
+        let got: Vec<(String, Option<u64>)> = blocks
+            .iter()
+            .map(|b| (b.net.to_string(), b.ttl_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.0/8".to_string(), Some(1234)),
+                ("10.9.0.0/16".to_string(), Some(77))
+            ]
+        );
+        assert_eq!(names.len(), 1, "the origin's name is shared");
+        assert!(
+            lock(&calls.0).is_empty(),
+            "gathered, not applied one by one"
+        );
+        c.flush_blocks(&mut blocks);
+        assert!(blocks.is_empty());
+        assert_eq!(*lock(&calls.0), ["block 10.0.0.0/8", "block 10.9.0.0/16"]);
+        assert_eq!(c.snapshot().bans_received, 2);
     }
 }

@@ -66,21 +66,30 @@ pub fn default_node_id() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// A key prefix or node id: 1..=128 bytes, no whitespace or control character, no `{` or `}`
-/// (they would change the keys' hash tags).
-fn name(v: &Value, path: &str, issues: &mut Issues) -> Option<String> {
-    let s = v::string(v, path, issues)?;
+/// Checks a key prefix or node id: 1..=[`MAX_NAME_BYTES`] bytes, no whitespace or control
+/// character, no `{` or `}` (they would change the keys' hash tags). The same rule holds for the
+/// `node` of a ban message read from Redis (`crate::cluster::message::BanMessage::check`).
+/// `Err` is the message, quoting `s`.
+pub fn check_name(s: &str) -> Result<(), String> {
     if s.is_empty()
         || s.len() > MAX_NAME_BYTES
         || s.chars()
             .any(|c| c.is_whitespace() || c.is_control() || c == '{' || c == '}')
     {
-        issues.push(
-            path,
-            format!(
-                "must be 1 to {MAX_NAME_BYTES} bytes without whitespace, control characters, '{{' or '}}', got {s:?}"
-            ),
-        );
+        let shown: String = s.chars().take(MAX_NAME_BYTES).collect();
+        let cut = if shown.len() < s.len() { "..." } else { "" };
+        return Err(format!(
+            "must be 1 to {MAX_NAME_BYTES} bytes without whitespace, control characters, '{{' or '}}', got {shown:?}{cut}"
+        ));
+    }
+    Ok(())
+}
+
+/// A key prefix or node id ([`check_name`]).
+fn name(v: &Value, path: &str, issues: &mut Issues) -> Option<String> {
+    let s = v::string(v, path, issues)?;
+    if let Err(message) = check_name(s) {
+        issues.push(path, message);
         return None;
     }
     Some(s.to_string())

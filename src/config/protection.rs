@@ -28,8 +28,9 @@ use crate::protection::cidr::{parse_cidr, CidrSet};
 use crate::protection::entry::MAX_PENDING;
 use crate::protection::policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit,
-    Mode, PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, DEFAULT_PENALTY_MS, DEFAULT_PREFIX_V4,
-    DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC, XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
+    Mode, PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, CLIENT_V6_LENGTHS, DEFAULT_PENALTY_MS,
+    DEFAULT_PREFIX_V4, DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC, PREFIX_V4_LENGTHS, PREFIX_V6_LENGTHS,
+    XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
 };
 use ipnet::IpNet;
 use serde_json::{Map, Value};
@@ -157,7 +158,14 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         p.require_sni = boolean(v, &f("requireSni"), issues).unwrap_or(false);
     }
     if let Some(v) = field(obj, "ipv6PrefixLength") {
-        if let Some(n) = number_in(v, &f("ipv6PrefixLength"), 1.0, 128.0, true, issues) {
+        if let Some(n) = number_in(
+            v,
+            &f("ipv6PrefixLength"),
+            f64::from(*CLIENT_V6_LENGTHS.start()),
+            f64::from(*CLIENT_V6_LENGTHS.end()),
+            true,
+            issues,
+        ) {
             p.ipv6_prefix_length = n as u8;
         }
     }
@@ -380,6 +388,11 @@ fn optional_rate(o: &Map<String, Value>, path: &str, issues: &mut Issues) -> Opt
     Some(RateLimit::per_second(r, burst))
 }
 
+/// A range of prefix lengths as `int_field` bounds.
+fn lengths(r: std::ops::RangeInclusive<u8>) -> (f64, f64) {
+    (f64::from(*r.start()), f64::from(*r.end()))
+}
+
 /// `prefixLimit: { ipv4PrefixLength, ipv6PrefixLength, connectionsPerSecond, burst,
 /// maxConcurrent }`: a rate or a concurrency cap (or both) is required.
 fn prefix_limit(v: &Value, path: &str, client_v6: u8, issues: &mut Issues) -> Option<PrefixLimit> {
@@ -397,10 +410,22 @@ fn prefix_limit(v: &Value, path: &str, client_v6: u8, issues: &mut Issues) -> Op
         path,
         issues,
     );
-    let v4 = int_field(o, path, "ipv4PrefixLength", (1.0, 32.0), issues)
-        .map_or(DEFAULT_PREFIX_V4, |n| n as u8);
-    let v6 = int_field(o, path, "ipv6PrefixLength", (1.0, 128.0), issues)
-        .map_or(DEFAULT_PREFIX_V6, |n| n as u8);
+    let v4 = int_field(
+        o,
+        path,
+        "ipv4PrefixLength",
+        lengths(PREFIX_V4_LENGTHS),
+        issues,
+    )
+    .map_or(DEFAULT_PREFIX_V4, |n| n as u8);
+    let v6 = int_field(
+        o,
+        path,
+        "ipv6PrefixLength",
+        lengths(PREFIX_V6_LENGTHS),
+        issues,
+    )
+    .map_or(DEFAULT_PREFIX_V6, |n| n as u8);
     if v6 > client_v6 {
         issues.push(
             join(path, "ipv6PrefixLength"),

@@ -7,6 +7,9 @@ use serde_json::{Map, Value};
 
 /// Largest integer a JS number holds exactly (2^53 − 1); durations and counts above it are refused.
 pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+/// Longest duration accepted anywhere (`blockIp`'s `ttlMs`, `penaltyBox.durationMs`, ...), ms:
+/// [`MAX_SAFE_INTEGER`].
+pub const MAX_DURATION_MS: u64 = 9_007_199_254_740_991;
 
 /// Deepest nesting of arrays and objects accepted in a value handed over from JS (a
 /// `ProxyConfig`, an `updateConfig` argument, `blockIp` / `unblockIp` opts, a `resolveConnection`
@@ -232,7 +235,7 @@ pub fn count(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64
 
 /// A duration in milliseconds: an integer in `[min, 2^53 − 1]`.
 pub fn duration_ms(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
-    count(v, path, min, issues)
+    number_in(v, path, min as f64, MAX_DURATION_MS as f64, true, issues).map(|n| n as u64)
 }
 
 /// A boolean.

@@ -642,6 +642,11 @@ fn cluster_prometheus(c: &crate::cluster::ClusterSnapshot, out: &mut String) {
             "Bans or refill requests dropped because a queue was full.",
             c.queue_overflow,
         ),
+        (
+            "cluster_rejected_messages_total",
+            "Ban messages and ban keys read from Redis that failed validation and were dropped.",
+            c.rejected_messages,
+        ),
     ];
     for (name, help, n) in counters {
         let _ = writeln!(

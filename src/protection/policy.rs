@@ -37,6 +37,13 @@ pub const DEFAULT_HEAD_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_PREFIX_V4: u8 = 24;
 /// Default `prefixLimit.ipv6PrefixLength`.
 pub const DEFAULT_PREFIX_V6: u8 = 48;
+/// Accepted `prefixLimit.ipv4PrefixLength` values (bits).
+pub const PREFIX_V4_LENGTHS: std::ops::RangeInclusive<u8> = 1..=32;
+/// Accepted `prefixLimit.ipv6PrefixLength` values (bits; at most the policy's
+/// `ipv6PrefixLength`).
+pub const PREFIX_V6_LENGTHS: std::ops::RangeInclusive<u8> = 1..=128;
+/// Accepted `ipv6PrefixLength` values (bits): how much of an IPv6 address is one client.
+pub const CLIENT_V6_LENGTHS: std::ops::RangeInclusive<u8> = 1..=128;
 
 /// `mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
