@@ -23,7 +23,7 @@ async function serveWith(edit = () => {}) {
   return { child, port, adminPort, dir, file, api: { port: adminPort } };
 }
 
-const GETS = ['/metrics', '/metrics.json', '/blocked', '/blocked?detail=1', '/xdp'];
+const GETS = ['/metrics', '/metrics.json', '/blocked', '/blocked?detail=1', '/explain?ip=127.0.0.1', '/xdp'];
 
 test('with a token: /health is open, every other route needs Authorization: Bearer <token>', async (t) => {
   const { child, port, api } = await serveWith();
@@ -86,6 +86,14 @@ test('POST /block → 204 and the client is refused (logged as a blocked event);
 
   r = await s.admin(api, 'GET', '/blocked', tok);
   assert.deepEqual(r.json.dynamicBlocklist, ['127.0.0.2/32']);
+  r = await s.admin(api, 'GET', '/explain?ip=127.0.0.2', tok);
+  assert.equal(r.status, 200);
+  assert.equal(r.json.ip, '127.0.0.2');
+  assert.deepEqual(r.json.listeners.map((l) => [l.port, l.verdict]), [[port, 'dynamic_blocked']]);
+  assert.deepEqual(r.json.listeners[0].dynamicBlocks, [{ cidr: '127.0.0.2/32', port: null, reason: 'INC-1 test' }]);
+  r = await s.admin(api, 'GET', '/explain?ip=127.0.0.0/8', tok);
+  assert.equal(r.status, 400);
+  assert.deepEqual(r.json.errors, [{ path: 'query.ip', message: 'must be an IPv4 or IPv6 address (no /length), got "127.0.0.0/8"' }]);
   r = await s.admin(api, 'GET', `/blocked?port=${port}&detail=1`, tok);
   assert.equal(r.json.dynamicBlocklist.length, 1);
   const d = r.json.dynamicBlocklist[0];

@@ -8,6 +8,7 @@
  * | `GET /metrics` | Prometheus text 0.0.4 |
  * | `GET /metrics.json` | `metrics()` plus `server: { reloads, lastReloadSuccessful, reloadedAt }` |
  * | `GET /blocked?port=&detail=1` | `blockedIps({ port, detail })` |
+ * | `GET /explain?ip=` | `explain(ip)` |
  * | `POST /block` `{ cidr, ttlMs?, reason?, port? }` | `blockIp` → 204 |
  * | `DELETE /block` `{ cidr, port? }` | `unblockIp` → `{ removed }` |
  * | `GET /xdp` | `xdpStatus()` plus `configured` and `lastError` |
@@ -253,6 +254,13 @@ function createHandler({ supervisor, log, version, listen = null }) {
         }
         if (errors.length) throw new HttpError(400, `invalid query: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
         return [200, call(() => supervisor.blockedIps(opts), 'query.')];
+      },
+    },
+    '/explain': {
+      GET: (url) => {
+        const q = query(url, ['ip']);
+        if (q.ip === undefined || q.ip === '') throw new HttpError(400, 'invalid query: query.ip: is required', [{ path: 'query.ip', message: 'is required' }]);
+        return [200, call(() => supervisor.explain(q.ip), 'query.')];
       },
     },
     '/block': {

@@ -401,6 +401,10 @@ class Supervisor {
     return this.proxy.blockedIps(opts);
   }
 
+  explain(ip) {
+    return this.proxy.explain(ip);
+  }
+
   metrics() {
     return {
       ...this.proxy.metrics(),
