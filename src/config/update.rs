@@ -37,18 +37,7 @@ pub struct PortProtection {
     pub policy: Option<Arc<ProtectionPolicy>>,
 }
 
-/// A validated `blockIp(cidr, { ttlMs, reason, port })`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockRequest {
-    /// The network to block (canonical; a bare address is /32 or /128).
-    pub net: IpNet,
-    /// Time to live in ms (≥ 1); `None` = until `unblockIp`.
-    pub ttl_ms: Option<u64>,
-    /// The operator's note, at most [`MAX_REASON_CHARS`] characters.
-    pub reason: Option<String>,
-    /// The listener port it applies to; `None` = every listener.
-    pub port: Option<u16>,
-}
+pub use crate::protection::dynamic::BlockRequest;
 
 /// A validated `unblockIp(cidr, { port })`.
 #[derive(Debug, Clone, PartialEq, Eq)]

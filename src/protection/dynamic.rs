@@ -20,13 +20,25 @@ use super::blocked::BlockedEntry;
 use super::key::mask128;
 use super::reason::BlockReason;
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
-use crate::config::update::BlockRequest;
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// A validated `blockIp(cidr, { ttlMs, reason, port })`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRequest {
+    /// The network to block (canonical; a bare address is /32 or /128).
+    pub net: IpNet,
+    /// Time to live in ms (≥ 1); `None` = until `unblockIp`.
+    pub ttl_ms: Option<u64>,
+    /// The operator's note, at most `MAX_REASON_CHARS` (200) characters.
+    pub reason: Option<String>,
+    /// The listener port it applies to; `None` = every listener.
+    pub port: Option<u16>,
+}
 
 /// One `blockIp` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

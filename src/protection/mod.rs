@@ -42,9 +42,10 @@ pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};
 pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;
 pub use dynamic::{DynamicBlocks, DynamicRule};
+pub use engine::explain::{Explanation, PrefixExplanation};
 pub use engine::{
-    Admission, BoxListener, ConnGuard, Engine, Explanation, HelloFacts, KnownGoodListener,
-    LeaseRequest, PendingGuard, PrefixExplanation, Verdict, PREFIX_NOTE,
+    Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, LeaseRequest,
+    PendingGuard, Verdict, PREFIX_NOTE,
 };
 pub use key::IpKey;
 pub use lease::{LeaseUpdate, LEASE_TTL_NS};

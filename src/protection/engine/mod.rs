@@ -76,12 +76,10 @@
 
 mod admission;
 mod boxes;
-mod explain;
+pub mod explain;
 mod known_good;
 mod listing;
 mod pending;
-
-pub use explain::{Explanation, PrefixExplanation};
 
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};
