@@ -1,6 +1,7 @@
-//! The HTTP/2 guard in the pump phase (README: HTTP/2 guard): [`H2Inspector`] runs one [`H2Guard`] over
-//! both directions of a terminated connection whose ALPN is `h2`, as the copy loop's
-//! [`Inspector`].
+//! HTTP/2 in the pump phase (README: HTTP/2 guard): [`FirstAckFilter`] keeps the client's
+//! acknowledgement of Rampart's own SETTINGS from the upstream on every terminated connection
+//! whose ALPN is `h2`, and [`H2Inspector`] runs one [`H2Guard`] over both directions of it, as the
+//! copy loop's [`Inspector`].
 //!
 //! On a violation (enforce mode) it
 //! 1. calls `on_violation` at once — the connection task counts it against the client
@@ -24,12 +25,17 @@
 //! grace timer.
 
 use crate::clock;
-use crate::http2::{H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation};
+use crate::http2::{
+    FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation,
+    FRAME_HEADER_LEN,
+};
 use crate::proxy::copy::{Dir, Flow, Inspector, FAREWELL_MAX};
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// How long an ending connection may take to forward its last frames and the GOAWAY.
@@ -56,10 +62,14 @@ pub struct H2Inspector<F: FnMut(Violation)> {
 }
 
 impl<F: FnMut(Violation)> H2Inspector<F> {
-    /// A guard for a new connection; `observe`: report violations but forward everything.
+    /// A guard for a new connection whose client already received Rampart's SETTINGS (so a
+    /// GOAWAY needs no server preface before it); `observe`: report violations but forward
+    /// everything.
     pub fn new(config: &H2GuardConfig, observe: bool, on_violation: F) -> Self {
+        let mut guard = H2Guard::new(config);
+        guard.server_preface_sent();
         H2Inspector {
-            guard: H2Guard::new(config),
+            guard,
             observe,
             off: false,
             reported: false,
@@ -146,5 +156,113 @@ impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
             Some(s) => s.as_mut().poll(cx),
             None => Poll::Pending,
         }
+    }
+}
+
+/// The client's side of a terminated h2 connection, with its first SETTINGS ACK — the one that
+/// acknowledges Rampart's SETTINGS — rewritten to a frame the upstream ignores
+/// ([`FirstSettingsAck`]). Until that ACK has passed, each read is walked and a frame header
+/// split over two reads (at most 8 bytes) is held back until it is whole, so the type byte is
+/// never forwarded before its flags are known; then every read goes straight to the stream.
+/// Writes pass through. Cost after the ACK: one branch per read.
+pub struct FirstAckFilter<S> {
+    inner: S,
+    walk: FirstSettingsAck,
+    held: [u8; FRAME_HEADER_LEN - 1],
+    held_len: u8,
+}
+
+impl<S> FirstAckFilter<S> {
+    /// `inner`, read from the point where `walk` left the client's stream; `held` are the bytes
+    /// its last [`FirstSettingsAck::filter`] left undecided (at most 8), delivered (decided)
+    /// before anything read from `inner`.
+    pub fn new(inner: S, walk: FirstSettingsAck, held: &[u8]) -> Self {
+        let mut f = FirstAckFilter {
+            inner,
+            walk,
+            held: [0; FRAME_HEADER_LEN - 1],
+            held_len: 0,
+        };
+        let n = held.len().min(f.held.len());
+        f.held[..n].copy_from_slice(&held[..n]);
+        f.held_len = n as u8;
+        f
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FirstAckFilter<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.walk.is_done() && this.held_len == 0 {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        loop {
+            let h = this.held_len as usize;
+            let out = buf.initialize_unfilled();
+            if out.len() <= h {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "read buffer smaller than an HTTP/2 frame header",
+                )));
+            }
+            out[..h].copy_from_slice(&this.held[..h]);
+            let mut rest = ReadBuf::new(&mut out[h..]);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rest))?;
+            let n = rest.filled().len();
+            if n == 0 {
+                // End of stream: the held bytes are a header cut short, not an ACK.
+                this.held_len = 0;
+                buf.advance(h);
+                return Poll::Ready(Ok(()));
+            }
+            let total = h + n;
+            let decided = this.walk.filter(&mut out[..total]);
+            let undecided = total - decided;
+            this.held[..undecided].copy_from_slice(&out[decided..total]);
+            this.held_len = undecided as u8;
+            if decided > 0 {
+                buf.advance(decided);
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstAckFilter<S> {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    #[inline]
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    #[inline]
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    #[inline]
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
