@@ -94,6 +94,9 @@ impl FirstSettingsAck {
         loop {
             let left = chunk.len() - i;
             if self.remaining > 0 {
+                if left == 0 {
+                    return i;
+                }
                 let take = (self.remaining as usize).min(left);
                 i += take;
                 self.remaining -= take as u32;
@@ -121,6 +124,52 @@ mod tests {
 
     const ACK: [u8; 9] = [0, 0, 0, 4, 1, 0, 0, 0, 0];
 
+    fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([ty, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+
+    /// Feeds `stream` to a walker in the chunks `cuts` makes, as the read filter does: the
+    /// undecided tail of each call comes again at the front of the next. Returns the bytes
+    /// forwarded (at the end of the stream the held tail is forwarded as it is).
+    fn walk(stream: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut w = FirstSettingsAck::new();
+        let mut out = Vec::new();
+        let mut held = Vec::new();
+        let mut at = 0;
+        for &end in cuts.iter().chain([&stream.len()]) {
+            let mut chunk = std::mem::take(&mut held);
+            chunk.extend_from_slice(&stream[at..end]);
+            at = end;
+            let n = w.filter(&mut chunk);
+            assert!(chunk.len() - n < FRAME_HEADER_LEN, "holds at most 8 bytes");
+            out.extend_from_slice(&chunk[..n]);
+            held = chunk[n..].to_vec();
+        }
+        out.extend(held);
+        out
+    }
+
+    /// A client's opening: preface, SETTINGS, WINDOW_UPDATE, a request, then the ACK of
+    /// Rampart's SETTINGS (`first_ack` is its offset), a PING, a second request and the ACK of
+    /// the upstream's SETTINGS.
+    fn client_stream() -> (Vec<u8>, usize) {
+        let mut b = PREFACE.to_vec();
+        b.extend(frame(ty::SETTINGS, 0, 0, &[0, 4, 0, 0, 0xff, 0xff]));
+        b.extend(frame(ty::WINDOW_UPDATE, 0, 0, &[0, 0xf, 0, 1]));
+        // A header block whose bytes look like an ACK: payload is never read.
+        b.extend(frame(ty::HEADERS, 0x5, 1, &ACK));
+        let first_ack = b.len();
+        b.extend(ACK);
+        b.extend(frame(ty::PING, 0, 0, &[0; 8]));
+        b.extend(frame(ty::HEADERS, 0x5, 3, &[0x82, 0x87, 0x84]));
+        b.extend(ACK);
+        (b, first_ack)
+    }
+
     #[test]
     fn server_settings_layout() {
         assert_eq!(
@@ -128,17 +177,91 @@ mod tests {
             [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]
         );
         assert_eq!(server_settings(0x0102_0304)[11..], [1, 2, 3, 4]);
+        assert_eq!(SERVER_SETTINGS_LEN, 15);
     }
 
     #[test]
-    fn a_partial_header_is_undecided() {
+    fn only_the_first_ack_is_rewritten_under_every_split() {
+        let (stream, first_ack) = client_stream();
+        let mut want = stream.clone();
+        want[first_ack + 3] = ACK_STAND_IN;
+        assert_eq!(walk(&stream, &[]), want);
+        for a in 0..=stream.len() {
+            assert_eq!(walk(&stream, &[a]), want, "cut at {a}");
+        }
+        // Byte by byte.
+        let cuts: Vec<usize> = (1..stream.len()).collect();
+        assert_eq!(walk(&stream, &cuts), want);
+        // Every pair of cuts around the ACK.
+        for a in first_ack - 4..first_ack + 9 {
+            for b in a..first_ack + 12 {
+                assert_eq!(walk(&stream, &[a, b]), want, "cuts at {a}, {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_partial_header_is_undecided_then_decided() {
         let mut w = FirstSettingsAck::new();
         let mut b = PREFACE.to_vec();
         b.extend_from_slice(&ACK[..5]);
-        assert_eq!(w.filter(&mut b), 24);
+        assert_eq!(w.filter(&mut b), 24, "the preface passes, the 5 header bytes wait");
+        assert!(!w.is_done());
         let mut rest = ACK.to_vec();
-        assert_eq!(w.filter(&mut rest), 9);
+        rest.extend([0, 0, 0, 4, 1]);
+        assert_eq!(w.filter(&mut rest), 14, "done: the rest passes, even a second ACK's start");
         assert_eq!(rest[3], ACK_STAND_IN);
+        assert_eq!(rest[12], ty::SETTINGS);
         assert!(w.is_done());
+        let mut later = ACK.to_vec();
+        assert_eq!(w.filter(&mut later), 9);
+        assert_eq!(later, ACK);
+    }
+
+    #[test]
+    fn malformed_acks_pass_and_the_walk_goes_on() {
+        let mut b = PREFACE.to_vec();
+        b.extend(frame(ty::SETTINGS, flag::ACK, 0, &[0, 3, 0, 0, 0, 1])); // with a payload
+        b.extend(frame(ty::SETTINGS, flag::ACK, 1, &[])); // on a stream
+        b.extend(frame(ty::PING, flag::ACK, 0, &[0; 8])); // another ACK
+        let good = b.len();
+        b.extend(ACK);
+        let mut want = b.clone();
+        want[good + 3] = ACK_STAND_IN;
+        assert_eq!(walk(&b, &[]), want);
+        // The reserved bit of the stream id is ignored (§4.1); other SETTINGS flags too.
+        let mut odd = PREFACE.to_vec();
+        odd.extend([0, 0, 0, 4, 0xff, 0x80, 0, 0, 0]);
+        let mut want = odd.clone();
+        want[24 + 3] = ACK_STAND_IN;
+        assert_eq!(walk(&odd, &[]), want);
+    }
+
+    #[test]
+    fn a_stream_without_the_client_preface_is_not_walked() {
+        let mut b = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        b.extend(ACK);
+        assert_eq!(walk(&b, &[]), b);
+        let mut w = FirstSettingsAck::new();
+        let mut p = PREFACE[..10].to_vec();
+        assert_eq!(w.filter(&mut p), 10);
+        let mut q = b"X".to_vec();
+        q.extend(ACK);
+        assert_eq!(w.filter(&mut q), 10);
+        assert!(w.is_done());
+        assert_eq!(q[4], 4, "untouched");
+    }
+
+    #[test]
+    fn a_frame_split_at_any_point_of_its_payload_is_skipped_by_length() {
+        let mut b = PREFACE.to_vec();
+        b.extend(frame(ty::DATA, 0, 1, &[0; 40000]));
+        let ack = b.len();
+        b.extend(ACK);
+        let mut want = b.clone();
+        want[ack + 3] = ACK_STAND_IN;
+        for cut in [30, 33, 34, 1000, 40032, 40033, 40034] {
+            assert_eq!(walk(&b, &[cut, cut + 7]), want, "cut at {cut}");
+        }
     }
 }

@@ -266,3 +266,101 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstAckFilter<S> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http2::{ACK_STAND_IN, PREFACE};
+    use std::collections::VecDeque;
+    use tokio::io::AsyncReadExt;
+
+    /// A client that delivers one chunk per read, with a `Pending` (woken at once) before each.
+    struct Chunks {
+        chunks: VecDeque<Vec<u8>>,
+        pending: bool,
+    }
+
+    impl AsyncRead for Chunks {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            self.pending = !self.pending;
+            if self.pending {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if let Some(c) = self.chunks.pop_front() {
+                let n = c.len().min(buf.remaining());
+                buf.put_slice(&c[..n]);
+                if n < c.len() {
+                    self.chunks.push_front(c[n..].to_vec());
+                }
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    const ACK: [u8; 9] = [0, 0, 0, 4, 1, 0, 0, 0, 0];
+
+    fn stream() -> (Vec<u8>, usize) {
+        let mut b = PREFACE.to_vec();
+        b.extend([0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0xff, 0xff]);
+        b.extend([0, 0, 3, 1, 5, 0, 0, 0, 1, 0x82, 0x87, 0x84]);
+        let ack = b.len();
+        b.extend(ACK);
+        b.extend([0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x87, 0x84]);
+        b.extend(ACK);
+        (b, ack)
+    }
+
+    async fn read_all(head: &[u8], rest: Vec<Vec<u8>>, read_size: usize) -> Vec<u8> {
+        let mut walk = FirstSettingsAck::new();
+        let mut head = head.to_vec();
+        let decided = walk.filter(&mut head);
+        let held = head.split_off(decided);
+        let inner = Chunks {
+            // An empty read is the end of the stream.
+            chunks: rest.into_iter().filter(|c| !c.is_empty()).collect(),
+            pending: false,
+        };
+        let mut f = FirstAckFilter::new(inner, walk, &held);
+        let mut out = head;
+        let mut buf = vec![0u8; read_size];
+        loop {
+            let n = f.read(&mut buf).await.expect("read");
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_ack_is_rewritten_however_head_and_reads_split_it() {
+        let (b, ack) = stream();
+        let mut want = b.clone();
+        want[ack + 3] = ACK_STAND_IN;
+        for head_len in [0, 24, 30, ack, ack + 2, ack + 4, ack + 5, ack + 9, b.len()] {
+            for cut in head_len..=b.len() {
+                let rest = vec![b[head_len..cut].to_vec(), b[cut..].to_vec()];
+                for read_size in [9, 16, 512] {
+                    let got = read_all(&b[..head_len], rest.clone(), read_size).await;
+                    assert_eq!(got, want, "head {head_len}, cut {cut}, reads of {read_size}");
+                }
+            }
+        }
+        // One byte per read.
+        let rest = b.iter().map(|&x| vec![x]).collect();
+        assert_eq!(read_all(&[], rest, 512).await, want);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_mid_header_delivers_what_it_held() {
+        let mut b = PREFACE.to_vec();
+        b.extend(&ACK[..5]);
+        assert_eq!(read_all(&[], vec![b.clone()], 512).await, b);
+        assert_eq!(read_all(&b, vec![], 512).await, b);
+    }
+}
