@@ -150,9 +150,9 @@ test('an upstream without SETTINGS_MAX_CONCURRENT_STREAMS: nghttp -m 150, 150/15
   const s = await setup(t, { protection: {}, settings: { maxConcurrentStreams: undefined } });
   const r = await h.run('nghttp', ['-n', '-s', '-m', '150', `https://127.0.0.1:${s.port}/`], { timeoutMs: 30000 });
   assert.equal(r.code, 0, r.stderr.toString());
-  // -s prints one line per completed request: "  +<complete> +<connect> <status> ..." (one
-  // "/" path each).
-  const done = r.stdout.toString().split('\n').filter((l) => /^\s+\+\S+\s+\+\S+\s+\S+\s+200\s/.test(l));
+  // -s prints one line per completed request: "<id> +<responseEnd> +<requestStart> <process>
+  // <code> <size> <path>".
+  const done = r.stdout.toString().split('\n').filter((l) => /^\s*\d+\s+\+\S+\s+\+\S+\s+\S+\s+200\s+2\s+\/$/.test(l));
   assert.equal(done.length, 150, r.stdout.toString());
   assert.equal(s.up.streams, 150);
   assert.deepEqual(s.events, []);
