@@ -108,8 +108,8 @@ pub use frame::{
     goaway_frame, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, FRAME_HEADER_LEN, NO_ERROR, PREFACE,
     PROTOCOL_ERROR,
 };
-pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};
 pub use guard::{
     ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, LazyNow, Now,
     ProtocolError, UpstreamToClient, Violation,
 };
+pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};

@@ -205,11 +205,19 @@ mod tests {
         let mut w = FirstSettingsAck::new();
         let mut b = PREFACE.to_vec();
         b.extend_from_slice(&ACK[..5]);
-        assert_eq!(w.filter(&mut b), 24, "the preface passes, the 5 header bytes wait");
+        assert_eq!(
+            w.filter(&mut b),
+            24,
+            "the preface passes, the 5 header bytes wait"
+        );
         assert!(!w.is_done());
         let mut rest = ACK.to_vec();
         rest.extend([0, 0, 0, 4, 1]);
-        assert_eq!(w.filter(&mut rest), 14, "done: the rest passes, even a second ACK's start");
+        assert_eq!(
+            w.filter(&mut rest),
+            14,
+            "done: the rest passes, even a second ACK's start"
+        );
         assert_eq!(rest[3], ACK_STAND_IN);
         assert_eq!(rest[12], ty::SETTINGS);
         assert!(w.is_done());

@@ -1,9 +1,10 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
 //! (post-hello checks) → route (a suspended route holds the connection until JS resolves it,
-//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → head (`slowRequest`: the
-//! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
-//! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
-//! HTTP/2 guard, [`super::h2`]; on a route with forwarded request headers the client's bytes
+//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → h2 preface (Rampart's
+//! SETTINGS to a terminated h2 client, [`Conn::h2_preface`]) → head (`slowRequest`: the first
+//! request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY header)
+//! → pump (the buffered head, then the byte copy; terminated h2 connections through
+//! [`Conn::pump_h2`], [`super::h2`]; on a route with forwarded request headers the client's bytes
 //! reach the upstream through [`crate::proxy::forward_headers`]; a client whose bytes went both
 //! ways without a refusal is marked known-good). Each phase returns `Result<_, Refusal>`;
 //! [`serve`] reports a refusal in one place, with the connection's fingerprints when its
@@ -584,8 +585,9 @@ impl Conn<'_> {
     /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
     /// connection whose ALPN is `h2` goes to [`Conn::pump_h2`] (the HTTP/2 guard unless the
     /// listener's `protection.http2.enabled` is false; the guard's defaults apply without
-    /// protection); the buffered request head (`head`, from the head phase) goes first. A connection that no check refused marks its client known-good as soon as
-    /// bytes moved both ways. The ClientHello is kept only for a guarded connection (a flood's
+    /// protection); the buffered request head (`head`, from the head phase) goes first. A
+    /// connection that no check refused marks its client known-good as soon as bytes moved
+    /// both ways. The ClientHello is kept only for a guarded connection (a flood's
     /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
     async fn pump(
         &mut self,
@@ -602,6 +604,10 @@ impl Conn<'_> {
                 .map_or_else(Http2Policy::default, |p| *p.http2());
             let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
             let guard = http2.enabled.then_some((http2.guard, observe));
+            if guard.is_none() {
+                self.hello = None;
+                self.fingerprints = None;
+            }
             let Client::Tls(s) = client else {
                 unreachable!("h2 is only negotiated on TLS clients")
             };

@@ -26,8 +26,7 @@
 
 use crate::clock;
 use crate::http2::{
-    FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation,
-    FRAME_HEADER_LEN,
+    FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation, FRAME_HEADER_LEN,
 };
 use crate::proxy::copy::{Dir, Flow, Inspector, FAREWELL_MAX};
 use std::future::Future;
@@ -347,7 +346,10 @@ mod tests {
                 let rest = vec![b[head_len..cut].to_vec(), b[cut..].to_vec()];
                 for read_size in [9, 16, 512] {
                     let got = read_all(&b[..head_len], rest.clone(), read_size).await;
-                    assert_eq!(got, want, "head {head_len}, cut {cut}, reads of {read_size}");
+                    assert_eq!(
+                        got, want,
+                        "head {head_len}, cut {cut}, reads of {read_size}"
+                    );
                 }
             }
         }
