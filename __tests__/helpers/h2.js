@@ -142,6 +142,8 @@ function rawClient({ port, servername = 'localhost', localAddress, host = '127.0
  * connection: `{ frames: { HEADERS: n, ... }, closed }` (frames received from Rampart);
  * `up.frames` sums them; `up.streams` counts the requests node:http2 saw; `handler(stream,
  * headers)` answers them (default: 200 'ok'). `up.closedConnections` counts closed connections.
+ * `settings` override the node:http2 server's (SETTINGS_MAX_CONCURRENT_STREAMS 1000 by default;
+ * `{ maxConcurrentStreams: undefined }` sends SETTINGS without it, as node:http2 does by default).
  */
 async function countingUpstream({ handler, settings } = {}) {
   const h2 = http2.createServer({ settings: { maxConcurrentStreams: 1000, ...settings } });
