@@ -280,7 +280,7 @@ export interface ProtectionConfig {
 export interface Http2GuardConfig {
   /** false turns the guard off for this listener. Default true. */
   enabled?: boolean;
-  /** Client streams open at once; the upstream's SETTINGS_MAX_CONCURRENT_STREAMS is lowered to it. Default 100. */
+  /** Client streams open at once: announced in Rampart's own SETTINGS right after the handshake (also with enabled: false), and the upstream's SETTINGS_MAX_CONCURRENT_STREAMS is lowered to it. Default 100. */
   maxConcurrentStreams?: number;
   /** New client streams per second (GCRA, burst maxConcurrentStreams). Default 100000. */
   maxStreamsPerSecond?: number;

@@ -135,8 +135,9 @@ test('too many concurrent streams: the 101st open stream is refused; SETTINGS ca
   const s = await setup(t, { handler: () => {} });
   const c = await H.rawClient({ port: s.port });
   c.write(Buffer.concat([H.PREFACE, H.settings()]));
-  await h.waitFor(() => c.serverSettings, { what: "the upstream's SETTINGS" });
-  assert.equal(c.serverSettings[0x3], 100, 'SETTINGS_MAX_CONCURRENT_STREAMS lowered from 1000');
+  await h.waitFor(() => c.settings.length === 2, { what: "Rampart's SETTINGS, then the upstream's" });
+  assert.equal(c.settings[0][0x3], 100, "Rampart's SETTINGS carry the limit");
+  assert.equal(c.settings[1][0x3], 100, "the upstream's SETTINGS_MAX_CONCURRENT_STREAMS lowered from 1000");
   c.write(Buffer.concat(times(101, (i) => H.headers(2 * i + 1, { endStream: false }))));
   await h.waitFor(() => c.closed, { what: 'the proxy to close the connection' });
   const conn = s.up.conns[0];
@@ -257,8 +258,8 @@ test('enabled: false turns the guard off for that listener', async (t) => {
   const c = await H.rawClient({ port: s.port });
   c.write(Buffer.concat([H.PREFACE, H.settings(), ...times(150, (i) => H.headers(2 * i + 1, { endStream: false }))]));
   await h.waitFor(() => s.up.streams === 150, { what: 'all 150 streams at the upstream' });
-  await h.waitFor(() => c.serverSettings, { what: "the upstream's SETTINGS" });
-  assert.equal(c.serverSettings[0x3], 1000, 'not rewritten');
+  await h.waitFor(() => c.settings.length === 2, { what: "Rampart's SETTINGS, then the upstream's" });
+  assert.equal(c.settings[1][0x3], 1000, 'not rewritten');
   assert.equal(c.closed, false);
   assert.equal(c.goaway, null);
   c.socket.destroy();
@@ -286,7 +287,9 @@ test('a client that is not speaking HTTP/2 on an h2 connection is closed, counte
   c.write(Buffer.from('GET / HTTP/1.1\r\nHost: localhost\r\n\r\n'));
   await h.waitFor(() => c.closed, { what: 'the close' });
   await h.waitFor(() => s.metrics().errorsByReason.h2_protocol_error === 1, { what: 'h2_protocol_error' });
-  assert.equal(c.frames.length, 0, 'no GOAWAY for a client without a preface');
+  // Only Rampart's SETTINGS, sent right after the handshake; no GOAWAY for a client without a preface.
+  assert.deepEqual(c.frames.map((f) => f.type), [H.T.SETTINGS]);
+  assert.equal(c.goaway, null);
   assert.equal(s.events.length, 0);
 });
 

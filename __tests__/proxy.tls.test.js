@@ -49,11 +49,13 @@ test('TLS termination round trips', async (t) => {
   await t.test('ALPN: http/1.1 by default, h2 when the route has http2', async () => {
     const a = await h.tlsRoundTrip({ port, servername: 'localhost', ALPNProtocols: ['h2', 'http/1.1'] });
     assert.equal(a.alpn, 'http/1.1');
-    // An h2 connection goes through the HTTP/2 guard, which wants the client preface first.
+    // An h2 connection gets Rampart's SETTINGS (MAX_CONCURRENT_STREAMS 100) first and goes
+    // through the HTTP/2 guard, which wants the client preface first.
     const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'], payload: preface });
+    const settings = Buffer.from('000006040000000000000300000064', 'hex');
+    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'], payload: preface, expect: 39 });
     assert.equal(b.alpn, 'h2');
-    assert.equal(b.data.equals(preface), true);
+    assert.equal(b.data.toString('hex'), Buffer.concat([settings, preface]).toString('hex'));
   });
 
   await t.test('route certificates with intermediates verify against the root (RSA and ECDSA)', async () => {

@@ -4,8 +4,9 @@
 
 use proptest::prelude::*;
 use rampart::http2::{
-    goaway_frame, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation, EMPTY_SETTINGS,
-    ENHANCE_YOUR_CALM, PREFACE, PROTOCOL_ERROR,
+    goaway_frame, server_settings, FirstSettingsAck, H2Guard, H2GuardConfig, Inspect,
+    ProtocolError, Violation, ACK_STAND_IN, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, PREFACE,
+    PROTOCOL_ERROR,
 };
 
 /// Counts this thread's allocations, so a test can check that inspecting allocates nothing.
@@ -429,6 +430,36 @@ fn max_concurrent_streams_is_enforced_when_the_upstream_advertises_none() {
     assert_eq!(
         g.goaway().unwrap().as_bytes(),
         &goaway_frame(199, ENHANCE_YOUR_CALM)[..]
+    );
+}
+
+#[test]
+fn after_rampart_s_settings_the_first_ack_is_not_a_control_frame_and_a_goaway_goes_alone() {
+    // Rampart's preface: SETTINGS with the one entry MAX_CONCURRENT_STREAMS = the limit.
+    assert_eq!(server_settings(100).to_vec(), settings(&[(0x3, 100)]));
+    let mut g = guard();
+    g.server_preface_sent();
+    assert!(g.upstream().server_preface_seen());
+    // The client's SETTINGS (1 control frame), its ACK of Rampart's SETTINGS, then 199 PINGs:
+    // with the ACK rewritten by the read filter before the guard, 200 control frames, the burst.
+    let mut b = cat([client_start(), frame(SETTINGS, ACK, 0, &[])]);
+    let mut walk = FirstSettingsAck::new();
+    assert_eq!(walk.filter(&mut b), b.len());
+    assert!(walk.is_done());
+    assert_eq!(b[b.len() - 6], ACK_STAND_IN);
+    for _ in 0..199 {
+        b.extend(ping(0));
+    }
+    forward(&mut g, &b, 0);
+    assert_eq!(
+        client_all(&mut g, &ping(0), 0),
+        violated(0, Violation::ControlFrames),
+        "the 201st control frame; the stand-in did not count"
+    );
+    // The client already read a server preface: the GOAWAY needs no empty SETTINGS before it.
+    assert_eq!(
+        g.goaway().unwrap().as_bytes(),
+        &goaway_frame(0, ENHANCE_YOUR_CALM)[..]
     );
 }
 

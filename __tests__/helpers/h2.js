@@ -67,6 +67,7 @@ const settings = (entries = []) => {
   });
   return frame(T.SETTINGS, 0, 0, p);
 };
+const settingsAck = () => frame(T.SETTINGS, F.ACK, 0);
 const windowUpdate = (stream, increment) => frame(T.WINDOW_UPDATE, 0, stream, u32(increment));
 const continuation = (stream, payload = Buffer.alloc(0), endHeaders = false) => frame(T.CONTINUATION, endHeaders ? F.END_HEADERS : 0, stream, payload);
 
@@ -99,24 +100,29 @@ function frameReader(onFrame, skip = 0) {
 /**
  * A raw HTTP/2 client over node:tls (ALPN h2). `client.frames` is every frame received;
  * `client.goaway` the first GOAWAY `{ lastStreamId, errorCode }`; `client.closed` once the
- * proxy closed; `client.serverSettings` the entries of the server's first SETTINGS.
+ * proxy closed; `client.serverSettings` the entries of the server's first SETTINGS (Rampart's own,
+ * sent right after the handshake), `client.settings` those of every non-ACK SETTINGS in order
+ * (the upstream's follow). `onFrame(f)`, when given, sees each frame as it arrives.
  */
-function rawClient({ port, servername = 'localhost', localAddress, host = '127.0.0.1' }) {
+function rawClient({ port, servername = 'localhost', localAddress, host = '127.0.0.1', onFrame }) {
   return new Promise((resolve, reject) => {
-    const c = { frames: [], goaway: null, closed: false, serverSettings: null, count: {} };
+    const c = { frames: [], goaway: null, closed: false, serverSettings: null, settings: [], count: {} };
     const sock = tls.connect({ port, host, servername, localAddress, ALPNProtocols: ['h2'], rejectUnauthorized: false });
     c.socket = sock;
     const read = frameReader((f) => {
       c.frames.push(f);
       const name = TYPE_NAMES[f.type] || `0x${f.type.toString(16)}`;
       c.count[name] = (c.count[name] || 0) + 1;
-      if (f.type === T.SETTINGS && !(f.flags & F.ACK) && !c.serverSettings) {
-        c.serverSettings = {};
-        for (let i = 0; i + 6 <= f.payload.length; i += 6) c.serverSettings[f.payload.readUInt16BE(i)] = f.payload.readUInt32BE(i + 2);
+      if (f.type === T.SETTINGS && !(f.flags & F.ACK)) {
+        const entries = {};
+        for (let i = 0; i + 6 <= f.payload.length; i += 6) entries[f.payload.readUInt16BE(i)] = f.payload.readUInt32BE(i + 2);
+        c.settings.push(entries);
+        if (!c.serverSettings) c.serverSettings = entries;
       }
       if (f.type === T.GOAWAY && !c.goaway) {
         c.goaway = { lastStreamId: f.payload.readUInt32BE(0) & 0x7fffffff, errorCode: f.payload.readUInt32BE(4) };
       }
+      if (onFrame) onFrame(f);
     });
     sock.on('data', read);
     sock.on('error', () => {});
@@ -136,6 +142,8 @@ function rawClient({ port, servername = 'localhost', localAddress, host = '127.0
  * connection: `{ frames: { HEADERS: n, ... }, closed }` (frames received from Rampart);
  * `up.frames` sums them; `up.streams` counts the requests node:http2 saw; `handler(stream,
  * headers)` answers them (default: 200 'ok'). `up.closedConnections` counts closed connections.
+ * `settings` override the node:http2 server's (SETTINGS_MAX_CONCURRENT_STREAMS 1000 by default;
+ * `{ maxConcurrentStreams: undefined }` sends SETTINGS without it, as node:http2 does by default).
  */
 async function countingUpstream({ handler, settings } = {}) {
   const h2 = http2.createServer({ settings: { maxConcurrentStreams: 1000, ...settings } });
@@ -202,4 +210,4 @@ async function countingUpstream({ handler, settings } = {}) {
   return up;
 }
 
-module.exports = { PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, windowUpdate, continuation, frameReader, rawClient, countingUpstream };
+module.exports = { PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream };

@@ -634,7 +634,8 @@ pub struct UpstreamToClient {
     entry_pos: u8,
     entry_id: u16,
     cmp: Cmp,
-    /// A first frame header passed (the server preface is that frame, §3.4).
+    /// The client received a server connection preface (§3.4): the upstream's first frame
+    /// header passed, or the caller wrote one itself ([`UpstreamToClient::server_preface_sent`]).
     frames_seen: bool,
     saw_max_concurrent_streams: bool,
 }
@@ -705,16 +706,26 @@ impl UpstreamToClient {
         self.header.at_boundary()
     }
 
-    /// Whether the upstream's first frame (its connection preface, a SETTINGS frame) began.
-    /// Until it has, a GOAWAY must be preceded by [`EMPTY_SETTINGS`](super::EMPTY_SETTINGS)
-    /// for the client to read a valid server preface (§3.4).
+    /// Whether the client received a server connection preface: the upstream's first frame (a
+    /// SETTINGS frame) began, or [`UpstreamToClient::server_preface_sent`] said one was written.
+    /// Until then, a GOAWAY must be preceded by [`EMPTY_SETTINGS`](super::EMPTY_SETTINGS) for
+    /// the client to read a valid server preface (§3.4).
     pub fn server_preface_seen(&self) -> bool {
         self.frames_seen
     }
 
+    /// Records that the client already received a server connection preface written by the
+    /// caller before any upstream byte (Rampart's own SETTINGS,
+    /// [`server_settings`](super::server_settings)): a GOAWAY then follows without
+    /// [`EMPTY_SETTINGS`](super::EMPTY_SETTINGS).
+    pub fn server_preface_sent(&mut self) {
+        self.frames_seen = true;
+    }
+
     /// Whether any upstream SETTINGS carried SETTINGS_MAX_CONCURRENT_STREAMS. When none did the
-    /// client may believe streams are unlimited (§5.1.2); the guard does not insert the setting
-    /// (it never adds bytes) and still enforces `maxConcurrentStreams`.
+    /// client keeps the limit of Rampart's own SETTINGS (§6.5.2), or, without them, may believe
+    /// streams are unlimited (§5.1.2); the guard never inserts the setting into the upstream's
+    /// frames (it never adds bytes) and enforces `maxConcurrentStreams` either way.
     pub fn saw_max_concurrent_streams(&self) -> bool {
         self.saw_max_concurrent_streams
     }
@@ -877,6 +888,12 @@ impl H2Guard {
     /// The upstream → client inspector (frame boundary, server preface, SETTINGS seen).
     pub fn upstream(&self) -> &UpstreamToClient {
         &self.upstream
+    }
+
+    /// [`UpstreamToClient::server_preface_sent`]: the caller wrote Rampart's SETTINGS to the
+    /// client before any upstream byte.
+    pub fn server_preface_sent(&mut self) {
+        self.upstream.server_preface_sent();
     }
 }
 

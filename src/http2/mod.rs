@@ -40,12 +40,13 @@
 //!   frames are not, which is what makes them a flood.
 //! - **WINDOW_UPDATE** is the one client payload read: its first 4 bytes (the increment, reserved
 //!   bit ignored). A WINDOW_UPDATE shorter than 4 bytes (malformed) counts as a control frame.
-//! - **SETTINGS_MAX_CONCURRENT_STREAMS** in the upstream's non-ACK SETTINGS is lowered in place
-//!   to `max_concurrent_streams` (byte by byte as it passes, so any split works; no other byte is
-//!   ever changed). If the upstream sends no such setting, the client may believe streams are
-//!   unlimited (§5.1.2) and the guard still closes it at the cap: the guard never inserts bytes
-//!   (that would shift every later offset and the frame length), and RFC clients start at 100
-//!   anyway; [`UpstreamToClient::saw_max_concurrent_streams`] tells a caller that wants to log it.
+//! - **SETTINGS_MAX_CONCURRENT_STREAMS**: the client learns the cap from Rampart's own SETTINGS
+//!   ([`server_settings`], written by the connection before any upstream byte; see `preface.rs`),
+//!   so an upstream that omits the setting leaves the client at the cap (§6.5.2). In the
+//!   upstream's non-ACK SETTINGS a larger value is lowered in place to `max_concurrent_streams`
+//!   (byte by byte as it passes, so any split works; no other byte is ever changed): the guard
+//!   never inserts bytes into the upstream's stream (that would shift every later offset and the
+//!   frame length).
 //! - **Stream-state bounds**: the open set holds at most `max_concurrent_streams` entries (the
 //!   stream that would exceed it is the violation), 8 bytes each, reserved once; no slack is
 //!   needed because the guard sees a close before the client does (the upstream's END_STREAM and
@@ -100,6 +101,7 @@
 
 mod frame;
 mod guard;
+mod preface;
 mod streams;
 
 pub use frame::{
@@ -110,3 +112,4 @@ pub use guard::{
     ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, LazyNow, Now,
     ProtocolError, UpstreamToClient, Violation,
 };
+pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};

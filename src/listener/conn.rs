@@ -1,9 +1,10 @@
 //! One admitted connection, in typed phases: peek (the ClientHello, not consumed) → admit
 //! (post-hello checks) → route (a suspended route holds the connection until JS resolves it,
-//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → head (`slowRequest`: the
-//! first request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY
-//! header) → pump (the buffered head, then the byte copy; terminated h2 connections through the
-//! HTTP/2 guard, [`super::h2`]; on a route with forwarded request headers the client's bytes
+//! [`crate::proxy::suspend`]) and terminate (rustls, or passthrough) → h2 preface (Rampart's
+//! SETTINGS to a terminated h2 client, [`Conn::h2_preface`]) → head (`slowRequest`: the first
+//! request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY header)
+//! → pump (the buffered head, then the byte copy; terminated h2 connections through
+//! [`Conn::pump_h2`], [`super::h2`]; on a route with forwarded request headers the client's bytes
 //! reach the upstream through [`crate::proxy::forward_headers`]; a client whose bytes went both
 //! ways without a refusal is marked known-good). Each phase returns `Result<_, Refusal>`;
 //! [`serve`] reports a refusal in one place, with the connection's fingerprints when its
@@ -23,11 +24,11 @@
 //! and no upstream connection was ever opened; the head (at most 16 KiB) is buffered and written
 //! to the upstream first.
 
-use super::h2::{H2End, H2Inspector};
+use super::h2::{FirstAckFilter, H2End, H2Inspector};
 use crate::clock;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::events::SuspendedEvent;
-use crate::http2::{H2GuardConfig, Violation};
+use crate::http2::{server_settings, FirstSettingsAck, H2GuardConfig, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
@@ -63,9 +64,21 @@ pub const DRIBBLE_PAUSE: Duration = Duration::from_millis(2);
 enum Peeked {
     Hello(Box<ClientHello>),
     NotTls,
+    /// The client closed (or reset) after sending part of a hello.
     Closed,
+    /// The client closed (or reset) without sending a byte: a TCP health check, a port scan.
+    Empty,
     TimedOut,
     TooSlow,
+}
+
+/// How a client that closed after `seen` bytes of its hello ends the peek.
+fn closed_after(seen: usize) -> Peeked {
+    if seen == 0 {
+        Peeked::Empty
+    } else {
+        Peeked::Closed
+    }
 }
 
 /// One `recv(MSG_PEEK)` of what the socket holds now (`WouldBlock` when nothing).
@@ -96,7 +109,7 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
     let mut seen = 0usize;
     loop {
         match peek_now(sock, &mut buf) {
-            Ok(0) => return Peeked::Closed,
+            Ok(0) => return closed_after(seen),
             Ok(n) => {
                 if n != seen {
                     let grew = n - seen.min(n);
@@ -136,7 +149,7 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return Peeked::Closed,
+            Err(_) => return closed_after(seen),
         }
         let mut wake = deadline;
         let mut slow_check = false;
@@ -162,11 +175,11 @@ async fn peek_hello(sock: &TcpStream, deadline: Instant, min_bps: u64) -> Peeked
                             HelloParse::Incomplete => Peeked::Closed,
                             _ => Peeked::NotTls,
                         },
-                        _ => Peeked::Closed,
+                        _ => closed_after(seen),
                     };
                 }
             }
-            Ok(Err(_)) => return Peeked::Closed,
+            Ok(Err(_)) => return closed_after(seen),
             Err(_) => {
                 return if slow_check {
                     Peeked::TooSlow
@@ -269,7 +282,9 @@ impl Conn<'_> {
         }
     }
 
-    /// Phase 1b: the ClientHello peek within the handshake deadline.
+    /// Phase 1b: the ClientHello peek within the handshake deadline. A client that closes
+    /// without sending a byte (a TCP health check) is `client_closed`, before any hello check:
+    /// with no hello there is nothing to judge, whatever lists or `requireSni` are set.
     async fn peek(
         &mut self,
         sock: &TcpStream,
@@ -284,6 +299,7 @@ impl Conn<'_> {
             Peeked::TimedOut => return Err(Refusal::Blocked(BlockReason::HandshakeTimeout)),
             Peeked::TooSlow => return Err(Refusal::Blocked(BlockReason::SlowHandshake)),
             Peeked::Closed => true,
+            Peeked::Empty => return Err(Refusal::Failed(ErrorReason::ClientClosed, None)),
             Peeked::NotTls => false,
         };
         Ok(closed)
@@ -567,11 +583,11 @@ impl Conn<'_> {
     }
 
     /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
-    /// connection whose ALPN is `h2` goes through the HTTP/2 guard unless the listener's
-    /// `protection.http2.enabled` is false (the guard's defaults apply without protection); the
-    /// buffered request head (`head`, from the head phase) goes through the guard first, then to
-    /// the upstream. A connection that no check refused marks its client known-good as soon as
-    /// bytes moved both ways. The ClientHello is kept only for a guarded connection (a flood's
+    /// connection whose ALPN is `h2` goes to [`Conn::pump_h2`] (the HTTP/2 guard unless the
+    /// listener's `protection.http2.enabled` is false; the guard's defaults apply without
+    /// protection); the buffered request head (`head`, from the head phase) goes first. A
+    /// connection that no check refused marks its client known-good as soon as bytes moved
+    /// both ways. The ClientHello is kept only for a guarded connection (a flood's
     /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
     async fn pump(
         &mut self,
@@ -581,22 +597,21 @@ impl Conn<'_> {
         head: Vec<u8>,
     ) -> Result<(), Refusal> {
         let l = &self.shared.listeners[self.li];
-        let guard = match &client {
-            Client::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2") => {
-                let policy = l.engine.policy();
-                let http2 = policy
-                    .as_deref()
-                    .map_or_else(Http2Policy::default, |p| *p.http2());
-                let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
-                http2.enabled.then_some((http2.guard, observe))
+        if matches!(&client, Client::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2")) {
+            let policy = l.engine.policy();
+            let http2 = policy
+                .as_deref()
+                .map_or_else(Http2Policy::default, |p| *p.http2());
+            let observe = policy.is_some_and(|p| p.mode() == Mode::Observe);
+            let guard = http2.enabled.then_some((http2.guard, observe));
+            if guard.is_none() {
+                self.hello = None;
+                self.fingerprints = None;
             }
-            _ => None,
-        };
-        if let Some((config, observe)) = guard {
             let Client::Tls(s) = client else {
-                unreachable!("the guard is only chosen for TLS clients")
+                unreachable!("h2 is only negotiated on TLS clients")
             };
-            return self.pump_h2(route, *s, up, head, &config, observe).await;
+            return self.pump_h2(route, *s, up, head, guard).await;
         }
         let lines = match (&client, route.config.forward_headers()) {
             (Client::Tls(_), Some(h)) => {
@@ -679,17 +694,20 @@ impl Conn<'_> {
         })
     }
 
-    /// Phase 5 through the HTTP/2 guard ([`super::h2`]). A violation counts against the client
-    /// at once (`boxAfterViolations`); in enforce mode it ends the connection and is reported
-    /// by [`serve`], in observe mode it is reported here and the connection goes on.
+    /// Phase 5 for a terminated h2 connection ([`super::h2`]): the client's reads go through
+    /// [`FirstAckFilter`] (its acknowledgement of Rampart's SETTINGS never reaches the upstream;
+    /// the buffered `head` is walked first, and a frame header it ends in the middle of is held
+    /// for the filter), then through the HTTP/2 guard when `guard` is `Some((limits,
+    /// observe))`. A violation counts against the client at once (`boxAfterViolations`); in
+    /// enforce mode it ends the connection and is reported by [`serve`], in observe mode it is
+    /// reported here and the connection goes on.
     async fn pump_h2(
         &self,
         route: &Route,
         client: TlsClient,
         mut up: UpstreamStream,
         mut head: Vec<u8>,
-        config: &H2GuardConfig,
-        observe: bool,
+        guard: Option<(H2GuardConfig, bool)>,
     ) -> Result<(), Refusal> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listeners[li];
@@ -697,6 +715,25 @@ impl Conn<'_> {
         let rm = &route.metrics;
         let rx = [&l.metrics.bytes_received, &rm.bytes_received];
         let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        let mut walk = FirstSettingsAck::new();
+        let decided = walk.filter(&mut head);
+        let held = head.split_off(decided);
+        for c in rx {
+            // The head phase counted them; the filter delivers them again.
+            c.fetch_sub(held.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        let client = FirstAckFilter::new(client, walk, &held);
+        let hook = self.known_good_hook_tls();
+        let Some((config, observe)) = guard else {
+            if !head.is_empty() {
+                up.write_all(&head).await.map_err(|e| {
+                    Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
+                })?;
+            }
+            let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
+            let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut inspector).await;
+            return copy_end(end);
+        };
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
             l.engine.record_h2_violation(ip, clock::now_ns());
@@ -712,9 +749,8 @@ impl Conn<'_> {
                 shared.report_block(li, ip, v2, Some(v), (ja3, ja4));
             }
         };
-        let hook = self.known_good_hook_tls();
         let mut inspector = Box::new(KnownGood::new(
-            H2Inspector::new(config, observe, on_violation),
+            H2Inspector::new(&config, observe, on_violation),
             !head.is_empty(),
             hook,
         ));
@@ -734,6 +770,38 @@ impl Conn<'_> {
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
             None => copy_end(end),
         }
+    }
+
+    /// Phase 3c, on every terminated connection whose ALPN is `h2`, right after the handshake:
+    /// Rampart's own server connection preface ([`server_settings`]: SETTINGS with
+    /// SETTINGS_MAX_CONCURRENT_STREAMS = the guard's `maxConcurrentStreams`, also when the guard
+    /// is off), so a client that waits for the server's SETTINGS before its first request gets
+    /// them before the head phase waits for that request, and the client knows the stream limit
+    /// whatever the upstream's SETTINGS say or omit. The 15 bytes count as `bytesSent`.
+    async fn h2_preface(&self, route: &Route, client: &mut Client) -> Result<(), Refusal> {
+        let Client::Tls(tls) = client else {
+            return Ok(());
+        };
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Ok(());
+        }
+        let l = &self.shared.listeners[self.li];
+        let limit = (l.engine.policy().as_deref())
+            .map_or_else(Http2Policy::default, |p| *p.http2())
+            .guard
+            .max_concurrent_streams;
+        let frame = server_settings(limit);
+        let written = async {
+            tls.write_all(&frame).await?;
+            tls.flush().await
+        };
+        written
+            .await
+            .map_err(|_| Refusal::Failed(ErrorReason::ClientClosed, None))?;
+        for c in [&l.metrics.bytes_sent, &route.metrics.bytes_sent] {
+            c.fetch_add(frame.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Runs the phases in order.
@@ -770,6 +838,7 @@ impl Conn<'_> {
         self.admit(closed)?;
         let (route, mut client) = Box::pin(self.terminate(sock, deadline)).await?;
         drop(pending);
+        Box::pin(self.h2_preface(&route, &mut client)).await?;
         let head = Box::pin(self.head(&route, &mut client)).await?;
         let ssl = self.client_cert_tlv(&route, &client);
         let proto = self.protocol(&route, &client);

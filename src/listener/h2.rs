@@ -1,6 +1,7 @@
-//! The HTTP/2 guard in the pump phase (README: HTTP/2 guard): [`H2Inspector`] runs one [`H2Guard`] over
-//! both directions of a terminated connection whose ALPN is `h2`, as the copy loop's
-//! [`Inspector`].
+//! HTTP/2 in the pump phase (README: HTTP/2 guard): [`FirstAckFilter`] keeps the client's
+//! acknowledgement of Rampart's own SETTINGS from the upstream on every terminated connection
+//! whose ALPN is `h2`, and [`H2Inspector`] runs one [`H2Guard`] over both directions of it, as the
+//! copy loop's [`Inspector`].
 //!
 //! On a violation (enforce mode) it
 //! 1. calls `on_violation` at once — the connection task counts it against the client
@@ -24,12 +25,16 @@
 //! grace timer.
 
 use crate::clock;
-use crate::http2::{H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation};
+use crate::http2::{
+    FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation, FRAME_HEADER_LEN,
+};
 use crate::proxy::copy::{Dir, Flow, Inspector, FAREWELL_MAX};
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// How long an ending connection may take to forward its last frames and the GOAWAY.
@@ -56,10 +61,14 @@ pub struct H2Inspector<F: FnMut(Violation)> {
 }
 
 impl<F: FnMut(Violation)> H2Inspector<F> {
-    /// A guard for a new connection; `observe`: report violations but forward everything.
+    /// A guard for a new connection whose client already received Rampart's SETTINGS (so a
+    /// GOAWAY needs no server preface before it); `observe`: report violations but forward
+    /// everything.
     pub fn new(config: &H2GuardConfig, observe: bool, on_violation: F) -> Self {
+        let mut guard = H2Guard::new(config);
+        guard.server_preface_sent();
         H2Inspector {
-            guard: H2Guard::new(config),
+            guard,
             observe,
             off: false,
             reported: false,
@@ -146,5 +155,214 @@ impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
             Some(s) => s.as_mut().poll(cx),
             None => Poll::Pending,
         }
+    }
+}
+
+/// The client's side of a terminated h2 connection, with its first SETTINGS ACK — the one that
+/// acknowledges Rampart's SETTINGS — rewritten to a frame the upstream ignores
+/// ([`FirstSettingsAck`]). Until that ACK has passed, each read is walked and a frame header
+/// split over two reads (at most 8 bytes) is held back until it is whole, so the type byte is
+/// never forwarded before its flags are known; then every read goes straight to the stream.
+/// Writes pass through. Cost after the ACK: one branch per read.
+pub struct FirstAckFilter<S> {
+    inner: S,
+    walk: FirstSettingsAck,
+    held: [u8; FRAME_HEADER_LEN - 1],
+    held_len: u8,
+}
+
+impl<S> FirstAckFilter<S> {
+    /// `inner`, read from the point where `walk` left the client's stream; `held` are the bytes
+    /// its last [`FirstSettingsAck::filter`] left undecided (at most 8), delivered (decided)
+    /// before anything read from `inner`.
+    pub fn new(inner: S, walk: FirstSettingsAck, held: &[u8]) -> Self {
+        let mut f = FirstAckFilter {
+            inner,
+            walk,
+            held: [0; FRAME_HEADER_LEN - 1],
+            held_len: 0,
+        };
+        let n = held.len().min(f.held.len());
+        f.held[..n].copy_from_slice(&held[..n]);
+        f.held_len = n as u8;
+        f
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FirstAckFilter<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.walk.is_done() && this.held_len == 0 {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        loop {
+            let h = this.held_len as usize;
+            let out = buf.initialize_unfilled();
+            if out.len() <= h {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "read buffer smaller than an HTTP/2 frame header",
+                )));
+            }
+            out[..h].copy_from_slice(&this.held[..h]);
+            let mut rest = ReadBuf::new(&mut out[h..]);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rest))?;
+            let n = rest.filled().len();
+            if n == 0 {
+                // End of stream: the held bytes are a header cut short, not an ACK.
+                this.held_len = 0;
+                buf.advance(h);
+                return Poll::Ready(Ok(()));
+            }
+            let total = h + n;
+            let decided = this.walk.filter(&mut out[..total]);
+            let undecided = total - decided;
+            this.held[..undecided].copy_from_slice(&out[decided..total]);
+            this.held_len = undecided as u8;
+            if decided > 0 {
+                buf.advance(decided);
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstAckFilter<S> {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    #[inline]
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    #[inline]
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    #[inline]
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http2::{ACK_STAND_IN, PREFACE};
+    use std::collections::VecDeque;
+    use tokio::io::AsyncReadExt;
+
+    /// A client that delivers one chunk per read, with a `Pending` (woken at once) before each.
+    struct Chunks {
+        chunks: VecDeque<Vec<u8>>,
+        pending: bool,
+    }
+
+    impl AsyncRead for Chunks {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            self.pending = !self.pending;
+            if self.pending {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if let Some(c) = self.chunks.pop_front() {
+                let n = c.len().min(buf.remaining());
+                buf.put_slice(&c[..n]);
+                if n < c.len() {
+                    self.chunks.push_front(c[n..].to_vec());
+                }
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    const ACK: [u8; 9] = [0, 0, 0, 4, 1, 0, 0, 0, 0];
+
+    fn stream() -> (Vec<u8>, usize) {
+        let mut b = PREFACE.to_vec();
+        b.extend([0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0xff, 0xff]);
+        b.extend([0, 0, 3, 1, 5, 0, 0, 0, 1, 0x82, 0x87, 0x84]);
+        let ack = b.len();
+        b.extend(ACK);
+        b.extend([0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x87, 0x84]);
+        b.extend(ACK);
+        (b, ack)
+    }
+
+    async fn read_all(head: &[u8], rest: Vec<Vec<u8>>, read_size: usize) -> Vec<u8> {
+        let mut walk = FirstSettingsAck::new();
+        let mut head = head.to_vec();
+        let decided = walk.filter(&mut head);
+        let held = head.split_off(decided);
+        let inner = Chunks {
+            // An empty read is the end of the stream.
+            chunks: rest.into_iter().filter(|c| !c.is_empty()).collect(),
+            pending: false,
+        };
+        let mut f = FirstAckFilter::new(inner, walk, &held);
+        let mut out = head;
+        let mut buf = vec![0u8; read_size];
+        loop {
+            let n = f.read(&mut buf).await.expect("read");
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_ack_is_rewritten_however_head_and_reads_split_it() {
+        let (b, ack) = stream();
+        let mut want = b.clone();
+        want[ack + 3] = ACK_STAND_IN;
+        for head_len in [0, 24, 30, ack, ack + 2, ack + 4, ack + 5, ack + 9, b.len()] {
+            for cut in head_len..=b.len() {
+                let rest = vec![b[head_len..cut].to_vec(), b[cut..].to_vec()];
+                for read_size in [9, 16, 512] {
+                    let got = read_all(&b[..head_len], rest.clone(), read_size).await;
+                    assert_eq!(
+                        got, want,
+                        "head {head_len}, cut {cut}, reads of {read_size}"
+                    );
+                }
+            }
+        }
+        // One byte per read.
+        let rest = b.iter().map(|&x| vec![x]).collect();
+        assert_eq!(read_all(&[], rest, 512).await, want);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_mid_header_delivers_what_it_held() {
+        let mut b = PREFACE.to_vec();
+        b.extend(&ACK[..5]);
+        assert_eq!(read_all(&[], vec![b.clone()], 512).await, b);
+        assert_eq!(read_all(&b, vec![], 512).await, b);
     }
 }
