@@ -6,9 +6,9 @@
 //! HTTP/2 guard, [`super::h2`]; terminated HTTP/1.x connections of a route that carries HTTP
 //! reach the upstream through [`crate::proxy::forward_headers`], which rewrites them on a route
 //! with forwarded request headers and holds every such route to its `tunnels`; a client whose
-//! bytes went both ways without a refusal is marked known-good). Each phase returns `Result<_, Refusal>`;
-//! [`serve`] reports a refusal in one place, with the connection's fingerprints when its
-//! ClientHello was read. A new guard is a check inside a phase, or a new phase.
+//! bytes went both ways without a refusal is marked known-good). Each phase returns
+//! `Result<_, Refusal>`; [`serve`] reports a refusal in one place, with the connection's
+//! fingerprints when its ClientHello was read. A new guard is a check inside a phase, or a new phase.
 //!
 //! The ClientHello is read with `MSG_PEEK` until the parser has the whole message (it may span
 //! TCP segments and TLS records; at most 16 KiB), so a passthrough upstream receives the client's

@@ -21,15 +21,15 @@
 //!   `httparse::parse_headers`), passed byte-exact; no length and no chunked coding is no body.
 //!   Then the next (pipelined) request's head.
 //! - **Tunnel**: after a `CONNECT` or a bodiless upgrade request (`Upgrade` + `Connection:
-//!   upgrade`) the route allows, the client's bytes wait for the upstream's answer, found by following
-//!   the responses' framing in response mode ([`Rewriter::responses`]): granted (`101`, `2xx`
-//!   to `CONNECT`), everything that follows is passed as it is; declined, the next request is
-//!   parsed (so a declined upgrade smuggles nothing past the rewriter).
+//!   upgrade`) the route allows, the client's bytes wait for the upstream's answer, found by
+//!   following the responses' framing in response mode ([`Rewriter::responses`]): granted
+//!   (`101`, `2xx` to `CONNECT`), everything that follows is passed as it is; declined, the next
+//!   request is parsed (so a declined upgrade smuggles nothing past the rewriter).
 //!
 //! Bytes that are not such a stream are refused ([`Refused`]): a malformed head (obs-fold
-//! included, and the HTTP/2 preface), a head over the limit, a body whose length two parsers could read differently
-//! (`Content-Length` copies that differ, `Content-Length` beside `Transfer-Encoding`, a
-//! `Transfer-Encoding` that does not end in `chunked`), a malformed chunk. Nothing after the last
+//! included, and the HTTP/2 preface), a head over the limit, a body whose length two parsers
+//! could read differently (`Content-Length` copies that differ, `Content-Length` beside
+//! `Transfer-Encoding`, a `Transfer-Encoding` that does not end in `chunked`), a malformed chunk. Nothing after the last
 //! good byte is forwarded; the connection path closes the pair (`bad_request`). A `CONNECT` the
 //! route does not allow is refused the same way, but answered first: [`HeaderWriter`] gives the
 //! client a `405` once the responses to the requests before it have passed.
@@ -75,7 +75,9 @@ pub fn is_forwarded(name: &[u8]) -> bool {
 
 /// Rampart's answer to a `CONNECT` the route does not allow (nginx answers `405` too); no
 /// `Allow`: which methods the upstream takes is the upstream's business.
-pub const CONNECT_REFUSED: &[u8] = b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain\r\nContent-Length: 23\r\nConnection: close\r\n\r\n405 Method Not Allowed\n";
+pub const CONNECT_REFUSED: &[u8] = b"HTTP/1.1 405 Method Not Allowed\r\n\
+Content-Type: text/plain\r\nContent-Length: 23\r\nConnection: close\r\n\r\n\
+405 Method Not Allowed\n";
 
 /// Most bytes of one chunk-size line (size and extensions) or of a chunk's closing CRLF.
 const MAX_CHUNK_LINE: usize = 4096;
@@ -657,7 +659,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
                     this.refused_flag.store(true, Ordering::Relaxed);
                     if r == Refused::Connect {
                         this.reply = Some(0);
-                        // The upstream side may be waiting for the upstream: it has an answer.
+                        // The upstream → client direction may wait on the upstream: it has
+                        // an answer now (see `poll_read`).
                         cx.waker().wake_by_ref();
                         return Poll::Ready(Ok(buf.len()));
                     }
