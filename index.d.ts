@@ -130,6 +130,15 @@ export interface RouteConfig {
    */
   protocol?: 'http' | 'opaque';
   /**
+   * What may turn a terminated HTTP/1.1 connection of an HTTP route into a plain byte copy
+   * (README: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols (HTTP
+   * tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade is
+   * declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
+   * `connect`: forward `CONNECT`; default false: Rampart answers it 405 and closes
+   * (`errorsByReason.bad_request`). Only on a terminating route that carries HTTP.
+   */
+  tunnels?: { upgrade?: string[]; connect?: boolean };
+  /**
    * Client certificates for this route (terminated routes only); replaces the listener's `mtls`.
    * `requireClientCert` defaults to false here. With `sourceAddressHeader: 'proxyProtocolV2'` the
    * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).

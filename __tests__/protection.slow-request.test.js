@@ -62,7 +62,7 @@ test('a post-handshake trickle is closed at the deadline while the upstream neve
 
 test('a complete head is buffered, then the upstream is connected and receives it first', async (t) => {
   const p = await httpProxy(t);
-  const head = 'GET /a HTTP/1.1\r\nHost: x\r\n\r\n';
+  const head = 'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n';
   const c = tls.connect({ port: p.port, host: '127.0.0.1', localAddress: '127.0.12.2', servername: 'x', rejectUnauthorized: false });
   c.on('error', () => {});
   await new Promise((r) => c.once('secureConnect', r));
@@ -119,19 +119,28 @@ test('observe mode reports slow_request and then connects the upstream with what
   c.write('GET / HTTP/1.1\r\n');
   await h.waitFor(() => p.events.length === 1, { what: 'observed event' });
   assert.deepEqual([p.events[0].reason, p.events[0].observed], ['slow_request', true]);
-  await h.waitFor(() => p.up.captured.length === 1 && p.up.captured[0].data.length > 0, { what: 'upstream connected' });
-  assert.equal(p.up.captured[0].data.toString(), 'GET / HTTP/1.1\r\n');
+  await h.waitFor(() => p.up.captured.length === 1, { what: 'upstream connected' });
+  // The route's requests are followed one by one: the head goes on once it is complete.
+  c.write('Host: x\r\n\r\n');
+  await h.waitFor(() => p.up.captured[0].data.length > 0, { what: 'the head at the upstream' });
+  assert.equal(p.up.captured[0].data.toString(), 'GET / HTTP/1.1\r\nHost: x\r\n\r\n');
   c.destroy();
 });
 
 test('opaque routes and listeners without protection are not held for a head', async (t) => {
-  for (const opts of [{ route: { protocol: 'opaque' } }, { protection: null }]) {
+  // The upstream is connected before the client sends a byte; then its bytes go at once (on an
+  // HTTP route as requests, which are followed one by one).
+  for (const [opts, bytes] of [
+    [{ route: { protocol: 'opaque' } }, 'x'],
+    [{ protection: null }, 'GET / HTTP/1.1\r\nHost: x\r\n\r\n'],
+  ]) {
     const p = await httpProxy(t, opts);
     const c = tls.connect({ port: p.port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
     c.on('error', () => {});
     await new Promise((r) => c.once('secureConnect', r));
-    c.write('x');
-    await h.waitFor(() => p.up.captured.length === 1 && p.up.captured[0].data.length === 1, { what: 'byte forwarded at once' });
+    await h.waitFor(() => p.up.captured.length === 1, { what: 'upstream connected before any byte' });
+    c.write(bytes);
+    await h.waitFor(() => p.up.captured[0].data.toString() === bytes, { what: 'bytes forwarded at once' });
     c.destroy();
   }
 });

@@ -94,7 +94,10 @@ proxy.on('suspended', (e: SuspendedEvent) => {
   void [peer, took, e.sni, e.listener];
 });
 const held: RouteConfig = { sni: '*.apps.test', upstreams: [], suspended: true, suspendTimeoutMs: 5000 };
-void held;
+const tunnels: RouteConfig = { sni: 'ws.test', upstreams: [], protocol: 'http', tunnels: { upgrade: ['websocket'], connect: false } };
+// @ts-expect-error connect is a boolean
+const badTunnels: RouteConfig = { sni: 'x.test', upstreams: [], tunnels: { connect: 'yes' } };
+void [held, tunnels, badTunnels];
 
 // ConfigError is exported with code and errors.
 try {

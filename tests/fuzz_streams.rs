@@ -42,7 +42,11 @@ fn h2_stream() -> impl Strategy<Value = Vec<u8>> {
     )
         .prop_map(|(ty, flags, stream, payload)| frame(ty, flags, stream, &payload));
     (prop::collection::vec(one, 0..60), any::<bool>()).prop_map(|(frames, preface)| {
-        let mut out = if preface { PREFACE.to_vec() } else { Vec::new() };
+        let mut out = if preface {
+            PREFACE.to_vec()
+        } else {
+            Vec::new()
+        };
         for f in frames {
             out.extend_from_slice(&f);
         }

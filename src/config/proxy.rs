@@ -263,6 +263,39 @@ pub enum RouteProtocol {
     Http,
 }
 
+/// What may turn a followed HTTP/1.x connection into a tunnel (`routes[].tunnels`; README: What
+/// Rampart refuses on forwarding routes): the `Upgrade` protocols (RFC 9110 §7.8) a bodiless
+/// upgrade request may ask for, and whether `CONNECT` (RFC 9110 §9.3.6) is forwarded. Anything
+/// else keeps the connection HTTP/1.x, followed request by request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tunnels {
+    /// `upgrade`: protocol names, lower case (default `['websocket']`; never `h2c`).
+    pub upgrade: Arc<[String]>,
+    /// `connect`: forward `CONNECT` (default false: Rampart answers it `405` and closes).
+    pub connect: bool,
+}
+
+impl Default for Tunnels {
+    fn default() -> Tunnels {
+        Tunnels {
+            upgrade: Arc::from(["websocket".to_string()]),
+            connect: false,
+        }
+    }
+}
+
+impl Tunnels {
+    /// Whether `protocol`, one element of an `Upgrade` field (`name[/version]`, RFC 9110 §7.8),
+    /// names a protocol in `upgrade` (its name compared in any case, the version ignored).
+    pub fn allows_upgrade(&self, protocol: &[u8]) -> bool {
+        let name = protocol.split(|&b| b == b'/').next().unwrap_or(protocol);
+        let name = name.trim_ascii();
+        self.upgrade
+            .iter()
+            .any(|u| name.eq_ignore_ascii_case(u.as_bytes()))
+    }
+}
+
 /// How a route spreads new connections over its upstreams (`routes[].balance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Balance {
@@ -313,6 +346,8 @@ pub struct RouteConfig {
     pub http2: bool,
     /// `protocol`: what the route carries (`http2: true` implies HTTP).
     pub protocol: RouteProtocol,
+    /// `tunnels`: what may turn a terminated HTTP/1.x connection into a tunnel.
+    pub tunnels: Tunnels,
     /// Header sent to the upstream first.
     pub source_address_header: SourceAddressHeader,
     /// Fingerprints forwarded (PROXY v2 TLVs with `ProxyV2`, else request headers).
@@ -656,6 +691,7 @@ fn parse_route(
         "balance",
         "ipAffinity",
         "ipAffinityTtlMs",
+        "tunnels",
     ];
     if kind == RouteKind::Resolve {
         known.push("upstream");
@@ -830,6 +866,25 @@ fn parse_route(
             );
         }
     }
+    let tunnels = field(obj, "tunnels").and_then(|t| {
+        let p = join(path, "tunnels");
+        let tunnels = parse_tunnels(t, &p, issues);
+        if terminate_tls_field == Some(false) {
+            issues.push(
+                &p,
+                "needs terminateTls: true (the bytes of a passthrough route are encrypted)",
+            );
+        } else if protocol == RouteProtocol::Opaque
+            && !http2
+            && protocols.iter().all(Option::is_none)
+        {
+            issues.push(
+                &p,
+                "needs protocol: 'http' (only an HTTP route's requests are followed)",
+            );
+        }
+        tunnels
+    });
     let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), false, issues));
     if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
         issues.push(
@@ -905,6 +960,7 @@ fn parse_route(
         cert,
         http2,
         protocol,
+        tunnels: tunnels.unwrap_or_default(),
         source_address_header: sah,
         forward_fingerprint: ff,
         connect_timeout_ms,
@@ -917,6 +973,51 @@ fn parse_route(
         upstreams,
         upstream_protocols,
     })
+}
+
+/// `tunnels`: `{ upgrade = ['websocket'], connect = false }`; `upgrade` holds HTTP tokens
+/// (RFC 9110 §5.6.2), kept in lower case, without repeats (in any case) and never `h2c`.
+fn parse_tunnels(val: &Value, path: &str, issues: &mut Issues) -> Option<Tunnels> {
+    let obj = v::object(val, path, issues)?;
+    let before = issues.len();
+    v::reject_unknown(obj, &["upgrade", "connect"], path, issues);
+    let mut tunnels = Tunnels::default();
+    if let Some(u) = field(obj, "upgrade") {
+        let p = join(path, "upgrade");
+        let mut names: Vec<String> = Vec::new();
+        for (i, x) in v::array(u, &p, issues).into_iter().flatten().enumerate() {
+            let pi = v::index(&p, i);
+            let Some(s) = v::string(x, &pi, issues) else {
+                continue;
+            };
+            let name = s.to_ascii_lowercase();
+            if name.is_empty() || !name.bytes().all(is_tchar) {
+                issues.push(
+                    pi,
+                    format!("must be an HTTP token (RFC 9110 §5.6.2), got {s:?}"),
+                );
+            } else if name == "h2c" {
+                issues.push(
+                    pi,
+                    "h2c is never a tunnel: HTTP/2 reaches an upstream only over ALPN h2, through the HTTP/2 guard",
+                );
+            } else if names.contains(&name) {
+                issues.push(pi, "repeats an earlier entry");
+            } else {
+                names.push(name);
+            }
+        }
+        tunnels.upgrade = names.into();
+    }
+    if let Some(c) = field(obj, "connect") {
+        tunnels.connect = v::boolean(c, &join(path, "connect"), issues).unwrap_or(false);
+    }
+    (issues.len() == before).then_some(tunnels)
+}
+
+/// Whether `b` is a `tchar` of an HTTP token (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// `forwardFingerprint`: `'none'`, `'ja3'`, `'ja4'`, or a non-empty list of `'ja3'` / `'ja4'`
@@ -1576,5 +1677,28 @@ mod tests {
         let e = parse_proxy_config(&cfg, 1).unwrap_err();
         let got: Vec<_> = e.issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(got, ["listeners[0].protection.clusterRateLimit"]);
+    }
+
+    #[test]
+    fn tunnels_default_to_websocket_without_connect() {
+        let tunnels_of = |tunnels: Value| {
+            let mut route = json!({ "sni": "", "protocol": "http",
+                                    "upstreams": [{ "kind": "tcp", "host": "127.0.0.1", "port": 1 }] });
+            if !tunnels.is_null() {
+                route["tunnels"] = tunnels;
+            }
+            let cfg = json!({ "listeners": [{ "port": 80, "mode": "http" }], "routes": [route] });
+            let mut c = parse_proxy_config(&cfg, 1).unwrap();
+            c.routes.remove(0).tunnels
+        };
+        let d = tunnels_of(Value::Null);
+        assert_eq!(d, Tunnels::default());
+        assert!(d.allows_upgrade(b"WebSocket/13"));
+        assert!(!d.allows_upgrade(b"h2c") && !d.connect);
+        let t = tunnels_of(json!({ "upgrade": ["TLS", "websocket"], "connect": true }));
+        assert_eq!(&t.upgrade[..], ["tls", "websocket"]);
+        assert!(t.connect && t.allows_upgrade(b" tls/1.2 "));
+        let none = tunnels_of(json!({ "upgrade": [] }));
+        assert!(none.upgrade.is_empty() && !none.allows_upgrade(b"websocket"));
     }
 }

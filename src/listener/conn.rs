@@ -4,11 +4,13 @@
 //! SETTINGS to a terminated h2 client, [`Conn::h2_preface`]) → head (`slowRequest`: the first
 //! request head of an HTTP route, before any upstream exists) → connect (upstream, PROXY header)
 //! → pump (the buffered head, then the byte copy; terminated h2 connections through
-//! [`Conn::pump_h2`], [`super::h2`]; on a route with forwarded request headers the client's bytes
-//! reach the upstream through [`crate::proxy::forward_headers`]; a client whose bytes went both
-//! ways without a refusal is marked known-good). Each phase returns `Result<_, Refusal>`;
-//! [`serve`] reports a refusal in one place, with the connection's fingerprints when its
-//! ClientHello was read. A new guard is a check inside a phase, or a new phase.
+//! [`Conn::pump_h2`], [`super::h2`]; terminated HTTP/1.x connections of a route that carries
+//! HTTP reach the upstream through [`crate::proxy::forward_headers`], which rewrites them on a
+//! route with forwarded request headers and holds every such route to its `tunnels`; a client
+//! whose bytes went both ways without a refusal is marked known-good). Each phase returns
+//! `Result<_, Refusal>`; [`serve`] reports a refusal in one place, with the connection's
+//! fingerprints when its ClientHello was read. A new guard is a check inside a phase, or a new
+//! phase.
 //!
 //! The ClientHello is read with `MSG_PEEK` until the parser has the whole message (it may span
 //! TCP segments and TLS records; at most 16 KiB), so a passthrough upstream receives the client's
@@ -48,6 +50,7 @@ use crate::shared::Shared;
 use crate::tls::clienthello::{parse_client_hello, ClientHello, HelloParse, MAX_HELLO_BYTES};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -585,10 +588,13 @@ impl Conn<'_> {
     /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
     /// connection whose ALPN is `h2` goes to [`Conn::pump_h2`] (the HTTP/2 guard unless the
     /// listener's `protection.http2.enabled` is false; the guard's defaults apply without
-    /// protection); the buffered request head (`head`, from the head phase) goes first. A
-    /// connection that no check refused marks its client known-good as soon as bytes moved
-    /// both ways. The ClientHello is kept only for a guarded connection (a flood's
-    /// event carries its fingerprints); otherwise neither it nor its fingerprints live on.
+    /// protection); the buffered request head (`head`, from the head phase) goes first. Any
+    /// other terminated connection of a route that carries HTTP is followed request by request
+    /// ([`Rewriter`]; refused bytes close it as `bad_request`); opaque and passthrough routes
+    /// are a plain byte copy. A connection that no check refused marks its client known-good as
+    /// soon as bytes moved both ways. The ClientHello is kept only for a guarded connection (a
+    /// flood's event carries its fingerprints); otherwise neither it nor its fingerprints live
+    /// on.
     async fn pump(
         &mut self,
         route: &Route,
@@ -613,35 +619,50 @@ impl Conn<'_> {
             };
             return self.pump_h2(route, *s, up, head, guard).await;
         }
-        let lines = match (&client, route.config.forward_headers()) {
-            (Client::Tls(_), Some(h)) => {
-                let ip = self.ip;
-                let (ja3, ja4) = self.fingerprints();
-                Some(forward_headers::header_lines(h, ip, ja3, ja4))
+        // A terminated HTTP/1.x connection of a route that carries HTTP is followed request by
+        // request: rewritten on a route with forwarded request headers, and on every such route
+        // held to what its `tunnels` allow (no h2c, no HTTP/2 preface, `CONNECT` answered 405).
+        let rc = &route.config;
+        let follow = match &client {
+            Client::Tls(s) if rc.carries_http() && s.get_ref().1.alpn_protocol() != Some(b"h2") => {
+                Some(match rc.forward_headers() {
+                    Some(h) => {
+                        let ip = self.ip;
+                        let (ja3, ja4) = self.fingerprints();
+                        let lines = forward_headers::header_lines(h, ip, ja3, ja4);
+                        Rewriter::new(lines, rc.tunnels.clone())
+                    }
+                    None => Rewriter::follow(rc.tunnels.clone()),
+                })
             }
             _ => None,
         };
         self.hello = None;
         self.fingerprints = None;
-        if let Some(lines) = lines {
-            let mut up = HeaderWriter::new(up, Rewriter::new(lines));
-            let end = self.copy(route, client, &mut up, &head).await;
+        if let Some(rw) = follow {
+            let mut up = HeaderWriter::new(up, rw);
+            let refused = up.refused_flag();
+            let end = self
+                .copy(route, client, &mut up, &head, Some(&refused))
+                .await;
             return match up.refused() {
                 Some(_) => Err(Refusal::Failed(ErrorReason::BadRequest, None)),
                 None => end,
             };
         }
-        self.copy(route, client, up, &head).await
+        self.copy(route, client, up, &head, None).await
     }
 
     /// Phase 5 without a guard: the buffered `head`, then the byte copy to `up` (the upstream
-    /// stream, or it through the request-header rewriter).
+    /// stream, or it through the request follower). A client whose bytes the follower refused
+    /// (`refused` set) is not marked known-good, even if bytes went both ways (a `405`).
     async fn copy<U>(
         &self,
         route: &Route,
         client: Client,
         mut up: U,
         head: &[u8],
+        refused: Option<&AtomicBool>,
     ) -> Result<(), Refusal>
     where
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -656,7 +677,14 @@ impl Conn<'_> {
         let rm = &route.metrics;
         let rx = [&l.metrics.bytes_received, &rm.bytes_received];
         let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
-        let mut inspector = KnownGood::new(Pass, !head.is_empty(), self.known_good_hook(&client));
+        let hook = self.known_good_hook(&client).map(|mark| {
+            move || {
+                if !refused.is_some_and(|r| r.load(Ordering::Relaxed)) {
+                    mark();
+                }
+            }
+        });
+        let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
         let end = match client {
             Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
             Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,

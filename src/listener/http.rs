@@ -5,9 +5,11 @@
 //! - no `Host` (or more than one) → `400`; a `Host` that is not `name[:port]` → `400` and close;
 //! - a `Host` (port stripped) that no route's `sni` matches — the route table's own matcher, so
 //!   the rules are those of TLS routing, default route `''` included — → `404`;
-//! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token) → its head alone
-//!   proxied to that route's upstreams (its `sourceAddressHeader` first), with
-//!   `Connection: close`: the upstream's answer goes back to the client and the connection ends
+//! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token, the path alone: no
+//!   query or fragment; an absolute-form target's path) → its head alone proxied to that route's
+//!   upstreams (its `sourceAddressHeader` first) in origin-form, with `Connection: close` and
+//!   without the client's hop-by-hop fields or copies of the forwarded request headers
+//!   ([`is_forwarded`]): the upstream's answer goes back to the client and the connection ends
 //!   with it (the client's later bytes are dropped); over the route's `maxConnectionsPerSecond`
 //!   → `503` (`route_rate_limited`);
 //! - an absolute-form target whose host is not `Host`, a `Content-Length` that is not one
@@ -31,6 +33,7 @@ use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
 use crate::protection::{BlockReason, Mode, Verdict};
+use crate::proxy::forward_headers::{is_forwarded, same_field};
 use crate::proxy::head::{self, lists, Framing, MAX_HEAD_BYTES};
 use crate::proxy::proxy_protocol::{v1_header, v2_header};
 use crate::proxy::routes::CompiledRoute;
@@ -185,7 +188,7 @@ fn parse(buf: &[u8]) -> Parsed {
         .or_else(|| target.strip_prefix("https://"));
     let host = match (host, absolute) {
         (HostField::Name(name), Some(rest)) => {
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             match strip_port(&rest[..end]).map(normalize_host) {
                 Some(authority) if authority == name => HostField::Name(name),
                 _ => HostField::Invalid,
@@ -207,24 +210,38 @@ fn parse(buf: &[u8]) -> Parsed {
     };
     let has_body = !matches!(framing, Framing::None | Framing::Length(0));
     let keep_alive = !has_body && !close && (version == 1 || keep);
-    // origin-form as sent; absolute-form (`http://host/p?q`) keeps its path and query.
+    // origin-form as sent; absolute-form (`http://host/p?q`) keeps what follows its authority
+    // (`http://host?q` is `/?q`).
     let path = if target.starts_with('/') {
         target.to_string()
     } else if let Some(rest) = absolute {
-        match rest.find('/') {
-            Some(i) => rest[i..].to_string(),
-            None => "/".to_string(),
+        let after = &rest[rest.find(['/', '?', '#']).unwrap_or(rest.len())..];
+        match after.starts_with('/') {
+            true => after.to_string(),
+            false => format!("/{after}"),
         }
     } else {
         "/".to_string()
     };
-    // A challenge request is a bodiless GET of one token.
-    let acme =
-        method == "GET" && !has_body && path.strip_prefix(ACME_PREFIX).is_some_and(acme_token);
-    let mut up = format!("{method} {target} HTTP/1.{version}\r\n").into_bytes();
+    // A challenge request is a bodiless GET of one token: the path alone, the token its whole
+    // last segment (no query or fragment, which the prefix could otherwise hide in).
+    let acme = method == "GET"
+        && !has_body
+        && !path.contains(['?', '#'])
+        && path.strip_prefix(ACME_PREFIX).is_some_and(acme_token);
+    // The upstream gets the path in origin-form, and none of the client's hop-by-hop fields nor
+    // its copies of the forwarded headers (any spelling): the head is Rampart's.
+    let mut up = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
     for h in req.headers.iter() {
-        let hop = ["connection", "keep-alive", "proxy-connection"];
-        if hop.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+        let hop = [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "upgrade",
+            "http2-settings",
+        ];
+        let name = h.name.as_bytes();
+        if hop.iter().any(|n| same_field(name, n)) || is_forwarded(name) {
             continue;
         }
         up.extend_from_slice(h.name.as_bytes());
@@ -698,6 +715,45 @@ mod tests {
         assert!(!acme(
             b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"
         ));
+        // The path alone: a query or fragment never holds the prefix, nor follows the token.
+        for target in [
+            "http://a?/.well-known/acme-challenge/t",
+            "http://a#/.well-known/acme-challenge/t",
+            "http://a/x?/.well-known/acme-challenge/t",
+            "/x?/.well-known/acme-challenge/t",
+            "/.well-known/acme-challenge/t?",
+            "/.well-known/acme-challenge/t#f",
+        ] {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert!(!acme(req.as_bytes()), "{target}");
+        }
+        assert_eq!(
+            complete(b"GET http://a?/.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\n\r\n")
+                .path,
+            "/?/.well-known/acme-challenge/t"
+        );
+        // absolute-form: the upstream gets the path in origin-form.
+        let r =
+            complete(b"GET http://a:80/.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(r.acme);
+        assert_eq!(
+            r.upstream_head,
+            b"GET /.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn the_challenge_head_carries_no_client_forwarded_or_hop_by_hop_fields() {
+        let r = complete(
+            b"GET /.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\n\
+X_Forwarded_For: 6.6.6.6\r\nx-forwarded_proto: http\r\nX-JA3: s\r\nX_JA4: s\r\nConnection: keep-alive, X-Forwarded-For\r\n\
+Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nKeep-Alive: timeout=5\r\nAccept: */*\r\n\r\n",
+        );
+        assert!(r.acme);
+        assert_eq!(
+            String::from_utf8_lossy(&r.upstream_head),
+            "GET /.well-known/acme-challenge/t HTTP/1.1\r\nHost: a\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
     }
 
     #[test]

@@ -5,40 +5,79 @@
 //! [`Rewriter`] is a streaming state machine over the client's bytes, without I/O:
 //!
 //! - **Head**: buffered until complete (at most [`MAX_HEAD_BYTES`], [`head::MAX_FIELDS`] fields)
-//!   and parsed with `httparse`. Every client copy of `X-Forwarded-For`, `X-Forwarded-Proto`,
-//!   `X-JA3` and `X-JA4` (any case) is removed and the route's own lines are inserted before the
-//!   empty line; every other line goes out as the client sent it.
+//!   and parsed with `httparse`. On a rewriting route every client copy of `X-Forwarded-For`,
+//!   `X-Forwarded-Proto`, `X-JA3` and `X-JA4` is removed — compared as a CGI/WSGI gateway maps
+//!   names, any case and `_` for `-` ([`is_forwarded`]) — and so is each of those names listed in
+//!   `Connection` (a next hop would delete the inserted lines as hop-by-hop); the route's own
+//!   lines are inserted before the empty line. An `Upgrade` the route's [`Tunnels`] do not allow
+//!   (`h2c` always) is declined: `Upgrade`, `HTTP2-Settings` and their `Connection` tokens are
+//!   removed, and the request goes on as plain HTTP/1.1 (nginx's default). Every other line goes
+//!   out as the client sent it. On a route that only carries HTTP ([`Rewriter::follow`]) nothing
+//!   is inserted or scrubbed, but the same machine runs, so no upgrade or `CONNECT` the route does
+//!   not allow, and no HTTP/2, gets past it.
 //! - **Body**, framed as RFC 9112 §6 says for a request ([`head::framing`]): `Content-Length`
 //!   bytes, or chunked (each chunk-size line parsed with `httparse::parse_chunk_size`, extensions
 //!   allowed; the data; its CRLF; after the last chunk the trailer section, parsed with
 //!   `httparse::parse_headers`), passed byte-exact; no length and no chunked coding is no body.
 //!   Then the next (pipelined) request's head.
 //! - **Tunnel**: after a `CONNECT` or a bodiless upgrade request (`Upgrade` + `Connection:
-//!   upgrade`, WebSocket) the client's bytes wait for the upstream's answer, found by following
-//!   the responses' framing in response mode ([`Rewriter::responses`]): granted (`101`, `2xx`
-//!   to `CONNECT`), everything that follows is passed as it is; declined, the next request is
-//!   parsed (so a declined upgrade smuggles nothing past the rewriter).
+//!   upgrade`) the route allows, the client's bytes wait for the upstream's answer, found by
+//!   following the responses' framing in response mode ([`Rewriter::responses`]): granted
+//!   (`101`, `2xx` to `CONNECT`), everything that follows is passed as it is; declined, the next
+//!   request is parsed (so a declined upgrade smuggles nothing past the rewriter).
 //!
 //! Bytes that are not such a stream are refused ([`Refused`]): a malformed head (obs-fold
-//! included), a head over the limit, a body whose length two parsers could read differently
-//! (`Content-Length` copies that differ, `Content-Length` beside `Transfer-Encoding`, a
-//! `Transfer-Encoding` that does not end in `chunked`), a malformed chunk. Nothing after the last
-//! good byte is forwarded; the connection path closes the pair (`bad_request`).
+//! included, and the HTTP/2 preface), a head over the limit, a body whose length two parsers
+//! could read differently (`Content-Length` copies that differ, `Content-Length` beside
+//! `Transfer-Encoding`, a `Transfer-Encoding` that does not end in `chunked`), a malformed chunk. Nothing after the last
+//! good byte is forwarded; the connection path closes the pair (`bad_request`). A `CONNECT` the
+//! route does not allow is refused the same way, but answered first: [`HeaderWriter`] gives the
+//! client a `405` once the responses to the requests before it have passed.
 //!
 //! [`HeaderWriter`] applies a rewriter to the writes into the upstream stream, so the copy loop
 //! (`super::copy`) is the same one every route uses and the client's bytes are counted as they
 //! arrived; body bytes go to the upstream from the copy buffer without another copy.
 
 use super::head::{self, Framing, MAX_FIELDS, MAX_HEAD_BYTES};
-use crate::config::proxy::ForwardHeaders;
+use crate::config::proxy::{ForwardHeaders, Tunnels};
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The request headers a client may not send on a rewriting route (compared in any case).
+/// The request headers a client may not send on a rewriting route (compared by [`same_field`]).
 pub const REMOVED: [&str; 4] = ["x-forwarded-for", "x-forwarded-proto", "x-ja3", "x-ja4"];
+
+/// Whether the field name `name` is `canonical` (lower case) as an application may read it: ASCII
+/// case-insensitive, `_` taken for `-` — a CGI/WSGI gateway maps both to `_` (RFC 3875 §4.1.18:
+/// `X_Forwarded_For` and `X-Forwarded-For` are both `HTTP_X_FORWARDED_FOR`).
+pub fn same_field(name: &[u8], canonical: &str) -> bool {
+    name.len() == canonical.len()
+        && name.iter().zip(canonical.bytes()).all(|(&a, b)| {
+            let a = if a == b'_' {
+                b'-'
+            } else {
+                a.to_ascii_lowercase()
+            };
+            a == b
+        })
+}
+
+/// Whether `name` is one of the [`REMOVED`] fields in any spelling [`same_field`] accepts: the
+/// one test of every path that forwards a client's request head (rewriting routes, the ACME path
+/// of a `mode: 'http'` listener).
+pub fn is_forwarded(name: &[u8]) -> bool {
+    REMOVED.iter().any(|r| same_field(name, r))
+}
+
+/// Rampart's answer to a `CONNECT` the route does not allow (nginx answers `405` too); no
+/// `Allow`: which methods the upstream takes is the upstream's business.
+pub const CONNECT_REFUSED: &[u8] = b"HTTP/1.1 405 Method Not Allowed\r\n\
+Content-Type: text/plain\r\nContent-Length: 23\r\nConnection: close\r\n\r\n\
+405 Method Not Allowed\n";
 
 /// Most bytes of one chunk-size line (size and extensions) or of a chunk's closing CRLF.
 const MAX_CHUNK_LINE: usize = 4096;
@@ -85,6 +124,8 @@ pub enum Refused {
     Malformed,
     /// A body two parsers could frame differently (request smuggling).
     Ambiguous,
+    /// A `CONNECT` the route's [`Tunnels`] do not allow: answered [`CONNECT_REFUSED`].
+    Connect,
 }
 
 /// What the rewriter made of the front of its input.
@@ -132,6 +173,9 @@ enum State {
 /// changing them, to learn whether an upgrade or `CONNECT` was granted.
 pub struct Rewriter {
     insert: Vec<u8>,
+    /// Remove the client's [`REMOVED`] fields and `Connection` tokens (a rewriting route).
+    scrub: bool,
+    tunnels: Tunnels,
     state: State,
     held: Vec<u8>,
     out: Vec<u8>,
@@ -144,10 +188,13 @@ pub struct Rewriter {
 }
 
 impl Rewriter {
-    /// A rewriter inserting `insert` (from [`header_lines`]) into every request head.
-    pub fn new(insert: Vec<u8>) -> Rewriter {
+    /// A rewriter inserting `insert` (from [`header_lines`]) into every request head, with the
+    /// client's copies of [`REMOVED`] removed; tunnels only as `tunnels` allow.
+    pub fn new(insert: Vec<u8>, tunnels: Tunnels) -> Rewriter {
         Rewriter {
             insert,
+            scrub: true,
+            tunnels,
             state: State::Head,
             held: Vec::new(),
             out: Vec::new(),
@@ -157,13 +204,48 @@ impl Rewriter {
         }
     }
 
+    /// A follower of a route that carries HTTP without rewriting it: nothing inserted or
+    /// removed but what `tunnels` decline; malformed or ambiguous requests refused all the same.
+    pub fn follow(tunnels: Tunnels) -> Rewriter {
+        Rewriter {
+            scrub: false,
+            ..Rewriter::new(Vec::new(), tunnels)
+        }
+    }
+
     /// A tracker of the upstream's responses (nothing inserted, nothing refused that matters:
     /// a stream it cannot follow is passed on as it is).
     pub fn responses() -> Rewriter {
         Rewriter {
             response: true,
-            ..Rewriter::new(Vec::new())
+            ..Rewriter::follow(Tunnels::default())
         }
+    }
+
+    /// Response mode: every response to the requests sent so far has passed whole.
+    fn answered_all(&self) -> bool {
+        self.state == State::Head && self.held.is_empty() && self.kinds.is_empty()
+    }
+
+    /// Whether every protocol the `Upgrade` fields in `fields` name is one `tunnels` allow (and
+    /// there is at least one).
+    fn upgrade_allowed(&self, fields: &[httparse::Header]) -> bool {
+        let mut any = false;
+        for f in fields
+            .iter()
+            .filter(|f| same_field(f.name.as_bytes(), "upgrade"))
+        {
+            for p in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if p.is_empty() {
+                    continue;
+                }
+                if !self.tunnels.allows_upgrade(p) {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any
     }
 
     /// The upstream answered the upgrade / `CONNECT` the rewriter waits for: granted (`true`,
@@ -235,15 +317,18 @@ impl Rewriter {
         };
         let framing = head::framing(req.headers).ok_or(Refused::Ambiguous)?;
         let bodiless = matches!(framing, Framing::None | Framing::Length(0));
-        // An upgrade with a body is not followed: the body is forwarded as a body.
+        // An upgrade with a body, or one the route does not allow, is declined: its `Upgrade`
+        // is removed and the request is a plain one (the body forwarded as a body).
+        let upgrade = bodiless && head::upgrade(req.headers) && self.upgrade_allowed(req.headers);
         let kind = match req.method {
+            Some("CONNECT") if !self.tunnels.connect => return Err(Refused::Connect),
             Some("CONNECT") => Kind::Connect,
             Some("HEAD") => Kind::Head,
-            _ if bodiless && head::upgrade(req.headers) => Kind::Upgrade,
+            _ if upgrade => Kind::Upgrade,
             _ => Kind::Plain,
         };
         self.kinds.push_back(kind);
-        self.rewrite_head(len);
+        self.rewrite_head(len, upgrade);
         self.state = match framing {
             _ if matches!(kind, Kind::Upgrade | Kind::Connect) => State::Await,
             Framing::None | Framing::Length(0) => State::Head,
@@ -296,8 +381,16 @@ impl Rewriter {
     }
 
     /// Writes the complete head `held[..len]` into `out`: the request line and the client's
-    /// fields except [`REMOVED`] as they were, the inserted lines, the empty line.
-    fn rewrite_head(&mut self, len: usize) {
+    /// fields as they were, the inserted lines, the empty line. Left out: [`REMOVED`] when
+    /// scrubbing, `HTTP2-Settings`, `Upgrade` unless `upgrading`; `Connection` loses the tokens
+    /// naming those (and goes when none is left).
+    fn rewrite_head(&mut self, len: usize, upgrading: bool) {
+        let scrub = self.scrub;
+        let dropped = |name: &[u8]| {
+            (scrub && is_forwarded(name))
+                || same_field(name, "http2-settings")
+                || (!upgrading && same_field(name, "upgrade"))
+        };
         let head = &self.held[..len];
         let mut lines = head.split_inclusive(|&b| b == b'\n');
         // httparse skips empty lines before the request line (RFC 9112 §2.2): so does the copy.
@@ -313,11 +406,14 @@ impl Rewriter {
                 self.out.extend_from_slice(line);
                 break;
             }
-            let name = line.split(|&b| b == b':').next().unwrap_or(line);
-            if !REMOVED
-                .iter()
-                .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
-            {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+            let name = &line[..colon];
+            if dropped(name) {
+                continue;
+            }
+            if same_field(name, "connection") {
+                connection_line(&mut self.out, line, colon, dropped);
+            } else {
                 self.out.extend_from_slice(line);
             }
         }
@@ -382,6 +478,33 @@ impl Rewriter {
     }
 }
 
+/// Writes the `Connection` field `line` (its name ends at `colon`) into `out` without the tokens
+/// `dropped` names (RFC 9110 §7.6.1: a next hop deletes every field `Connection` lists); as it
+/// was when none is, not at all when none is left.
+fn connection_line(out: &mut Vec<u8>, line: &[u8], colon: usize, dropped: impl Fn(&[u8]) -> bool) {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let body = body.strip_suffix(b"\r").unwrap_or(body);
+    let value = body.get(colon + 1..).unwrap_or_default();
+    let tokens = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+    if !tokens().any(&dropped) {
+        out.extend_from_slice(line);
+        return;
+    }
+    let mut kept = tokens().filter(|t| !t.is_empty() && !dropped(t)).peekable();
+    if kept.peek().is_none() {
+        return;
+    }
+    out.extend_from_slice(&line[..colon]);
+    out.extend_from_slice(b": ");
+    for (i, t) in kept.enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(t);
+    }
+    out.extend_from_slice(&line[body.len()..]);
+}
+
 /// An upstream stream whose writes go through a [`Rewriter`]; reads pass through unchanged,
 /// followed by a response-mode rewriter so that an upgrade or `CONNECT` becomes a tunnel only
 /// once the upstream granted it (`101`, `2xx`): until its answer the client's later bytes wait
@@ -389,7 +512,9 @@ impl Rewriter {
 /// rewritten. A write is accepted once the rewriter took it; rewritten bytes not yet written
 /// wait in a buffer (at most one copy-loop read plus the inserted lines) that `poll_flush` /
 /// `poll_shutdown` and the next write drain first. After a refusal every write fails;
-/// [`HeaderWriter::refused`] says why.
+/// [`HeaderWriter::refused`] says why. A refused `CONNECT` is answered instead: the client's
+/// bytes from it on are read and dropped, and once the responses to the requests before it
+/// have passed, reads give [`CONNECT_REFUSED`], then end (the client's side is shut down).
 pub struct HeaderWriter<S> {
     inner: S,
     rw: Rewriter,
@@ -397,6 +522,10 @@ pub struct HeaderWriter<S> {
     pending: Vec<u8>,
     pending_pos: usize,
     refused: Option<Refused>,
+    /// Set with `refused`, for whoever cannot borrow the writer (the known-good mark).
+    refused_flag: Arc<AtomicBool>,
+    /// Of [`CONNECT_REFUSED`] after a refused `CONNECT`: how many bytes the client was given.
+    reply: Option<usize>,
 }
 
 impl<S> HeaderWriter<S> {
@@ -409,12 +538,20 @@ impl<S> HeaderWriter<S> {
             pending: Vec::new(),
             pending_pos: 0,
             refused: None,
+            refused_flag: Arc::default(),
+            reply: None,
         }
     }
 
     /// Why the client's bytes were refused, if they were.
     pub fn refused(&self) -> Option<Refused> {
         self.refused
+    }
+
+    /// A flag that becomes true when the client's bytes are refused (what
+    /// [`HeaderWriter::refused`] says, readable while the writer is borrowed by the copy loop).
+    pub fn refused_flag(&self) -> Arc<AtomicBool> {
+        self.refused_flag.clone()
     }
 }
 
@@ -450,6 +587,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeaderWriter<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(at) = &mut this.reply {
+            // A refused `CONNECT`: the answer, once every earlier response went; then the end.
+            if *at == CONNECT_REFUSED.len() {
+                return Poll::Ready(Ok(()));
+            }
+            if this.resp.answered_all() {
+                let n = buf.remaining().min(CONNECT_REFUSED.len() - *at);
+                buf.put_slice(&CONNECT_REFUSED[*at..*at + n]);
+                *at += n;
+                return Poll::Ready(Ok(()));
+            }
+        }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         let got = &buf.filled()[before..];
@@ -477,6 +626,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeaderWriter<S> {
             // The client direction may be waiting for this answer (same task: poll it again).
             cx.waker().wake_by_ref();
         }
+        if this.reply.is_some() && this.resp.answered_all() {
+            // The refusal's answer is next (this task reads again at once).
+            cx.waker().wake_by_ref();
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -488,8 +641,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if let Some(r) = this.refused {
-            return Poll::Ready(Err(refused_error(r)));
+        match this.refused {
+            // Answered (see `poll_read`): what the client still sends is dropped.
+            Some(Refused::Connect) => return Poll::Ready(Ok(buf.len())),
+            Some(r) => return Poll::Ready(Err(refused_error(r))),
+            None => {}
         }
         ready!(this.poll_drain(cx))?;
         let mut used = 0;
@@ -500,6 +656,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
                 Err(_) if used > 0 => break,
                 Err(r) => {
                     this.refused = Some(r);
+                    this.refused_flag.store(true, Ordering::Relaxed);
+                    if r == Refused::Connect {
+                        this.reply = Some(0);
+                        // The upstream → client direction may wait on the upstream: it has
+                        // an answer now (see `poll_read`).
+                        cx.waker().wake_by_ref();
+                        return Poll::Ready(Ok(buf.len()));
+                    }
                     return Poll::Ready(Err(refused_error(r)));
                 }
             };
@@ -567,6 +731,19 @@ mod tests {
 
     const INSERT: &[u8] = b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n";
 
+    /// A rewriter inserting [`INSERT`] with the default tunnels (WebSocket, no `CONNECT`).
+    fn rewriter() -> Rewriter {
+        Rewriter::new(INSERT.to_vec(), Tunnels::default())
+    }
+
+    /// Tunnels allowing `upgrade` and `CONNECT` as `connect` says.
+    fn tunnels(upgrade: &[&str], connect: bool) -> Tunnels {
+        Tunnels {
+            upgrade: upgrade.iter().map(|u| u.to_string()).collect(),
+            connect,
+        }
+    }
+
     /// Feeds `input` in pieces of `cut` bytes (0: whole), writing everything the way
     /// [`HeaderWriter`] does; an upgrade is granted.
     fn run(input: &[u8], cut: usize) -> Result<Vec<u8>, Refused> {
@@ -575,7 +752,16 @@ mod tests {
 
     /// [`run`], an upgrade answered with `granted`.
     fn run_answered(input: &[u8], cut: usize, granted: bool) -> Result<Vec<u8>, Refused> {
-        let mut rw = Rewriter::new(INSERT.to_vec());
+        run_with(rewriter(), input, cut, granted)
+    }
+
+    /// [`run_answered`] through `rw`.
+    fn run_with(
+        mut rw: Rewriter,
+        input: &[u8],
+        cut: usize,
+        granted: bool,
+    ) -> Result<Vec<u8>, Refused> {
         let mut out = Vec::new();
         let size = if cut == 0 { input.len().max(1) } else { cut };
         for piece in input.chunks(size) {
@@ -696,11 +882,15 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
         want.extend_from_slice(INSERT);
         want.extend_from_slice(b"\r\n\x81\x05GET / HTTP/1.1\r\nX-JA3: raw\r\n\r\n");
         every_cut(input, &want);
+        // `CONNECT`, on a route whose tunnels allow it.
         let input = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n\x16\x03\x01";
         let mut want = b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n".to_vec();
         want.extend_from_slice(INSERT);
         want.extend_from_slice(b"\r\n\x16\x03\x01");
-        every_cut(input, &want);
+        for cut in 0..=input.len() {
+            let rw = Rewriter::new(INSERT.to_vec(), tunnels(&[], true));
+            assert_eq!(run_with(rw, input, cut, true).unwrap(), want, "cut {cut}");
+        }
         // An upgrade the upstream declined: the next request is rewritten.
         let input = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
         let mut want =
@@ -712,9 +902,11 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
         for cut in 0..=input.len() {
             assert_eq!(run_answered(input, cut, false).unwrap(), want, "cut {cut}");
         }
-        // `Upgrade` without `Connection: upgrade` is no upgrade: the next request is rewritten.
-        let input = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
-        let mut want = b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n".to_vec();
+        // `Upgrade` without `Connection: upgrade` is no upgrade: it is removed, and the next
+        // request is rewritten.
+        let input =
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\nX-JA3: x\r\n\r\n";
+        let mut want = b"GET / HTTP/1.1\r\n".to_vec();
         want.extend_from_slice(INSERT);
         want.extend_from_slice(b"\r\nGET / HTTP/1.1\r\n");
         want.extend_from_slice(INSERT);
@@ -796,6 +988,167 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
         assert_eq!(run(&ext, 0), Err(TooLarge));
     }
 
+    #[test]
+    fn names_compare_as_a_cgi_gateway_reads_them() {
+        for name in [
+            "X-Forwarded-For",
+            "x_forwarded_for",
+            "X_FORWARDED-FOR",
+            "X-Forwarded_Proto",
+            "x_ja3",
+            "X_JA4",
+        ] {
+            assert!(is_forwarded(name.as_bytes()), "{name}");
+        }
+        for name in [
+            "X-Forwarded-Forx",
+            "X-Forwarded",
+            "XForwardedFor",
+            "X-JA5",
+            "",
+        ] {
+            assert!(!is_forwarded(name.as_bytes()), "{name}");
+        }
+        assert!(same_field(b"HTTP2_settings", "http2-settings"));
+        assert!(!same_field(b"upgrade", "upgrade-insecure-requests"));
+    }
+
+    #[test]
+    fn connection_never_lists_rampart_s_headers_and_underscore_variants_are_removed() {
+        let input = b"GET /1 HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, X-Forwarded-For, X-JA4\r\nX_Forwarded_For: 6.6.6.6\r\nX_JA4: spoofed\r\nx-forwarded_for: 5.5.5.5\r\n\r\n\
+GET /2 HTTP/1.1\nConnection: x_forwarded_proto,X-JA3 ,\nConnection: close\n\n";
+        let mut want = b"GET /1 HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nGET /2 HTTP/1.1\nConnection: close\n");
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\n");
+        every_cut(input, &want);
+        // A route that only follows removes none of them (it inserts none).
+        let plain = b"GET / HTTP/1.1\r\nConnection: X-Forwarded-For\r\nX_JA4: t\r\n\r\n";
+        for cut in 0..=plain.len() {
+            let rw = Rewriter::follow(Tunnels::default());
+            assert_eq!(run_with(rw, plain, cut, true).unwrap(), plain, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn upgrades_the_route_does_not_allow_are_declined_as_plain_requests() {
+        // h2c (RFC 9113 §3.1 deprecated it): `Upgrade`, `HTTP2-Settings` and their tokens go,
+        // the request is a plain one, and the next request is rewritten without waiting.
+        let h2c = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings, keep-alive\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n";
+        let input = [&h2c[..], b"GET /next HTTP/1.1\r\nX-JA4: spoofed\r\n\r\n"].concat();
+        let declined = [
+            &b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n"[..],
+            INSERT,
+            b"\r\n",
+        ]
+        .concat();
+        let want = [&declined[..], b"GET /next HTTP/1.1\r\n", INSERT, b"\r\n"].concat();
+        every_cut(&input, &want);
+        let mut rw = rewriter();
+        assert_eq!(rw.next(&input), Ok(Step::Emit(h2c.len())));
+        assert_eq!(rw.take_out(), declined);
+        assert!(rw.idle(), "a declined upgrade waits for nothing");
+        // A list with one protocol the route does not allow is declined whole; an allowed one
+        // (any case, a version) is followed; so is a token the route added.
+        let both = b"GET / HTTP/1.1\r\nUpgrade: websocket, h2c\r\nConnection: upgrade\r\n\r\n";
+        assert_eq!(
+            run(both, 0).unwrap(),
+            [&b"GET / HTTP/1.1\r\n"[..], INSERT, b"\r\n"].concat()
+        );
+        let mut rw = rewriter();
+        let ws = b"GET / HTTP/1.1\r\nUpgrade: WebSocket/13\r\nConnection: upgrade\r\n\r\nraw";
+        assert_eq!(rw.next(ws), Ok(Step::Emit(ws.len() - 3)));
+        assert_eq!(rw.next(b"raw"), Ok(Step::Wait));
+        let mut rw = Rewriter::follow(tunnels(&["tls"], false));
+        let tls = b"GET / HTTP/1.1\r\nUpgrade: TLS/1.2\r\nConnection: Upgrade\r\n\r\n";
+        assert_eq!(rw.next(tls), Ok(Step::Emit(tls.len())));
+        assert_eq!(rw.take_out(), tls);
+        assert_eq!(rw.next(b"x"), Ok(Step::Wait));
+        // Without WebSocket in the list, a WebSocket handshake is a plain GET.
+        let mut rw = Rewriter::follow(tunnels(&[], false));
+        let ws = b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        assert_eq!(rw.next(ws), Ok(Step::Emit(ws.len())));
+        assert_eq!(rw.take_out(), b"GET / HTTP/1.1\r\n\r\n");
+        assert!(rw.idle());
+        // An upgrade with a body is declined too: the body is forwarded as a body.
+        let body = b"POST / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\nContent-Length: 2\r\n\r\nhi";
+        let mut want = b"POST / HTTP/1.1\r\nContent-Length: 2\r\n".to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\nhi");
+        every_cut(body, &want);
+    }
+
+    #[test]
+    fn connect_and_http2_are_refused_unless_the_route_allows_connect() {
+        for rw in [rewriter(), Rewriter::follow(Tunnels::default())] {
+            let mut rw = rw;
+            let connect = b"CONNECT / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+            assert_eq!(rw.next(connect), Err(Refused::Connect));
+        }
+        assert_eq!(refused(b"CONNECT a:443 HTTP/1.1\r\n\r\n"), Refused::Connect);
+        // The request before it goes whole.
+        let first = b"GET / HTTP/1.1\r\n\r\n";
+        let mut rw = Rewriter::follow(Tunnels::default());
+        let input = [&first[..], b"CONNECT / HTTP/1.1\r\n\r\n"].concat();
+        assert_eq!(rw.next(&input), Ok(Step::Emit(first.len())));
+        assert_eq!(rw.next(&input[first.len()..]), Err(Refused::Connect));
+        // Prior-knowledge HTTP/2 on a followed HTTP/1.1 connection, first or after a request.
+        let mut rw = Rewriter::follow(Tunnels::default());
+        let preface = crate::http2::PREFACE;
+        assert_eq!(rw.next(preface), Err(Refused::Malformed));
+        let mut rw = Rewriter::follow(Tunnels::default());
+        let input = [&first[..], preface].concat();
+        assert_eq!(rw.next(&input), Ok(Step::Emit(first.len())));
+        assert_eq!(rw.next(&input[first.len()..]), Err(Refused::Malformed));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_is_answered_405_after_the_responses_before_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(4096);
+        let mut w = HeaderWriter::new(a, Rewriter::follow(Tunnels::default()));
+        let flag = w.refused_flag();
+        let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        w.write_all(get).await.unwrap();
+        w.write_all(b"CONNECT / HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(w.refused(), Some(Refused::Connect));
+        assert!(flag.load(Ordering::Relaxed));
+        // What the client sends after it is dropped.
+        w.write_all(b"more").await.unwrap();
+        w.flush().await.unwrap();
+        // The response to the GET comes first, whole, then the 405, then the end.
+        b.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        let first = w.read(&mut buf).await.unwrap();
+        got.extend_from_slice(&buf[..first]);
+        let reader = async {
+            loop {
+                match w.read(&mut buf).await.unwrap() {
+                    0 => break,
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        b.write_all(b"lo").await.unwrap();
+        reader.await;
+        let mut want = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec();
+        want.extend_from_slice(CONNECT_REFUSED);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+        w.shutdown().await.unwrap();
+        let mut up = Vec::new();
+        b.read_to_end(&mut up).await.unwrap();
+        assert_eq!(up, get);
+    }
+
     /// Follows `responses` (in pieces of `cut`) as answers to requests of `kinds`: the
     /// decisions seen and whether the tracker ended between responses.
     fn follow(kinds: &[Kind], responses: &[u8], cut: usize) -> (Vec<bool>, State) {
@@ -855,7 +1208,7 @@ HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 2
     async fn the_writer_holds_the_client_until_the_upgrade_is_answered() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (a, mut b) = tokio::io::duplex(4096);
-        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let mut w = HeaderWriter::new(a, rewriter());
         let ws = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
         w.write_all(ws).await.unwrap();
         // Bytes after the upgrade request wait for the answer.
@@ -888,7 +1241,7 @@ HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 2
     fn refused_bytes_are_never_forwarded() {
         // The first request goes whole; nothing of the smuggled one does.
         let first = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
-        let mut rw = Rewriter::new(INSERT.to_vec());
+        let mut rw = rewriter();
         let mut input = first.to_vec();
         input.extend_from_slice(
             b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
@@ -907,7 +1260,7 @@ HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 2
             let mut got = Vec::new();
             b.read_to_end(&mut got).await.map(|_| got)
         });
-        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let mut w = HeaderWriter::new(a, rewriter());
         for piece in input.chunks(5) {
             w.write_all(piece).await.unwrap();
         }
@@ -925,7 +1278,7 @@ HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x02HTTP/1.1 2
         assert_eq!(w.refused(), None);
         // A good request before refused bytes is written; the refused bytes never are.
         let (a, mut b) = tokio::io::duplex(1024);
-        let mut w = HeaderWriter::new(a, Rewriter::new(INSERT.to_vec()));
+        let mut w = HeaderWriter::new(a, rewriter());
         let e = w
             .write_all(b"GET / HTTP/1.1\r\n\r\nGARBAGE\r\n\r\n")
             .await

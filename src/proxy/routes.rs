@@ -312,6 +312,7 @@ mod tests {
             cert: None,
             http2: false,
             protocol: Default::default(),
+            tunnels: Default::default(),
             source_address_header: SourceAddressHeader::None,
             forward_fingerprint: ForwardFingerprint::NONE,
             connect_timeout_ms: 1000,
