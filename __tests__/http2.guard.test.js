@@ -17,26 +17,8 @@ const H = require('./helpers/h2');
 const CALM = H.ENHANCE_YOUR_CALM;
 const H2_BOX_NOTE = 'boxed by protection.http2.boxAfterViolations';
 
-/** Rampart on a free port with one h2 route to a fresh counting upstream. */
-async function setup(t, { protection, handler, upstreamSettings } = {}) {
-  const up = await H.countingUpstream({ handler, settings: upstreamSettings });
-  const port = await h.freePort();
-  const listener = { host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) };
-  if (protection) listener.protection = protection;
-  const proxy = new RampartProxy({
-    listeners: [listener],
-    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }] }],
-  });
-  const events = [];
-  proxy.on('blocked', (e) => events.push(e));
-  await proxy.start();
-  t.after(async () => {
-    await proxy.stop();
-    await up.close();
-  });
-  const metrics = () => proxy.metrics().listeners[0];
-  return { up, port, proxy, events, metrics };
-}
+/** Rampart with one h2 route to a fresh counting upstream (`upstreamSettings`: its SETTINGS). */
+const setup = (t, { upstreamSettings, ...opts } = {}) => H.proxiedUpstream(t, { ...opts, settings: upstreamSettings });
 
 /**
  * Sends `frames` (after the preface and an empty SETTINGS) in one write, waits for the proxy to

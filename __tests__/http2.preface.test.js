@@ -10,31 +10,12 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const net = require('node:net');
 const http2 = require('node:http2');
-const { RampartProxy } = require('..');
 const h = require('./helpers');
 const H = require('./helpers/h2');
 
 const MAX_CONCURRENT_STREAMS = 0x3;
 
-/** Rampart on a free port with one h2 route to a fresh counting upstream (`settings`: its SETTINGS). */
-async function setup(t, { protection, handler, settings } = {}) {
-  const up = await H.countingUpstream({ handler, settings });
-  const port = await h.freePort();
-  const listener = { host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) };
-  if (protection) listener.protection = protection;
-  const proxy = new RampartProxy({
-    listeners: [listener],
-    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }] }],
-  });
-  const events = [];
-  proxy.on('blocked', (e) => events.push(e));
-  await proxy.start();
-  t.after(async () => {
-    await proxy.stop();
-    await up.close();
-  });
-  return { up, port, proxy, events, metrics: () => proxy.metrics().listeners[0] };
-}
+const setup = (t, opts) => H.proxiedUpstream(t, opts);
 
 const listeners = [
   ['protection: {}', {}],

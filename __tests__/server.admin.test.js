@@ -12,15 +12,9 @@ const s = require('./helpers/server');
 const servers = s.echoSuite(test);
 
 async function serveWith(edit = () => {}) {
-  const dir = s.tempDir();
-  s.writeCert(dir);
-  const [port, adminPort] = await h.freePorts(2);
-  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort });
-  edit(doc, dir);
-  const file = path.join(dir, 'rampart.json');
-  s.writeJson(file, doc);
+  const { dir, file, port, adminPort, api } = await s.configDir(servers[''].address().port, edit);
   const child = await s.ServerChild.serve(file);
-  return { child, port, adminPort, dir, file, api: { port: adminPort } };
+  return { child, port, adminPort, dir, file, api };
 }
 
 const GETS = ['/metrics', '/metrics.json', '/blocked', '/blocked?detail=1', '/explain?ip=127.0.0.1', '/xdp'];

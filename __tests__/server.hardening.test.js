@@ -27,16 +27,7 @@ function nested(levels) {
 /** `times` × `[0]`: the path of the first array past the bound, inside `levels` nested arrays. */
 const zeros = (times) => '[0]'.repeat(times);
 
-async function configDir(edit = () => {}) {
-  const dir = s.tempDir();
-  s.writeCert(dir);
-  const [port, adminPort] = await h.freePorts(2);
-  const doc = s.baseConfig({ port, upstreamPort: servers[''].address().port, adminPort });
-  edit(doc, dir);
-  const file = path.join(dir, 'rampart.json');
-  s.writeJson(file, doc);
-  return { dir, file, doc, port, adminPort, api: { port: adminPort } };
-}
+const configDir = (edit) => s.configDir(servers[''].address().port, edit);
 
 /** The base config with 2,000 nested arrays under `routes[0].upstreams[0].extra`. */
 function deepDoc(doc) {

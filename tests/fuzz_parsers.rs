@@ -15,38 +15,14 @@
 //!
 //! A longer run: `PROPTEST_CASES=200000 cargo test --release --test fuzz_parsers`.
 
+mod common;
+use common::corpus::{cases, corpus};
 use proptest::prelude::*;
 use rampart::proxy::head::{self, Head};
 use rampart::proxy::proxy_protocol::{
     parse_inbound, v1_header, v2_header, Inbound, MAX_INBOUND_HEADER_BYTES,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
-
-/// Cases per target: `PROPTEST_CASES`, or 3,000 (about a second in all, release).
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
-}
-
-fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(target);
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.expect("a corpus entry").path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).expect("a corpus file"))
-        })
-        .collect();
-    out.sort();
-    assert!(!out.is_empty(), "{} is empty", dir.display());
-    out
-}
 
 /// Bytes that look like the start of HTTP often enough to reach deep states.
 fn http_ish() -> impl Strategy<Value = Vec<u8>> {
@@ -120,7 +96,7 @@ fn check_head(parse: fn(&[u8]) -> Head, buf: &[u8]) -> Result<(), TestCaseError>
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(cases(3000)))]
 
     #[test]
     fn http1_head_is_stream_consistent(buf in prop_oneof![http_ish(), prop::collection::vec(any::<u8>(), 0..64)]) {

@@ -12,19 +12,12 @@
 //! Plus the corpus: `tests/corpus/<target>/*`, replayed on every run with the expected outcome.
 //! A longer run: `PROPTEST_CASES=20000 cargo test --release --test fuzz_streams`.
 
+mod common;
+use common::corpus::{cases, corpus};
 use proptest::prelude::*;
 use rampart::config::proxy::Tunnels;
 use rampart::http2::{FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, PREFACE};
 use rampart::proxy::forward_headers::{is_forwarded, Refused, Rewriter, Step};
-use std::path::PathBuf;
-
-/// Cases per target: `PROPTEST_CASES`, or 500.
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500)
-}
 
 fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
@@ -216,7 +209,7 @@ fn http_stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(cases(500)))]
 
     #[test]
     fn rewriter_output_does_not_depend_on_reads_and_carries_no_client_forwarded_field(
@@ -281,22 +274,6 @@ proptest! {
         prop_assert!(changed <= 1);
         prop_assert_eq!(ack_filtered(&bytes, &cuts), whole);
     }
-}
-
-fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(target);
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.expect("a corpus entry").path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).expect("a corpus file"))
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// Every request stream that once got a client's own forwarded headers, an h2c upgrade or

@@ -210,4 +210,30 @@ async function countingUpstream({ handler, settings } = {}) {
   return up;
 }
 
-module.exports = { PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream };
+/**
+ * Rampart on a free port with one `http2: true` route to a fresh counting upstream (`settings`:
+ * its SETTINGS; `protection`: the listener's), stopped with the upstream after the test
+ * `t`. Returns `{ up, port, proxy, events ('blocked'), metrics() (the listener's) }`.
+ */
+async function proxiedUpstream(t, { protection, handler, settings } = {}) {
+  const h = require('./index');
+  const { RampartProxy } = require('../..');
+  const up = await countingUpstream({ handler, settings });
+  const port = await h.freePort();
+  const listener = { host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) };
+  if (protection) listener.protection = protection;
+  const proxy = new RampartProxy({
+    listeners: [listener],
+    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }] }],
+  });
+  const events = [];
+  proxy.on('blocked', (e) => events.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await up.close();
+  });
+  return { up, port, proxy, events, metrics: () => proxy.metrics().listeners[0] };
+}
+
+module.exports = { PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream, proxiedUpstream };

@@ -301,4 +301,21 @@ async function openConnection(port) {
   };
 }
 
-module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, ServerChild, cleanup, echoSuite, openConnection, admin, tlsAttempt, loopClient, accepting };
+/**
+ * A config folder for `rampart serve`: the test certificate and `rampart.json` (`baseConfig` on
+ * free proxy and admin ports in front of `upstreamPort`, then `edit(doc, dir)`). Returns
+ * `{ dir, file, doc, port, adminPort, api }`.
+ */
+async function configDir(upstreamPort, edit = () => {}) {
+  const h = require('./index');
+  const dir = tempDir();
+  writeCert(dir);
+  const [port, adminPort] = await h.freePorts(2);
+  const doc = baseConfig({ port, upstreamPort, adminPort });
+  edit(doc, dir);
+  const file = path.join(dir, 'rampart.json');
+  writeJson(file, doc);
+  return { dir, file, doc, port, adminPort, api: { port: adminPort } };
+}
+
+module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, configDir, ServerChild, cleanup, echoSuite, openConnection, admin, tlsAttempt, loopClient, accepting };

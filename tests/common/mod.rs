@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests (each test crate uses what it needs).
 
+pub mod corpus;
 pub mod engine;
 pub mod fixtures;
 pub mod hello;

@@ -84,15 +84,7 @@ impl Engine {
             .into_iter()
             .filter(|r| r.net.contains(&ip))
             .collect();
-        let retry = |gs: [Option<(Gcra, u64)>; 2]| {
-            let wait = gs
-                .into_iter()
-                .flatten()
-                .map(|(g, tat)| g.retry_after_ns(tat, now_ns))
-                .max()
-                .unwrap_or(0);
-            (wait > 0).then(|| ns_to_ms_ceil(wait))
-        };
+        let retry = |gs| retry_after_ms(gs, now_ns);
         let client = self.table.inspect(key, |e| {
             let e = e?;
             inst.rescale(e, Tier::Client);

@@ -71,15 +71,7 @@ impl Engine {
             tier: Tier::Prefix,
             note: Some(PREFIX_NOTE),
         };
-        let retry = |gs: [Option<(Gcra, u64)>; 2]| {
-            let wait = gs
-                .into_iter()
-                .flatten()
-                .map(|(g, tat)| g.retry_after_ns(tat, now_ns))
-                .max()
-                .unwrap_or(0);
-            (wait > 0).then(|| Some(ns_to_ms_ceil(wait)))
-        };
+        let retry = |gs| retry_after_ms(gs, now_ns).map(Some);
         view.rate_limited = self.collect(&client, FLAG_RATE, BlockReason::RateLimited, |e, lim| {
             p?;
             retry([

@@ -221,6 +221,18 @@ pub const H2_BOX_NOTE: &str = "boxed by protection.http2.boxAfterViolations";
 /// `note` of a boxed prefix in `blockedIps({ detail: true })`.
 pub const PREFIX_NOTE: &str = "prefix";
 
+/// The longest wait, in ms rounded up, until every limit of `gs` (each a GCRA and its TAT)
+/// admits a connection at `now_ns`; `None` when they all admit now.
+fn retry_after_ms(gs: [Option<(Gcra, u64)>; 2], now_ns: u64) -> Option<u64> {
+    let wait = gs
+        .into_iter()
+        .flatten()
+        .map(|(g, tat)| g.retry_after_ns(tat, now_ns))
+        .max()
+        .unwrap_or(0);
+    (wait > 0).then(|| ns_to_ms_ceil(wait))
+}
+
 const SWAP_EVICT_BUDGET: usize = 4096;
 
 impl Engine {

@@ -1,0 +1,35 @@
+//! A `{ certChain, privateKey }` field (a listener's `defaultCert`, a route's `cert`), parsed
+//! into a rustls key once.
+
+use crate::config::error::Issues;
+use crate::config::value::{self as v, field, join};
+use crate::tls::certs::{load_certified_key, CertifiedKey};
+use serde_json::Value;
+use std::sync::Arc;
+
+pub(super) fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
+    let obj = v::object(v, path, issues)?;
+    v::reject_unknown(obj, &["certChain", "privateKey"], path, issues);
+    let chain = match field(obj, "certChain") {
+        Some(c) => v::pem_bytes(c, &join(path, "certChain"), issues),
+        None => {
+            issues.push(join(path, "certChain"), "is required");
+            None
+        }
+    };
+    let key = match field(obj, "privateKey") {
+        Some(k) => v::pem_bytes(k, &join(path, "privateKey"), issues),
+        None => {
+            issues.push(join(path, "privateKey"), "is required");
+            None
+        }
+    };
+    let (chain, key) = (chain?, key?);
+    match load_certified_key(&chain, &key) {
+        Ok(ck) => Some(ck),
+        Err(e) => {
+            issues.push(path, e);
+            None
+        }
+    }
+}
