@@ -6,6 +6,8 @@
 //! Both get an injected clock (no clock read in the loop). Times are per decision; on 2 threads
 //! each thread makes the decisions, so the figure is the per-thread latency under sharing.
 //! Memory: RSS delta (`/proc/self/statm`) / 1M keys after filling each structure.
+#![allow(missing_docs)] // criterion_main! generates an undocumented `main`
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::FakeRelativeClock;

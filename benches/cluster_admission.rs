@@ -18,6 +18,7 @@
 //! stopped, so neither their work (the health `PING`) nor their CPU share enters the figure: it
 //! is the accept path's own cost. `KEYS` clients, one thread. Without
 //! `redis-server` on PATH the bench says so and exits.
+#![allow(missing_docs)] // criterion_main! generates an undocumented `main`
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rampart::cluster::{Cluster, Node};

@@ -5,6 +5,7 @@
 //! skips the payload.
 //!
 //! `cargo bench --bench http2_guard`
+#![allow(missing_docs)] // criterion_main! generates an undocumented `main`
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rampart::http2::{H2Guard, H2GuardConfig, Inspect, PREFACE};

@@ -7,6 +7,7 @@
 //! - every proper prefix of a valid hello is `Incomplete` and the whole gives the one-shot result;
 //! - random hellos encoded in random record framings decode to exactly their fields, and their
 //!   JA3 / JA4 pass the blocklist validators.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::hello::{u16_vec, with_u16_len, with_u8_len};
@@ -40,18 +41,22 @@ fn count(bytes: usize) {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count(layout.size());
-        System.alloc(layout)
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
+        unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count(layout.size());
-        System.alloc_zeroed(layout)
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(new_size);
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: `ptr` and `layout` come from this allocator, which is `System`'s.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: as for `realloc`.
+        unsafe { System.dealloc(ptr, layout) }
     }
 }
 

@@ -4,6 +4,7 @@
 //! rules (1-byte records, trailing bytes, plain HTTP, SSLv2, bad lengths, the 16 KiB cap).
 //! Without the fixture folder the fixture tests skip visibly, and fail under CI
 //! (`tests/common/prereq.rs`).
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::hello::{u16_vec, with_u16_len, with_u8_len};

@@ -24,16 +24,20 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(|c| c.get())
 }
 
+// SAFETY: forwards every call to `System` unchanged; only counts allocations.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         count_allocation();
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
         unsafe { std::alloc::System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` and `layout` come from this allocator, which is `System`'s.
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
         count_allocation();
+        // SAFETY: as for `dealloc`.
         unsafe { std::alloc::System.realloc(ptr, layout, size) }
     }
 }

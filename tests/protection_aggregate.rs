@@ -1,6 +1,7 @@
 //! Guards that no single client reveals, with injected time: the prefix tier, the listener
 //! budget, known-good clients, defense mode, ban escalation — and their eviction under a
 //! 2M-address flood.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::*;

@@ -1,4 +1,5 @@
 //! CIDR parsing rules (DESIGN.md §4) with their exact messages, and large-set matching.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use rampart::protection::{parse_cidr, CidrSet};
 use std::net::IpAddr;

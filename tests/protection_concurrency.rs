@@ -1,5 +1,6 @@
 //! Concurrency: threads hammering one client never get more than the GCRA allows, and admission
 //! racing eviction (ticks and cap pressure) never admits past `maxConcurrentPerIp`.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::T0;

@@ -1,4 +1,5 @@
 //! Dynamic blocks (`blockIp` / `unblockIp`): TTL, port scope, replacement, CIDR rules.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use ipnet::IpNet;
 use rampart::config::update::parse_block;

@@ -1,5 +1,6 @@
 //! Engine behaviour with injected time: GCRA limits, penalty box, swaps, keys, observe mode,
 //! concurrency and pending guards, ClientHello checks, blocked view.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::*;

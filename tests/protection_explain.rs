@@ -1,6 +1,7 @@
 //! `Engine::explain`: the state it reports is exact (injected time), it changes nothing, and its
 //! verdict is the one the client's next connection gets — checked on every step of random walks
 //! over admissions, closes, time, `blockIp` and boxes.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::{engine, MS, S, T0};

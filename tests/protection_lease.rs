@@ -1,6 +1,7 @@
 //! `clusterRateLimit` leases kept in the engine's table, with injected time and no Redis: the
 //! refill task's part is played by the test through `Engine::update_lease` (the cluster specs in
 //! `__tests__/cluster.*` run the same path against a real `redis-server`).
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::*;

@@ -1,5 +1,6 @@
 //! ProtectionConfig validation: every field, every kind of bad number, exact paths and messages,
 //! all issues at once.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use rampart::config::error::Issues;
 use rampart::config::protection::parse_protection;

@@ -1,6 +1,7 @@
 //! Policy swaps carry each client's rate-limit usage over in connections, not in time: raising a
 //! limit readmits at once, lowering one bites at once, swaps compose, a limit switched on starts
 //! fresh and one switched off drops its state; penalty deadlines are untouched. Injected time.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::*;

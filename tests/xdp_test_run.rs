@@ -11,6 +11,7 @@
 //! Time: the program reads `bpf_ktime_get_ns`, which advances for real during a test. Exact
 //! assertions rely on margins of seconds (a SYN limit of 1/s with burst B: the B+1-th SYN sent
 //! within the same second is excess), never on sleeps.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::prereq;

@@ -166,10 +166,20 @@ pub enum Inspect {
     /// A limit was exceeded: forward `chunk[..at]` (every byte before the violating frame's
     /// header, or `0` when that header began in an earlier chunk), forward nothing after, report
     /// `h2_flood` with `violation.as_str()`, send the client the GOAWAY and close both sides.
-    Violation { at: usize, violation: Violation },
+    Violation {
+        /// Bytes of the chunk to forward.
+        at: usize,
+        /// The limit exceeded.
+        violation: Violation,
+    },
     /// Not HTTP/2 the guard can follow: forward `chunk[..at]` (or nothing) and close both sides;
     /// not an `h2_flood` (see [`ProtocolError`]).
-    ProtocolError { at: usize, error: ProtocolError },
+    ProtocolError {
+        /// Bytes of the chunk to forward.
+        at: usize,
+        /// What could not be followed.
+        error: ProtocolError,
+    },
 }
 
 /// Why a connection ends; the first one sticks.
@@ -215,6 +225,7 @@ pub struct LazyNow<F: FnMut() -> u64> {
 }
 
 impl<F: FnMut() -> u64> LazyNow<F> {
+    /// A reading of `clock` (CLOCK_MONOTONIC ns) deferred until a decision needs it.
     pub fn new(clock: F) -> Self {
         LazyNow { clock, at: None }
     }
@@ -819,6 +830,7 @@ pub struct Goaway {
 }
 
 impl Goaway {
+    /// The frame's bytes (9-byte header and payload), to write to the client.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }

@@ -1,6 +1,6 @@
 //! The fuzz targets' shared parts: the case count and the corpus of hostile inputs kept in
 //! `tests/corpus/<target>/`.
-
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 #![allow(dead_code)]
 
 use std::path::PathBuf;
