@@ -10,11 +10,14 @@ pub fn now_ns() -> u64 {
     };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+    (ts.tv_sec as u64).saturating_mul(NS_PER_SEC) + ts.tv_nsec as u64
 }
 
 /// Nanoseconds per millisecond.
 pub const NS_PER_MS: u64 = 1_000_000;
+
+/// Nanoseconds per second.
+pub const NS_PER_SEC: u64 = 1_000_000_000;
 
 /// Milliseconds to nanoseconds, saturating.
 pub const fn ms_to_ns(ms: u64) -> u64 {

@@ -26,8 +26,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Nanoseconds per second.
-pub const NS_PER_SEC: u64 = 1_000_000_000;
+pub use crate::clock::NS_PER_SEC;
 
 /// One GCRA limit: emission interval and tolerance, both in ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

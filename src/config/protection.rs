@@ -579,7 +579,7 @@ fn escalation(v: &Value, path: &str, base_ns: u64, issues: &mut Issues) -> Optio
                     join(path, "maxDurationMs"),
                     format!(
                         "must be at least penaltyBox.durationMs ({} ms), got {}",
-                        base_ns.div_ceil(1_000_000),
+                        base_ns.div_ceil(crate::clock::NS_PER_MS),
                         describe(v)
                     ),
                 );

@@ -146,7 +146,7 @@ impl EventHub {
     }
 
     fn take_slot(&self, sec_cell: &AtomicU64, count_cell: &AtomicU64, now_ns: u64) -> bool {
-        let sec = now_ns / 1_000_000_000;
+        let sec = now_ns / crate::clock::NS_PER_SEC;
         let cur = sec_cell.load(Ordering::Relaxed);
         if cur != sec
             && sec_cell

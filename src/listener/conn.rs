@@ -842,15 +842,16 @@ impl Conn<'_> {
         }
         let pending = self.pending()?;
         let policy = l.engine.policy();
-        let timeout_ns = policy
-            .as_ref()
-            .map_or(DEFAULT_HANDSHAKE_TIMEOUT_MS * 1_000_000, |p| {
-                if pending.tightened() {
-                    p.defense_handshake_timeout_ns()
-                } else {
-                    p.tls_handshake_timeout_ns()
-                }
-            });
+        let timeout_ns =
+            policy
+                .as_ref()
+                .map_or(crate::clock::ms_to_ns(DEFAULT_HANDSHAKE_TIMEOUT_MS), |p| {
+                    if pending.tightened() {
+                        p.defense_handshake_timeout_ns()
+                    } else {
+                        p.tls_handshake_timeout_ns()
+                    }
+                });
         let min_bps = policy.as_ref().map_or(0, |p| p.min_bytes_per_second());
         drop(policy);
         let deadline = accepted_at + Duration::from_nanos(timeout_ns);

@@ -507,7 +507,7 @@ impl HttpConn<'_> {
         let l = &shared.listeners[self.li];
         let (head_ns, observe) = match l.engine.policy() {
             Some(p) => (p.head_timeout_ns(), p.mode() == Mode::Observe),
-            None => (DEFAULT_HEAD_TIMEOUT_MS * 1_000_000, false),
+            None => (crate::clock::ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS), false),
         };
         let head_timeout = Duration::from_nanos(head_ns);
         let idle = Duration::from_millis(l.config.idle_timeout_ms);

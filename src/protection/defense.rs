@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Seconds of the baseline window (5 minutes).
 pub const WINDOW_S: usize = 300;
 const SLOTS: usize = 4;
-const NS: u64 = 1_000_000_000;
+const NS: u64 = crate::clock::NS_PER_SEC;
 
 /// Per-second new-connection counts written by the admission path.
 #[derive(Debug, Default)]

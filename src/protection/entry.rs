@@ -98,7 +98,7 @@ impl Standing {
     /// Whether the known-good mark runs at `now_ns`.
     #[inline]
     pub fn known_good(&self, now_ns: u64) -> bool {
-        u64::from(self.known_good_s) * 1_000_000_000 > now_ns
+        u64::from(self.known_good_s) * crate::clock::NS_PER_SEC > now_ns
     }
 }
 

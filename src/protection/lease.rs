@@ -39,7 +39,7 @@ pub const LEASE_TTL_NS: u64 = 1_000_000_000;
 pub const IDLE_NS: u64 = 10_000_000_000;
 /// A refill unanswered while the client was unseen this long no longer keeps its entry, ns.
 pub const STALE_NS: u64 = 60_000_000_000;
-const NS_PER_S: u64 = 1_000_000_000;
+const NS_PER_S: u64 = crate::clock::NS_PER_SEC;
 const PENDING: u8 = 1;
 const HELD: u8 = 2;
 /// Largest `tokens`, `debt` or `charging` count (the config allows a lease of 10000).

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub const MAX_OFFENDERS: usize = 65_536;
 
 /// Ns between two purges of expired records.
-const PURGE_EVERY_NS: u64 = 1_000_000_000;
+const PURGE_EVERY_NS: u64 = crate::clock::NS_PER_SEC;
 
 #[derive(Debug, Default)]
 struct Record {

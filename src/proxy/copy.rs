@@ -51,7 +51,7 @@ impl<'a, S> Metered<'a, S> {
 }
 
 fn now_ms() -> u64 {
-    clock::now_ns() / 1_000_000
+    clock::now_ns() / clock::NS_PER_MS
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<'_, S> {

@@ -109,15 +109,18 @@ impl CompiledRoute {
             sets: upstream_sets(r),
             limit: r.rate_limit.map(|(rate, burst)| {
                 (
-                    Gcra::per_period(rate, 1_000_000_000, burst),
+                    Gcra::per_period(rate, crate::clock::NS_PER_SEC, burst),
                     AtomicU64::new(0),
                 )
             }),
             mtls,
             upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
-            affinity: r
-                .ip_affinity_ttl_ms
-                .map(|ms| (AffinityMap::new(), ms.saturating_mul(1_000_000))),
+            affinity: r.ip_affinity_ttl_ms.map(|ms| {
+                (
+                    AffinityMap::new(),
+                    ms.saturating_mul(crate::clock::NS_PER_MS),
+                )
+            }),
             metrics,
         })
     }

@@ -188,7 +188,7 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
             if p.penalty_ns == 0 {
                 return invalid(format!("port {}: penalty_ns must be > 0, got 0", p.port));
             }
-            let interval = 1_000_000_000 / u64::from(rate);
+            let interval = crate::clock::NS_PER_SEC / u64::from(rate);
             entry.flags |= PORT_SYN_LIMIT;
             entry.syn_per_second = rate;
             entry.syn_burst = p.syn_burst;
@@ -214,7 +214,7 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
                     p.port
                 ));
             }
-            let interval = 1_000_000_000 / u64::from(budget);
+            let interval = crate::clock::NS_PER_SEC / u64::from(budget);
             entry.flags |= PORT_SYN_BUDGET;
             entry.syn_budget_per_second = budget;
             entry.budget_interval_ns = interval;

@@ -100,7 +100,7 @@ impl Engine {
         let (level, known_good_s) = self
             .table
             .inspect_standing(key, |s| s.map_or((0, 0), |s| (s.level, s.known_good_s)));
-        let known_good_ms = (u64::from(known_good_s) * 1_000_000_000)
+        let known_good_ms = (u64::from(known_good_s) * crate::clock::NS_PER_SEC)
             .checked_sub(now_ns)
             .filter(|&ns| ns > 0)
             .map(ns_to_ms_ceil);

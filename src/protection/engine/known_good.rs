@@ -20,7 +20,7 @@ impl Engine {
         let ctx = self.ctx(&inst, p, now_ns, epoch, Tier::Client);
         let until_s = now_ns
             .saturating_add(p.known_good_ttl_ns())
-            .div_ceil(1_000_000_000)
+            .div_ceil(crate::clock::NS_PER_SEC)
             .min(u64::from(u32::MAX)) as u32;
         let key = IpKey::new(ip, p.ipv6_prefix_length());
         let half_s = (p.known_good_ttl_ns().div_ceil(2_000_000_000)).max(1) as u32;
@@ -46,7 +46,7 @@ impl Engine {
         let (marked, tell) = marked.map(|(m, _)| m).unwrap_or((false, false));
         if tell {
             if let Some(l) = self.known_good_listener.load().as_ref() {
-                let deadline = u64::from(until_s.saturating_add(half_s)) * 1_000_000_000;
+                let deadline = u64::from(until_s.saturating_add(half_s)) * crate::clock::NS_PER_SEC;
                 (l.0)(key, deadline);
             }
         }
@@ -68,7 +68,7 @@ impl Engine {
             if s.marks & MARK_KNOWN_GOOD != 0 && s.known_good(now_ns) {
                 out.push((
                     e.key(),
-                    (u64::from(s.known_good_s) + half_s) * 1_000_000_000,
+                    (u64::from(s.known_good_s) + half_s) * crate::clock::NS_PER_SEC,
                 ));
             }
         });

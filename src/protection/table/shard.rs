@@ -99,7 +99,7 @@ pub(super) fn worth(
     }
     let mut remembered = 0;
     if s.known_good(ctx.now) {
-        remembered = u64::from(s.known_good_s) * 1_000_000_000;
+        remembered = u64::from(s.known_good_s) * crate::clock::NS_PER_SEC;
     }
     if ctx.memory_ns > 0 {
         if let Some(t) = penalty::memory_until_ns(e.penalty, ctx.epoch, ctx.memory_ns) {
