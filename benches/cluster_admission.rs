@@ -24,6 +24,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use rampart::cluster::{Cluster, Node};
 use rampart::config::error::Issues;
 use rampart::config::protection::policy_from_json;
+use rampart::config::proxy::ListenerId;
 use rampart::protection::{DynamicBlocks, Engine, IpKey, LeaseUpdate};
 use serde_json::json;
 use std::hint::black_box;
@@ -63,7 +64,7 @@ impl Node for Quiet {
         eprintln!("cluster message rejected during the bench: {m}");
     }
     fn apply_blocks(&self, _: Vec<rampart::config::update::BlockRequest>, _: u64) {}
-    fn update_lease(&self, _: usize, key: IpKey, u: LeaseUpdate) -> u64 {
+    fn update_lease(&self, _: ListenerId, key: IpKey, u: LeaseUpdate) -> u64 {
         self.0.update_lease(key, u)
     }
     fn lease_clients(&self) -> u64 {
@@ -214,7 +215,7 @@ fn plain(f: &Fixture, i: usize) -> bool {
 fn decide(engine: &Engine, cluster: Option<&Cluster>, ip: IpAddr, now: u64) -> bool {
     let a = engine.admit_clustered(ip, || now, cluster.is_some_and(|c| c.leases_on()));
     if let Some(c) = cluster.filter(|_| a.refill) {
-        c.refill_lease(engine, 0, ip);
+        c.refill_lease(engine, ListenerId(0), ip);
     }
     a.verdict.is_none()
 }

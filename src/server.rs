@@ -5,6 +5,7 @@
 
 use crate::clock;
 use crate::cluster::Cluster;
+use crate::config::proxy::ListenerId;
 use crate::config::proxy::ProxyConfig;
 use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
@@ -240,7 +241,7 @@ impl Proxy {
         for (li, t) in listeners {
             r.accept_tasks.spawn(accept_loop(
                 self.shared.clone(),
-                li,
+                ListenerId(li),
                 t,
                 r.accept_stop.clone(),
                 r.conns.clone(),
@@ -365,7 +366,8 @@ impl Proxy {
         let now = clock::now_ns();
         for p in u.protection {
             for li in self.shared.listeners_on(p.port) {
-                self.shared.listeners[li]
+                self.shared
+                    .listener(li)
                     .engine
                     .set_policy(p.policy.clone(), now);
             }
@@ -599,7 +601,7 @@ impl Proxy {
                         tracked_prefixes: e.tracked_prefixes() as u64,
                         known_good_clients: e.known_good_clients(),
                         defense_active: e.defense_active(),
-                        pending_suspended: self.shared.suspensions.pending(li) as u64,
+                        pending_suspended: self.shared.suspensions.pending(ListenerId(li)) as u64,
                     },
                 )
             })
@@ -622,7 +624,7 @@ impl Proxy {
     /// validated against); `None` when `id` is not held (unknown, expired or resolved).
     pub fn suspended_listener(&self, id: u64) -> Option<crate::config::proxy::ListenerConfig> {
         let li = self.shared.suspensions.listener_of(id)?;
-        Some(self.shared.listeners[li].config.clone())
+        Some(self.shared.listener(li).config.clone())
     }
 
     /// `resolveConnection(id, route | null)` with the route validated: hands it (`None`: close)
@@ -703,13 +705,13 @@ impl crate::cluster::Node for ClusterPeer {
 
     fn update_lease(
         &self,
-        listener: usize,
+        listener: ListenerId,
         key: crate::protection::IpKey,
         u: crate::protection::LeaseUpdate,
     ) -> u64 {
         self.0
             .listeners
-            .get(listener)
+            .get(listener.0)
             .map_or(0, |l| l.engine.update_lease(key, u))
     }
 

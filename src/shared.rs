@@ -7,6 +7,7 @@
 
 use crate::clock;
 use crate::config::proxy::ListenerConfig;
+use crate::config::proxy::ListenerId;
 use crate::config::socket::SocketOptions;
 use crate::events::{BlockedEvent, ErrorEvent, EventHub};
 use crate::http2::Violation;
@@ -54,18 +55,23 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The listener `li`.
+    pub fn listener(&self, li: ListenerId) -> &ListenerRt {
+        &self.listeners[li.0]
+    }
+
     /// Counts and reports one refusal (or observe-mode decision) on listener `li`, with the
     /// connection's JA3/JA4 (`""` when the ClientHello was not read) and, for `h2_flood`, the
     /// limit the client exceeded (the event's `detail`, counted per detail).
     pub fn report_block(
         &self,
-        li: usize,
+        li: ListenerId,
         ip: IpAddr,
         v: Verdict,
         detail: Option<Violation>,
         (ja3, ja4): (&str, &str),
     ) {
-        let l = &self.listeners[li];
+        let l = &self.listener(li);
         l.metrics.blocked(v.reason);
         if let Some(d) = detail {
             l.metrics.h2_flood(d);
@@ -86,12 +92,12 @@ impl Shared {
     /// Counts one runtime error on listener `li`; with a `message`, also emits it as `'error'`.
     pub fn report_error(
         &self,
-        li: usize,
+        li: ListenerId,
         ip: Option<IpAddr>,
         code: ErrorReason,
         message: Option<String>,
     ) {
-        let l = &self.listeners[li];
+        let l = &self.listener(li);
         l.metrics.error(code);
         if let Some(message) = message {
             let ev = ErrorEvent {
@@ -144,26 +150,27 @@ impl Shared {
     }
 
     /// Indexes of the listeners on `port` (a port names every listener bound to it).
-    pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
+    pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = ListenerId> + '_ {
         self.listeners
             .iter()
             .enumerate()
             .filter(move |(_, l)| l.config.port == port)
-            .map(|(i, _)| i)
+            .map(|(i, _)| ListenerId(i))
     }
 }
 
 /// Holds one open connection in its listener's gauge (`activeConnections`); released on drop.
 pub struct ActiveGuard {
     shared: Arc<Shared>,
-    li: usize,
+    li: ListenerId,
 }
 
 impl ActiveGuard {
     /// Counts a connection on listener `li` and returns the guard with the gauge's previous
     /// value (for the `maxConnections` check).
-    pub fn open(shared: &Arc<Shared>, li: usize) -> (ActiveGuard, i64) {
-        let prev = shared.listeners[li]
+    pub fn open(shared: &Arc<Shared>, li: ListenerId) -> (ActiveGuard, i64) {
+        let prev = shared
+            .listener(li)
             .metrics
             .active
             .fetch_add(1, Ordering::Relaxed);
@@ -179,7 +186,8 @@ impl ActiveGuard {
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.shared.listeners[self.li]
+        self.shared
+            .listener(self.li)
             .metrics
             .active
             .fetch_sub(1, Ordering::Relaxed);

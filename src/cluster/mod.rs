@@ -48,6 +48,7 @@ mod subscriber;
 
 use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
 use crate::config::cluster::ClusterConfig;
+use crate::config::proxy::ListenerId;
 use crate::config::update::BlockRequest;
 use crate::protection::{BlockReason, ClusterRateLimit, Engine, IpKey, LeaseRequest, LeaseUpdate};
 use breaker::Breaker;
@@ -137,7 +138,7 @@ pub trait Node: Send + Sync + 'static {
     /// Applies the refill task's `u` to the cluster lease of `key` on listener `listener` (the
     /// index given to [`Cluster::refill_lease`], [`Engine::update_lease`]); returns what it
     /// returns (0 when no such listener or lease).
-    fn update_lease(&self, listener: usize, key: IpKey, u: LeaseUpdate) -> u64;
+    fn update_lease(&self, listener: ListenerId, key: IpKey, u: LeaseUpdate) -> u64;
     /// Clients holding a cluster lease on all listeners ([`Engine::lease_clients`]).
     fn lease_clients(&self) -> u64;
 }
@@ -161,7 +162,7 @@ enum Outgoing {
 #[derive(Debug, Clone, Copy)]
 struct Refill {
     /// Which listener's engine holds the lease (several may share a port).
-    listener: usize,
+    listener: ListenerId,
     port: u16,
     key: IpKey,
     limit: ClusterRateLimit,
@@ -628,7 +629,7 @@ mod tests {
                 lock(&self.0).push(format!("block {}", b.net));
             }
         }
-        fn update_lease(&self, _: usize, _: IpKey, _: LeaseUpdate) -> u64 {
+        fn update_lease(&self, _: ListenerId, _: IpKey, _: LeaseUpdate) -> u64 {
             0
         }
         fn lease_clients(&self) -> u64 {

@@ -3,6 +3,7 @@
 //! handed back to the listener's engine.
 
 use super::*;
+use crate::config::proxy::ListenerId;
 
 impl Cluster {
     /// Whether admissions take `clusterRateLimit` lease tokens now: false while the breaker is
@@ -16,7 +17,7 @@ impl Cluster {
     /// Queues the lease refill `r` of listener `listener`'s engine (answered through
     /// [`Node::update_lease`]); never waits. False when the queue is full (counted in
     /// `queueOverflow`).
-    fn request_refill(&self, listener: usize, r: LeaseRequest) -> bool {
+    fn request_refill(&self, listener: ListenerId, r: LeaseRequest) -> bool {
         let sent = self
             .refill_tx
             .try_send(Refill {
@@ -36,7 +37,7 @@ impl Cluster {
     /// lease): builds `ip`'s refill request on listener `listener`'s `engine` and queues it
     /// (a `try_send` on the refill queue); if it cannot be queued, tells the engine
     /// ([`LeaseUpdate::NotSent`]) so the client's next connection asks again. Never waits.
-    pub fn refill_lease(&self, engine: &Engine, listener: usize, ip: IpAddr) {
+    pub fn refill_lease(&self, engine: &Engine, listener: ListenerId, ip: IpAddr) {
         if let Some(r) = engine.lease_request(ip) {
             if !self.request_refill(listener, r) {
                 engine.update_lease(r.key, LeaseUpdate::NotSent);

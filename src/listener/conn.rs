@@ -28,6 +28,7 @@
 
 use super::h2::{FirstAckFilter, H2End, H2Inspector};
 use crate::clock;
+use crate::config::proxy::ListenerId;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::events::SuspendedEvent;
 use crate::http2::{server_settings, FirstSettingsAck, H2GuardConfig, Violation};
@@ -219,7 +220,7 @@ enum Client {
 /// One connection's facts, gathered phase by phase.
 struct Conn<'a> {
     shared: &'a Shared,
-    li: usize,
+    li: ListenerId,
     peer: SocketAddr,
     ip: IpAddr,
     /// The address the client connected to, when a load balancer's PROXY header named it (else
@@ -275,7 +276,7 @@ impl Conn<'_> {
     /// .maxPendingPerIp`, `listenerLimit.maxPendingHandshakes`), which also says whether defense
     /// mode shortens the handshake deadline.
     fn pending(&mut self) -> Result<PendingGuard, Refusal> {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         match l.engine.pending_handshake(self.ip, clock::now_ns()) {
             Ok(g) => Ok(g),
             Err(v) => {
@@ -311,7 +312,7 @@ impl Conn<'_> {
     /// Phase 2: the post-hello checks (`requireSni`, JA3, JA4, incomplete hello), then a hello
     /// is required to go on.
     fn admit(&mut self, closed: bool) -> Result<(), Refusal> {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         let lists = l.engine.policy().is_some_and(|p| p.has_fingerprint_lists());
         let complete = self.hello.is_some();
         let has_sni = self.hello.as_ref().is_some_and(|h| h.sni.is_some());
@@ -355,7 +356,7 @@ impl Conn<'_> {
         timeout_ms: u64,
     ) -> Result<Arc<Route>, Refusal> {
         let shared = self.shared;
-        let l = &shared.listeners[self.li];
+        let l = &shared.listeners[self.li.0];
         let Some(ticket) = shared
             .suspensions
             .hold(self.li, l.config.max_pending_suspended)
@@ -376,7 +377,7 @@ impl Conn<'_> {
                 // Compiled for this connection's listener only (the only one it can use).
                 let li = self.li;
                 let listeners: Vec<_> = (shared.listeners.iter().enumerate())
-                    .map(|(i, l)| (i == li).then_some(&l.config))
+                    .map(|(i, l)| (i == li.0).then_some(&l.config))
                     .collect();
                 Ok(Route::compile(&rc, &listeners, suspended.metrics.clone()))
             }
@@ -418,7 +419,7 @@ impl Conn<'_> {
             }
             None => (route, deadline),
         };
-        let Some(tls) = route.tls.get(self.li).cloned().flatten() else {
+        let Some(tls) = route.tls.get(self.li.0).cloned().flatten() else {
             return Ok((route, Client::Raw(sock)));
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -443,7 +444,7 @@ impl Conn<'_> {
     /// does not apply), to be written to the upstream first. Past the deadline: `slow_request`
     /// (in observe mode reported, and the connection goes on with what arrived).
     async fn head(&mut self, route: &Route, client: &mut Client) -> Result<Vec<u8>, Refusal> {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         let Some(policy) = l.engine.policy() else {
             return Ok(Vec::new());
         };
@@ -498,7 +499,7 @@ impl Conn<'_> {
     fn client_cert_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
         let rc = &route.config;
         if rc.source_address_header != SourceAddressHeader::ProxyV2
-            || !route.mtls.get(self.li).copied().unwrap_or(false)
+            || !route.mtls.get(self.li.0).copied().unwrap_or(false)
         {
             return None;
         }
@@ -602,7 +603,7 @@ impl Conn<'_> {
         up: UpstreamStream,
         head: Vec<u8>,
     ) -> Result<(), Refusal> {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         if matches!(&client, Client::Tls(s) if s.get_ref().1.alpn_protocol() == Some(b"h2")) {
             let policy = l.engine.policy();
             let http2 = policy
@@ -667,7 +668,7 @@ impl Conn<'_> {
     where
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         if !head.is_empty() {
             up.write_all(head).await.map_err(|e| {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
@@ -698,7 +699,7 @@ impl Conn<'_> {
         let s = &self.shared.socket;
         CopyOptions {
             idle_timeout: Duration::from_millis(
-                self.shared.listeners[self.li].config.idle_timeout_ms,
+                self.shared.listener(self.li).config.idle_timeout_ms,
             ),
             half_close_timeout: s.half_close_timeout,
             client_buf: s.client_read_buffer,
@@ -716,7 +717,7 @@ impl Conn<'_> {
 
     /// [`Conn::known_good_hook`] for a terminated connection.
     fn known_good_hook_tls(&self) -> Option<impl FnOnce() + '_> {
-        let (l, ip) = (&self.shared.listeners[self.li], self.ip);
+        let (l, ip) = (self.shared.listener(self.li), self.ip);
         self.clean.then_some(move || {
             l.engine.mark_known_good(ip, clock::now_ns());
         })
@@ -738,7 +739,7 @@ impl Conn<'_> {
         guard: Option<(H2GuardConfig, bool)>,
     ) -> Result<(), Refusal> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
-        let l = &shared.listeners[li];
+        let l = &shared.listener(li);
         let opts = self.copy_options();
         let rm = &route.metrics;
         let rx = [&l.metrics.bytes_received, &rm.bytes_received];
@@ -813,7 +814,7 @@ impl Conn<'_> {
         if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
             return Ok(());
         }
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         let limit = (l.engine.policy().as_deref())
             .map_or_else(Http2Policy::default, |p| *p.http2())
             .guard
@@ -834,7 +835,7 @@ impl Conn<'_> {
 
     /// Runs the phases in order.
     async fn run(&mut self, sock: TcpStream) -> Result<(), Refusal> {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         let accepted_at = Instant::now();
         let _ = sock.set_nodelay(true); // best effort: a socket that refuses it still works
         if let Some(k) = &self.shared.socket.keepalive {
@@ -919,7 +920,7 @@ fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
 /// named it. `clean`: the admission at accept refused nothing (not even in observe mode).
 pub async fn serve(
     shared: &Shared,
-    li: usize,
+    li: ListenerId,
     sock: TcpStream,
     peer: SocketAddr,
     ip: IpAddr,

@@ -29,6 +29,7 @@
 
 use super::proxy_in::Origin;
 use crate::clock;
+use crate::config::proxy::ListenerId;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::DEFAULT_HEAD_TIMEOUT_MS;
@@ -293,7 +294,7 @@ fn response(status: u16, location: Option<&str>, keep_alive: bool) -> Vec<u8> {
 /// One connection of an HTTP listener.
 struct HttpConn<'a> {
     shared: &'a Shared,
-    li: usize,
+    li: ListenerId,
     origin: Origin,
     ip: IpAddr,
     sock: TcpStream,
@@ -311,7 +312,7 @@ enum Next {
 
 impl HttpConn<'_> {
     fn count_received(&self, n: usize) {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         l.metrics
             .bytes_received
             .fetch_add(n as u64, Ordering::Relaxed);
@@ -320,7 +321,7 @@ impl HttpConn<'_> {
     /// Writes an answer within `idleTimeoutMs`: a client that stops reading (its window full of
     /// pipelined answers) is closed as `idle_timeout` instead of holding the connection.
     async fn send(&mut self, bytes: &[u8]) -> bool {
-        let l = &self.shared.listeners[self.li];
+        let l = &self.shared.listener(self.li);
         let idle = Duration::from_millis(l.config.idle_timeout_ms);
         match tokio::time::timeout(idle, self.sock.write_all(bytes)).await {
             Ok(Ok(())) => {
@@ -426,7 +427,7 @@ impl HttpConn<'_> {
             .local
             .or_else(|| self.sock.local_addr().ok())
             .unwrap_or_else(|| {
-                let c = &self.shared.listeners[self.li].config;
+                let c = &self.shared.listener(self.li).config;
                 SocketAddr::new(c.host, c.port)
             });
         let mut first = match rc.source_address_header {
@@ -442,7 +443,7 @@ impl HttpConn<'_> {
             return;
         }
         let (shared, li, ip) = (self.shared, self.li, self.ip);
-        let l = &shared.listeners[li];
+        let l = &shared.listener(li);
         let idle = Duration::from_millis(l.config.idle_timeout_ms);
         // The upstream's answer to the client until the upstream ends it. Nothing more of the
         // client's goes upstream: what it pipelines after the challenge is read and dropped, so
@@ -504,7 +505,7 @@ impl HttpConn<'_> {
     /// Serves requests until one ends the connection.
     async fn run(mut self) {
         let shared = self.shared;
-        let l = &shared.listeners[self.li];
+        let l = &shared.listeners[self.li.0];
         let (head_ns, observe) = match l.engine.policy() {
             Some(p) => (p.head_timeout_ns(), p.mode() == Mode::Observe),
             None => (crate::clock::ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS), false),
@@ -627,7 +628,7 @@ impl HttpConn<'_> {
 
 /// Serves one admitted connection of a `mode: 'http'` listener; `origin` is the client (from a
 /// PROXY header when a trusted balancer sent one), `ip` its canonical address.
-pub async fn serve(shared: &Shared, li: usize, sock: TcpStream, origin: Origin, ip: IpAddr) {
+pub async fn serve(shared: &Shared, li: ListenerId, sock: TcpStream, origin: Origin, ip: IpAddr) {
     let _ = sock.set_nodelay(true); // best effort
     HttpConn {
         shared,

@@ -27,6 +27,7 @@ pub mod http;
 pub mod proxy_in;
 
 use crate::clock;
+use crate::config::proxy::ListenerId;
 use crate::config::proxy::ListenerMode;
 use crate::metrics::ErrorReason;
 use crate::protection::{BlockReason, ConnGuard, Verdict};
@@ -139,7 +140,7 @@ fn is_resource_error(e: &io::Error) -> bool {
 /// `conns`, cancelled by `conn_cancel` at the end of a drain.
 pub async fn accept_loop(
     shared: Arc<Shared>,
-    li: usize,
+    li: ListenerId,
     listener: TcpListener,
     stop: CancellationToken,
     conns: TaskTracker,
@@ -154,7 +155,8 @@ pub async fn accept_loop(
         match accepted {
             Ok((sock, peer)) => {
                 let ip = peer.ip().to_canonical();
-                let trusted = shared.listeners[li]
+                let trusted = shared
+                    .listener(li)
                     .config
                     .accept_proxy_protocol
                     .as_ref()
@@ -209,7 +211,7 @@ pub async fn accept_loop(
 /// check) is `client_closed`.
 async fn behind_balancer(
     shared: &Arc<Shared>,
-    li: usize,
+    li: ListenerId,
     sock: tokio::net::TcpStream,
     peer: SocketAddr,
     timeout_ms: u64,
@@ -250,7 +252,7 @@ async fn behind_balancer(
 /// Serves an admitted connection by the listener's `mode`.
 async fn serve(
     shared: &Shared,
-    li: usize,
+    li: ListenerId,
     sock: tokio::net::TcpStream,
     origin: Origin,
     clean: bool,
@@ -261,7 +263,7 @@ async fn serve(
     // #62958): the task was 53 KiB for a 14 KiB TLS connection future, and the pages an idle
     // connection touched in it were most of its resident memory (BENCHMARKS.md: Memory per idle
     // connection).
-    match shared.listeners[li].config.mode {
+    match shared.listener(li).config.mode {
         ListenerMode::Tls => {
             Box::pin(conn::serve(
                 shared,
@@ -284,10 +286,10 @@ async fn serve(
 /// (already counted and reported).
 fn admit(
     shared: &Arc<Shared>,
-    li: usize,
+    li: ListenerId,
     ip: IpAddr,
 ) -> Option<(Option<ConnGuard>, ActiveGuard, bool)> {
-    let l = &shared.listeners[li];
+    let l = &shared.listener(li);
     // With the cluster tier up, the engine also takes the client's lease token (same lock).
     let cluster = shared.cluster.as_deref();
     let adm = l

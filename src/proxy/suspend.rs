@@ -8,6 +8,7 @@
 //! An id is a decimal string of a proxy-wide counter, never reused; resolving an id that is
 //! unknown, expired (timed out, client gone) or already resolved does nothing and says so.
 
+use crate::config::proxy::ListenerId;
 use crate::config::proxy::RouteConfig;
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,7 +27,7 @@ pub enum Resolution {
 /// One held connection in the registry.
 struct Pending {
     /// Index of its listener (whose `defaultCert` a resolved route may use).
-    li: usize,
+    li: ListenerId,
     tx: oneshot::Sender<Resolution>,
 }
 
@@ -69,8 +70,8 @@ impl Suspensions {
 
     /// Holds a connection of listener `li`, or `None` when that listener already holds `max`
     /// (`maxPendingSuspended`).
-    pub fn hold(&self, li: usize, max: u64) -> Option<Ticket<'_>> {
-        let c = &self.counts[li];
+    pub fn hold(&self, li: ListenerId, max: u64) -> Option<Ticket<'_>> {
+        let c = &self.counts[li.0];
         if c.fetch_add(1, Ordering::Relaxed) as u64 >= max {
             c.fetch_sub(1, Ordering::Relaxed);
             return None;
@@ -84,12 +85,12 @@ impl Suspensions {
     /// Removes `id`'s entry (counted once, by whoever removes it).
     fn take(&self, id: u64) -> Option<Pending> {
         let (_, p) = self.pending.remove(&id)?;
-        self.counts[p.li].fetch_sub(1, Ordering::Relaxed);
+        self.counts[p.li.0].fetch_sub(1, Ordering::Relaxed);
         Some(p)
     }
 
     /// The listener index of a held connection (`None`: unknown or no longer held).
-    pub fn listener_of(&self, id: u64) -> Option<usize> {
+    pub fn listener_of(&self, id: u64) -> Option<ListenerId> {
         self.pending.get(&id).map(|p| p.li)
     }
 
@@ -103,8 +104,8 @@ impl Suspensions {
     }
 
     /// Connections held now on listener `li` (`metrics().listeners[].pendingSuspended`).
-    pub fn pending(&self, li: usize) -> usize {
-        self.counts[li].load(Ordering::Relaxed)
+    pub fn pending(&self, li: ListenerId) -> usize {
+        self.counts[li.0].load(Ordering::Relaxed)
     }
 }
 
@@ -148,16 +149,16 @@ mod tests {
     #[tokio::test]
     async fn bound_resolve_and_expiry() {
         let s = Suspensions::new(2);
-        let a = s.hold(0, 2).unwrap();
-        let b = s.hold(0, 2).unwrap();
+        let a = s.hold(ListenerId(0), 2).unwrap();
+        let b = s.hold(ListenerId(0), 2).unwrap();
         assert!(
-            s.hold(0, 2).is_none(),
+            s.hold(ListenerId(0), 2).is_none(),
             "the third on listener 0 is over the bound"
         );
-        let c = s.hold(1, 2).unwrap();
-        assert_eq!((s.pending(0), s.pending(1)), (2, 1));
+        let c = s.hold(ListenerId(1), 2).unwrap();
+        assert_eq!((s.pending(ListenerId(0)), s.pending(ListenerId(1))), (2, 1));
         assert_ne!(a.id, b.id);
-        assert_eq!(s.listener_of(c.id), Some(1));
+        assert_eq!(s.listener_of(c.id), Some(ListenerId(1)));
 
         // Resolved: taken once; a second resolve is a no-op.
         let id = a.id;
@@ -165,7 +166,7 @@ mod tests {
         assert!(!s.resolve(id, Resolution::Close));
         let out = a.wait(Duration::from_secs(5), std::future::pending()).await;
         assert!(matches!(out, Outcome::Resolved(Resolution::Close)));
-        assert_eq!(s.pending(0), 1);
+        assert_eq!(s.pending(ListenerId(0)), 1);
 
         // Timed out: the id expires.
         let id = b.id;
@@ -174,14 +175,14 @@ mod tests {
             .await;
         assert!(matches!(out, Outcome::TimedOut));
         assert!(!s.resolve(id, Resolution::Close));
-        assert_eq!(s.pending(0), 0);
+        assert_eq!(s.pending(ListenerId(0)), 0);
 
         // Client gone: the id expires.
         let id = c.id;
         let out = c.wait(Duration::from_secs(5), async {}).await;
         assert!(matches!(out, Outcome::ClientClosed));
         assert!(!s.resolve(id, Resolution::Close));
-        assert_eq!(s.pending(1), 0);
+        assert_eq!(s.pending(ListenerId(1)), 0);
         assert!(!s.resolve(12345, Resolution::Close), "unknown id");
     }
 }

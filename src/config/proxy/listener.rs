@@ -55,6 +55,11 @@ pub struct ListenerConfig {
     pub max_pending_suspended: u64,
 }
 
+/// A listener's position in the config's `listeners[]`, which is also its index among the
+/// running proxy's listeners (their engines, counters and suspended connections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListenerId(pub usize);
+
 /// What a listener speaks (`listeners[].mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ListenerMode {
