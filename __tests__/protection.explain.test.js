@@ -60,9 +60,14 @@ test('explain(ip) refuses anything but one address with a ConfigError at ip', as
     assert.throws(() => p.proxy.explain(bad), (e) => {
       assert.equal(e.code, 'ERR_RAMPART_CONFIG');
       assert.deepEqual(e.errors.map((x) => x.path), ['ip']);
-      assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length), got ${JSON.stringify(bad)}`);
+      assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got ${JSON.stringify(bad)}`);
       return true;
     });
   }
+  // A huge input is quoted cut to 64 characters, never echoed whole.
+  assert.throws(() => p.proxy.explain('1'.repeat(100000)), (e) => {
+    assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got "${'1'.repeat(64)}"…`);
+    return true;
+  });
   assert.throws(() => p.proxy.explain(7), (e) => e.errors[0].path === 'ip' && e.errors[0].message === 'must be a string, got number');
 });

@@ -249,6 +249,21 @@ test('5. names listed in Connection never remove Rampart\'s headers, and undersc
   c.socket.destroy();
 });
 
+test('5b. a chunked body\'s trailer section loses client copies of the forwarded fields, in any spelling', async (t) => {
+  const origin = await goLikeOrigin();
+  const { port } = await proxyFor(t, origin, { sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja4' });
+  const c = await client(port);
+  const post = `POST / HTTP/1.1\r\nHost: ${SNI}\r\nTransfer-Encoding: chunked\r\nTrailer: X-Forwarded-For, X-JA4\r\n\r\n`;
+  c.socket.write(`${post}3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nx_ja4: spoofed\r\nExpires: 0\r\nX-Forwarded-Proto: http\r\n\r\nGET /next HTTP/1.1\r\nHost: ${SNI}\r\n\r\n`);
+  await h.waitFor(() => origin.conns.length === 1 && origin.conns[0].bytes.includes('GET /next'), { what: 'both requests at the origin' });
+  const seen = origin.conns[0].bytes.toString('latin1');
+  assert.equal(seen.includes('6.6.6.6'), false, seen);
+  assert.equal(seen.includes('spoofed'), false, seen);
+  assert.equal(seen.includes('X-Forwarded-Proto: http\r\n'), false, seen);
+  assert.equal(seen.includes('\r\n3\r\nabc\r\n0\r\nExpires: 0\r\n\r\nGET /next HTTP/1.1\r\n'), true, seen);
+  c.socket.destroy();
+});
+
 test('tunnels is validated: tokens, h2c, and routes whose bytes are not followed', () => {
   const up = [{ kind: 'tcp', host: '127.0.0.1', port: 1 }];
   const errs = h.errorsOf(

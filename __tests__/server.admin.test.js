@@ -87,7 +87,7 @@ test('POST /block → 204 and the client is refused (logged as a blocked event);
   assert.deepEqual(r.json.listeners[0].dynamicBlocks, [{ cidr: '127.0.0.2/32', port: null, reason: 'INC-1 test' }]);
   r = await s.admin(api, 'GET', '/explain?ip=127.0.0.0/8', tok);
   assert.equal(r.status, 400);
-  assert.deepEqual(r.json.errors, [{ path: 'query.ip', message: 'must be an IPv4 or IPv6 address (no /length), got "127.0.0.0/8"' }]);
+  assert.deepEqual(r.json.errors, [{ path: 'query.ip', message: 'must be an IPv4 or IPv6 address (no /length, no zone), got "127.0.0.0/8"' }]);
   r = await s.admin(api, 'GET', `/blocked?port=${port}&detail=1`, tok);
   assert.equal(r.json.dynamicBlocklist.length, 1);
   const d = r.json.dynamicBlocklist[0];

@@ -209,7 +209,15 @@ pub fn parse_explain_ip(ip: &str) -> Result<std::net::IpAddr, ConfigError> {
         .map_err(|_| {
             ConfigError::new(vec![ConfigIssue {
                 path: "ip".into(),
-                message: format!("must be an IPv4 or IPv6 address (no /length), got {ip:?}"),
+                message: format!(
+                    "must be an IPv4 or IPv6 address (no /length, no zone), got {:?}{}",
+                    ip.chars().take(64).collect::<String>(),
+                    if ip.chars().nth(64).is_some() {
+                        "…"
+                    } else {
+                        ""
+                    }
+                ),
             }])
         })
 }

@@ -464,7 +464,19 @@ impl Rewriter {
         match httparse::parse_headers(&self.held, &mut fields) {
             Ok(httparse::Status::Complete((len, _))) => {
                 self.held.truncate(len);
-                self.out.append(&mut self.held);
+                if self.scrub {
+                    // A client copy of a forwarded field is dropped from the trailer section too
+                    // (a gateway that merges trailers into the header fields must not see one).
+                    for line in self.held.split_inclusive(|&b| b == b'\n') {
+                        let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+                        if !is_forwarded(&line[..colon]) {
+                            self.out.extend_from_slice(line);
+                        }
+                    }
+                    reset(&mut self.held);
+                } else {
+                    self.out.append(&mut self.held);
+                }
                 self.state = State::Head;
                 Ok(Step::Emit(len - before))
             }
@@ -855,9 +867,13 @@ POST /w HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Forwarded-For
 
     #[test]
     fn chunked_bodies_with_extensions_and_trailers_pass_byte_exact() {
-        let body = b"5;name=\"v\";x\r\nhello\r\nA\r\n0123456789\r\n0;last\r\nX-Forwarded-For: t\r\nChecksum: 1\r\n\r\n";
+        // Byte-exact but for a client copy of a forwarded field in the trailer section (see
+        // forwarded_fields_in_a_chunked_trailer_section_are_removed).
+        let body = b"5;name=\"v\";x\r\nhello\r\nA\r\n0123456789\r\n0;last\r\nChecksum: 1\r\n\r\n";
         let mut input = b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n".to_vec();
-        input.extend_from_slice(body);
+        input.extend_from_slice(&body[..body.len() - 15]);
+        input.extend_from_slice(b"X-Forwarded-For: t\r\n");
+        input.extend_from_slice(&body[body.len() - 15..]);
         input.extend_from_slice(
             b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
         );
@@ -1028,6 +1044,23 @@ GET /2 HTTP/1.1\nConnection: x_forwarded_proto,X-JA3 ,\nConnection: close\n\n";
         for cut in 0..=plain.len() {
             let rw = Rewriter::follow(Tunnels::default());
             assert_eq!(run_with(rw, plain, cut, true).unwrap(), plain, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn forwarded_fields_in_a_chunked_trailer_section_are_removed() {
+        let input = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTrailer: X-Forwarded-For, X-JA4\r\n\r\n\
+3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nx_ja4: spoofed\r\nExpires: 0\r\nX-Forwarded-Proto: http\r\n\r\n";
+        let mut want =
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTrailer: X-Forwarded-For, X-JA4\r\n"
+                .to_vec();
+        want.extend_from_slice(INSERT);
+        want.extend_from_slice(b"\r\n3\r\nabc\r\n0\r\nExpires: 0\r\n\r\n");
+        every_cut(input, &want);
+        // A route that only follows passes the trailer section as it came.
+        for cut in 0..=input.len() {
+            let rw = Rewriter::follow(Tunnels::default());
+            assert_eq!(run_with(rw, input, cut, true).unwrap(), input, "cut {cut}");
         }
     }
 
