@@ -213,13 +213,15 @@ test('admin API Host check: a foreign Host is 421 on every route (DNS rebinding)
 });
 
 test('warnings at start, one log line each: a world-readable token file and trustedCidrs covering every address', async (t) => {
-  const [port1, port2] = await h.freePorts(2);
-  const { file, doc, dir } = await configDir((d) => {
+  const { file, doc, dir, port, adminPort } = await configDir((d) => {
     d.admin = { port: d.admin.port, tokenFile: 'admin-token' };
     d.proxy.listeners[0].acceptProxyProtocol = { trustedCidrs: ['0.0.0.0/0', '::/0'] };
-    d.proxy.listeners.push({ host: '127.0.0.1', port: port1, defaultCert: d.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['0.0.0.0/1', '128.0.0.0/1', '10.0.0.0/8'] } });
-    d.proxy.listeners.push({ host: '127.0.0.1', port: port2, defaultCert: d.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['10.0.0.0/8', '::/1'] } });
   });
+  // Two more ports, distinct from the two configDir chose (free-port calls apart may repeat one).
+  const [port1, port2] = (await h.freePorts(4)).filter((p) => p !== port && p !== adminPort);
+  doc.proxy.listeners.push({ host: '127.0.0.1', port: port1, defaultCert: doc.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['0.0.0.0/1', '128.0.0.0/1', '10.0.0.0/8'] } });
+  doc.proxy.listeners.push({ host: '127.0.0.1', port: port2, defaultCert: doc.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['10.0.0.0/8', '::/1'] } });
+  s.writeJson(file, doc);
   const tokenFile = path.join(dir, 'admin-token');
   fs.writeFileSync(tokenFile, `${s.TOKEN}\n`);
   fs.chmodSync(tokenFile, 0o644);
