@@ -7,6 +7,11 @@
 //! update one [`ConnState`] that they receive by `&mut`, so the caller decides how it is shared:
 //! owned next to both inspectors in one task ([`H2Guard`], no lock), or behind a `Mutex` locked
 //! once per chunk when the two directions run in two tasks.
+//!
+//! Why one file (925 lines, 13 of them tests): the two inspectors share [`ConnState`] field by
+//! field, and every limit's check is read beside the frame walk that feeds it; split apart, each
+//! half would need the other open. The frame walk itself lives in `frame.rs`, stream
+//! bookkeeping in `streams.rs`, Rampart's own SETTINGS in `preface.rs`.
 
 use super::frame::{
     flag, goaway_frame, ty, FrameHeader, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, FRAME_HEADER_LEN,

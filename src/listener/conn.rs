@@ -25,6 +25,10 @@
 //! ([`crate::proxy::head`]) within `slowRequest.headTimeoutMs`, else it is closed `slow_request`
 //! and no upstream connection was ever opened; the head (at most 16 KiB) is buffered and written
 //! to the upstream first.
+//!
+//! Why one file (966 lines): the phases above share one `Conn` and are read top to bottom as the
+//! connection's life. The next carving, planned with the structure work, moves the pipeline into
+//! its own module with a file per phase (peek, admit, terminate, head, connect, pump).
 
 use super::h2::{FirstAckFilter, H2End, H2Inspector};
 use crate::clock;
