@@ -36,20 +36,7 @@ impl Cluster {
         let mut flushed: usize = 0;
         let mut names: HashMap<String, Arc<str>> = HashMap::new();
         loop {
-            let pat = pattern.clone();
-            let Some((next, keys)) = self
-                .run(|mut c| async move {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pat)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT)
-                        .query_async::<(u64, Vec<Vec<u8>>)>(&mut c)
-                        .await
-                })
-                .await
-            else {
+            let Some((next, keys)) = self.scan_step(&pattern, cursor).await else {
                 break;
             };
             if !keys.is_empty() {
@@ -171,25 +158,35 @@ impl Cluster {
         blocks.clear();
     }
 
-    /// Every key matching `pattern` (`SCAN`, each step through the breaker).
+    /// One `SCAN` step from `cursor` over the keys matching `pattern` (`COUNT` [`SCAN_COUNT`],
+    /// through the breaker): the next cursor (0: done) and the key names as bytes.
+    pub(super) async fn scan_step(
+        &self,
+        pattern: &str,
+        cursor: u64,
+    ) -> Option<(u64, Vec<Vec<u8>>)> {
+        let pat = pattern.to_string();
+        self.run(|mut c| async move {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pat)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async::<(u64, Vec<Vec<u8>>)>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// Every key matching `pattern` whose name is UTF-8 ([`Cluster::scan_step`] until the
+    /// cursor comes back to 0).
     pub(super) async fn scan(&self, pattern: &str) -> Option<Vec<String>> {
         let mut out = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let pat = pattern.to_string();
-            let (next, keys): (u64, Vec<String>) = self
-                .run(|mut c| async move {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pat)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut c)
-                        .await
-                })
-                .await?;
-            out.extend(keys);
+            let (next, keys) = self.scan_step(pattern, cursor).await?;
+            out.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
             if next == 0 {
                 return Some(out);
             }
