@@ -279,16 +279,7 @@ test('no false positive: node:http2, 500 requests over 100 concurrent streams', 
   const s = await setup(t);
   const session = http2.connect(`https://localhost:${s.port}`, { rejectUnauthorized: false });
   session.on('error', () => {});
-  const get = (path) =>
-    new Promise((resolve, reject) => {
-      const r = session.request({ ':path': path });
-      let status;
-      let body = '';
-      r.on('response', (hd) => (status = hd[':status']));
-      r.on('data', (d) => (body += d));
-      r.on('end', () => resolve([status, body]));
-      r.on('error', reject);
-    });
+  const get = H.getter(session);
   // 100 workers, 5 requests each: 100 streams open at once, 500 in all.
   const results = (await Promise.all(times(100, async (w) => {
     const out = [];

@@ -77,19 +77,7 @@ test("the ACK of Rampart's SETTINGS sent with the preface and the request in one
   c.socket.destroy();
 });
 
-/** node:http2 GETs on one session: resolves `[status, body]` per request. */
-function getter(session) {
-  return (path) =>
-    new Promise((resolve, reject) => {
-      const r = session.request({ ':path': path });
-      let status;
-      let body = '';
-      r.on('response', (hd) => (status = hd[':status']));
-      r.on('data', (d) => (body += d));
-      r.on('end', () => resolve([status, body]));
-      r.on('error', reject);
-    });
-}
+const getter = H.getter;
 
 /**
  * An upstream whose SETTINGS carry no SETTINGS_MAX_CONCURRENT_STREAMS (node:http2's default) and

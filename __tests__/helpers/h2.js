@@ -236,4 +236,18 @@ async function proxiedUpstream(t, { protection, handler, settings } = {}) {
   return { up, port, proxy, events, metrics: () => proxy.metrics().listeners[0] };
 }
 
-module.exports = { PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream, proxiedUpstream };
+/** node:http2 GETs (`session.request`) on one session: resolves `[status, body]` per request. */
+function getter(session) {
+  return (path) =>
+    new Promise((resolve, reject) => {
+      const r = session.request({ ':path': path });
+      let status;
+      let body = '';
+      r.on('response', (hd) => (status = hd[':status']));
+      r.on('data', (d) => (body += d));
+      r.on('end', () => resolve([status, body]));
+      r.on('error', reject);
+    });
+}
+
+module.exports = { getter, PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream, proxiedUpstream };
