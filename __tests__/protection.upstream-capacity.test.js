@@ -1,0 +1,108 @@
+'use strict';
+// The application's capacity: a real node upstream that serves 20 requests at once, 10 ms each
+// (the rest wait in its own queue), behind a terminated `protocol: 'http'` route, and an
+// IP-diverse TLS keep-alive GET flood from 400 addresses (in 256 /24s, one connection and at
+// most 10 requests/s each: under every per-client limit of the listener; 4,000 requests/s
+// together, twice what the upstream serves). The known-good probe
+// (127.0.0.2, a new TLS connection + GET every 50 ms) runs alone first — its no-attack p99, and
+// it becomes known-good — then beside the flood.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { RampartProxy } = require('..');
+const h = require('./helpers');
+const { capacityUpstream, tlsGetFlood, probe } = require('./helpers/flood');
+
+/** Per-client limits the flood stays far under (each source: 1 connection, ≤ 10 requests/s). */
+const PROTECTION = { rateLimit: { connectionsPerSecond: 20, burst: 40 }, maxConcurrentPerIp: 64 };
+
+/** Rampart on a free port, one terminated `protocol: 'http'` route to `upPort`; stopped after `t`. */
+async function proxyTo(t, upPort) {
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
+    routes: [{ sni: '', terminateTls: true, protocol: 'http', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upPort }] }],
+  });
+  await proxy.start();
+  t.after(() => proxy.stop());
+  return { proxy, port };
+}
+
+/** The default route's `metrics().routeMetrics[i].upstream` (undefined until Rampart measures it). */
+function routeUpstream(proxy) {
+  const r = proxy.metrics().routeMetrics.find((x) => x.route === '');
+  return r && r.upstream;
+}
+
+test(
+  'an IP-diverse GET flood under every per-client limit keeps the upstream in flight within the learned limit + 10 % and the known-good probe within its targets',
+  { todo: 'capacity wiring', timeout: 30000 },
+  async (t) => {
+    const up = await capacityUpstream({ concurrency: 20, serviceMs: 10 });
+    t.after(() => up.close());
+    const { proxy, port } = await proxyTo(t, up.port);
+
+    const calm = await probe({ port, durationMs: 3000 });
+    assert.deepEqual(calm.failures, {});
+    assert.equal(calm.ok, calm.attempts);
+    const target = 2 * calm.p99 + 20;
+
+    up.resetPeak();
+    const from = up.series.length;
+    const limits = [];
+    const sampler = setInterval(() => {
+      const u = routeUpstream(proxy);
+      limits.push(u ? u.limit : NaN);
+    }, 50);
+    const [flood, attacked] = await Promise.all([
+      tlsGetFlood({ port, sources: 400, base: '127.1', perSource: 1, intervalMs: 100, durationMs: 6000 }),
+      probe({ port, durationMs: 6000 }),
+    ]);
+    clearInterval(sampler);
+
+    assert.ok(flood.answered > 0, `flood: ${JSON.stringify(flood)}`);
+    assert.ok(up.marked > 0, 'flood requests reached the upstream');
+
+    // In flight at the upstream, after the first second of the flood (the limiter's start), never
+    // above the learned limit + 10 %.
+    const settled = up.series.slice(from + 100);
+    const peak = Math.max(...settled.map((s) => s.inFlight));
+    const learned = limits.slice(20);
+    assert.ok(learned.every(Number.isFinite), `routeMetrics[].upstream.limit: ${JSON.stringify(learned.slice(0, 5))}`);
+    const maxLimit = Math.max(...learned);
+    assert.ok(peak <= Math.floor(maxLimit * 1.1), `upstream in flight peaked at ${peak}, learned limit ${maxLimit}`);
+
+    // The known-good probe: ≥ 99 % success, p99 ≤ 2 × its no-attack p99 + 20 ms.
+    assert.ok(attacked.ok >= 0.99 * attacked.attempts, `probe ${attacked.ok}/${attacked.attempts}, failures ${JSON.stringify(attacked.failures)}`);
+    assert.ok(attacked.p99 <= target, `probe p99 ${attacked.p99.toFixed(1)} ms > ${target.toFixed(1)} ms (no-attack p99 ${calm.p99.toFixed(1)} ms)`);
+  }
+);
+
+test('an upstream at normal load sees no refusal', { timeout: 30000 }, async (t) => {
+  const up = await capacityUpstream({ concurrency: 20, serviceMs: 10 });
+  t.after(() => up.close());
+  const { proxy, port } = await proxyTo(t, up.port);
+
+  // 10 keep-alive clients at ≤ 20 requests/s each: ≤ 200 requests/s, ≤ 10 in flight, half the
+  // upstream's 20 at once — no queue at the upstream, so nothing for Rampart to refuse.
+  const [load, p] = await Promise.all([
+    tlsGetFlood({ port, sources: 10, base: '127.2', perSource: 1, intervalMs: 50, durationMs: 3000 }),
+    probe({ port, durationMs: 3000 }),
+  ]);
+  assert.deepEqual(Object.keys(load.status), ['200']);
+  assert.equal(load.status['200'], load.requests);
+  assert.equal(load.refused, 0);
+  assert.equal(load.closedByProxy, 0);
+  assert.equal(load.timeouts, 0);
+  assert.equal(load.connections, 10);
+  assert.deepEqual(p.failures, {});
+  assert.equal(p.ok, p.attempts);
+  assert.equal(up.marked, load.requests);
+  assert.ok(up.peak <= 20, `upstream in flight peaked at ${up.peak}`);
+  const l = proxy.metrics().listeners[0];
+  assert.equal(l.blocked, 0, JSON.stringify(l.blockedByReason));
+  assert.deepEqual(
+    Object.entries(l.errorsByReason).filter(([, n]) => n),
+    [],
+    'no connection ended with an error'
+  );
+});
