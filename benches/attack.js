@@ -291,14 +291,14 @@ async function startProxy(ctx, kind) {
       pid: p.pid,
       stop: p.stop,
       async refusals() {
-        const m = (await p.metrics()).listeners[0];
+        const all = await p.metrics();
+        const m = all.listeners[0];
         const out = {};
         for (const [r, n] of Object.entries(m.blockedByReason)) if (n) out[r] = n;
         for (const [r, n] of Object.entries(m.errorsByReason)) if (n) out[`err:${r}`] = n;
         out.knownGood = m.knownGoodClients;
         out.defense = m.defenseActive;
-        // The route's learned upstream limit, once Rampart measures it.
-        const all = await p.metrics();
+        // The routes' learned upstream limits, once Rampart measures them.
         const limits = (all.routeMetrics || []).filter((r) => r.upstream && r.upstream.limit !== undefined).map((r) => `${r.route || 'default'} ${r.upstream.limit}`);
         if (limits.length) out.limit = limits.join(', ');
         return out;
@@ -441,6 +441,7 @@ async function measure(ctx, kind, row) {
     upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
     attackRps: (o1.attackRequests - o0.attackRequests) / ((probeMs + 300) / 1000),
+    originServedRps: (o1.served - o0.served) / ((probeMs + 300) / 1000),
     originPeak: o1.inFlightPeak,
     rssMiB: peakRssKb / 1024,
     cpuPct: ((c1.cpuTicks - c0.cpuTicks) / L.CLK_TCK / secs) * 100,
@@ -532,7 +533,7 @@ async function main() {
       const r = await measure(ctx, kind, row);
       results.push(r);
       if (row.id.startsWith('baseline')) (base[kind] = base[kind] || []).push(r.h1.p99);
-      log(`  probe ${pct(r.h1.ok, r.h1.attempts)} p99 ${ms(r.h1.p99)} ms, h2 ${pct(r.h2.ok, r.h2.attempts)} p99 ${ms(r.h2.p99)} ms; upstream ${r.upstreamRps.toFixed(1)} req/s; RSS ${r.rssMiB.toFixed(0)} MiB; CPU ${r.cpuPct.toFixed(0)} %; ${refusalText(r.refusals)}; offered ${JSON.stringify(r.offered)}`);
+      log(`  probe ${pct(r.h1.ok, r.h1.attempts)} p99 ${ms(r.h1.p99)} ms, h2 ${pct(r.h2.ok, r.h2.attempts)} p99 ${ms(r.h2.p99)} ms; upstream ${r.upstreamRps.toFixed(1)} req/s (attack ${r.attackRps.toFixed(1)}, served ${r.originServedRps.toFixed(1)}/s, in flight peak ${r.originPeak}); RSS ${r.rssMiB.toFixed(0)} MiB; CPU ${r.cpuPct.toFixed(0)} %; ${refusalText(r.refusals)}; offered ${JSON.stringify(r.offered)}`);
     }
   }
   const load1 = os.loadavg();
