@@ -99,17 +99,24 @@
 //! keeps [`ClientToUpstream`] and [`UpstreamToClient`] in their tasks and the [`ConnState`] in a
 //! `Mutex`, locked once per chunk around `inspect`.
 
+mod client;
+mod conn_state;
 mod frame;
+mod goaway;
 mod guard;
+mod limits;
 mod preface;
 mod streams;
+mod upstream;
 
+pub use client::ClientToUpstream;
+pub use conn_state::{ConnState, LazyNow, Now};
 pub use frame::{
     goaway_frame, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, FRAME_HEADER_LEN, NO_ERROR, PREFACE,
     PROTOCOL_ERROR,
 };
-pub use guard::{
-    ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, LazyNow, Now,
-    ProtocolError, UpstreamToClient, Violation,
-};
+pub use goaway::Goaway;
+pub use guard::H2Guard;
+pub use limits::{H2GuardConfig, Inspect, ProtocolError, Violation};
 pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};
+pub use upstream::UpstreamToClient;
