@@ -3,6 +3,7 @@
 
 use super::conn_state::{stop, ConnState, HeaderReader, Now};
 use super::frame::{flag, ty, FrameHeader, PREFACE};
+use super::hooks::{ClientBudget, StreamHooks};
 use super::limits::{Check, End, Inspect, ProtocolError, Violation};
 
 /// An open header block on the client side (HEADERS without END_HEADERS, then CONTINUATIONs).
@@ -36,15 +37,19 @@ impl ClientToUpstream {
     /// returned anything but [`Inspect::Forward`] (or the upstream direction did), every later
     /// call returns the same outcome with `at: 0`.
     pub fn inspect(&mut self, conn: &mut ConnState, chunk: &[u8], now_ns: u64) -> Inspect {
-        self.inspect_at(conn, chunk, &mut { now_ns })
+        self.inspect_at(conn, chunk, &mut { now_ns }, &mut (), &())
     }
 
-    /// [`ClientToUpstream::inspect`] with the time asked for only when a decision needs it.
+    /// [`ClientToUpstream::inspect`] with the time asked for only when a decision needs it,
+    /// telling `hooks` of each stream opened, reset or ended, and counting streams, resets and
+    /// control frames against the client's `budget` too.
     pub fn inspect_at(
         &mut self,
         conn: &mut ConnState,
         chunk: &[u8],
         now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
     ) -> Inspect {
         if let Some(end) = conn.end {
             return end.at(0);
@@ -67,7 +72,7 @@ impl ClientToUpstream {
             if remaining > 0 {
                 let take = (remaining as usize).min(chunk.len() - i);
                 if self.increment_pending {
-                    let r = self.read_increment(conn, &chunk[i..i + take], now);
+                    let r = self.read_increment(conn, &chunk[i..i + take], now, budget);
                     if let Err(end) = r {
                         return stop(conn, end, frame_start);
                     }
@@ -79,7 +84,7 @@ impl ClientToUpstream {
             let Some(h) = self.header.read(chunk, &mut i, &mut frame_start) else {
                 break;
             };
-            if let Err(end) = self.on_header(conn, &h, now) {
+            if let Err(end) = self.on_header(conn, &h, now, hooks, budget) {
                 return stop(conn, end, frame_start);
             }
             self.header.remaining = h.len;
@@ -89,7 +94,14 @@ impl ClientToUpstream {
 
     /// Classifies one complete client frame header.
     #[inline]
-    fn on_header(&mut self, conn: &mut ConnState, h: &FrameHeader, now: &mut impl Now) -> Check {
+    fn on_header(
+        &mut self,
+        conn: &mut ConnState,
+        h: &FrameHeader,
+        now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
+    ) -> Check {
         if let Some(block) = &mut self.block {
             if h.ty != ty::CONTINUATION || h.stream != block.stream {
                 return Err(End::Protocol(ProtocolError::HeaderBlockInterrupted));
@@ -111,10 +123,10 @@ impl ClientToUpstream {
             ty::DATA => {
                 let end_stream = h.has(flag::END_STREAM);
                 if h.len == 0 && !end_stream {
-                    conn.control_frame(now)?;
+                    conn.control_frame(now, budget)?;
                 }
                 if end_stream {
-                    conn.streams.end_client(h.stream);
+                    conn.client_ended(h.stream, now, hooks);
                 }
             }
             ty::HEADERS => {
@@ -123,17 +135,22 @@ impl ClientToUpstream {
                 // on an older id are trailers (or on a closed stream: the upstream's error).
                 let opens = h.stream % 2 == 1 && h.stream > conn.last_stream_id;
                 if opens {
-                    conn.admit_stream(now)?;
+                    if conn.drain_last != 0 {
+                        // A new stream after the graceful GOAWAY (RFC 9113 §6.8: above its
+                        // last-stream-id, so unprocessed and safe to retry).
+                        return Err(End::Drained);
+                    }
+                    conn.admit_stream(now, budget)?;
                 }
                 if u64::from(h.len) > conn.max_header_block_bytes {
                     return Err(End::Violation(Violation::HeaderBlock));
                 }
-                // Only now, when the frame will be forwarded, does the stream exist.
+                // Only now, when every check passed, are the hooks asked; once they accept, the
+                // frame will be forwarded and the stream exists.
                 if opens {
-                    conn.streams.open(h.stream, end_stream);
-                    conn.last_stream_id = h.stream;
+                    conn.open_stream(h.stream, end_stream, now, hooks)?;
                 } else if end_stream {
-                    conn.streams.end_client(h.stream);
+                    conn.client_ended(h.stream, now, hooks);
                 }
                 if !h.has(flag::END_HEADERS) {
                     self.block = Some(Block {
@@ -143,12 +160,12 @@ impl ClientToUpstream {
                     });
                 }
             }
-            ty::PRIORITY | ty::SETTINGS | ty::PING => conn.control_frame(now)?,
-            ty::RST_STREAM => conn.client_reset(h.stream, now)?,
+            ty::PRIORITY | ty::SETTINGS | ty::PING => conn.control_frame(now, budget)?,
+            ty::RST_STREAM => conn.client_reset(h.stream, now, hooks, budget)?,
             ty::WINDOW_UPDATE => {
                 if h.len < 4 {
                     // Malformed (FRAME_SIZE_ERROR for the upstream); no increment to read.
-                    conn.control_frame(now)?;
+                    conn.control_frame(now, budget)?;
                 } else {
                     self.increment_pending = true;
                     self.increment = 0;
@@ -171,6 +188,7 @@ impl ClientToUpstream {
         conn: &mut ConnState,
         payload: &[u8],
         now: &mut impl Now,
+        budget: &impl ClientBudget,
     ) -> Check {
         let need = (4 - self.increment_bytes) as usize;
         for &b in &payload[..need.min(payload.len())] {
@@ -182,7 +200,7 @@ impl ClientToUpstream {
         }
         self.increment_pending = false;
         if self.increment & 0x7fff_ffff == 0 {
-            conn.control_frame(now)?;
+            conn.control_frame(now, budget)?;
         }
         Ok(())
     }

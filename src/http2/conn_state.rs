@@ -2,6 +2,7 @@
 //! chunk ([`Now`]), and the frame-header reader both directions share.
 
 use super::frame::{FrameHeader, FRAME_HEADER_LEN};
+use super::hooks::{Budget, ClientBudget, ShedReason, StreamHooks};
 use super::limits::{Check, End, H2GuardConfig, Inspect, ProtocolError, Violation};
 use super::streams::OpenStreams;
 use crate::gcra::{Gcra, NS_PER_SEC};
@@ -46,7 +47,7 @@ impl<F: FnMut() -> u64> Now for LazyNow<F> {
 /// Per-connection state both directions update: the open client streams, the three GCRA words,
 /// the last stream forwarded, and whether (and why) the connection is ending.
 ///
-/// Memory: 128 bytes plus 8 bytes per open stream, reserved once (see `streams.rs`).
+/// Memory: at most 144 bytes plus 8 bytes per open stream, reserved once (see `streams.rs`).
 #[derive(Debug)]
 pub struct ConnState {
     pub(super) max_concurrent_streams: u32,
@@ -62,6 +63,13 @@ pub struct ConnState {
     /// Highest client stream id whose opening HEADERS was forwarded (0: none).
     pub(super) last_stream_id: u32,
     pub(super) end: Option<End>,
+    pub(super) max_streams_per_connection: u32,
+    /// Client streams opened so far.
+    pub(super) opened: u32,
+    /// The last-stream-id of the graceful GOAWAY of `max_streams_per_connection` (0: none due).
+    pub(super) drain_last: u32,
+    /// That GOAWAY still has to be written to the client.
+    pub(super) goaway_due: bool,
 }
 
 impl ConnState {
@@ -94,6 +102,10 @@ impl ConnState {
             streams: OpenStreams::new(max),
             last_stream_id: 0,
             end: None,
+            max_streams_per_connection: config.max_streams_per_connection.max(1),
+            opened: 0,
+            drain_last: 0,
+            goaway_due: false,
         }
     }
 
@@ -124,37 +136,138 @@ impl ConnState {
         }
     }
 
-    /// Whether a violation or a protocol error was seen in either direction: the client
-    /// inspector forwards nothing more, the upstream one stops at the next frame boundary.
+    /// The shed that is ending the connection, if any.
+    pub fn shed(&self) -> Option<ShedReason> {
+        match self.end {
+            Some(End::Shed(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether a violation, a protocol error, a shed or a stream past
+    /// `maxStreamsPerConnection` was seen: the client inspector forwards nothing more, the
+    /// upstream one stops at the next frame boundary.
     pub fn is_closing(&self) -> bool {
         self.end.is_some()
     }
 
-    /// Whether the connection may open one more client stream at `now`: first the concurrency
-    /// cap, then the stream rate.
+    /// Client streams opened over the connection's lifetime.
+    pub fn streams_opened(&self) -> u32 {
+        self.opened
+    }
+
+    /// The last-stream-id of the graceful GOAWAY sent (or due) once `maxStreamsPerConnection`
+    /// streams were opened; `None` before.
+    pub fn draining(&self) -> Option<u32> {
+        (self.drain_last != 0).then_some(self.drain_last)
+    }
+
+    /// The connection ended: every stream still open and unanswered gets
+    /// `hooks.closed(id, false, now_ns)`, in id order; the set is emptied. Call it once, when the
+    /// copy loop is done.
+    pub fn finish(&mut self, hooks: &mut impl StreamHooks, now_ns: u64) {
+        self.streams
+            .drain_unanswered(|id| hooks.closed(id, false, now_ns));
+    }
+
+    /// Opens client stream `id` (its HEADERS passed every check) once `hooks` accept it;
+    /// `end_stream`: the HEADERS carried END_STREAM. The stream that reaches
+    /// `max_streams_per_connection` schedules the graceful GOAWAY.
     #[inline]
-    pub(super) fn admit_stream(&mut self, now: &mut impl Now) -> Check {
+    pub(super) fn open_stream<H: StreamHooks>(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        now: &mut impl Now,
+        hooks: &mut H,
+    ) -> Check {
+        let t = if H::TIMED { now.now() } else { 0 };
+        hooks.opened(id, t).map_err(|shed| End::Shed(shed.reason))?;
+        self.streams.open(id, end_stream);
+        self.last_stream_id = id;
+        self.opened += 1;
+        if self.opened >= self.max_streams_per_connection {
+            self.drain_last = id;
+            self.goaway_due = true;
+        }
+        Ok(())
+    }
+
+    /// The client sent END_STREAM on `id`.
+    #[inline]
+    pub(super) fn client_ended<H: StreamHooks>(
+        &mut self,
+        id: u32,
+        now: &mut impl Now,
+        hooks: &mut H,
+    ) {
+        if self.streams.end_client(id) {
+            hooks.closed(id, false, if H::TIMED { now.now() } else { 0 });
+        }
+    }
+
+    /// The upstream sent END_STREAM on `id`.
+    #[inline]
+    pub(super) fn server_ended<H: StreamHooks>(
+        &mut self,
+        id: u32,
+        now: &mut impl Now,
+        hooks: &mut H,
+    ) {
+        if self.streams.end_server(id) {
+            hooks.closed(id, false, if H::TIMED { now.now() } else { 0 });
+        }
+    }
+
+    /// The upstream sent HEADERS on `id`: its answer, the first time on an open client stream.
+    #[inline]
+    pub(super) fn server_headers<H: StreamHooks>(
+        &mut self,
+        id: u32,
+        now: &mut impl Now,
+        hooks: &mut H,
+    ) {
+        if self.streams.answer(id) {
+            hooks.closed(id, true, if H::TIMED { now.now() } else { 0 });
+        }
+    }
+
+    /// Whether the connection may open one more client stream at `now`: first the concurrency
+    /// cap, then the connection's stream rate, then the client's.
+    #[inline]
+    pub(super) fn admit_stream(&mut self, now: &mut impl Now, budget: &impl ClientBudget) -> Check {
         if self.streams.is_full() {
             return Err(End::Violation(Violation::ConcurrentStreams));
         }
         let now = now.now();
-        if self.streams_gcra.admit(&mut self.streams_tat, now) {
+        if self.streams_gcra.conforms(self.streams_tat, now) && budget.admit(Budget::Streams, now) {
+            self.streams_tat = self.streams_gcra.next_tat(self.streams_tat, now);
             return Ok(());
         }
-        // Streams opened faster than allowed while the reset budget is spent too: the streams
-        // are being opened to be reset (CVE-2023-44487), which is what the operator should read.
-        Err(End::Violation(
-            if self.resets_gcra.conforms(self.resets_tat, now) {
-                Violation::StreamRate
-            } else {
-                Violation::RapidReset
-            },
-        ))
+        // Streams opened faster than allowed while the reset budget (the connection's or the
+        // client's) is spent too: the streams are being opened to be reset (CVE-2023-44487),
+        // which is what the operator should read.
+        let resets_left =
+            self.resets_gcra.conforms(self.resets_tat, now) && budget.conforms(Budget::Resets, now);
+        Err(End::Violation(if resets_left {
+            Violation::StreamRate
+        } else {
+            Violation::RapidReset
+        }))
     }
 
+    /// One client control frame: the connection's budget, then the client's.
     #[inline]
-    pub(super) fn control_frame(&mut self, now: &mut impl Now) -> Check {
-        if self.control_gcra.admit(&mut self.control_tat, now.now()) {
+    pub(super) fn control_frame(
+        &mut self,
+        now: &mut impl Now,
+        budget: &impl ClientBudget,
+    ) -> Check {
+        let now = now.now();
+        if self.control_gcra.conforms(self.control_tat, now)
+            && budget.admit(Budget::ControlFrames, now)
+        {
+            self.control_tat = self.control_gcra.next_tat(self.control_tat, now);
             Ok(())
         } else {
             Err(End::Violation(Violation::ControlFrames))
@@ -166,27 +279,51 @@ impl ConnState {
     /// by both sides, already reset, never opened — ends nothing at the upstream, which ignores
     /// it (RFC 9113 §5.1), and is not counted: curl 7.88 resets every stream it has finished.
     #[inline]
-    pub(super) fn client_reset(&mut self, stream: u32, now: &mut impl Now) -> Check {
-        self.reset(stream, now)
+    pub(super) fn client_reset(
+        &mut self,
+        stream: u32,
+        now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
+    ) -> Check {
+        self.reset(stream, now, hooks, budget)
     }
 
     /// A RST_STREAM from the upstream: counted when it ends an open client stream, which is
     /// what a client provokes with MadeYouReset; resets of pushed (even) streams, of streams
     /// already closed or never opened are the server's business.
     #[inline]
-    pub(super) fn upstream_reset(&mut self, stream: u32, now: &mut impl Now) -> Check {
-        self.reset(stream, now)
+    pub(super) fn upstream_reset(
+        &mut self,
+        stream: u32,
+        now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
+    ) -> Check {
+        self.reset(stream, now, hooks, budget)
     }
 
+    /// A reset that ends open stream `stream` spends one of the connection's resets, then one
+    /// of the client's.
     #[inline]
-    fn reset(&mut self, stream: u32, now: &mut impl Now) -> Check {
+    fn reset(
+        &mut self,
+        stream: u32,
+        now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
+    ) -> Check {
         if !self.streams.is_open(stream) {
             return Ok(());
         }
-        if !self.resets_gcra.admit(&mut self.resets_tat, now.now()) {
+        let now = now.now();
+        if !(self.resets_gcra.conforms(self.resets_tat, now) && budget.admit(Budget::Resets, now)) {
             return Err(End::Violation(Violation::RapidReset));
         }
-        self.streams.reset(stream);
+        self.resets_tat = self.resets_gcra.next_tat(self.resets_tat, now);
+        if self.streams.reset(stream) {
+            hooks.closed(stream, false, now);
+        }
         Ok(())
     }
 }

@@ -16,46 +16,83 @@
 use super::client::ClientToUpstream;
 use super::conn_state::{ConnState, LazyNow};
 use super::goaway::Goaway;
+use super::hooks::{ClientBudget, StreamHooks};
 use super::limits::{H2GuardConfig, Inspect};
 use super::upstream::UpstreamToClient;
+use crate::clock;
 
 /// Both inspectors and their shared state, for a copy loop that pumps both directions in one
 /// task (as `proxy::copy` does): no lock, each call borrows the whole guard for one chunk.
+/// `hooks` hear of each client stream ([`StreamHooks`]), `budget` holds the client's budgets over
+/// all its connections ([`ClientBudget`]); both are no-ops (`()`) by default.
+///
+/// Dropping the guard ends the connection for the hooks: every stream still open and unanswered
+/// gets `closed(id, false, now)` (the clock is read then, only if one is left), unless
+/// [`H2Guard::finish`] did it first.
 #[derive(Debug)]
-pub struct H2Guard {
+pub struct H2Guard<H: StreamHooks = (), B: ClientBudget = ()> {
     conn: ConnState,
     client: ClientToUpstream,
     upstream: UpstreamToClient,
+    hooks: H,
+    budget: B,
 }
 
 impl H2Guard {
-    /// A guard for a new connection.
+    /// A guard for a new connection, without hooks nor client budget.
     pub fn new(config: &H2GuardConfig) -> H2Guard {
+        H2Guard::with(config, (), ())
+    }
+}
+
+impl<H: StreamHooks, B: ClientBudget> H2Guard<H, B> {
+    /// A guard for a new connection that tells `hooks` of its streams and counts against the
+    /// client's `budget` too.
+    pub fn with(config: &H2GuardConfig, hooks: H, budget: B) -> H2Guard<H, B> {
         H2Guard {
             conn: ConnState::new(config),
             client: ClientToUpstream::new(),
             upstream: UpstreamToClient::new(),
+            hooks,
+            budget,
         }
     }
 
     /// [`ClientToUpstream::inspect`] on a chunk read from the client.
     #[inline]
     pub fn inspect_client(&mut self, chunk: &[u8], now_ns: u64) -> Inspect {
-        self.client.inspect(&mut self.conn, chunk, now_ns)
+        self.client.inspect_at(
+            &mut self.conn,
+            chunk,
+            &mut { now_ns },
+            &mut self.hooks,
+            &self.budget,
+        )
     }
 
     /// [`UpstreamToClient::inspect`] on a chunk read from the upstream.
     #[inline]
     pub fn inspect_upstream(&mut self, chunk: &mut [u8], now_ns: u64) -> Inspect {
-        self.upstream.inspect(&mut self.conn, chunk, now_ns)
+        self.upstream.inspect_at(
+            &mut self.conn,
+            chunk,
+            &mut { now_ns },
+            &mut self.hooks,
+            &self.budget,
+        )
     }
 
     /// [`H2Guard::inspect_client`] reading `clock` (CLOCK_MONOTONIC ns) at most once, and only
     /// when a decision needs the time.
     #[inline]
     pub fn inspect_client_clocked(&mut self, chunk: &[u8], clock: impl FnMut() -> u64) -> Inspect {
-        self.client
-            .inspect_at(&mut self.conn, chunk, &mut LazyNow::new(clock))
+        self.client.inspect_at(
+            &mut self.conn,
+            chunk,
+            &mut LazyNow::new(clock),
+            &mut self.hooks,
+            &self.budget,
+        )
     }
 
     /// [`H2Guard::inspect_upstream`] reading `clock` at most once, and only when a decision
@@ -66,8 +103,13 @@ impl H2Guard {
         chunk: &mut [u8],
         clock: impl FnMut() -> u64,
     ) -> Inspect {
-        self.upstream
-            .inspect_at(&mut self.conn, chunk, &mut LazyNow::new(clock))
+        self.upstream.inspect_at(
+            &mut self.conn,
+            chunk,
+            &mut LazyNow::new(clock),
+            &mut self.hooks,
+            &self.budget,
+        )
     }
 
     /// [`UpstreamToClient::goaway`].
@@ -75,9 +117,25 @@ impl H2Guard {
         self.upstream.goaway(&self.conn)
     }
 
+    /// [`UpstreamToClient::interjection`]: the graceful GOAWAY of `maxStreamsPerConnection`,
+    /// once, when due and the upstream direction is between frames.
+    pub fn interjection(&mut self) -> Option<Goaway> {
+        self.upstream.interjection(&mut self.conn)
+    }
+
+    /// [`ConnState::finish`] with this guard's hooks: the connection ended at `now_ns`.
+    pub fn finish(&mut self, now_ns: u64) {
+        self.conn.finish(&mut self.hooks, now_ns);
+    }
+
     /// The shared state (open streams, last stream id, why it ends).
     pub fn state(&self) -> &ConnState {
         &self.conn
+    }
+
+    /// The stream hooks.
+    pub fn hooks(&self) -> &H {
+        &self.hooks
     }
 
     /// The upstream → client inspector (frame boundary, server preface, SETTINGS seen).
@@ -92,17 +150,15 @@ impl H2Guard {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The figures the module doc gives (per connection, besides the stream buffer).
-    #[test]
-    fn per_connection_state_stays_small() {
-        assert!(std::mem::size_of::<ConnState>() <= 128);
-        assert!(std::mem::size_of::<ClientToUpstream>() <= 48);
-        assert!(std::mem::size_of::<UpstreamToClient>() <= 24);
-        assert!(std::mem::size_of::<H2Guard>() <= 200);
-        assert_eq!(std::mem::size_of::<Goaway>(), 27);
+impl<H: StreamHooks, B: ClientBudget> Drop for H2Guard<H, B> {
+    fn drop(&mut self) {
+        if self.conn.open_streams() > 0 {
+            let now = if H::TIMED { clock::now_ns() } else { 0 };
+            self.conn.finish(&mut self.hooks, now);
+        }
     }
 }
+
+#[cfg(test)]
+#[path = "guard_tests.rs"]
+mod tests;

@@ -2,6 +2,7 @@
 //! exceeded ([`Violation`]), what it could not follow ([`ProtocolError`]) and what the copy loop
 //! does with a chunk ([`Inspect`]).
 
+use super::hooks::ShedReason;
 use std::fmt;
 
 /// Limits of the HTTP/2 guard for one listener (`protection.http2`), all per connection. The
@@ -33,6 +34,14 @@ pub struct H2GuardConfig {
     /// SETTINGS, PING, PRIORITY, WINDOW_UPDATE with increment 0 and DATA with no payload and no
     /// END_STREAM. GCRA, burst 2 × rate.
     pub max_control_frames_per_second: f64,
+    /// Client streams over the connection's lifetime (streams; `maxStreamsPerConnection`,
+    /// default 10000, like HAProxy's `tune.h2.fe.max-total-streams` and nginx's
+    /// `keepalive_requests`): the stream that reaches it is forwarded and followed by a graceful
+    /// GOAWAY (NO_ERROR, last-stream-id = that stream) to the client; in-flight streams finish,
+    /// the client opens a new connection for more. Not a violation. A client that opens a
+    /// stream anyway (one it sent before the GOAWAY reached it) ends the connection with the
+    /// same GOAWAY; that stream is not forwarded, so it is safe to retry.
+    pub max_streams_per_connection: u32,
 }
 
 impl Default for H2GuardConfig {
@@ -44,6 +53,7 @@ impl Default for H2GuardConfig {
             max_header_block_bytes: 65536,
             max_continuation_frames: 16,
             max_control_frames_per_second: 100.0,
+            max_streams_per_connection: 10_000,
         }
     }
 }
@@ -168,6 +178,22 @@ pub enum Inspect {
         /// What could not be followed.
         error: ProtocolError,
     },
+    /// The stream hooks shed the stream whose HEADERS starts at `at`: forward `chunk[..at]`,
+    /// nothing after, report `reason`, send the client the GOAWAY (error code
+    /// [`ShedReason::error_code`]) and close both sides.
+    Shed {
+        /// Bytes of the chunk to forward.
+        at: usize,
+        /// Why.
+        reason: ShedReason,
+    },
+    /// The client opened a stream after the graceful GOAWAY of `maxStreamsPerConnection`:
+    /// forward `chunk[..at]` (not that HEADERS), send the GOAWAY (NO_ERROR) again and close both
+    /// sides. Not reported: the client may retry the stream on a new connection.
+    Drained {
+        /// Bytes of the chunk to forward.
+        at: usize,
+    },
 }
 
 /// Why a connection ends; the first one sticks.
@@ -175,6 +201,8 @@ pub enum Inspect {
 pub(super) enum End {
     Violation(Violation),
     Protocol(ProtocolError),
+    Shed(ShedReason),
+    Drained,
 }
 
 impl End {
@@ -183,6 +211,8 @@ impl End {
         match self {
             End::Violation(violation) => Inspect::Violation { at, violation },
             End::Protocol(error) => Inspect::ProtocolError { at, error },
+            End::Shed(reason) => Inspect::Shed { at, reason },
+            End::Drained => Inspect::Drained { at },
         }
     }
 }

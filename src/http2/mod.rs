@@ -68,7 +68,7 @@
 //! after a client-side violation the upstream direction runs to its next frame boundary.
 //!
 //! # Memory and cost
-//! Per connection: [`H2Guard`] is 200 bytes — [`ConnState`] 128, [`ClientToUpstream`] 48,
+//! Per connection: [`H2Guard`] is at most 216 bytes — [`ConnState`] 144, [`ClientToUpstream`] 48,
 //! [`UpstreamToClient`] 24 — plus the open-stream buffer, 8 bytes per stream reserved at
 //! construction (800 bytes at the default 100, so about 1 KiB in all). Nothing
 //! allocates after construction at the default cap (a larger cap grows the stream set at most
@@ -104,6 +104,7 @@ mod conn_state;
 mod frame;
 mod goaway;
 mod guard;
+mod hooks;
 mod limits;
 mod preface;
 mod streams;
@@ -117,6 +118,7 @@ pub use frame::{
 };
 pub use goaway::Goaway;
 pub use guard::H2Guard;
+pub use hooks::{Budget, ClientBudget, Shed, ShedReason, StreamHooks};
 pub use limits::{H2GuardConfig, Inspect, ProtocolError, Violation};
 pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};
 pub use upstream::UpstreamToClient;

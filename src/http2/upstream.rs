@@ -3,10 +3,11 @@
 
 use super::conn_state::{stop, ConnState, HeaderReader, Now};
 use super::frame::{
-    flag, goaway_frame, ty, FrameHeader, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, PROTOCOL_ERROR,
-    SETTINGS_MAX_CONCURRENT_STREAMS, SETTING_LEN,
+    flag, goaway_frame, ty, FrameHeader, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, NO_ERROR,
+    PROTOCOL_ERROR, SETTINGS_MAX_CONCURRENT_STREAMS, SETTING_LEN,
 };
 use super::goaway::Goaway;
+use super::hooks::{ClientBudget, StreamHooks};
 use super::limits::{Check, End, Inspect, ProtocolError};
 
 /// Where the value of a SETTINGS_MAX_CONCURRENT_STREAMS entry stands against the cap, decided
@@ -52,7 +53,7 @@ impl UpstreamToClient {
     /// whatever the caller writes after `chunk[..at]` (the GOAWAY) starts on a frame boundary;
     /// until then frames pass as usual.
     pub fn inspect(&mut self, conn: &mut ConnState, chunk: &mut [u8], now_ns: u64) -> Inspect {
-        self.inspect_at(conn, chunk, &mut { now_ns })
+        self.inspect_at(conn, chunk, &mut { now_ns }, &mut (), &())
     }
 
     /// [`UpstreamToClient::inspect`] with the time asked for only when a decision needs it (a
@@ -62,6 +63,8 @@ impl UpstreamToClient {
         conn: &mut ConnState,
         chunk: &mut [u8],
         now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
     ) -> Inspect {
         let mut i = 0;
         let mut frame_start = None;
@@ -87,7 +90,7 @@ impl UpstreamToClient {
             let Some(h) = self.header.read(chunk, &mut i, &mut frame_start) else {
                 return Inspect::Forward;
             };
-            if let Err(end) = self.on_header(conn, &h, now) {
+            if let Err(end) = self.on_header(conn, &h, now, hooks, budget) {
                 if frame_start.is_some() {
                     return stop(conn, end, frame_start);
                 }
@@ -137,10 +140,32 @@ impl UpstreamToClient {
             End::Violation(_) => ENHANCE_YOUR_CALM,
             End::Protocol(ProtocolError::BadPreface) => return None,
             End::Protocol(_) => PROTOCOL_ERROR,
+            End::Shed(reason) => reason.error_code(),
+            End::Drained => NO_ERROR,
         };
         if !self.at_frame_boundary() {
             return None;
         }
+        Some(self.frames(conn.last_stream_id, error_code))
+    }
+
+    /// The graceful GOAWAY (NO_ERROR, last-stream-id = the stream that reached
+    /// `maxStreamsPerConnection`) to write to the client now, between two upstream frames:
+    /// `Some` once, when it is due, this direction is at a frame boundary and the connection is
+    /// not closing (a closing connection writes [`UpstreamToClient::goaway`] instead).
+    pub fn interjection(&mut self, conn: &mut ConnState) -> Option<Goaway> {
+        if !conn.goaway_due || conn.end.is_some() || !self.at_frame_boundary() {
+            return None;
+        }
+        conn.goaway_due = false;
+        let g = self.frames(conn.drain_last, NO_ERROR);
+        // The client has a server preface now (the SETTINGS before the GOAWAY, if any).
+        self.frames_seen = true;
+        Some(g)
+    }
+
+    /// A GOAWAY, after an empty SETTINGS when the client has no server preface yet.
+    fn frames(&self, last_stream_id: u32, error_code: u32) -> Goaway {
         let mut g = Goaway {
             bytes: [0; 26],
             len: 0,
@@ -150,19 +175,32 @@ impl UpstreamToClient {
             g.bytes[..9].copy_from_slice(&EMPTY_SETTINGS);
             n = 9;
         }
-        g.bytes[n..n + 17].copy_from_slice(&goaway_frame(conn.last_stream_id, error_code));
+        g.bytes[n..n + 17].copy_from_slice(&goaway_frame(last_stream_id, error_code));
         g.len = (n + 17) as u8;
-        Some(g)
+        g
     }
 
     /// Classifies one complete upstream frame header.
     #[inline]
-    fn on_header(&mut self, conn: &mut ConnState, h: &FrameHeader, now: &mut impl Now) -> Check {
+    fn on_header(
+        &mut self,
+        conn: &mut ConnState,
+        h: &FrameHeader,
+        now: &mut impl Now,
+        hooks: &mut impl StreamHooks,
+        budget: &impl ClientBudget,
+    ) -> Check {
         self.frames_seen = true;
         self.in_settings = false;
         match h.ty {
-            ty::HEADERS | ty::DATA if h.has(flag::END_STREAM) => conn.streams.end_server(h.stream),
-            ty::RST_STREAM => conn.upstream_reset(h.stream, now)?,
+            ty::HEADERS => {
+                conn.server_headers(h.stream, now, hooks);
+                if h.has(flag::END_STREAM) {
+                    conn.server_ended(h.stream, now, hooks);
+                }
+            }
+            ty::DATA if h.has(flag::END_STREAM) => conn.server_ended(h.stream, now, hooks),
+            ty::RST_STREAM => conn.upstream_reset(h.stream, now, hooks, budget)?,
             ty::SETTINGS if !h.has(flag::ACK) => {
                 self.in_settings = true;
                 self.entry_pos = 0;
