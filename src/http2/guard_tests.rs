@@ -45,11 +45,14 @@ fn client_start() -> Vec<u8> {
     b
 }
 
+/// `(id, None)`: opened; `(id, Some(answered))`: closed.
+type Log = Vec<(u32, Option<bool>)>;
+
 /// Hooks that log every call as `(id, None)` for opened, `(id, Some(answered))` for closed,
 /// and shed the stream `shed` names.
 #[derive(Default, Clone)]
 struct Rec {
-    log: Rc<RefCell<Vec<(u32, Option<bool>)>>>,
+    log: Rc<RefCell<Log>>,
     shed: Option<(u32, ShedReason)>,
 }
 
@@ -69,7 +72,7 @@ impl StreamHooks for Rec {
 }
 
 impl Rec {
-    fn take(&self) -> Vec<(u32, Option<bool>)> {
+    fn take(&self) -> Log {
         std::mem::take(&mut *self.log.borrow_mut())
     }
 }
