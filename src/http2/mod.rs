@@ -14,6 +14,14 @@
 //! | `max_continuation_frames` (16) | CONTINUATION frames in one header block | `continuation` |
 //! | `max_control_frames_per_second` (100) | client SETTINGS (ACK too), PING (ACK too), PRIORITY, WINDOW_UPDATE with increment 0, DATA of length 0 without END_STREAM; GCRA burst 2 × rate | `control_frames` |
 //!
+//! The three rates are also counted per client over all its connections through
+//! [`ClientBudget`] (the engine's table, rate and burst × `clientFactor`), asked after the
+//! connection's own budget admitted the event. `max_streams_per_connection` (10000) is not a
+//! violation: the stream that reaches it is followed by a graceful GOAWAY (NO_ERROR) written
+//! between two upstream frames ([`H2Guard::interjection`]); a stream opened after it ends the
+//! connection ([`Inspect::Drained`]). [`StreamHooks`] hear each stream open (and may shed it,
+//! [`Inspect::Shed`]) and close, exactly once (see `hooks.rs`).
+//!
 //! A HEADERS that opens a stream is checked for concurrency, then stream rate, then size (so the
 //! HEADERS of a 101st stream is `concurrent_streams` even if its rate is spent too); a
 //! CONTINUATION for its count, then the block size. One exception names the attack: a
