@@ -732,8 +732,8 @@ impl Conn<'_> {
     /// the buffered `head` is walked first, and a frame header it ends in the middle of is held
     /// for the filter), then through the HTTP/2 guard when `guard` is `Some((limits,
     /// observe))`, counting against the client's HTTP/2 budget over all its connections
-    /// ([`Engine::h2_client_budget`](crate::protection::engine::Engine::h2_client_budget)). A violation counts against the client at once
-    /// (`boxAfterViolations`; a rapid reset boxes at the first, [`Engine::record_h2_flood`](crate::protection::engine::Engine::record_h2_flood)); in
+    /// (`Engine::h2_client_budget`). A violation counts against the client at once
+    /// (`boxAfterViolations`; a rapid reset boxes at the first, `Engine::record_h2_flood`); in
     /// enforce mode it ends the connection and is reported by [`serve`], in observe mode it is
     /// reported here and the connection goes on.
     async fn pump_h2(
