@@ -285,7 +285,7 @@ export interface ProtectionConfig {
   clusterRateLimit?: { connectionsPerSecond: number; burst?: number; lease?: number };
 }
 
-/** `protection.http2`; every limit is per connection. */
+/** `protection.http2`; every limit is per connection, and the three rates are also counted per client over all its connections (× clientFactor). */
 export interface Http2GuardConfig {
   /** false turns the guard off for this listener. Default true. */
   enabled?: boolean;
@@ -301,8 +301,12 @@ export interface Http2GuardConfig {
   maxContinuationFrames?: number;
   /** SETTINGS, PING, PRIORITY, zero WINDOW_UPDATE, empty DATA per second (burst 2x). Default 100. */
   maxControlFramesPerSecond?: number;
-  /** Violations by one client within 60 s that penalty-box it (penaltyBox.durationMs, 600000 without). Default 3. */
+  /** Violations by one client within 60 s that penalty-box it (penaltyBox.durationMs, 600000 without); a rapid_reset boxes at the first. Default 3. */
   boxAfterViolations?: number;
+  /** A client's stream, reset and control-frame budgets over all its connections: the per-connection rates and bursts × this, in [1, 1000]. Default 2. */
+  clientFactor?: number;
+  /** Client streams over one connection's lifetime; the stream that reaches it is followed by a graceful GOAWAY (NO_ERROR), not a violation. Default 10000. */
+  maxStreamsPerConnection?: number;
 }
 
 /** The limit an 'h2_flood' exceeded (the 'blocked' event's `detail`). */

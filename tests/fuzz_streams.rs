@@ -58,6 +58,7 @@ fn config() -> H2GuardConfig {
         max_header_block_bytes: 64,
         max_continuation_frames: 3,
         max_control_frames_per_second: 10.0,
+        max_streams_per_connection: 6,
     }
 }
 
@@ -79,6 +80,14 @@ fn guard_verdict(bytes: &[u8], cuts: &[usize]) -> Option<(usize, String)> {
             Inspect::ProtocolError { at: off, error } => {
                 assert!(off <= n);
                 return Some((at + off, format!("{error:?}")));
+            }
+            Inspect::Shed { at: off, reason } => {
+                assert!(off <= n);
+                return Some((at + off, format!("{reason:?}")));
+            }
+            Inspect::Drained { at: off } => {
+                assert!(off <= n);
+                return Some((at + off, "Drained".to_string()));
             }
         }
     }

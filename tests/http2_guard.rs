@@ -154,6 +154,8 @@ fn guard() -> H2Guard {
 enum Stop {
     V(Violation),
     P(ProtocolError),
+    /// Shed by the hooks, or a stream past `maxStreamsPerConnection`.
+    End(Inspect),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +187,13 @@ fn feed_client(g: &mut H2Guard, bytes: &[u8], sizes: &[usize], now: u64) -> Fed 
                 return Fed {
                     forwarded: pos + at,
                     stop: Some(Stop::P(error)),
+                };
+            }
+            end @ (Inspect::Shed { at, .. } | Inspect::Drained { at }) => {
+                assert!(at <= n);
+                return Fed {
+                    forwarded: pos + at,
+                    stop: Some(Stop::End(end)),
                 };
             }
         }
@@ -227,6 +236,10 @@ fn feed_upstream(
             Inspect::ProtocolError { at, error } => {
                 out.extend_from_slice(&chunk[..at]);
                 return (out, Some(Stop::P(error)));
+            }
+            end @ (Inspect::Shed { at, .. } | Inspect::Drained { at }) => {
+                out.extend_from_slice(&chunk[..at]);
+                return (out, Some(Stop::End(end)));
             }
         }
     }

@@ -466,10 +466,13 @@ fn http2_every_field_compiles() {
         "maxContinuationFrames": 4,
         "maxControlFramesPerSecond": 1000,
         "boxAfterViolations": 1,
+        "maxStreamsPerConnection": 7,
+        "clientFactor": 1.5,
     }}))
     .http2();
     assert!(!h.enabled);
     assert_eq!(h.box_after_violations, 1);
+    assert_eq!(h.client_factor, 1.5);
     assert_eq!(
         h.guard,
         H2GuardConfig {
@@ -479,6 +482,7 @@ fn http2_every_field_compiles() {
             max_header_block_bytes: 131072,
             max_continuation_frames: 4,
             max_control_frames_per_second: 1000.0,
+            max_streams_per_connection: 7,
         }
     );
 }
@@ -491,6 +495,7 @@ fn http2_rejects_bad_numbers_with_their_path() {
         ("maxHeaderBlockBytes", "[1, 1000000000]"),
         ("maxContinuationFrames", "[1, 1000000]"),
         ("boxAfterViolations", "[1, 1000]"),
+        ("maxStreamsPerConnection", "[1, 1073741824]"),
     ];
     for (field, range) in counts {
         for (v, shown) in [
@@ -547,7 +552,8 @@ fn http2_rejects_bad_numbers_with_their_path() {
         format!(
             "{at}.maxResets: unknown field; expected one of: enabled, maxConcurrentStreams, \
              maxStreamsPerSecond, maxResetsPerSecond, maxHeaderBlockBytes, \
-             maxContinuationFrames, maxControlFramesPerSecond, boxAfterViolations"
+             maxContinuationFrames, maxControlFramesPerSecond, boxAfterViolations, \
+             maxStreamsPerConnection, clientFactor"
         )
     );
     // Every problem at once.

@@ -11,7 +11,8 @@
 //!   `maxPendingPerIp`, `minBytesPerSecond`, `synPerSecond`, `synBurst`): integers in a stated
 //!   range; a burst defaults to its rate rounded up;
 //! - `http2`: counts (`maxConcurrentStreams`, `maxHeaderBlockBytes`, `maxContinuationFrames`,
-//!   `boxAfterViolations`) are integers ≥ 1 within a stated range; rates (`maxStreamsPerSecond`,
+//!   `boxAfterViolations`, `maxStreamsPerConnection`) are integers ≥ 1 within a stated range;
+//!   `clientFactor` a number in [1, 1000]; rates (`maxStreamsPerSecond`,
 //!   `maxResetsPerSecond`, `maxControlFramesPerSecond`) follow the rate rule above;
 //! - NaN, ±Infinity (sent as `{"$nonFinite": ..}`), negatives, and zero wherever zero would
 //!   silently disable the feature are errors; `maxConcurrentPerIp: 0` and
@@ -40,6 +41,8 @@ const MAX_CONCURRENT: f64 = 1_000_000.0;
 /// `http2.maxConcurrentStreams` at most: the guard keeps 8 bytes per open stream, so this bounds
 /// one connection's stream set at 80 KB.
 const MAX_H2_STREAMS: f64 = 10_000.0;
+/// `http2.clientFactor` at most.
+const MAX_H2_CLIENT_FACTOR: f64 = 1_000.0;
 /// `http2.boxAfterViolations` at most.
 const MAX_H2_BOX_AFTER: f64 = 1_000.0;
 
@@ -87,6 +90,8 @@ const HTTP2_FIELDS: &[&str] = &[
     "maxContinuationFrames",
     "maxControlFramesPerSecond",
     "boxAfterViolations",
+    "maxStreamsPerConnection",
+    "clientFactor",
 ];
 
 /// Validates and compiles one `ProtectionConfig` found at `path` (e.g.
@@ -353,6 +358,16 @@ fn http2(v: &Value, path: &str, issues: &mut Issues) -> Option<Http2Policy> {
     }
     if let Some(n) = count("boxAfterViolations", MAX_H2_BOX_AFTER, issues) {
         h.box_after_violations = n as u32;
+    }
+    // A connection has at most 2^30 client (odd) stream ids.
+    if let Some(n) = count("maxStreamsPerConnection", f64::from(1u32 << 30), issues) {
+        h.guard.max_streams_per_connection = n as u32;
+    }
+    if let Some(v) = field(o, "clientFactor") {
+        let path = join(path, "clientFactor");
+        if let Some(f) = number_in(v, &path, 1.0, MAX_H2_CLIENT_FACTOR, false, issues) {
+            h.client_factor = f;
+        }
     }
     (issues.len() == before).then_some(h)
 }

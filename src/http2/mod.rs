@@ -14,6 +14,14 @@
 //! | `max_continuation_frames` (16) | CONTINUATION frames in one header block | `continuation` |
 //! | `max_control_frames_per_second` (100) | client SETTINGS (ACK too), PING (ACK too), PRIORITY, WINDOW_UPDATE with increment 0, DATA of length 0 without END_STREAM; GCRA burst 2 × rate | `control_frames` |
 //!
+//! The three rates are also counted per client over all its connections through
+//! [`ClientBudget`] (the engine's table, rate and burst × `clientFactor`), asked after the
+//! connection's own budget admitted the event. `max_streams_per_connection` (10000) is not a
+//! violation: the stream that reaches it is followed by a graceful GOAWAY (NO_ERROR) written
+//! between two upstream frames ([`H2Guard::interjection`]); a stream opened after it ends the
+//! connection ([`Inspect::Drained`]). [`StreamHooks`] hear each stream open (and may shed it,
+//! [`Inspect::Shed`]) and close, exactly once (see `hooks.rs`).
+//!
 //! A HEADERS that opens a stream is checked for concurrency, then stream rate, then size (so the
 //! HEADERS of a 101st stream is `concurrent_streams` even if its rate is spent too); a
 //! CONTINUATION for its count, then the block size. One exception names the attack: a
@@ -68,7 +76,7 @@
 //! after a client-side violation the upstream direction runs to its next frame boundary.
 //!
 //! # Memory and cost
-//! Per connection: [`H2Guard`] is 200 bytes — [`ConnState`] 128, [`ClientToUpstream`] 48,
+//! Per connection: [`H2Guard`] is at most 216 bytes — [`ConnState`] 144, [`ClientToUpstream`] 48,
 //! [`UpstreamToClient`] 24 — plus the open-stream buffer, 8 bytes per stream reserved at
 //! construction (800 bytes at the default 100, so about 1 KiB in all). Nothing
 //! allocates after construction at the default cap (a larger cap grows the stream set at most
@@ -99,17 +107,26 @@
 //! keeps [`ClientToUpstream`] and [`UpstreamToClient`] in their tasks and the [`ConnState`] in a
 //! `Mutex`, locked once per chunk around `inspect`.
 
+mod client;
+mod conn_state;
 mod frame;
+mod goaway;
 mod guard;
+mod hooks;
+mod limits;
 mod preface;
 mod streams;
+mod upstream;
 
+pub use client::ClientToUpstream;
+pub use conn_state::{ConnState, LazyNow, Now};
 pub use frame::{
     goaway_frame, EMPTY_SETTINGS, ENHANCE_YOUR_CALM, FRAME_HEADER_LEN, NO_ERROR, PREFACE,
     PROTOCOL_ERROR,
 };
-pub use guard::{
-    ClientToUpstream, ConnState, Goaway, H2Guard, H2GuardConfig, Inspect, LazyNow, Now,
-    ProtocolError, UpstreamToClient, Violation,
-};
+pub use goaway::Goaway;
+pub use guard::H2Guard;
+pub use hooks::{Budget, ClientBudget, Shed, ShedReason, StreamHooks};
+pub use limits::{H2GuardConfig, Inspect, ProtocolError, Violation};
 pub use preface::{server_settings, FirstSettingsAck, ACK_STAND_IN, SERVER_SETTINGS_LEN};
+pub use upstream::UpstreamToClient;

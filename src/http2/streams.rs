@@ -6,7 +6,12 @@
 //! would make the set exceed `maxConcurrentStreams` (a violation ends the connection), so the set
 //! never holds more than that many entries: no slack is needed.
 //!
-//! Memory: one 8-byte entry (stream id, two end flags) per open stream, in one buffer reserved at
+//! Each entry also says whether the stream was answered (the upstream's first HEADERS on it
+//! passed), so that [`StreamHooks::closed`](super::StreamHooks::closed) is told exactly once per
+//! stream: at the answer, or when the stream leaves the set unanswered (the `bool` the closing
+//! methods return).
+//!
+//! Memory: one 8-byte entry (stream id, three flags) per open stream, in one buffer reserved at
 //! construction for `min(cap, PREALLOCATED)` entries — all of them for the default cap of 100, so
 //! the hot path never allocates. A larger configured cap grows the buffer only when the open count
 //! reaches a new high-water mark (amortised doubling, never past `cap`), never per frame.
@@ -23,6 +28,7 @@ struct Entry {
     id: u32,
     client_ended: bool,
     server_ended: bool,
+    answered: bool,
 }
 
 /// Open client streams, sorted by id, at most `cap`.
@@ -61,27 +67,52 @@ impl OpenStreams {
             id,
             client_ended,
             server_ended: false,
+            answered: false,
         });
     }
 
-    /// The client sent END_STREAM on `id`; closes it if the server had too.
-    pub fn end_client(&mut self, id: u32) {
+    /// The client sent END_STREAM on `id`; closes it if the server had too. True when that
+    /// closed a stream that was never answered.
+    pub fn end_client(&mut self, id: u32) -> bool {
         if let Ok(i) = self.find(id) {
             if self.entries[i].server_ended {
-                self.entries.remove(i);
-            } else {
-                self.entries[i].client_ended = true;
+                return !self.entries.remove(i).answered;
             }
+            self.entries[i].client_ended = true;
+        }
+        false
+    }
+
+    /// The server sent END_STREAM on `id`; closes it if the client had too. True when that
+    /// closed a stream that was never answered.
+    pub fn end_server(&mut self, id: u32) -> bool {
+        if let Ok(i) = self.find(id) {
+            if self.entries[i].client_ended {
+                return !self.entries.remove(i).answered;
+            }
+            self.entries[i].server_ended = true;
+        }
+        false
+    }
+
+    /// The upstream's HEADERS on `id` passed: true the first time for an open stream (its
+    /// answer), false after that or for a stream that is not open.
+    pub fn answer(&mut self, id: u32) -> bool {
+        match self.find(id) {
+            Ok(i) if !self.entries[i].answered => {
+                self.entries[i].answered = true;
+                true
+            }
+            _ => false,
         }
     }
 
-    /// The server sent END_STREAM on `id`; closes it if the client had too.
-    pub fn end_server(&mut self, id: u32) {
-        if let Ok(i) = self.find(id) {
-            if self.entries[i].client_ended {
-                self.entries.remove(i);
-            } else {
-                self.entries[i].server_ended = true;
+    /// Empties the set (the connection ended), calling `f` with each stream that was never
+    /// answered, in id order. Keeps the buffer.
+    pub fn drain_unanswered(&mut self, mut f: impl FnMut(u32)) {
+        for e in self.entries.drain(..) {
+            if !e.answered {
+                f(e.id);
             }
         }
     }
@@ -92,10 +123,12 @@ impl OpenStreams {
         self.find(id).is_ok()
     }
 
-    /// A RST_STREAM on `id` (either direction) closes it.
-    pub fn reset(&mut self, id: u32) {
-        if let Ok(i) = self.find(id) {
-            self.entries.remove(i);
+    /// A RST_STREAM on `id` (either direction) closes it. True when it was open and never
+    /// answered.
+    pub fn reset(&mut self, id: u32) -> bool {
+        match self.find(id) {
+            Ok(i) => !self.entries.remove(i).answered,
+            Err(_) => false,
         }
     }
 
@@ -134,6 +167,26 @@ mod tests {
         s.end_client(9);
         s.end_server(11);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn each_stream_is_answered_or_closed_unanswered_once() {
+        let mut s = OpenStreams::new(10);
+        for id in [1, 3, 5, 7] {
+            s.open(id, true);
+        }
+        assert!(s.answer(1));
+        assert!(!s.answer(1), "a second HEADERS (trailers) is not an answer");
+        assert!(!s.end_server(1), "answered, then closed");
+        assert!(s.end_server(3), "ended by both sides without HEADERS first");
+        assert!(s.answer(5));
+        assert!(!s.reset(5), "reset after its answer");
+        assert!(!s.reset(5) && !s.answer(9), "not open");
+        s.open(9, false);
+        assert!(s.answer(9));
+        let mut left = vec![];
+        s.drain_unanswered(|id| left.push(id));
+        assert_eq!((left, s.len()), (vec![7], 0));
     }
 
     #[test]

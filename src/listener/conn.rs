@@ -731,7 +731,9 @@ impl Conn<'_> {
     /// [`FirstAckFilter`] (its acknowledgement of Rampart's SETTINGS never reaches the upstream;
     /// the buffered `head` is walked first, and a frame header it ends in the middle of is held
     /// for the filter), then through the HTTP/2 guard when `guard` is `Some((limits,
-    /// observe))`. A violation counts against the client at once (`boxAfterViolations`); in
+    /// observe))`, counting against the client's HTTP/2 budget over all its connections
+    /// (`Engine::h2_client_budget`). A violation counts against the client at once
+    /// (`boxAfterViolations`; a rapid reset boxes at the first, `Engine::record_h2_flood`); in
     /// enforce mode it ends the connection and is reported by [`serve`], in observe mode it is
     /// reported here and the connection goes on.
     async fn pump_h2(
@@ -769,7 +771,7 @@ impl Conn<'_> {
         };
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
-            l.engine.record_h2_violation(ip, clock::now_ns());
+            l.engine.record_h2_flood(ip, v, clock::now_ns());
             if observe {
                 let fp = hello.map(|h| (h.ja3(), h.ja4()));
                 let (ja3, ja4) = fp
@@ -783,7 +785,13 @@ impl Conn<'_> {
             }
         };
         let mut inspector = Box::new(KnownGood::new(
-            H2Inspector::new(&config, observe, on_violation),
+            H2Inspector::with(
+                &config,
+                observe,
+                on_violation,
+                (),
+                l.engine.h2_client_budget(ip),
+            ),
             !head.is_empty(),
             hook,
         ));
@@ -801,7 +809,8 @@ impl Conn<'_> {
         match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
-            None => copy_end(end),
+            // No hooks here yet (`()` never sheds): the integrator reports the shed reason.
+            Some(H2End::Shed(_)) | None => copy_end(end),
         }
     }
 

@@ -15,6 +15,12 @@
 //! 4. gives the two directions [`CLOSE_GRACE`] to finish, after which the pair is dropped as it
 //!    is (an upstream stuck mid-frame gets no more time).
 //!
+//! A shed stream ([`StreamHooks::opened`] refused it) ends the connection the same way, with
+//! the shed reason's GOAWAY. Past `maxStreamsPerConnection` the guard writes a graceful GOAWAY
+//! (NO_ERROR) between two upstream frames ([`Inspector::interject`]) and the connection goes on
+//! until its streams are done; a stream opened after it ends the connection like a violation
+//! but unreported.
+//!
 //! A protocol error (no connection preface, an interrupted header block) ends the connection the
 //! same way, with a PROTOCOL_ERROR GOAWAY (none after a bad preface: that client does not speak
 //! HTTP/2), and is not a flood. In observe mode a violation is reported and the guard steps out
@@ -26,7 +32,8 @@
 
 use crate::clock;
 use crate::http2::{
-    FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, Violation, FRAME_HEADER_LEN,
+    ClientBudget, FirstSettingsAck, H2Guard, H2GuardConfig, Inspect, ProtocolError, ShedReason,
+    StreamHooks, Violation, FRAME_HEADER_LEN,
 };
 use crate::proxy::copy::{Dir, Flow, Inspector, FAREWELL_MAX};
 use std::future::Future;
@@ -47,11 +54,16 @@ pub enum H2End {
     Violation(Violation),
     /// Not HTTP/2 the guard can follow (`errorsByReason.h2_protocol_error`).
     Protocol(ProtocolError),
+    /// The stream hooks shed a stream (reported with this reason).
+    Shed(ShedReason),
 }
 
 /// The guard as a copy-loop inspector; `on_violation` is called once, at the first violation.
-pub struct H2Inspector<F: FnMut(Violation)> {
-    guard: H2Guard,
+/// `hooks` hear of each client stream and may shed one ([`StreamHooks`]); `budget` is the
+/// client's HTTP/2 budget over all its connections ([`ClientBudget`]); both `()` by default.
+/// Dropping the inspector closes, for the hooks, every stream still open.
+pub struct H2Inspector<F: FnMut(Violation), H: StreamHooks = (), B: ClientBudget = ()> {
+    guard: H2Guard<H, B>,
     observe: bool,
     /// Observe mode after a violation: inspect nothing more.
     off: bool,
@@ -65,7 +77,20 @@ impl<F: FnMut(Violation)> H2Inspector<F> {
     /// GOAWAY needs no server preface before it); `observe`: report violations but forward
     /// everything.
     pub fn new(config: &H2GuardConfig, observe: bool, on_violation: F) -> Self {
-        let mut guard = H2Guard::new(config);
+        H2Inspector::with(config, observe, on_violation, (), ())
+    }
+}
+
+impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> H2Inspector<F, H, B> {
+    /// [`H2Inspector::new`] with stream `hooks` and the client's `budget`.
+    pub fn with(
+        config: &H2GuardConfig,
+        observe: bool,
+        on_violation: F,
+        hooks: H,
+        budget: B,
+    ) -> Self {
+        let mut guard = H2Guard::with(config, hooks, budget);
         guard.server_preface_sent();
         H2Inspector {
             guard,
@@ -77,17 +102,24 @@ impl<F: FnMut(Violation)> H2Inspector<F> {
         }
     }
 
-    /// Why the guard ended the connection; `None` when it did not (and in observe mode).
+    /// Why the guard ended the connection; `None` when it did not (and in observe mode), or
+    /// when it closed a connection past `maxStreamsPerConnection` (not an error).
     pub fn ended(&self) -> Option<H2End> {
         if self.off {
             return None;
         }
         let state = self.guard.state();
-        match (state.violation(), state.protocol_error()) {
-            (Some(v), _) => Some(H2End::Violation(v)),
-            (None, Some(e)) => Some(H2End::Protocol(e)),
-            (None, None) => None,
+        match (state.violation(), state.protocol_error(), state.shed()) {
+            (Some(v), _, _) => Some(H2End::Violation(v)),
+            (None, Some(e), _) => Some(H2End::Protocol(e)),
+            (None, None, Some(r)) => Some(H2End::Shed(r)),
+            (None, None, None) => None,
         }
+    }
+
+    /// The guard (its state, its hooks).
+    pub fn guard(&self) -> &H2Guard<H, B> {
+        &self.guard
     }
 
     fn ending(&mut self, at: usize) -> Flow {
@@ -98,7 +130,7 @@ impl<F: FnMut(Violation)> H2Inspector<F> {
     }
 }
 
-impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
+impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> Inspector for H2Inspector<F, H, B> {
     #[inline]
     fn inspect(&mut self, dir: Dir, chunk: &mut [u8]) -> Flow {
         if self.off {
@@ -121,7 +153,9 @@ impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
                 }
                 self.ending(at)
             }
-            Inspect::ProtocolError { at, .. } => self.ending(at),
+            Inspect::ProtocolError { at, .. }
+            | Inspect::Shed { at, .. }
+            | Inspect::Drained { at } => self.ending(at),
         }
     }
 
@@ -141,6 +175,20 @@ impl<F: FnMut(Violation)> Inspector for H2Inspector<F> {
             return 0;
         }
         match self.guard.goaway() {
+            Some(g) => {
+                let b = g.as_bytes();
+                out[..b.len()].copy_from_slice(b);
+                b.len()
+            }
+            None => 0,
+        }
+    }
+
+    fn interject(&mut self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize {
+        if self.off || dir != Dir::ToClient {
+            return 0;
+        }
+        match self.guard.interjection() {
             Some(g) => {
                 let b = g.as_bytes();
                 out[..b.len()].copy_from_slice(b);

@@ -24,6 +24,8 @@ pub const DEFAULT_XDP_BAN_MS: u64 = 600_000;
 
 /// Default `http2.boxAfterViolations`.
 pub const DEFAULT_H2_BOX_AFTER_VIOLATIONS: u32 = 3;
+/// Default `http2.clientFactor`.
+pub const DEFAULT_H2_CLIENT_FACTOR: f64 = 2.0;
 /// The window `http2.boxAfterViolations` is counted over, ns (60 s).
 pub const H2_VIOLATION_WINDOW_NS: u64 = 60 * NS_PER_SEC;
 
@@ -153,8 +155,12 @@ pub struct Http2Policy {
     /// The per-connection limits.
     pub guard: H2GuardConfig,
     /// `boxAfterViolations` (default 3): violations by one client within
-    /// [`H2_VIOLATION_WINDOW_NS`] that put it in the penalty box.
+    /// [`H2_VIOLATION_WINDOW_NS`] that put it in the penalty box. A rapid reset boxes at its
+    /// first violation.
     pub box_after_violations: u32,
+    /// `clientFactor` (default 2, in [1, 1000]): a client's stream, reset and control-frame
+    /// budgets over all its connections are the per-connection rates and bursts × this.
+    pub client_factor: f64,
 }
 
 impl Default for Http2Policy {
@@ -163,6 +169,7 @@ impl Default for Http2Policy {
             enabled: true,
             guard: H2GuardConfig::default(),
             box_after_violations: DEFAULT_H2_BOX_AFTER_VIOLATIONS,
+            client_factor: DEFAULT_H2_CLIENT_FACTOR,
         }
     }
 }

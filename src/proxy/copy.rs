@@ -131,6 +131,13 @@ pub trait Inspector {
     /// Bytes to write after the last byte of direction `dir` once its reads ended, before its
     /// writer is shut down (written into `out`; returns how many).
     fn farewell(&self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize;
+    /// Bytes to write in direction `dir` now, between two chunks (asked each time everything
+    /// read so far was written, before the next read; written into `out`, returns how many).
+    /// The HTTP/2 guard's graceful GOAWAY. None by default.
+    #[inline(always)]
+    fn interject(&mut self, _dir: Dir, _out: &mut [u8; FAREWELL_MAX]) -> usize {
+        0
+    }
     /// Ready once an ending pair has waited long enough for its directions to finish: the pair
     /// is then dropped with whatever is still pending.
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()>;
@@ -210,6 +217,10 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
     #[inline]
     fn farewell(&self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize {
         self.inner.farewell(dir, out)
+    }
+    #[inline]
+    fn interject(&mut self, dir: Dir, out: &mut [u8; FAREWELL_MAX]) -> usize {
+        self.inner.interject(dir, out)
     }
     #[inline]
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -315,6 +326,19 @@ impl Pump {
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Pending => return Poll::Pending,
+                }
+            }
+            if !self.read_done {
+                let mut t = [0; FAREWELL_MAX];
+                let n = inspector.interject(self.dir, &mut t).min(FAREWELL_MAX);
+                if n > 0 {
+                    // Everything read so far is written: the inspector's bytes go next.
+                    let size = self.size;
+                    let buf = self.buf.get_or_insert_with(|| take_buf(size));
+                    let n = n.min(buf.len());
+                    buf[..n].copy_from_slice(&t[..n]);
+                    (self.pos, self.cap, self.need_flush) = (0, n, true);
+                    continue;
                 }
             }
             if !self.read_done && inspector.stopped(self.dir) {

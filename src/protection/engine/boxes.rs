@@ -6,7 +6,7 @@ use super::*;
 impl Engine {
     /// The key and box parameters of `ip` under the policy in force: `(key, threshold,
     /// duration_ns)`; `None` for an allowlisted client (the allowlist skips every check).
-    fn offender_key(&self, ip: IpAddr) -> Option<(IpKey, u32, u64)> {
+    pub(super) fn offender_key(&self, ip: IpAddr) -> Option<(IpKey, u32, u64)> {
         let ip = ip.to_canonical();
         match self.installed.load().policy.as_deref() {
             Some(p) if p.allowlist().contains(ip) => None,

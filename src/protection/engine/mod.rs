@@ -77,6 +77,7 @@
 mod admission;
 mod boxes;
 pub mod explain;
+mod h2_budget;
 mod known_good;
 mod listing;
 mod pending;
@@ -101,6 +102,8 @@ pub use super::table::{ConnGuard, PendingGuard, PrefixHold};
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use crate::gcra::Gcra;
 use arc_swap::{ArcSwap, ArcSwapOption};
+use h2_budget::H2Budgets;
+pub use h2_budget::{client_limits, H2ClientBudget};
 use ipnet::IpNet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -213,6 +216,8 @@ pub struct Engine {
     defense: Mutex<DefenseState>,
     /// Defense mode is on (written by [`Engine::defense_tick`] and forced by a swap).
     defended: AtomicBool,
+    /// Per-client HTTP/2 budgets (`http2.clientFactor`).
+    h2_budgets: H2Budgets,
 }
 
 /// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.
@@ -257,6 +262,7 @@ impl Engine {
             buckets: Buckets::default(),
             defense: Mutex::new(DefenseState::default()),
             defended: AtomicBool::new(false),
+            h2_budgets: H2Budgets::default(),
         }
     }
 
