@@ -18,10 +18,10 @@ const servers = s.echoSuite(test);
 const FLOODER = '127.0.0.2';
 const basic = (password, user = 'oncall') => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
 
-/** `rampart serve` with a tight rate limit (2/s, burst 2) and a 60 s penalty box, admin token on. */
+/** `rampart serve` with a tight rate limit (1/s, burst 2) and a 60 s penalty box, admin token on. */
 async function serveProtected() {
   const { file, port, api } = await s.configDir(servers[''].address().port, (doc) => {
-    doc.proxy.listeners[0].protection = { rateLimit: { connectionsPerSecond: 2, burst: 2 }, penaltyBox: { durationMs: 60000 } };
+    doc.proxy.listeners[0].protection = { rateLimit: { connectionsPerSecond: 1, burst: 2 }, penaltyBox: { durationMs: 60000 } };
   });
   const child = await s.ServerChild.serve(file);
   return { child, port, api };
