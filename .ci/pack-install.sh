@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the package the way a consumer does, from `npm pack` tarballs, in fresh projects:
 #   1. prebuilt: the tarball of this tree (with the rampart.<platform>.node that `npm install`
-#      built) installs with a fake `cargo` first on PATH that fails loudly: no Rust build may run;
+#      built) installs with a fake `cargo` first on PATH that fails loudly: no Rust build may run,
+#      and nothing but rampart lands in node_modules (no build tool: @napi-rs/cli is a devDependency);
 #   2. from source: the same tarball without the .node and its loader builds with napi/cargo
-#      (CARGO_TARGET_DIR = a copy of this tree's target/, so registry crates are not recompiled;
-#      the crate itself is) and then works.
+#      (napi through `npm exec`, since the consumer has no @napi-rs/cli; CARGO_TARGET_DIR = a copy
+#      of this tree's target/, so registry crates are not recompiled; the crate itself is) and then
+#      works, again with nothing but rampart in node_modules.
 # Each case ends require('rampart') constructing a RampartProxy, and prints PASS or FAIL.
 # Run after `npm install` (the build) in the repo root; exits non-zero when a case fails.
 # RAMPART_PACK_FROM_SCRATCH=1 builds case 2 in an empty target dir (a full build, several minutes).
@@ -38,6 +40,13 @@ new_project() {
   mkdir -p "$1" && (cd "$1" && npm init -y >/dev/null) &&
     node -e "const fs = require('fs'); const p = JSON.parse(fs.readFileSync('$1/package.json', 'utf8'));
       p.allowScripts = { rampart: true, ['file:$2']: true }; fs.writeFileSync('$1/package.json', JSON.stringify(p, null, 2));"
+}
+
+# True when the project $1's node_modules holds rampart and nothing else: no other package, no
+# other command in .bin (npm's own .package-lock.json aside).
+only_rampart() {
+  [ "$(ls -A "$1/node_modules" | grep -vx '\.package-lock\.json\|\.bin' | tr '\n' ' ')" = "rampart " ] &&
+    [ "$(ls -A "$1/node_modules/.bin" | tr '\n' ' ')" = "rampart " ]
 }
 
 # `node -e` in the consumer: require('rampart') and construct a RampartProxy.
@@ -85,6 +94,8 @@ if (cd "$work/prebuilt" && PATH="$fakebin:$PATH" npm install --foreground-script
   elif ! grep -q "using the prebuilt ${prebuilt[0]}" "$work/prebuilt.log"; then
     fail "prebuilt install did not say it used ${prebuilt[0]}"
     cat "$work/prebuilt.log"
+  elif ! only_rampart "$work/prebuilt"; then
+    fail "prebuilt install brought more than rampart: $(ls -A "$work/prebuilt/node_modules" | tr '\n' ' ')"
   elif out=$(cd "$work/prebuilt" && PATH="$fakebin:$PATH" node -e "$SMOKE" 2>&1); then
     pass "prebuilt install in ${secs} s, no cargo; $out"
   else
@@ -124,6 +135,8 @@ if (cd "$work/fromsource" && CARGO_TARGET_DIR="$work/target" npm install --foreg
   elif ! ls "$work/fromsource/node_modules/rampart/"rampart.*.node >/dev/null 2>&1; then
     fail "source install left no rampart.*.node"
     cat "$work/fromsource.log"
+  elif ! only_rampart "$work/fromsource"; then
+    fail "source install left more than rampart in node_modules: $(ls -A "$work/fromsource/node_modules" | tr '\n' ' ')"
   elif out=$(cd "$work/fromsource" && node -e "$SMOKE" 2>&1); then
     pass "install from source in ${secs} s (cargo: $(grep -c ' Compiling ' "$work/fromsource.log") crates compiled); $out"
   else

@@ -41,7 +41,7 @@ test('with a token: /health is open, every other route needs Authorization: Bear
       assert.match(r.json.error, /^unauthorized/);
     }
   }
-  // The scheme is case-insensitive; anything but Bearer is refused.
+  // The scheme is case-insensitive; anything but Bearer is refused (Basic only as base64 of user:token, see server.ui.test.js).
   assert.equal((await s.admin(api, 'GET', '/xdp', { headers: { authorization: `bearer ${s.TOKEN}` } })).status, 200);
   assert.equal((await s.admin(api, 'GET', '/xdp', { headers: { authorization: `Basic ${s.TOKEN}` } })).status, 401);
   for (const p of GETS) assert.equal((await s.admin(api, 'GET', p, { token: s.TOKEN })).status, 200, p);
@@ -163,7 +163,7 @@ test('bad input is a 400 naming every offending field; oversized bodies 413; unk
   const big = JSON.stringify({ cidr: '192.0.2.1', reason: 'x'.repeat(1 << 20) });
   await bad('POST', '/block', { rawBody: big }, 413);
   await bad('GET', '/nope', {}, 404);
-  await bad('GET', '/', {}, 404);
+  await bad('GET', '/uii', {}, 404);
   for (const [method, p, allow] of [
     ['PUT', '/block', 'POST, DELETE'],
     ['GET', '/block', 'POST, DELETE'],

@@ -82,6 +82,11 @@ test('the systemd unit: XDP capabilities, Restart=on-failure, ExecReload by SIGH
   assert.match(get('ExecStartPre'), / check --config \/etc\/rampart\/rampart\.json$/);
   assert.equal(get('RuntimeDirectory'), 'rampart');
   assert.ok(Number(get('TimeoutStopSec')) * 1000 > doc.drainMs);
+  // Rampart is not on the npm registry: the unit installs the packed tarball, never `rampart` by name.
+  const installs = unit.match(/npm install[^`\n&]*/g);
+  assert.deepEqual(installs.map((l) => l.trim()), ['npm install', 'npm install --prefix /opt/rampart ./rampart-0.1.0.tgz']);
+  assert.doesNotMatch(unit, /npmjs\.com/);
+  assert.equal(get('ExecStart').split(' ')[1], '/opt/rampart/node_modules/rampart/bin/rampart.js');
 });
 
 test('the Prometheus scrape config targets the example admin port with the bearer token', () => {

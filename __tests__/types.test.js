@@ -2,7 +2,11 @@
 // index.d.ts as a TypeScript consumer sees it: `tsc --noEmit --strict` with @types/node on files
 // that import 'rampart' through the package's own "exports"/"types" (node_modules/rampart links
 // to this checkout). Positive cases compile; `// @ts-expect-error` lines and a separate file
-// prove that wrong usage fails the type-check.
+// prove that wrong usage fails the type-check. Every case runs with TypeScript 5, 6 and 7 and
+// @types/node 20 and 22 (devDependencies typescript5/6/7, @types/node and @types/node22), with
+// no `--types`: TypeScript 6 and 7 no longer include @types packages unless named, so index.d.ts
+// must reference node's types itself, as a consumer's `npm install -D typescript @types/node` and
+// `tsc --strict` see it.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -11,7 +15,11 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 
 const root = path.join(__dirname, '..');
-const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+const TYPESCRIPT = ['typescript5', 'typescript6', 'typescript7'];
+const TYPES_NODE = { 20: '@types/node', 22: '@types/node22' };
+const tscOf = (ts) => path.join(root, 'node_modules', ts, 'bin', 'tsc');
+/** Every (TypeScript, @types/node) pair: `{ ts, node, label }`. */
+const MATRIX = TYPESCRIPT.flatMap((ts) => Object.keys(TYPES_NODE).map((node) => ({ ts, node, label: `${ts} with @types/node ${node}` })));
 
 const CONSUMER_TS = `
 import {
@@ -141,48 +149,52 @@ declare const proxy: RampartProxy;
 proxy.on('blocked', (e) => console.log(e.count));
 `;
 
-function project() {
+/** A consumer project: node_modules/rampart → this checkout, node_modules/@types/node → @types/node `node`. */
+function project(node) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-types-'));
-  fs.mkdirSync(path.join(dir, 'node_modules'));
+  fs.mkdirSync(path.join(dir, 'node_modules', '@types'), { recursive: true });
   fs.symlinkSync(root, path.join(dir, 'node_modules', 'rampart'), 'dir');
-  fs.symlinkSync(path.join(root, 'node_modules', '@types'), path.join(dir, 'node_modules', '@types'), 'dir');
+  fs.symlinkSync(path.join(root, 'node_modules', TYPES_NODE[node]), path.join(dir, 'node_modules', '@types', 'node'), 'dir');
   fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'types-consumer', private: true }));
   return dir;
 }
 
-function typeCheck(dir, files) {
-  const args = [tsc, '--noEmit', '--strict', '--module', 'nodenext', '--target', 'es2022', '--types', 'node', ...files];
+function typeCheck(ts, dir, files) {
+  const args = [tscOf(ts), '--noEmit', '--strict', '--module', 'nodenext', '--target', 'es2022', ...files];
   const r = spawnSync(process.execPath, args, { cwd: dir, encoding: 'utf8', timeout: 120000 });
   return { code: r.status, out: `${r.stdout}${r.stderr}` };
 }
 
-test('typescript and @types/node are installed (devDependencies)', () => {
-  assert.ok(fs.existsSync(tsc), `no ${tsc}: run npm install`);
-  assert.ok(fs.existsSync(path.join(root, 'node_modules', '@types', 'node', 'package.json')), 'no @types/node: run npm install');
+test('TypeScript 5, 6 and 7 and @types/node 20 and 22 are installed (devDependencies)', () => {
+  const major = (dir) => Number(JSON.parse(fs.readFileSync(path.join(root, 'node_modules', dir, 'package.json'), 'utf8')).version.split('.')[0]);
+  assert.deepEqual(TYPESCRIPT.map((ts) => fs.existsSync(tscOf(ts)) && major(ts)), [5, 6, 7], 'run npm install');
+  assert.deepEqual(Object.values(TYPES_NODE).map(major), [20, 22], 'run npm install');
 });
 
-test('index.d.ts type-checks with --strict for CommonJS and ESM consumers, overloads and per-event listeners included', () => {
-  const dir = project();
-  try {
-    fs.writeFileSync(path.join(dir, 'consumer.ts'), CONSUMER_TS);
-    fs.writeFileSync(path.join(dir, 'consumer.mts'), CONSUMER_MTS);
-    const r = typeCheck(dir, ['consumer.ts', 'consumer.mts']);
-    assert.equal(r.code, 0, `tsc failed:\n${r.out}`);
-    assert.equal(r.out.trim(), '');
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
+for (const { ts, node, label } of MATRIX) {
+  test(`${label}: index.d.ts type-checks with --strict for CommonJS and ESM consumers, overloads and per-event listeners included`, () => {
+    const dir = project(node);
+    try {
+      fs.writeFileSync(path.join(dir, 'consumer.ts'), CONSUMER_TS);
+      fs.writeFileSync(path.join(dir, 'consumer.mts'), CONSUMER_MTS);
+      const r = typeCheck(ts, dir, ['consumer.ts', 'consumer.mts']);
+      assert.equal(r.code, 0, `tsc failed:\n${r.out}`);
+      assert.equal(r.out.trim(), '');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
-test('a listener that misuses the event payload fails the type-check', () => {
-  const dir = project();
-  try {
-    fs.writeFileSync(path.join(dir, 'negative.ts'), NEGATIVE_TS);
-    const r = typeCheck(dir, ['negative.ts']);
-    assert.notEqual(r.code, 0, 'tsc accepted a wrong payload');
-    assert.match(r.out, /negative\.ts\(3,\d+\): error TS2339: Property 'count' does not exist on type 'BlockedEvent'/);
-    assert.equal(r.out.match(/error TS/g).length, 1, r.out);
-  } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
+  test(`${label}: a listener that misuses the event payload fails the type-check`, () => {
+    const dir = project(node);
+    try {
+      fs.writeFileSync(path.join(dir, 'negative.ts'), NEGATIVE_TS);
+      const r = typeCheck(ts, dir, ['negative.ts']);
+      assert.notEqual(r.code, 0, 'tsc accepted a wrong payload');
+      assert.match(r.out, /negative\.ts\(3,\d+\): error TS2339: Property 'count' does not exist on type 'BlockedEvent'/);
+      assert.equal(r.out.match(/error TS/g).length, 1, r.out);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}

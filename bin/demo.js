@@ -3,9 +3,29 @@
 // `npm start`: Rampart on 127.0.0.1:8443 (RAMPART_DEMO_PORT overrides) with a generated
 // self-signed certificate and protection on, in front of a tiny built-in HTTP upstream.
 // RAMPART_DEMO_PENALTY_MS sets the penalty box (default 60000 ms). blockedIps() is printed each
-// time it changes, including when it empties again.
+// time it changes, including when it empties again. The incident page (the admin API's `GET /ui`,
+// read-only, no token) is on 127.0.0.1:9901 (RAMPART_DEMO_ADMIN_PORT overrides; 0: any free port).
 const http = require('node:http');
 const { RampartProxy, generateSelfSignedCert } = require('..');
+const { startAdmin } = require('../server/admin');
+const { version } = require('../package.json');
+
+/** The admin API's view of a proxy run by hand (the server's Supervisor runs one from a file). */
+function demoSupervisor(proxy, ports) {
+  const startedAt = new Date();
+  return {
+    running: true,
+    reloadedAt: startedAt,
+    ports: () => ports,
+    adminConfig: () => null,
+    token: () => null,
+    metrics: () => proxy.metrics(),
+    prometheus: () => proxy.prometheus(),
+    blockedIps: (opts) => proxy.blockedIps(opts),
+    explain: (ip) => proxy.explain(ip),
+    xdpStatus: () => ({ ...proxy.xdpStatus(), configured: null, lastError: null }),
+  };
+}
 
 async function main() {
   const port = Number(process.env.RAMPART_DEMO_PORT || 8443);
@@ -31,7 +51,16 @@ async function main() {
   proxy.on('blockedSummary', (s) => console.log(`blockedSummary: ${JSON.stringify(s)}`));
   proxy.on('error', (e) => console.log(`error: ${e.code}: ${e.message}`));
   await proxy.start();
+  const adminPort = Number(process.env.RAMPART_DEMO_ADMIN_PORT ?? 9901);
+  const quiet = { event: (name, fields) => name === 'error' && console.log(`admin API error: ${fields.message}`) };
+  let admin = null;
+  try {
+    admin = await startAdmin({ admin: { host: '127.0.0.1', port: adminPort }, supervisor: demoSupervisor(proxy, [port]), log: quiet, version });
+  } catch (e) {
+    console.log(`incident page not started: 127.0.0.1:${adminPort}: ${e.message} (set RAMPART_DEMO_ADMIN_PORT to another port, 0 for any)`);
+  }
   console.log(`Rampart demo listening on https://localhost:${port} (self-signed certificate)`);
+  if (admin) console.log(`  incident page: ${admin.addresses[0]}/ui (refusals, boxed addresses, upstream health; read-only)`);
   console.log(`  try:   curl -k --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/`);
   console.log(`  flood: for i in $(seq 100); do curl -sk -o /dev/null --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/; done`);
   console.log('  watch: blockedIps() is printed whenever it changes (checked every second), also when it empties; Ctrl-C stops');
@@ -46,6 +75,7 @@ async function main() {
   }, 1000);
   const shutdown = async () => {
     clearInterval(timer);
+    if (admin) await admin.close();
     await proxy.stop({ drainMs: 1000 });
     upstream.close();
     console.log('stopped');

@@ -6,7 +6,10 @@
 //   no cargo, no Rust needed;
 // - otherwise (no prebuilt for this platform, one that does not load, or a git checkout where the
 //   sources may have changed since the last build) it builds from source with `npm run build`'s
-//   command (`napi build`, from the `@napi-rs/cli` dependency), which needs Rust.
+//   command (`napi build`), which needs Rust. `napi` comes from `@napi-rs/cli`, a devDependency:
+//   installed in a checkout and in npm's clone of a git URL; a consumer's source install (a
+//   tarball without the .node) runs it with `npm exec` at the devDependency's version (fetched
+//   into npm's cache, never into the consumer's node_modules).
 // RAMPART_BUILD_FROM_SOURCE=1 always builds.
 const fs = require('node:fs');
 const path = require('node:path');
@@ -68,11 +71,30 @@ function prebuiltProblem(file) {
   return null;
 }
 
-function napiCli() {
-  const cliPkgPath = require.resolve('@napi-rs/cli/package.json', { paths: [pkgDir] });
-  const cliPkg = JSON.parse(fs.readFileSync(cliPkgPath, 'utf8'));
-  const bin = typeof cliPkg.bin === 'string' ? cliPkg.bin : cliPkg.bin.napi;
-  return path.join(path.dirname(cliPkgPath), bin);
+/**
+ * The command that runs `napi` with `args`: `[file, argv]`. The installed `@napi-rs/cli` when
+ * there is one (a checkout, npm's clone of a git URL), else `npm exec` of the devDependency's
+ * version (npm_execpath: the npm running this install script).
+ */
+function napiCommand(args) {
+  let cliPkgPath = null;
+  try {
+    cliPkgPath = require.resolve('@napi-rs/cli/package.json', { paths: [pkgDir] });
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e;
+  }
+  if (cliPkgPath) {
+    const cliPkg = JSON.parse(fs.readFileSync(cliPkgPath, 'utf8'));
+    const bin = typeof cliPkg.bin === 'string' ? cliPkg.bin : cliPkg.bin.napi;
+    log(`using @napi-rs/cli ${cliPkg.version} from ${path.dirname(cliPkgPath)}`);
+    return [process.execPath, [path.join(path.dirname(cliPkgPath), bin), ...args]];
+  }
+  const spec = `@napi-rs/cli@${pkg.devDependencies['@napi-rs/cli']}`;
+  log(`@napi-rs/cli is not installed (a devDependency): running ${spec} with npm exec`);
+  const npmArgs = ['exec', '--yes', `--package=${spec}`, '--', 'napi', ...args];
+  const npmCli = process.env.npm_execpath;
+  if (npmCli && /\.[cm]?js$/.test(npmCli)) return [process.execPath, [npmCli, ...npmArgs]];
+  return [npmCli || 'npm', npmArgs];
 }
 
 function buildFromSource(reason) {
@@ -90,7 +112,8 @@ function buildFromSource(reason) {
   const [tool, ...args] = pkg.scripts.build.split(/\s+/);
   if (tool !== 'napi') throw new Error(`scripts.build must start with napi, got: ${pkg.scripts.build}`);
   const started = Date.now();
-  const r = spawnSync(process.execPath, [napiCli(), ...args], { cwd: pkgDir, stdio: 'inherit' });
+  const [file, argv] = napiCommand(args);
+  const r = spawnSync(file, argv, { cwd: pkgDir, stdio: 'inherit' });
   if (r.status !== 0) {
     log(`the build failed (${r.error ? r.error.message : `exit ${r.status}`}); see the cargo output above.`);
     process.exit(r.status || 1);

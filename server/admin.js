@@ -4,6 +4,8 @@
  *
  * | route | |
  * |---|---|
+ * | `GET /` or `GET /ui` | the incident page (ui.html, see ui.js) |
+ * | `GET /ui.json` | the page's state, polled by it every second (ui.js `uiState`) |
  * | `GET /health` | `{ ok, pid, version, ports, reloadedAt }` (never needs the token; 503 when not serving) |
  * | `GET /metrics` | Prometheus text 0.0.4 |
  * | `GET /metrics.json` | `metrics()` plus `server: { reloads, lastReloadSuccessful, reloadedAt }` |
@@ -17,7 +19,10 @@
  * Access: with a token (`admin.token` / `admin.tokenFile`) every route but `/health` needs
  * `Authorization: Bearer <token>` (401 otherwise, checked before the route is looked up, so
  * nothing about the API leaks); the comparison hashes both sides to 32 bytes and uses
- * `crypto.timingSafeEqual`. Without a token the API is read-only: POST and DELETE answer 403.
+ * `crypto.timingSafeEqual`. GET and HEAD also take HTTP Basic with the token as the password
+ * (any user name), which a browser asks for and then sends with the page's own requests: the 401
+ * of the page's paths challenges with `Basic`, the others with `Bearer`. Changes (POST, DELETE)
+ * take only Bearer, which a browser never adds by itself, so a cross-site form cannot make them. Without a token the API is read-only: POST and DELETE answer 403.
  * Input: bodies up to 1 MiB (413 beyond), parsed as JSON whatever the content-type (400 when it
  * is not JSON), every field and query parameter checked (unknown ones are errors); 404 for an
  * unknown path, 405 (with `Allow`) for a known path with another method. Errors are
@@ -39,6 +44,7 @@ const fs = require('node:fs');
 const net = require('node:net');
 const http = require('node:http');
 const crypto = require('node:crypto');
+const ui = require('./ui');
 
 const MAX_BODY_BYTES = 1 << 20;
 const SOCKET_MODE = 0o660;
@@ -79,11 +85,25 @@ function send(res, status, body, headers = {}) {
 
 const digest = (s) => crypto.createHash('sha256').update(s).digest();
 
-/** Constant-time check of `Authorization: Bearer <token>`. */
-function authorized(req, token) {
-  const m = /^Bearer[ ]+(\S+)[ ]*$/i.exec(req.headers.authorization || '');
-  const given = digest(m ? m[1] : '');
-  return crypto.timingSafeEqual(given, digest(token)) && m !== null;
+/** The incident page's paths: their 401 challenges with Basic, so that a browser asks for the token. */
+const PAGE_PATHS = new Set(['/', '/ui', '/ui.json']);
+
+/**
+ * Constant-time check of `Authorization: Bearer <token>`, or with `basic` (GET and HEAD) also
+ * `Authorization: Basic base64(<any user>:<token>)`.
+ */
+function authorized(req, token, basic) {
+  const header = req.headers.authorization || '';
+  let given = null;
+  const bearer = /^Bearer[ ]+(\S+)[ ]*$/i.exec(header);
+  if (bearer) given = bearer[1];
+  const b = basic && !bearer ? /^Basic[ ]+([A-Za-z0-9+/]+={0,2})[ ]*$/i.exec(header) : null;
+  if (b) {
+    const pair = Buffer.from(b[1], 'base64').toString('utf8');
+    const colon = pair.indexOf(':');
+    if (colon >= 0) given = pair.slice(colon + 1);
+  }
+  return crypto.timingSafeEqual(digest(given === null ? '' : given), digest(token)) && given !== null;
 }
 
 /** The request body parsed as JSON (undefined when empty); 413 past the cap, 400 when not JSON. */
@@ -218,8 +238,20 @@ function canonicalIp(ip) {
 }
 
 /** The request handler, over a Supervisor. `listen`: the admin section the API listens with. */
-function createHandler({ supervisor, log, version, listen = null }) {
+function createHandler({ supervisor, log, version, listen = null, history = new ui.History(() => supervisor.metrics()) }) {
+  const page = (url) => {
+    query(url, []);
+    return [200, ui.html, ui.PAGE_HEADERS];
+  };
   const routes = {
+    '/': { GET: page },
+    '/ui': { GET: page },
+    '/ui.json': {
+      GET: (url) => {
+        query(url, []);
+        return [200, ui.uiState({ supervisor, history, version })];
+      },
+    },
     '/health': {
       GET: (url) => {
         query(url, []);
@@ -323,8 +355,10 @@ function createHandler({ supervisor, log, version, listen = null }) {
         throw new HttpError(400, 'invalid request target');
       }
       const token = supervisor.token();
-      if (url.pathname !== '/health' && token && !authorized(req, token)) {
-        throw new HttpError(401, 'unauthorized: send Authorization: Bearer <admin token>', undefined, { 'www-authenticate': 'Bearer realm="rampart"' });
+      const readOnly = req.method === 'GET' || req.method === 'HEAD';
+      if (url.pathname !== '/health' && token && !authorized(req, token, readOnly)) {
+        const challenge = readOnly && PAGE_PATHS.has(url.pathname) ? 'Basic realm="rampart", charset="UTF-8"' : 'Bearer realm="rampart"';
+        throw new HttpError(401, `unauthorized: send Authorization: Bearer <admin token>${readOnly ? ' (or, for GET, Basic with the token as the password)' : ''}`, undefined, { 'www-authenticate': challenge });
       }
       const route = routes[url.pathname];
       if (!route) throw new HttpError(404, `no route ${url.pathname}; routes: ${known}`);
@@ -495,7 +529,8 @@ function closeServer(server) {
  * cannot be bound, none is kept.
  */
 async function startAdmin({ admin, supervisor, log, version }) {
-  const handler = createHandler({ supervisor, log, version, listen: admin });
+  const history = new ui.History(() => supervisor.metrics()).start();
+  const handler = createHandler({ supervisor, log, version, listen: admin, history });
   const perAddress = () => {
     const a = supervisor.adminConfig ? supervisor.adminConfig() : null;
     return (a && a.maxConnectionsPerAddress) || admin.maxConnectionsPerAddress || DEFAULT_MAX_CONNECTIONS_PER_ADDRESS;
@@ -507,12 +542,16 @@ async function startAdmin({ admin, supervisor, log, version }) {
   try {
     for (const w of wanted) up.push(await listenOne(w, handler, log, perAddress));
   } catch (e) {
+    history.stop();
     await Promise.all(up.map((u) => closeServer(u.server)));
     throw e;
   }
   return {
     addresses: up.map((u) => u.address),
-    close: () => Promise.all(up.map((u) => closeServer(u.server))),
+    close: () => {
+      history.stop();
+      return Promise.all(up.map((u) => closeServer(u.server)));
+    },
   };
 }
 

@@ -14,7 +14,7 @@ async function startDemo(env = {}) {
   const port = await h.freePort();
   const child = spawn('npm', ['start', '--silent'], {
     cwd: path.join(__dirname, '..', '..'),
-    env: { ...process.env, RAMPART_DEMO_PORT: String(port), ...env },
+    env: { ...process.env, RAMPART_DEMO_PORT: String(port), RAMPART_DEMO_ADMIN_PORT: '0', ...env },
     detached: true,
   });
   let out = '';
