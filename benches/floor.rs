@@ -23,6 +23,8 @@
 //!    perMiB: { memcpyUs, sealUs, openUs }, batches }`.
 
 use rampart::tls::certs::{load_certified_key, self_signed, server_config};
+use rampart::tls::options::TlsOptions;
+use rampart::tls::sessions::Sessions;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ring, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -106,7 +108,15 @@ fn main() {
 
     let (cert_pem, key_pem) = self_signed(&["localhost".to_string()]).expect("rcgen");
     let ck = load_certified_key(cert_pem.as_bytes(), key_pem.as_bytes()).expect("certified key");
-    let server_cfg = server_config(ck, vec![b"http/1.1".to_vec()], None);
+    let opts = TlsOptions::default();
+    let server_cfg = server_config(
+        ck,
+        vec![b"http/1.1".to_vec()],
+        None,
+        &opts,
+        &Sessions::new(&opts),
+    )
+    .expect("server config");
 
     let mut provider = ring::default_provider();
     provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_256_GCM_SHA384];
