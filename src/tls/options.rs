@@ -276,7 +276,10 @@ impl TlsOptions {
 /// This build's crypto provider with its default suites and groups (the one place the provider
 /// is chosen; README: TLS, "Crypto provider").
 pub fn base_provider() -> CryptoProvider {
-    rustls::crypto::ring::default_provider()
+    #[cfg(feature = "ring")]
+    return rustls::crypto::ring::default_provider();
+    #[cfg(not(feature = "ring"))]
+    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 /// Whether this build's provider implements `g`.

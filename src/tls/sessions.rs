@@ -70,7 +70,10 @@ impl Sessions {
 }
 
 fn new_ticketer() -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
-    rustls::crypto::ring::Ticketer::new()
+    #[cfg(feature = "ring")]
+    return rustls::crypto::ring::Ticketer::new();
+    #[cfg(not(feature = "ring"))]
+    rustls::crypto::aws_lc_rs::Ticketer::new()
 }
 
 /// What one [`Sessions`] is shared by: the certificate (SHA-256 of its DER chain), the client
