@@ -144,6 +144,8 @@ export interface RouteConfig {
    * facts ride a PP2_TYPE_SSL TLV (verify result, TLS version, subject CN).
    */
   mtls?: MtlsConfig;
+  /** TLS versions, suites, groups and resumption for this route, replacing the listener's `tls` whole (terminated routes only). */
+  tls?: TlsConfig;
   /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
   metricsGroup?: string;
   /**
@@ -185,6 +187,37 @@ export interface MtlsConfig {
   clientCaCert: string | Buffer;
   /** Refuse a handshake without a client certificate. Default: true on a listener, false on a route. */
   requireClientCert?: boolean;
+}
+
+/** Protocol versions Rampart offers (rustls implements TLS 1.2 and 1.3 only). */
+export type TlsVersion = 'TLSv1.2' | 'TLSv1.3';
+
+/**
+ * `tls` on a listener or route (README: TLS). Unset fields keep the defaults; a route's `tls`
+ * replaces its listener's whole. Invalid names and combinations are ConfigErrors with paths.
+ */
+export interface TlsConfig {
+  /** Oldest version accepted. Default 'TLSv1.2' (nginx `ssl_protocols`, HAProxy `ssl-min-ver`). */
+  minVersion?: TlsVersion;
+  /** Newest version accepted. Default 'TLSv1.3' (HAProxy `ssl-max-ver`). */
+  maxVersion?: TlsVersion;
+  /**
+   * Suites for both versions in preference order, by IANA name (`TLS_AES_128_GCM_SHA256`,
+   * `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`) or OpenSSL name (`ECDHE-RSA-AES128-GCM-SHA256`).
+   * Must leave a suite for each allowed version. Default: all nine AEAD suites.
+   */
+  cipherSuites?: string[];
+  /**
+   * Key exchange groups accepted: 'X25519MLKEM768' (post-quantum hybrid, TLS 1.3 only), 'X25519',
+   * 'secp256r1' ('P-256', 'prime256v1'), 'secp384r1' ('P-384'). Default: all four.
+   */
+  groups?: string[];
+  /** Our `cipherSuites` order wins over the client's (nginx `ssl_prefer_server_ciphers`). Default false. */
+  preferServerCipherOrder?: boolean;
+  /** Stateless resumption tickets, TLS 1.2 and 1.3; keys rotated every 6 h, tickets live 6–12 h. Default true. */
+  sessionTickets?: boolean;
+  /** Server-side sessions kept per certificate (TLS 1.2 session ids); 0 = none. Integer in [0, 1000000]. Default 20000. */
+  sessionCacheSize?: number;
 }
 
 export interface ProtectionConfig {
@@ -345,6 +378,8 @@ export interface ListenerConfig {
   protection?: ProtectionConfig;
   /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
   mtls?: MtlsConfig;
+  /** TLS versions, suites, groups and resumption of this listener's terminated routes. */
+  tls?: TlsConfig;
   /**
    * Connections of suspended routes this listener holds at once; beyond it a new one is closed
    * at once (`errorsByReason.suspend_queue_full`, no 'suspended' event). Default 1024.

@@ -32,6 +32,7 @@ import {
 const [certChain, privateKey] = generateSelfSignedCert(['localhost']);
 const proxy = new RampartProxy({
   listeners: [{ host: '127.0.0.1', port: 8443, defaultCert: { certChain, privateKey },
+    tls: { minVersion: 'TLSv1.3', groups: ['X25519MLKEM768', 'X25519'], preferServerCipherOrder: true },
     protection: { rateLimit: { connectionsPerSecond: 20 }, penaltyBox: { durationMs: 60000 } } }],
   routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 8080 }] }],
 });

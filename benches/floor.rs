@@ -3,8 +3,8 @@
 //! CPU per new connection and per MiB can be printed as a multiple of it.
 //!
 //! - Handshake: Rampart's own server config (`rampart::tls::certs::server_config`, rustls with the
-//!   ring provider, the same ECDSA P-256 self-signed certificate kind the bench uses, ALPN
-//!   `http/1.1`, rustls' default session cache and two TLS 1.3 tickets) against a rustls client
+//!   build's provider: aws-lc-rs, or ring with `--features ring`, the same ECDSA P-256 self-signed certificate kind the bench uses, ALPN
+//!   `http/1.1`, Rampart's default session cache, ticketer and two TLS 1.3 tickets) against a rustls client
 //!   offering only the suite and group OpenSSL clients get from every proxy in the bench
 //!   (TLS_AES_256_GCM_SHA384, X25519), both in this one thread, flights passed through `Vec`s:
 //!   no sockets, no syscalls. The client checks the server's CertificateVerify signature but not
@@ -18,13 +18,18 @@
 //! Times are this thread's CPU time (CLOCK_THREAD_CPUTIME_ID, so other processes on the shared
 //! machine do not count; each reading costs well under 1 µs, about 1 % of the server's share).
 //!
-//! `cargo bench --bench floor [-- --quick]` prints one JSON line (times in µs, medians of batches):
-//! `{ rustls, provider, suite, kx, key, handshake: { serverUs, clientUs, totalUs, n },
+//! `cargo bench --bench floor [--features ring] [-- --quick] [--kx X25519MLKEM768] [--resumed]`
+//! prints one JSON line (times in µs, medians of batches; `--resumed`: every handshake but the
+//! first resumes with a TLS 1.3 ticket):
+//! `{ rustls, provider, suite, kx, resumed, key, handshake: { serverUs, clientUs, totalUs, n },
 //!    perMiB: { memcpyUs, sealUs, openUs }, batches }`.
 
 use rampart::tls::certs::{load_certified_key, self_signed, server_config};
+use rampart::tls::options::base_provider;
+use rampart::tls::options::TlsOptions;
+use rampart::tls::sessions::Sessions;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{ring, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::crypto::{verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     ClientConfig, ClientConnection, DigitallySignedStruct, ServerConnection, SignatureScheme,
@@ -106,11 +111,34 @@ fn main() {
 
     let (cert_pem, key_pem) = self_signed(&["localhost".to_string()]).expect("rcgen");
     let ck = load_certified_key(cert_pem.as_bytes(), key_pem.as_bytes()).expect("certified key");
-    let server_cfg = server_config(ck, vec![b"http/1.1".to_vec()], None);
+    let opts = TlsOptions::default();
+    let server_cfg = server_config(
+        ck,
+        vec![b"http/1.1".to_vec()],
+        None,
+        &opts,
+        &Sessions::new(&opts),
+    )
+    .expect("server config");
 
-    let mut provider = ring::default_provider();
-    provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_256_GCM_SHA384];
-    provider.kx_groups = vec![ring::kx_group::X25519];
+    // `--kx X25519MLKEM768` measures the post-quantum hybrid (aws-lc-rs builds only).
+    let kx = std::env::args()
+        .skip_while(|a| a != "--kx")
+        .nth(1)
+        .unwrap_or_else(|| "X25519".into());
+    let resumed = std::env::args().any(|a| a == "--resumed");
+    let mut provider = base_provider();
+    provider
+        .cipher_suites
+        .retain(|s| s.suite() == rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
+    provider
+        .kx_groups
+        .retain(|g| format!("{:?}", g.name()) == kx);
+    assert_eq!(
+        provider.kx_groups.len(),
+        1,
+        "--kx {kx}: not in this provider"
+    );
     let algs = provider.signature_verification_algorithms;
     let mut client_cfg =
         ClientConfig::builder_with_provider(Arc::new(CryptoProvider::clone(&provider)))
@@ -120,8 +148,11 @@ fn main() {
             .with_custom_certificate_verifier(Arc::new(SignatureOnly(algs)))
             .with_no_client_auth();
     client_cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    // Every handshake full: the client never offers a ticket (the bench's noresume shim).
-    client_cfg.resumption = rustls::client::Resumption::disabled();
+    // Every handshake full: the client never offers a ticket (the bench's noresume shim); with
+    // `--resumed` every handshake after the first resumes with the last TLS 1.3 ticket.
+    if !resumed {
+        client_cfg.resumption = rustls::client::Resumption::disabled();
+    }
     let client_cfg = Arc::new(client_cfg);
     let name = ServerName::try_from("localhost").expect("name");
 
@@ -250,9 +281,10 @@ fn main() {
         "{}",
         serde_json::json!({
             "rustls": "0.23",
-            "provider": "ring",
+            "provider": if cfg!(feature = "ring") { "ring" } else { "aws-lc-rs" },
             "suite": "TLS_AES_256_GCM_SHA384",
-            "kx": "X25519",
+            "kx": kx,
+            "resumed": resumed,
             "key": "ECDSA P-256 (rcgen self-signed, ecdsa_secp256r1_sha256)",
             "handshake": {
                 "serverUs": hs_server_us,

@@ -151,7 +151,8 @@ impl Proxy {
             })
             .collect();
         let route_metrics = crate::metrics::route::RouteRegistry::default();
-        let routes = RouteTable::build(&cfg.routes, &cfg.listeners, &route_metrics);
+        let tls_sessions = crate::tls::sessions::TlsCache::default();
+        let routes = RouteTable::build(&cfg.routes, &cfg.listeners, &route_metrics, &tls_sessions);
         let shared = Arc::new(Shared {
             listeners,
             routes: ArcSwap::from_pointee(routes),
@@ -160,6 +161,7 @@ impl Proxy {
             xdp,
             socket: cfg.socket,
             route_metrics,
+            tls_sessions,
             cluster,
             suspensions: crate::proxy::suspend::Suspensions::new(cfg.listeners.len()),
         });
@@ -365,6 +367,7 @@ impl Proxy {
                 &r,
                 &listener_cfgs,
                 &self.shared.route_metrics,
+                &self.shared.tls_sessions,
             )));
         }
         let now = clock::now_ns();

@@ -48,6 +48,8 @@ pub struct Shared {
     pub socket: SocketOptions,
     /// Per-route counters by name and group, kept across route-table swaps.
     pub route_metrics: crate::metrics::route::RouteRegistry,
+    /// TLS resumption state (session caches, ticket keys) kept across route-table swaps.
+    pub tls_sessions: crate::tls::sessions::TlsCache,
     /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Connections of suspended routes waiting for `resolveConnection`.

@@ -12,6 +12,7 @@ pub mod mtls;
 pub mod protection;
 pub mod proxy;
 pub mod socket;
+pub mod tls;
 pub mod update;
 pub mod value;
 

@@ -15,6 +15,9 @@ pub struct Mtls {
     pub verifier: ClientVerifier,
     /// `requireClientCert`: a handshake without a client certificate fails.
     pub required: bool,
+    /// SHA-256 of the CA PEM and `required`: which sessions may resume under this policy
+    /// ([`crate::tls::sessions::SessionKey`]).
+    pub digest: [u8; 32],
 }
 
 /// Parses `mtls` at `path`; `required_default` is true for listeners, false for routes.
@@ -36,7 +39,19 @@ pub fn parse_mtls(
     };
     let pem = v::pem_bytes(ca, &ca_path, issues)?;
     match client_verifier(&pem, required) {
-        Ok(verifier) => Some(Mtls { verifier, required }),
+        Ok(verifier) => {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::new()
+                .chain_update(&pem)
+                .chain_update([u8::from(required)])
+                .finalize()
+                .into();
+            Some(Mtls {
+                verifier,
+                required,
+                digest,
+            })
+        }
         Err(e) => {
             issues.push(ca_path, e);
             None

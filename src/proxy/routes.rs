@@ -11,6 +11,7 @@ use crate::config::proxy::{AppProtocol, Balance, ListenerConfig, RouteConfig, Sn
 use crate::gcra::Gcra;
 use crate::metrics::route::{RouteMetrics, RouteRegistry};
 use crate::tls::certs::server_config;
+use crate::tls::sessions::{Generation, SessionKey, TlsCache};
 use rustls::ServerConfig;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -89,14 +90,28 @@ impl CompiledRoute {
         listeners: &[Option<&ListenerConfig>],
         metrics: Arc<RouteMetrics>,
     ) -> Arc<CompiledRoute> {
+        Self::compile_in(r, listeners, metrics, &mut TlsCache::default().generation())
+    }
+
+    /// [`Self::compile`] with the resumption state of `tls` (kept across route tables).
+    fn compile_in(
+        r: &RouteConfig,
+        listeners: &[Option<&ListenerConfig>],
+        metrics: Arc<RouteMetrics>,
+        sessions: &mut Generation<'_>,
+    ) -> Arc<CompiledRoute> {
         let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
         let tls = listeners
             .iter()
             .map(|l| {
                 let l = l.filter(|_| r.terminate_tls)?;
                 let cert = r.cert.clone().or_else(|| l.default_cert.clone())?;
-                let client_auth = mtls_of(l).map(|m| m.verifier);
-                Some(server_config(cert, r.alpn_offered(), client_auth))
+                let mtls = mtls_of(l);
+                let opts = r.tls.as_ref().unwrap_or(&l.tls);
+                let key = SessionKey::new(&cert, mtls.as_ref().map(|m| m.digest), opts);
+                let s = sessions.sessions(key);
+                let cfg = server_config(cert, r.alpn_offered(), mtls.map(|m| m.verifier), opts, &s);
+                Some(cfg.expect("tls options are validated by config::tls with the same check"))
             })
             .collect();
         let mtls = listeners
@@ -229,20 +244,25 @@ pub struct RouteTable {
 
 impl RouteTable {
     /// Builds the table; `listeners` gives each listener's default certificate, `registry` each
-    /// route's counters (kept for a route whose name and group survive; the others forgotten).
+    /// route's counters (kept for a route whose name and group survive; the others forgotten),
+    /// `tls` each TLS config's resumption state (kept while certificate, client-certificate
+    /// policy and `tls` options are unchanged; the others forgotten).
     pub fn build(
         routes: &[RouteConfig],
         listeners: &[ListenerConfig],
         registry: &RouteRegistry,
+        tls: &TlsCache,
     ) -> RouteTable {
         let mut t = RouteTable::default();
         let listeners: Vec<_> = listeners.iter().map(Some).collect();
+        let mut sessions = tls.generation();
         for r in routes {
-            let cr = CompiledRoute::compile(r, &listeners, {
+            let metrics = {
                 let name = r.sni.name();
                 let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
                 registry.get(&name, &group)
-            });
+            };
+            let cr = CompiledRoute::compile_in(r, &listeners, metrics, &mut sessions);
             t.all.push(cr.clone());
             match &r.sni {
                 SniPattern::Exact(h) => {
@@ -256,6 +276,7 @@ impl RouteTable {
         }
         let keep: Vec<_> = t.all.iter().map(|r| r.metrics.clone()).collect();
         registry.retain(&keep);
+        sessions.finish();
         t
     }
 
@@ -321,6 +342,7 @@ mod tests {
             connect_timeout_ms: 1000,
             rate_limit: None,
             mtls: None,
+            tls: None,
             metrics_group: None,
             balance: Balance::RoundRobin,
             ip_affinity_ttl_ms: None,
@@ -345,6 +367,7 @@ mod tests {
             ],
             &[],
             &RouteRegistry::default(),
+            &TlsCache::default(),
         );
         assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
         assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
@@ -364,6 +387,7 @@ mod tests {
             ],
             &[],
             &RouteRegistry::default(),
+            &TlsCache::default(),
         );
         // The wildcards do match one more non-empty label.
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
@@ -390,6 +414,7 @@ mod tests {
             &[route("*.example.com", 2), route("*.a.example.com", 4)],
             &[],
             &RouteRegistry::default(),
+            &TlsCache::default(),
         );
         for name in [".example.com", ".a.example.com", "a..example.com", "."] {
             assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
@@ -403,6 +428,7 @@ mod tests {
             &[route("api.example.com", 1), route("", 3)],
             &[],
             &RouteRegistry::default(),
+            &TlsCache::default(),
         );
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
@@ -420,7 +446,7 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![None; 3];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
         let cr = t.lookup(None).unwrap();
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let ms = 1_000_000;
@@ -451,7 +477,7 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![Some(H2), Some(H1), None, Some(H1)];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
         let cr = t.lookup(None).unwrap();
         let picks = |p, n| (0..n).map(|_| cr.pick(p).unwrap()).collect::<Vec<_>>();
         assert_eq!(picks(H2, 3), [0, 2, 0]);
@@ -467,7 +493,7 @@ mod tests {
         // A set without an upstream for a protocol picks none.
         let mut r = route("", 1);
         r.upstream_protocols = vec![Some(H2)];
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default());
+        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
         let cr = t.lookup(None).unwrap();
         assert_eq!((cr.pick(H2), cr.pick(H1)), (Some(0), None));
     }
@@ -478,6 +504,7 @@ mod tests {
             &[route("*.Example.com.", 2)],
             &[],
             &RouteRegistry::default(),
+            &TlsCache::default(),
         );
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("other.org"))), None);

@@ -1,10 +1,12 @@
 //! Certificates and rustls server configs (RFC 8446 / RFC 5246 termination via rustls).
 //!
 //! PEM parsing is rustls-pemfile's; signing keys (RSA, ECDSA P-256/P-384, Ed25519) come from
-//! rustls' ring provider. A config is built once per (certificate, ALPN set) when the route table
-//! is compiled, never per connection.
+//! the build's rustls crypto provider ([`crate::tls::options::base_provider`]). A config is built
+//! once per (certificate, ALPN set, `tls` options) when the route table is compiled, never per
+//! connection; its resumption state comes from [`crate::tls::sessions`].
 
-use rustls::crypto::ring::sign::any_supported_type;
+use crate::tls::options::{base_provider, TlsOptions};
+use crate::tls::sessions::Sessions;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 pub use rustls::sign::CertifiedKey;
@@ -31,7 +33,9 @@ pub fn load_certified_key(chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<Certif
     let key = rustls_pemfile::private_key(&mut rd)
         .map_err(|e| format!("privateKey is not valid PEM: {e}"))?
         .ok_or_else(|| "privateKey holds no PRIVATE KEY block (expected PEM text)".to_string())?;
-    let signer = any_supported_type(&key)
+    let signer = base_provider()
+        .key_provider
+        .load_private_key(key)
         .map_err(|e| format!("privateKey is not a supported RSA/ECDSA/Ed25519 key: {e}"))?;
     let ck = CertifiedKey::new(certs, signer);
     ck.keys_match().map_err(|e| {
@@ -58,7 +62,7 @@ pub fn client_verifier(ca_pem: &[u8], required: bool) -> Result<ClientVerifier, 
             .add(c)
             .map_err(|e| format!("holds a certificate that is not a usable CA: {e}"))?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(base_provider());
     let b = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
     let b = if required {
         b
@@ -78,23 +82,35 @@ pub fn subject_cn(der: &[u8]) -> Option<String> {
 
 /// A rustls server config serving `cert`, offering the ALPN protocol ids `alpn` in preference
 /// order (a client offering none of them fails the handshake, RFC 7301 §3.2; one without ALPN
-/// gets none), asking for client certificates with `client_auth` (mTLS) when given.
+/// gets none), asking for client certificates with `client_auth` (mTLS) when given, with the
+/// versions, suites and groups of `opts` and the resumption state `sessions`.
+///
+/// Errors when `opts` leave no handshake possible; the config layer refuses such options first
+/// ([`crate::config::tls`]), so a validated config never gets one.
 pub fn server_config(
     cert: Arc<CertifiedKey>,
     alpn: Vec<Vec<u8>>,
     client_auth: Option<ClientVerifier>,
-) -> Arc<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let b = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions");
+    opts: &TlsOptions,
+    sessions: &Sessions,
+) -> Result<Arc<ServerConfig>, String> {
+    let b = ServerConfig::builder_with_provider(opts.provider()?)
+        .with_protocol_versions(&opts.rustls_versions())
+        .map_err(|e| e.to_string())?;
     let b = match client_auth {
         Some(v) => b.with_client_cert_verifier(v),
         None => b.with_no_client_auth(),
     };
     let mut cfg = b.with_cert_resolver(Arc::new(SingleCertAndKey::from(cert)));
     cfg.alpn_protocols = alpn;
-    Arc::new(cfg)
+    cfg.ignore_client_order = opts.prefer_server_cipher_order;
+    cfg.session_storage = sessions.storage.clone();
+    cfg.ticketer = sessions.ticketer.clone();
+    if !opts.session_tickets && opts.session_cache_size == 0 {
+        // Nothing to resume with: no TLS 1.3 NewSessionTicket messages at all.
+        cfg.send_tls13_tickets = 0;
+    }
+    Ok(Arc::new(cfg))
 }
 
 /// Generates a self-signed certificate for `hosts` (DNS names or IP literals): returns

@@ -4,3 +4,5 @@ pub mod certs;
 pub mod clienthello;
 pub mod ja3;
 pub mod ja4;
+pub mod options;
+pub mod sessions;

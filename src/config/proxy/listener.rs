@@ -6,10 +6,12 @@ use super::cert::parse_cert;
 use crate::config::error::Issues;
 use crate::config::mtls::{parse_mtls, Mtls};
 use crate::config::protection::{cidrs, parse_protection};
+use crate::config::tls::parse_tls;
 use crate::config::value::{self as v, field, join};
 use crate::protection::cidr::CidrSet;
 use crate::protection::ProtectionPolicy;
 use crate::tls::certs::CertifiedKey;
+use crate::tls::options::TlsOptions;
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -53,6 +55,9 @@ pub struct ListenerConfig {
     /// `maxPendingSuspended`: connections of suspended routes held at once on this listener
     /// (README: Suspended routes).
     pub max_pending_suspended: u64,
+    /// `tls`: versions, suites, groups and resumption of its terminated routes (a route's own
+    /// `tls` replaces it).
+    pub tls: TlsOptions,
 }
 
 /// A listener's position in the config's `listeners[]`, which is also its index among the
@@ -177,6 +182,7 @@ pub(super) fn parse_listener(
             "mtls",
             "acceptProxyProtocol",
             "maxPendingSuspended",
+            "tls",
         ],
         path,
         issues,
@@ -233,10 +239,18 @@ pub(super) fn parse_listener(
     let max_pending_suspended = field(obj, "maxPendingSuspended")
         .and_then(|n| v::count(n, &join(path, "maxPendingSuspended"), 1, issues))
         .unwrap_or(DEFAULT_MAX_PENDING_SUSPENDED);
+    let tls = field(obj, "tls").and_then(|t| parse_tls(t, &join(path, "tls"), issues));
+    if mode == ListenerMode::Http && field(obj, "tls").is_some() {
+        issues.push(
+            join(path, "tls"),
+            "has no use on a mode 'http' listener (no TLS there); leave it out",
+        );
+    }
     if issues.len() != before {
         return None;
     }
     Some(ListenerConfig {
+        tls: tls.unwrap_or_default(),
         host: host?,
         port: port? as u16,
         default_cert,

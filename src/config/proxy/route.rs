@@ -9,8 +9,10 @@ use super::upstream::{
 };
 use crate::config::error::{ConfigError, Issues};
 use crate::config::mtls::{parse_mtls, Mtls};
+use crate::config::tls::parse_tls;
 use crate::config::value::{self as v, field, join};
 use crate::tls::certs::CertifiedKey;
+use crate::tls::options::TlsOptions;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -161,6 +163,8 @@ pub struct RouteConfig {
     /// Client certificates for this route (`mtls`; optional by default), replacing the
     /// listener's.
     pub mtls: Option<Mtls>,
+    /// `tls` of this route (versions, suites, groups, resumption), replacing the listener's.
+    pub tls: Option<TlsOptions>,
     /// `metricsGroup`: the `group` of this route's metrics (default: the route's name).
     pub metrics_group: Option<String>,
     /// `balance` (default: least connections for an all-UDS set, else round robin).
@@ -385,6 +389,7 @@ fn parse_route(
         "ipAffinity",
         "ipAffinityTtlMs",
         "tunnels",
+        "tls",
     ];
     if kind == RouteKind::Resolve {
         known.push("upstream");
@@ -585,6 +590,13 @@ fn parse_route(
             "needs terminateTls: true (client certificates are verified where TLS is terminated)",
         );
     }
+    let tls = field(obj, "tls").and_then(|t| parse_tls(t, &join(path, "tls"), issues));
+    if field(obj, "tls").is_some() && terminate_tls_field == Some(false) {
+        issues.push(
+            join(path, "tls"),
+            "needs terminateTls: true (a passthrough route's TLS is the upstream's)",
+        );
+    }
     let metrics_group = field(obj, "metricsGroup").filter(|_| table).and_then(|g| {
         let p = join(path, "metricsGroup");
         let g = v::string(g, &p, issues)?;
@@ -659,6 +671,7 @@ fn parse_route(
         connect_timeout_ms,
         rate_limit,
         mtls,
+        tls,
         metrics_group,
         ip_affinity_ttl_ms,
         suspend_timeout_ms: suspended.then_some(suspend_timeout_ms),
