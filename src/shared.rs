@@ -48,6 +48,8 @@ pub struct Shared {
     pub socket: SocketOptions,
     /// Per-route counters by name and group, kept across route-table swaps.
     pub route_metrics: crate::metrics::route::RouteRegistry,
+    /// Per-route upstream capacity by name, kept across route-table swaps.
+    pub capacities: crate::capacity::CapacityRegistry,
     /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Connections of suspended routes waiting for `resolveConnection`.

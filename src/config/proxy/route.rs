@@ -1,6 +1,7 @@
 //! `routes[]` (README: Config): SNI patterns, upstreams and their protocols, balancing, forwarded
 //! request headers, tunnels, mTLS, suspended routes, and the route table's checks.
 
+use super::capacity::{parse_concurrency, CapacityConfig};
 use super::cert::parse_cert;
 use super::listener::{ListenerConfig, ListenerMode};
 use super::upstream::{
@@ -173,6 +174,9 @@ pub struct RouteConfig {
     /// `resolveConnection` gives it a route (`None`: not suspended; README: Suspended routes).
     /// A suspended route's `upstreams` may be empty.
     pub suspend_timeout_ms: Option<u64>,
+    /// `concurrency`: the upstream capacity limit (default `'adaptive'` when the route carries
+    /// HTTP, else `'off'`; README: Upstream capacity).
+    pub concurrency: CapacityConfig,
 }
 
 impl RouteConfig {
@@ -308,7 +312,7 @@ enum RouteKind {
 }
 
 /// Route-table fields a resolved route cannot carry, each with the reason.
-const TABLE_ONLY_FIELDS: [(&str, &str); 7] = [
+const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
     (
         "suspended",
         "a resolved connection cannot be suspended again",
@@ -336,6 +340,10 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 7] = [
     (
         "ipAffinityTtlMs",
         "has no use on a route that serves one connection",
+    ),
+    (
+        "concurrency",
+        "the suspended route's upstream capacity applies",
     ),
 ];
 
@@ -385,6 +393,7 @@ fn parse_route(
         "ipAffinity",
         "ipAffinityTtlMs",
         "tunnels",
+        "concurrency",
     ];
     if kind == RouteKind::Resolve {
         known.push("upstream");
@@ -643,6 +652,12 @@ fn parse_route(
             );
         }
     }
+    let carries_http =
+        protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
+    let concurrency = match field(obj, "concurrency").filter(|_| table) {
+        Some(c) => parse_concurrency(c, &join(path, "concurrency"), carries_http, issues),
+        None => Some(CapacityConfig::default_for(carries_http)),
+    };
     if issues.len() != before {
         return None;
     }
@@ -662,6 +677,7 @@ fn parse_route(
         metrics_group,
         ip_affinity_ttl_ms,
         suspend_timeout_ms: suspended.then_some(suspend_timeout_ms),
+        concurrency: concurrency?,
         balance: balance.unwrap_or_else(|| default_balance(&upstreams)),
         upstreams,
         upstream_protocols,
