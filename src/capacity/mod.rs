@@ -38,6 +38,10 @@ use std::sync::Arc;
 /// delay over its threshold.
 pub const OVERLOAD_HOLD_NS: u64 = 2_000_000_000;
 
+/// How long (ns, 10 s) before an overload episode began a client must have been known-good to be
+/// [`Class::Priority`] in it: standing earned during (or just before) a flood buys no priority.
+pub const PRIORITY_SEASONING_NS: u64 = 10_000_000_000;
+
 /// Which class a request/connection belongs to for overload priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -269,6 +273,15 @@ impl Capacity {
     pub fn overload_since(&self, now_ns: u64) -> Option<u64> {
         self.refuses_new(now_ns)
             .then(|| self.episode_start_ns.load(Ordering::Relaxed))
+    }
+
+    /// The `since_ns` of `Engine::is_priority` at `now_ns`: the overload episode's start (now,
+    /// when the route is not overloaded) minus [`PRIORITY_SEASONING_NS`]. Ask only when a class
+    /// `Other` acquire was refused (then retry as `Priority`), so the common path reads no
+    /// client standing.
+    pub fn priority_since(&self, now_ns: u64) -> u64 {
+        let start = self.overload_since(now_ns).unwrap_or(now_ns);
+        start.saturating_sub(PRIORITY_SEASONING_NS)
     }
 
     /// Counts an upstream connect failure (also a congestion hint: the window's gradient is

@@ -122,6 +122,20 @@ pub fn parse_overload(val: &Value, path: &str, issues: &mut Issues) -> Option<Ov
 /// Fields only `'adaptive'` reads.
 const ADAPTIVE_FIELDS: [&str; 4] = ["minLimit", "maxLimit", "initialLimit", "tolerance"];
 
+/// A route's `concurrency` (`val`, `None` when left out) under the route at `path`, or its
+/// default when left out.
+pub fn route_concurrency(
+    val: Option<&Value>,
+    path: &str,
+    carries_http: bool,
+    issues: &mut Issues,
+) -> Option<CapacityConfig> {
+    match val {
+        Some(c) => parse_concurrency(c, &join(path, "concurrency"), carries_http, issues),
+        None => Some(CapacityConfig::default_for(carries_http)),
+    }
+}
+
 /// Parses `routes[i].concurrency`; `carries_http` picks the default mode when `mode` is left
 /// out. Every bad field is reported at its own path; `None` when any was.
 pub fn parse_concurrency(

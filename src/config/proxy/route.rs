@@ -1,7 +1,7 @@
 //! `routes[]` (README: Config): SNI patterns, upstreams and their protocols, balancing, forwarded
 //! request headers, tunnels, mTLS, suspended routes, and the route table's checks.
 
-use super::capacity::{parse_concurrency, CapacityConfig};
+use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
 use super::listener::{ListenerConfig, ListenerMode};
 use super::upstream::{
@@ -174,8 +174,7 @@ pub struct RouteConfig {
     /// `resolveConnection` gives it a route (`None`: not suspended; README: Suspended routes).
     /// A suspended route's `upstreams` may be empty.
     pub suspend_timeout_ms: Option<u64>,
-    /// `concurrency`: the upstream capacity limit (default `'adaptive'` when the route carries
-    /// HTTP, else `'off'`; README: Upstream capacity).
+    /// `concurrency`: the upstream capacity limit (README: Upstream capacity).
     pub concurrency: CapacityConfig,
 }
 
@@ -652,12 +651,9 @@ fn parse_route(
             );
         }
     }
-    let carries_http =
-        protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
-    let concurrency = match field(obj, "concurrency").filter(|_| table) {
-        Some(c) => parse_concurrency(c, &join(path, "concurrency"), carries_http, issues),
-        None => Some(CapacityConfig::default_for(carries_http)),
-    };
+    let http = protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
+    let cc = field(obj, "concurrency").filter(|_| table);
+    let concurrency = route_concurrency(cc, path, http, issues);
     if issues.len() != before {
         return None;
     }
