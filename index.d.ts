@@ -149,6 +149,12 @@ export interface RouteConfig {
   /** `group` label of this route's metrics (routeMetrics, Prometheus). Default: the route's name. */
   metricsGroup?: string;
   /**
+   * Upstream capacity: how many requests (opaque routes: connections) may be in flight to the
+   * upstreams at once. Default `{ mode: 'adaptive' }` on routes that carry HTTP (`protocol:
+   * 'http'`, `http2`, an upstream `protocol`), `{ mode: 'off' }` otherwise. Route-table only.
+   */
+  concurrency?: ConcurrencyConfig;
+  /**
    * Which upstream a new connection tries first: the one with the fewest open connections of this
    * route, or the next in turn. Default 'leastConnections' when every upstream is 'uds', else
    * 'roundRobin'.
@@ -395,6 +401,33 @@ export interface AcceptProxyProtocolConfig {
   timeoutMs?: number;
 }
 
+/** `routes[].concurrency` (README: Upstream capacity). */
+export interface ConcurrencyConfig {
+  /**
+   * 'adaptive': a limit learned from response-head latency (grows while latency stays near its
+   * no-load baseline, shrinks when it rises past baseline × tolerance + 0.5 ms); 'fixed': `limit`
+   * (HAProxy `maxconn`); 'off': unlimited, still measured (long-polling routes).
+   */
+  mode?: 'adaptive' | 'fixed' | 'off';
+  /** The static limit of 'fixed' (required there, refused otherwise), 1..1000000. */
+  limit?: number;
+  /** 'adaptive' only: lowest limit. Default 10. */
+  minLimit?: number;
+  /** 'adaptive' only: highest limit. Default 10000. */
+  maxLimit?: number;
+  /** 'adaptive' only: the limit before anything is learned, within [minLimit, maxLimit]. Default 1000. */
+  initialLimit?: number;
+  /** 'adaptive' only: latency rise over the baseline tolerated, 1..10. Default 1.25. */
+  tolerance?: number;
+  /**
+   * Share of the limit reserved to clients known-good since 10 s before the overload began,
+   * 0..0.9 (at least one slot when > 0; 0 = none). Default 0.2.
+   */
+  priorityShare?: number;
+  /** `Retry-After` (s) of an answer refused for lack of capacity, 1..3600. Default 1. */
+  retryAfterS?: number;
+}
+
 export interface ProxyConfig {
   listeners: ListenerConfig[];
   routes: RouteConfig[];
@@ -402,6 +435,11 @@ export interface ProxyConfig {
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
   blockedEvents?: { maxPerSecond?: number };
+  /**
+   * `eventLoopDelayMs` (1..60000): when this process's event-loop delay (sampled every 100 ms)
+   * passes it, every route counts as overloaded and its adaptive limit shrinks. Default: ignored.
+   */
+  overload?: { eventLoopDelayMs?: number };
   /**
    * TCP keepalive on client and TCP upstream sockets. Default `{ enabled: true, idleMs: 300000,
    * intervalMs: 30000, retries: 5 }`; `idleMs`/`intervalMs` are whole seconds in ms
@@ -493,6 +531,20 @@ export interface DefenseEvent {
   rate: number;
   /** max(minConnectionsPerSecond, mean + sigma × deviation) that second was compared with. */
   threshold: number;
+}
+
+/** A route became overloaded (a refusal for lack of upstream capacity) or recovered (2 s without one). */
+export interface OverloadEvent {
+  /** The route's name (its `sni`, '' = default route). */
+  route: string;
+  on: boolean;
+  inFlight: number;
+  /** The limit (null with mode 'off'). */
+  limit: number | null;
+  /** Mean response-head latency of the last measured window, ms. */
+  latencyMs: number;
+  /** No-load latency baseline, ms. */
+  baselineMs: number;
 }
 
 export interface ErrorEvent {
@@ -675,6 +727,38 @@ export interface RouteMetrics {
   bytesSent: number;
   /** Same keys as a listener's errorsByReason; a route-limit refusal is 'route_rate_limited'. */
   errorsByReason: Record<string, number>;
+  /** Upstream capacity (README: Upstream capacity). */
+  upstream: UpstreamCapacity;
+}
+
+/** `routeMetrics[].upstream`: what the route's upstream capacity measured. */
+export interface UpstreamCapacity {
+  /** `concurrency.mode`. */
+  mode: 'adaptive' | 'fixed' | 'off';
+  /** Requests (opaque routes: connections) in flight to the upstreams. */
+  inFlight: number;
+  /** Of which of known-good (priority) clients. */
+  inFlightPriority: number;
+  /** The limit now (null with mode 'off'). */
+  limit: number | null;
+  /** The part of the limit other clients may use (null with mode 'off'). */
+  otherLimit: number | null;
+  /** Mean response-head latency of the last measured 100 ms window, ms (0 before any). */
+  latencyMs: number;
+  /** No-load latency baseline, ms (0 before any). */
+  baselineMs: number;
+  /** A request was refused for lack of capacity within the last 2 s (new other clients are refused). */
+  overloaded: boolean;
+  /** Requests refused for lack of capacity, since start. */
+  refused: number;
+  /** Of which of known-good (priority) clients. */
+  refusedPriority: number;
+  /** Responses whose head was seen (latency samples), since start. */
+  answered: number;
+  /** Upstream connect failures, since start. */
+  connectFailures: number;
+  /** Mean upstream connect time, ms (0 before any). */
+  connectMs: number;
 }
 
 /** One problem found in the input: the field's path and what is wrong with it. */
@@ -726,6 +810,8 @@ export interface RampartProxyEvents {
   error: [error: ErrorEvent];
   /** A connection of a suspended route is held: call resolveConnection(id, route | null). */
   suspended: [event: SuspendedEvent];
+  /** A route's upstream capacity became overloaded or recovered. */
+  overload: [event: OverloadEvent];
   /** After each successful start(). */
   ready: [];
   /** Once per stop() of a running proxy. */
@@ -796,6 +882,7 @@ export class RampartProxy extends EventEmitter {
   on(event: 'blockedSummary', listener: (s: BlockedSummary) => void): this;
   on(event: 'error', listener: (e: ErrorEvent) => void): this;
   on(event: 'defense', listener: (e: DefenseEvent) => void): this;
+  on(event: 'overload', listener: (e: OverloadEvent) => void): this;
   on(event: 'suspended', listener: (e: SuspendedEvent) => void): this;
   on(event: 'ready' | 'close', listener: () => void): this;
 }

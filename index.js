@@ -4,6 +4,7 @@
  * and an XDP kernel filter, as a Node.js addon. See README.md and index.d.ts for the API.
  */
 const { EventEmitter } = require('node:events');
+const { monitorEventLoopDelay } = require('node:perf_hooks');
 const binding = require('./binding.js');
 const { NativeProxy, generateSelfSignedCert } = binding;
 
@@ -179,6 +180,28 @@ class RampartProxy extends EventEmitter {
     } catch (e) {
       throw translate(e);
     }
+    // Validated natively: a number when `overload.eventLoopDelayMs` is set.
+    this._loopDelay = config.overload && config.overload.eventLoopDelayMs != null ? { histogram: null, timer: null } : null;
+  }
+
+  /** Feeds this process's event-loop delay (the max of each 100 ms) to every route's capacity. */
+  _watchLoopDelay(on) {
+    const w = this._loopDelay;
+    if (!w) return;
+    if (on && !w.timer) {
+      w.histogram = monitorEventLoopDelay({ resolution: 10 });
+      w.histogram.enable();
+      w.timer = setInterval(() => {
+        this._native.reportEventLoopDelay(w.histogram.max / 1e6);
+        w.histogram.reset();
+      }, 100);
+      w.timer.unref();
+    } else if (!on && w.timer) {
+      clearInterval(w.timer);
+      w.histogram.disable();
+      w.timer = null;
+      w.histogram = null;
+    }
   }
 
   _dispatch(name, json) {
@@ -213,6 +236,7 @@ class RampartProxy extends EventEmitter {
     RUNNING.add(this);
     // The native runtime does not hold Node's event loop open; this handle does, while serving.
     if (!this._keepAlive) this._keepAlive = setInterval(() => {}, 1 << 30);
+    this._watchLoopDelay(true);
     this._safeEmit('ready');
   }
 
@@ -235,6 +259,7 @@ class RampartProxy extends EventEmitter {
       } finally {
         this._running = false;
         RUNNING.delete(this);
+        this._watchLoopDelay(false);
         if (this._keepAlive) {
           clearInterval(this._keepAlive);
           this._keepAlive = null;

@@ -34,7 +34,7 @@ test('the constructor names every offending listener and route field', () => {
     { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got NaN' },
     { path: 'routes[1].upstreams', message: 'must hold at least one upstream' },
     { path: 'routes[1].forwardFingerprint', message: "sets HTTP request headers: needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)" },
-    { path: 'routes[2].burts', message: 'unknown field; expected one of: sni, upstreams, terminateTls, cert, http2, sourceAddressHeader, forwardFingerprint, connectTimeoutMs, maxConnectionsPerSecond, burst, protocol, mtls, metricsGroup, suspended, suspendTimeoutMs, balance, ipAffinity, ipAffinityTtlMs, tunnels, tls' },
+    { path: 'routes[2].burts', message: 'unknown field; expected one of: sni, upstreams, terminateTls, cert, http2, sourceAddressHeader, forwardFingerprint, connectTimeoutMs, maxConnectionsPerSecond, burst, protocol, mtls, metricsGroup, suspended, suspendTimeoutMs, balance, ipAffinity, ipAffinityTtlMs, tunnels, tls, concurrency' },
     { path: 'routes[2].upstreams[0].path', message: "is required for kind 'uds'" },
     { path: 'routes[2].terminateTls', message: 'must be a boolean, got "yes"' },
     { path: 'workerThreads', message: 'must be an integer in [1, 256], got 0' },

@@ -4,6 +4,7 @@
 //! Only [`napi`] touches JavaScript values; every other module is plain Rust and is covered by
 //! `cargo test` without Node.
 
+pub mod capacity;
 pub mod clock;
 pub mod cluster;
 pub mod config;

@@ -7,13 +7,14 @@
 //! the API table; the lifecycle (start/stop), the config swap and the XDP attach are the seams
 //! along which it will be carved next.
 
+use crate::capacity::CapacityRegistry;
 use crate::clock;
 use crate::cluster::Cluster;
 use crate::config::proxy::ListenerId;
 use crate::config::proxy::ProxyConfig;
 use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
-use crate::events::{DefenseEvent, EventHub, EventSink};
+use crate::events::{DefenseEvent, EventHub, EventSink, OverloadEvent};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
@@ -152,7 +153,14 @@ impl Proxy {
             .collect();
         let route_metrics = crate::metrics::route::RouteRegistry::default();
         let tls_sessions = crate::tls::sessions::TlsCache::default();
-        let routes = RouteTable::build(&cfg.routes, &cfg.listeners, &route_metrics, &tls_sessions);
+        let capacities = CapacityRegistry::new(cfg.overload.event_loop_delay_ms);
+        let routes = RouteTable::build(
+            &cfg.routes,
+            &cfg.listeners,
+            &route_metrics,
+            &tls_sessions,
+            &capacities,
+        );
         let shared = Arc::new(Shared {
             listeners,
             routes: ArcSwap::from_pointee(routes),
@@ -162,6 +170,7 @@ impl Proxy {
             socket: cfg.socket,
             route_metrics,
             tls_sessions,
+            capacities,
             cluster,
             suspensions: crate::proxy::suspend::Suspensions::new(cfg.listeners.len()),
         });
@@ -289,6 +298,7 @@ impl Proxy {
                         });
                     }
                 }
+                tick_capacities(&shared, now);
                 let boxed = shared.xdp.bans.drain();
                 let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
@@ -306,6 +316,12 @@ impl Proxy {
                 }
             }
         });
+    }
+
+    /// The embedding process's event-loop delay (ms), measured now: above
+    /// `overload.eventLoopDelayMs` every route counts as overloaded (README: Upstream capacity).
+    pub fn report_event_loop_delay(&self, delay_ms: f64) {
+        (self.shared.capacities).set_external_delay(delay_ms, clock::now_ns());
     }
 
     /// Stops accepting at once; after `drain_ms` closes the connections still open; returns when
@@ -368,6 +384,7 @@ impl Proxy {
                 &listener_cfgs,
                 &self.shared.route_metrics,
                 &self.shared.tls_sessions,
+                &self.shared.capacities,
             )));
         }
         let now = clock::now_ns();
@@ -591,6 +608,7 @@ impl Proxy {
 
     /// `metrics()`.
     pub fn metrics(&self) -> MetricsSnapshot {
+        let now = clock::now_ns();
         let ls = self
             .shared
             .listeners
@@ -620,7 +638,7 @@ impl Proxy {
             .load()
             .routes()
             .iter()
-            .map(|r| r.metrics.snapshot())
+            .map(|r| r.metrics.snapshot(r.capacity.snapshot(now)))
             .collect();
         m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
         m.cluster = self.shared.cluster.as_ref().map(|c| c.snapshot());
@@ -737,6 +755,23 @@ pub const KERNEL_SYN_BAN_NOTE: &str = "banned in the kernel by xdp.synPerSecond"
 /// `note` of a penalty box the kernel extended past its userspace deadline (the client kept
 /// sending SYNs over its rate while banned) in `blockedIps({ detail: true })`.
 pub const KERNEL_EXTENDED_NOTE: &str = "ban extended in the kernel by continued SYN excess";
+
+/// Every ~100 ms: closes each live route's latency window if no request did, and emits
+/// `'overload'` on each on/off transition.
+fn tick_capacities(shared: &Shared, now: u64) {
+    for r in shared.routes.load().routes() {
+        if let Some(c) = r.capacity.tick(now) {
+            shared.events.overload(&OverloadEvent {
+                route: &r.metrics.route,
+                on: c.on,
+                in_flight: c.in_flight,
+                limit: (c.limit != u32::MAX).then_some(c.limit),
+                latency_ms: c.latency_ms,
+                baseline_ms: c.baseline_ms,
+            });
+        }
+    }
+}
 
 /// Writes penalty boxes as kernel bans (a boxed prefix into the prefix-ban trie); each failure
 /// is counted and reported.

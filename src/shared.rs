@@ -50,6 +50,8 @@ pub struct Shared {
     pub route_metrics: crate::metrics::route::RouteRegistry,
     /// TLS resumption state (session caches, ticket keys) kept across route-table swaps.
     pub tls_sessions: crate::tls::sessions::TlsCache,
+    /// Per-route upstream capacity by name, kept across route-table swaps.
+    pub capacities: crate::capacity::CapacityRegistry,
     /// The cluster tier on Redis (ProxyConfig `cluster`), if configured.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Connections of suspended routes waiting for `resolveConnection`.

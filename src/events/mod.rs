@@ -1,5 +1,5 @@
-//! `'blocked'`, `'blockedSummary'`, `'error'`, `'defense'` and `'suspended'` events; the first
-//! three capped per second.
+//! `'blocked'`, `'blockedSummary'`, `'error'`, `'defense'`, `'overload'` and `'suspended'`
+//! events; the first three capped per second.
 //!
 //! At most `blockedEvents.maxPerSecond` `'blocked'` events are emitted per wall second (a fixed
 //! one-second window on CLOCK_MONOTONIC, one atomic add per event); the excess is counted in
@@ -60,6 +60,25 @@ pub struct DefenseEvent<'a> {
     /// The threshold that second was compared with (`max(minConnectionsPerSecond, mean + sigma ×
     /// deviation)`).
     pub threshold: f64,
+}
+
+/// Payload of `'overload'`: a route's upstream capacity became overloaded or recovered
+/// (README: Upstream capacity).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverloadEvent<'a> {
+    /// The route's name (its `sni`, `''` for the default route).
+    pub route: &'a str,
+    /// Overloaded now (true) or recovered.
+    pub on: bool,
+    /// Requests in flight to the route's upstreams.
+    pub in_flight: u32,
+    /// The route's concurrency limit (`null` with `mode: 'off'`).
+    pub limit: Option<u32>,
+    /// Mean response-head latency of the last measured window, ms.
+    pub latency_ms: f64,
+    /// The no-load latency baseline, ms.
+    pub baseline_ms: f64,
 }
 
 /// Payload of `'suspended'`: a connection of a suspended route is held until
@@ -180,6 +199,13 @@ impl EventHub {
     pub fn defense(&self, ev: &DefenseEvent<'_>) {
         if let Ok(json) = serde_json::to_string(ev) {
             (self.sink)("defense", json);
+        }
+    }
+
+    /// Emits one `'overload'` event (on/off transitions of a route: never capped).
+    pub fn overload(&self, ev: &OverloadEvent<'_>) {
+        if let Ok(json) = serde_json::to_string(ev) {
+            (self.sink)("overload", json);
         }
     }
 

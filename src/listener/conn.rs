@@ -383,7 +383,12 @@ impl Conn<'_> {
                 let listeners: Vec<_> = (shared.listeners.iter().enumerate())
                     .map(|(i, l)| (i == li.0).then_some(&l.config))
                     .collect();
-                Ok(Route::compile(&rc, &listeners, suspended.metrics.clone()))
+                Ok(Route::compile(
+                    &rc,
+                    &listeners,
+                    suspended.metrics.clone(),
+                    suspended.capacity.clone(),
+                ))
             }
             Outcome::Resolved(Resolution::Close) => {
                 Err(Refusal::Failed(ErrorReason::SuspendRejected, None))

@@ -2,6 +2,7 @@
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
 pub mod route;
+pub mod upstream;
 
 use crate::http2::Violation;
 use crate::protection::BlockReason;
@@ -383,6 +384,10 @@ impl MetricsSnapshot {
                 );
             }
         }
+        let upstream: Vec<_> = (self.route_metrics.iter())
+            .map(|r| (label(r), &r.upstream))
+            .collect();
+        upstream::write_prometheus(&upstream, out);
     }
 
     /// Prometheus text exposition format 0.0.4.

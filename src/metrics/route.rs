@@ -3,6 +3,7 @@
 //! the default route); its counters survive `updateConfig` while a route of that name and
 //! `metricsGroup` exists, so a reload does not reset them.
 
+use super::upstream::CapacitySnapshot;
 use super::ErrorReason;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -54,8 +55,8 @@ impl RouteMetrics {
         RouteGuard(self.clone())
     }
 
-    /// `metrics().routeMetrics[i]`.
-    pub fn snapshot(&self) -> RouteSnapshot {
+    /// `metrics().routeMetrics[i]`, with its `upstream` capacity.
+    pub fn snapshot(&self, upstream: CapacitySnapshot) -> RouteSnapshot {
         let errors_by_reason: BTreeMap<_, _> = ErrorReason::ALL
             .iter()
             .map(|r| {
@@ -72,6 +73,7 @@ impl RouteMetrics {
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
             bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
             errors_by_reason,
+            upstream,
         }
     }
 }
@@ -106,6 +108,8 @@ pub struct RouteSnapshot {
     pub bytes_sent: u64,
     /// Errors per reason (every reason present, zero included).
     pub errors_by_reason: BTreeMap<&'static str, u64>,
+    /// Upstream capacity: in flight, limit, latency, refusals (README: Upstream capacity).
+    pub upstream: CapacitySnapshot,
 }
 
 /// The counters of every route by `(name, group)`, kept across route-table swaps.

@@ -207,7 +207,7 @@ impl NativeProxy {
     /// `new NativeProxy(configJson, onEvent)`: validates the whole config (throws a config
     /// error listing every problem) and builds the runtime; binds nothing yet.
     /// `onEvent(name, payloadJson)` receives `'blocked'`, `'blockedSummary'`, `'error'`,
-    /// `'defense'` and `'suspended'`.
+    /// `'defense'`, `'overload'` and `'suspended'`.
     #[napi(constructor)]
     pub fn new(config_json: String, on_event: EventFn) -> Result<Self, String> {
         let v = parse_json(&config_json, "")?;
@@ -348,6 +348,14 @@ impl NativeProxy {
             v => Some(parse_resolve_route(&v, listener.as_ref()).map_err(config_error)?),
         };
         Ok(id.is_some_and(|i| self.inner.resolve_connection(i, route)))
+    }
+
+    /// This process's event-loop delay (ms, the max of the last 100 ms; index.js samples it when
+    /// `overload.eventLoopDelayMs` is set): above that threshold every route counts as
+    /// overloaded. A non-finite or negative value counts as 0.
+    #[napi]
+    pub fn report_event_loop_delay(&self, delay_ms: f64) {
+        self.inner.report_event_loop_delay(delay_ms);
     }
 
     /// Prometheus text exposition (format 0.0.4).

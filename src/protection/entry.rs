@@ -13,8 +13,9 @@
 //! **Standing** (8 bytes, asserted at compile time), in a parallel array of the same shard (same
 //! slot index, moved with the entry): the known-good deadline (CLOCK_MONOTONIC seconds, rounded
 //! up, 0 = never), the penalty-box escalation level (repeat boxes within `escalation.memoryMs`)
-//! and a mark byte ([`MARK_KNOWN_GOOD`]: counted in the engine's known-good gauge; [`MARK_NEW`]:
-//! first seen while defense mode was on); 2 bytes are spare. It is read only by the paths that
+//! a mark byte ([`MARK_KNOWN_GOOD`]: counted in the engine's known-good gauge; [`MARK_NEW`]:
+//! first seen while defense mode was on) and the known-good mark's age (seconds from its first
+//! marking to its deadline, saturating: when the client earned its standing). It is read only by the paths that
 //! need it (defense mode, the listener budget, a box that starts with escalation, the pending
 //! count, known-good marks, eviction), so the common decision does not touch its cache line. An
 //! entry and its standing are only read or written under their shard lock ([`super::table`]).
@@ -80,7 +81,9 @@ pub(crate) struct Standing {
     pub level: u8,
     /// `MARK_*` bits.
     pub marks: u8,
-    _spare: u16,
+    /// Seconds from the running known-good mark's first marking (rounded up) to `known_good_s`,
+    /// saturating at `u16::MAX` (18.2 h): a refreshed mark keeps its first-marked time.
+    pub known_good_age_s: u16,
 }
 
 const _: () = assert!(std::mem::size_of::<Standing>() == 8);
@@ -99,6 +102,16 @@ impl Standing {
     #[inline]
     pub fn known_good(&self, now_ns: u64) -> bool {
         u64::from(self.known_good_s) * crate::clock::NS_PER_SEC > now_ns
+    }
+
+    /// The latest the running known-good mark can have been first set (CLOCK_MONOTONIC ns,
+    /// rounded up to the second; with a saturated age, 18.2 h before its deadline).
+    #[inline]
+    pub fn known_good_since_ns(&self) -> u64 {
+        let s = self
+            .known_good_s
+            .saturating_sub(u32::from(self.known_good_age_s));
+        u64::from(s) * crate::clock::NS_PER_SEC
     }
 }
 

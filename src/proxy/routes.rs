@@ -7,6 +7,7 @@
 //! The table is immutable; `updateConfig({ routes })` builds a new one and swaps a pointer, so a
 //! connection keeps the `Arc<CompiledRoute>` it was routed with until it closes.
 
+use crate::capacity::{Capacity, CapacityRegistry};
 use crate::config::proxy::{AppProtocol, Balance, ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
 use crate::metrics::route::{RouteMetrics, RouteRegistry};
@@ -37,6 +38,8 @@ pub struct CompiledRoute {
     pub mtls: Vec<bool>,
     /// This route's counters (`routeMetrics`).
     pub metrics: Arc<RouteMetrics>,
+    /// This route's upstream capacity (`routeMetrics[].upstream`; kept across reloads).
+    pub capacity: Arc<Capacity>,
     /// Open connections of this route per upstream (for `balance: 'leastConnections'`).
     pub upstream_active: Vec<AtomicUsize>,
     /// `ipAffinity`: client IP → (upstream index, deadline ns), and the TTL in ns.
@@ -83,14 +86,16 @@ impl CompiledRoute {
     /// default cert), limits and upstream counters. `listeners[i]` is listener `i`'s config, or
     /// `None` for a listener the route will not serve (a resolved suspended connection is
     /// compiled for its own listener only: one rustls config, not one per listener). `metrics`
-    /// are its counters (a route-table route's from the registry, a resolved suspended
-    /// connection's those of its suspended route).
+    /// and `capacity` are its counters and upstream capacity (a route-table route's from the
+    /// registries, a resolved suspended connection's those of its suspended route).
     pub fn compile(
         r: &RouteConfig,
         listeners: &[Option<&ListenerConfig>],
         metrics: Arc<RouteMetrics>,
+        capacity: Arc<Capacity>,
     ) -> Arc<CompiledRoute> {
-        Self::compile_in(r, listeners, metrics, &mut TlsCache::default().generation())
+        let sessions = TlsCache::default();
+        Self::compile_in(r, listeners, metrics, capacity, &mut sessions.generation())
     }
 
     /// [`Self::compile`] with the resumption state of `tls` (kept across route tables).
@@ -98,6 +103,7 @@ impl CompiledRoute {
         r: &RouteConfig,
         listeners: &[Option<&ListenerConfig>],
         metrics: Arc<RouteMetrics>,
+        capacity: Arc<Capacity>,
         sessions: &mut Generation<'_>,
     ) -> Arc<CompiledRoute> {
         let mtls_of = |l: &ListenerConfig| r.mtls.clone().or_else(|| l.mtls.clone());
@@ -137,6 +143,7 @@ impl CompiledRoute {
                 )
             }),
             metrics,
+            capacity,
         })
     }
 
@@ -247,22 +254,23 @@ impl RouteTable {
     /// route's counters (kept for a route whose name and group survive; the others forgotten),
     /// `tls` each TLS config's resumption state (kept while certificate, client-certificate
     /// policy and `tls` options are unchanged; the others forgotten).
+    /// `capacities` each route's upstream capacity (kept for a route whose name survives).
     pub fn build(
         routes: &[RouteConfig],
         listeners: &[ListenerConfig],
         registry: &RouteRegistry,
         tls: &TlsCache,
+        capacities: &CapacityRegistry,
     ) -> RouteTable {
         let mut t = RouteTable::default();
         let listeners: Vec<_> = listeners.iter().map(Some).collect();
         let mut sessions = tls.generation();
         for r in routes {
-            let metrics = {
-                let name = r.sni.name();
-                let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
-                registry.get(&name, &group)
-            };
-            let cr = CompiledRoute::compile_in(r, &listeners, metrics, &mut sessions);
+            let name = r.sni.name();
+            let group = r.metrics_group.clone().unwrap_or_else(|| name.clone());
+            let metrics = registry.get(&name, &group);
+            let capacity = capacities.get(&name, r.concurrency);
+            let cr = CompiledRoute::compile_in(r, &listeners, metrics, capacity, &mut sessions);
             t.all.push(cr.clone());
             match &r.sni {
                 SniPattern::Exact(h) => {
@@ -277,6 +285,8 @@ impl RouteTable {
         let keep: Vec<_> = t.all.iter().map(|r| r.metrics.clone()).collect();
         registry.retain(&keep);
         sessions.finish();
+        let keep: Vec<_> = t.all.iter().map(|r| r.capacity.clone()).collect();
+        capacities.retain(&keep);
         t
     }
 
@@ -347,6 +357,7 @@ mod tests {
             balance: Balance::RoundRobin,
             ip_affinity_ttl_ms: None,
             suspend_timeout_ms: None,
+            concurrency: crate::config::proxy::CapacityConfig::default_for(false),
         }
     }
 
@@ -368,6 +379,7 @@ mod tests {
             &[],
             &RouteRegistry::default(),
             &TlsCache::default(),
+            &CapacityRegistry::default(),
         );
         assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
         assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
@@ -388,6 +400,7 @@ mod tests {
             &[],
             &RouteRegistry::default(),
             &TlsCache::default(),
+            &CapacityRegistry::default(),
         );
         // The wildcards do match one more non-empty label.
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
@@ -415,6 +428,7 @@ mod tests {
             &[],
             &RouteRegistry::default(),
             &TlsCache::default(),
+            &CapacityRegistry::default(),
         );
         for name in [".example.com", ".a.example.com", "a..example.com", "."] {
             assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
@@ -429,6 +443,7 @@ mod tests {
             &[],
             &RouteRegistry::default(),
             &TlsCache::default(),
+            &CapacityRegistry::default(),
         );
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
@@ -446,7 +461,13 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![None; 3];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
+        let t = RouteTable::build(
+            &[r],
+            &[],
+            &RouteRegistry::default(),
+            &TlsCache::default(),
+            &CapacityRegistry::default(),
+        );
         let cr = t.lookup(None).unwrap();
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let ms = 1_000_000;
@@ -477,7 +498,13 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![Some(H2), Some(H1), None, Some(H1)];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
+        let t = RouteTable::build(
+            &[r],
+            &[],
+            &RouteRegistry::default(),
+            &TlsCache::default(),
+            &CapacityRegistry::default(),
+        );
         let cr = t.lookup(None).unwrap();
         let picks = |p, n| (0..n).map(|_| cr.pick(p).unwrap()).collect::<Vec<_>>();
         assert_eq!(picks(H2, 3), [0, 2, 0]);
@@ -493,7 +520,13 @@ mod tests {
         // A set without an upstream for a protocol picks none.
         let mut r = route("", 1);
         r.upstream_protocols = vec![Some(H2)];
-        let t = RouteTable::build(&[r], &[], &RouteRegistry::default(), &TlsCache::default());
+        let t = RouteTable::build(
+            &[r],
+            &[],
+            &RouteRegistry::default(),
+            &TlsCache::default(),
+            &CapacityRegistry::default(),
+        );
         let cr = t.lookup(None).unwrap();
         assert_eq!((cr.pick(H2), cr.pick(H1)), (Some(0), None));
     }
@@ -505,6 +538,7 @@ mod tests {
             &[],
             &RouteRegistry::default(),
             &TlsCache::default(),
+            &CapacityRegistry::default(),
         );
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("other.org"))), None);

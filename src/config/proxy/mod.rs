@@ -3,11 +3,13 @@
 //! Everything is checked and compiled here (PEM parsed into rustls keys, SNI patterns normalised,
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
 
+mod capacity;
 mod cert;
 mod listener;
 mod route;
 mod upstream;
 
+pub use capacity::*;
 pub use listener::*;
 pub use route::*;
 pub use upstream::*;
@@ -35,6 +37,8 @@ pub struct ProxyConfig {
     pub socket: SocketOptions,
     /// The cluster tier on Redis (`cluster`), if configured.
     pub cluster: Option<super::cluster::ClusterConfig>,
+    /// `overload`: signals of the embedding process that count as upstream overload.
+    pub overload: OverloadConfig,
 }
 
 /// The message of a `clusterRateLimit` given to a proxy without `cluster` (constructor and
@@ -68,6 +72,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         "workerThreads",
         "blockedEvents",
         "cluster",
+        "overload",
     ];
     known.extend(SOCKET_FIELDS);
     v::reject_unknown(obj, &known, "", &mut issues);
@@ -126,8 +131,12 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     if field(obj, "cluster").is_none() {
         require_cluster(&listeners, &mut issues);
     }
+    let overload = field(obj, "overload")
+        .and_then(|o| parse_overload(o, "overload", &mut issues))
+        .unwrap_or_default();
     let routes = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
+        overload,
         listeners,
         routes,
         worker_threads,

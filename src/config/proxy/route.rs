@@ -1,6 +1,7 @@
 //! `routes[]` (README: Config): SNI patterns, upstreams and their protocols, balancing, forwarded
 //! request headers, tunnels, mTLS, suspended routes, and the route table's checks.
 
+use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
 use super::listener::{ListenerConfig, ListenerMode};
 use super::upstream::{
@@ -177,6 +178,8 @@ pub struct RouteConfig {
     /// `resolveConnection` gives it a route (`None`: not suspended; README: Suspended routes).
     /// A suspended route's `upstreams` may be empty.
     pub suspend_timeout_ms: Option<u64>,
+    /// `concurrency`: the upstream capacity limit (README: Upstream capacity).
+    pub concurrency: CapacityConfig,
 }
 
 impl RouteConfig {
@@ -312,7 +315,7 @@ enum RouteKind {
 }
 
 /// Route-table fields a resolved route cannot carry, each with the reason.
-const TABLE_ONLY_FIELDS: [(&str, &str); 7] = [
+const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
     (
         "suspended",
         "a resolved connection cannot be suspended again",
@@ -340,6 +343,10 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 7] = [
     (
         "ipAffinityTtlMs",
         "has no use on a route that serves one connection",
+    ),
+    (
+        "concurrency",
+        "the suspended route's upstream capacity applies",
     ),
 ];
 
@@ -390,6 +397,7 @@ fn parse_route(
         "ipAffinityTtlMs",
         "tunnels",
         "tls",
+        "concurrency",
     ];
     if kind == RouteKind::Resolve {
         known.push("upstream");
@@ -655,6 +663,9 @@ fn parse_route(
             );
         }
     }
+    let http = protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
+    let cc = field(obj, "concurrency").filter(|_| table);
+    let concurrency = route_concurrency(cc, path, http, issues);
     if issues.len() != before {
         return None;
     }
@@ -675,6 +686,7 @@ fn parse_route(
         metrics_group,
         ip_affinity_ttl_ms,
         suspend_timeout_ms: suspended.then_some(suspend_timeout_ms),
+        concurrency: concurrency?,
         balance: balance.unwrap_or_else(|| default_balance(&upstreams)),
         upstreams,
         upstream_protocols,

@@ -39,6 +39,13 @@ impl Engine {
                 }
                 let before = s.known_good_s;
                 s.known_good_s = s.known_good_s.max(until_s);
+                // A fresh mark starts its age now; a refreshed one keeps its first-marked time.
+                let age = if fresh {
+                    until_s.saturating_sub(now.div_ceil(crate::clock::NS_PER_SEC) as u32)
+                } else {
+                    u32::from(s.known_good_age_s) + (s.known_good_s - before)
+                };
+                s.known_good_age_s = age.min(u32::from(u16::MAX)) as u16;
                 s.marks &= !MARK_NEW;
                 (true, fresh || before / half_s != s.known_good_s / half_s)
             },
@@ -73,6 +80,23 @@ impl Engine {
             }
         });
         out
+    }
+
+    /// Whether `ip`'s client may use a route's reserved capacity (`capacity::Class::Priority`):
+    /// known-good at `now_ns` AND first marked at or before `since_ns` — standing earned during
+    /// a flood must not buy priority. `since_ns` is the overload episode's start minus
+    /// [`crate::capacity::PRIORITY_SEASONING_NS`] (`Capacity::priority_since`). A refreshed mark
+    /// keeps its first-marked time (rounded up to the second); a mark that lapsed and was earned
+    /// again starts over. False without a policy.
+    pub fn is_priority(&self, ip: IpAddr, now_ns: u64, since_ns: u64) -> bool {
+        let inst = self.installed.load();
+        let Some(p) = inst.policy.as_deref() else {
+            return false;
+        };
+        let key = IpKey::new(ip.to_canonical(), p.ipv6_prefix_length());
+        self.table.inspect_standing(key, |s| {
+            s.is_some_and(|s| s.known_good(now_ns) && s.known_good_since_ns() <= since_ns)
+        })
     }
 
     /// Whether `ip`'s client is known-good at `now_ns`.

@@ -1,0 +1,248 @@
+//! The adaptive concurrency limit of one route, in the style of Netflix `concurrency-limits`
+//! Gradient2 and Envoy's adaptive concurrency filter.
+//!
+//! Latency samples (request head forwarded → response head seen, ns) are accumulated in atomics
+//! (sum, count) together with the window's largest in-flight count and its refusals. Once per
+//! [`WINDOW_NS`] the caller that notices the window is over takes a `try_lock` on the state and
+//! recomputes the limit; everybody else goes on (nobody waits, a sample costs a few atomics):
+//!
+//! - **current** = the window's mean latency;
+//! - **baseline** (the no-load latency) = the lowest window mean seen, rising towards later
+//!   windows without refusals by 1/[`BASELINE_RISE_WINDOWS`] of the difference per window (a
+//!   60 s time constant): a lasting change of the upstream is learned once the route serves
+//!   without refusing, while a flood (which is refused) cannot teach it that slow is normal;
+//! - **gradient** = `(baseline × tolerance + NOISE_FLOOR) / current`, clamped to
+//!   `[MIN_GRADIENT, 1]`: 1 while latency stays near the baseline, down to 0.5 when it rises;
+//! - congested (gradient < 1): **limit** ← `min(limit, peak / (1 − priorityShare)) × gradient`
+//!   at once, `peak` being the window's largest in-flight count (class `Other` alone fills
+//!   `1 − priorityShare` of the limit; multiplicative decrease from the concurrency that
+//!   raised the latency: the window mean already averages every sample of 100 ms, and a drowning
+//!   upstream needs the cut now); a window whose peak stayed under `minLimit` changes nothing
+//!   (its latency rise is not the route's concurrency);
+//! - else **limit** ← `limit × (1 − SMOOTHING) + (limit + queue) × SMOOTHING`, where `queue` is
+//!   `limit` when the window had refusals and latency sat at the baseline in it and the window
+//!   before (demand beyond a limit that costs nothing: grow by 20 % a window), else `√limit`
+//!   (additive probing);
+//! - the limit is clamped to `[minLimit, maxLimit]`.
+//!
+//! The limit only grows when it binds: a window whose peak stayed under half the limit without a
+//! refusal (the clients, not the upstream, limit the load) does not raise it, so an idle route
+//! does not inflate its limit. Connect failures in a window
+//! cap the gradient at 0.9; an embedding process's event-loop delay above its threshold caps it
+//! at `threshold / delay` (≥ 0.5), like a latency rise.
+
+use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Length of one measurement window, ns (100 ms).
+pub const WINDOW_NS: u64 = 100_000_000;
+/// Windows over which the baseline rises towards the current latency (600 × 100 ms = 60 s).
+pub const BASELINE_RISE_WINDOWS: f64 = 600.0;
+/// Weight of the growth step in the smoothed limit.
+pub const SMOOTHING: f64 = 0.2;
+/// Smallest gradient: the limit at most halves its target per window.
+pub const MIN_GRADIENT: f64 = 0.5;
+/// Latency rise (ns) always tolerated over `baseline × tolerance` (0.5 ms): sub-millisecond
+/// jitter of a fast upstream is not congestion.
+pub const NOISE_FLOOR_NS: f64 = 500_000.0;
+/// A window whose mean latency is at most `baseline ×` this counts as "at the baseline" (fast
+/// growth when the limit refused requests).
+pub const AT_BASELINE: f64 = 1.05;
+/// Gradient cap of a window with connect failures.
+pub const CONNECT_FAILURE_GRADIENT: f64 = 0.9;
+
+/// What one window measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    /// Latency samples in the window.
+    pub samples: u64,
+    /// Their mean, ns (0 without samples).
+    pub mean_ns: f64,
+    /// Largest in-flight count reached in the window.
+    pub max_in_flight: u32,
+    /// Acquires refused in the window.
+    pub refused: u32,
+    /// Upstream connect failures in the window.
+    pub connect_failures: u32,
+    /// Gradient cap from the embedding process's event-loop delay (`None`: under threshold).
+    pub external_gradient: Option<f64>,
+}
+
+/// The limiter's learned state (under its lock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct State {
+    /// The route's config.
+    pub cfg: CapacityConfig,
+    /// The adaptive limit (fractional; the enforced limit is its floor).
+    pub limit: f64,
+    /// No-load latency, ns (0 until the first sample).
+    pub baseline_ns: f64,
+    /// Mean latency of the last window with samples, ns (0 until the first sample).
+    pub current_ns: f64,
+    /// Whether the last window was at the baseline (fast growth needs two in a row: the window
+    /// after a cut drains the upstream's queue and always looks calm).
+    pub calm: bool,
+}
+
+impl State {
+    /// A fresh state at `cfg.initial_limit`.
+    pub fn new(cfg: CapacityConfig) -> State {
+        State {
+            cfg,
+            limit: f64::from(cfg.initial_limit),
+            baseline_ns: 0.0,
+            current_ns: 0.0,
+            calm: false,
+        }
+    }
+
+    /// Applies one window (see the module doc); returns the new limit.
+    pub fn update(&mut self, w: &Window) -> f64 {
+        if w.samples > 0 {
+            let cur = w.mean_ns;
+            self.current_ns = cur;
+            if self.baseline_ns == 0.0 || cur < self.baseline_ns {
+                self.baseline_ns = cur;
+            } else if w.refused == 0 {
+                self.baseline_ns += (cur - self.baseline_ns) / BASELINE_RISE_WINDOWS;
+            }
+        }
+        if self.cfg.mode != ConcurrencyMode::Adaptive {
+            return self.limit;
+        }
+        let mut gradient: f64 = 1.0;
+        if w.samples > 0 && w.mean_ns > 0.0 {
+            let allowed = self.baseline_ns * self.cfg.tolerance + NOISE_FLOOR_NS;
+            gradient = (allowed / w.mean_ns).clamp(MIN_GRADIENT, 1.0);
+        }
+        if w.connect_failures > 0 {
+            gradient = gradient.min(CONNECT_FAILURE_GRADIENT);
+        }
+        if let Some(g) = w.external_gradient {
+            gradient = gradient.min(g.clamp(MIN_GRADIENT, 1.0));
+        }
+        let (min, max) = (f64::from(self.cfg.min_limit), f64::from(self.cfg.max_limit));
+        let peak = f64::from(w.max_in_flight);
+        let next = if gradient < 1.0 {
+            self.calm = false;
+            if peak < min {
+                return self.limit;
+            }
+            // Others alone fill only `1 − priorityShare` of the limit: scale their peak up.
+            let full = peak / (1.0 - self.cfg.priority_share.clamp(0.0, 0.9));
+            self.limit.min(full) * gradient
+        } else {
+            let binds = peak >= self.limit / 2.0 || w.refused > 0;
+            if !binds || w.samples == 0 {
+                return self.limit;
+            }
+            let at_baseline = w.mean_ns <= self.baseline_ns * AT_BASELINE;
+            let calm = std::mem::replace(&mut self.calm, at_baseline);
+            let queue = if w.refused > 0 && at_baseline && calm {
+                self.limit
+            } else {
+                self.limit.sqrt()
+            };
+            self.limit + queue * SMOOTHING
+        };
+        self.limit = next.clamp(min, max);
+        self.limit
+    }
+}
+
+/// The window accumulators and the state; see the module doc.
+#[derive(Debug)]
+pub struct Limiter {
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+    max_in_flight: AtomicU32,
+    refused: AtomicU32,
+    connect_failures: AtomicU32,
+    /// Start of the current window, CLOCK_MONOTONIC ns.
+    window_start: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Limiter {
+    /// A limiter at `cfg.initial_limit`, its first window starting at `now_ns`.
+    pub fn new(cfg: CapacityConfig, now_ns: u64) -> Limiter {
+        Limiter {
+            sum_ns: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            max_in_flight: AtomicU32::new(0),
+            refused: AtomicU32::new(0),
+            connect_failures: AtomicU32::new(0),
+            window_start: AtomicU64::new(now_ns),
+            state: Mutex::new(State::new(cfg)),
+        }
+    }
+
+    /// Records one latency sample (ns).
+    #[inline]
+    pub fn sample(&self, latency_ns: u64) {
+        self.sum_ns.fetch_add(latency_ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records the in-flight count an acquire reached.
+    #[inline]
+    pub fn in_flight(&self, n: u32) {
+        self.max_in_flight.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// Records a refused acquire.
+    #[inline]
+    pub fn refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records an upstream connect failure.
+    #[inline]
+    pub fn connect_failed(&self) {
+        self.connect_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the window that started at the last roll is over at `now_ns`.
+    #[inline]
+    pub fn due(&self, now_ns: u64) -> bool {
+        now_ns.saturating_sub(self.window_start.load(Ordering::Relaxed)) >= WINDOW_NS
+    }
+
+    /// Closes the window and recomputes the limit when it is over at `now_ns` and nobody else is
+    /// doing it; `current` is the in-flight count now (the next window starts from it).
+    /// `external` is the event-loop gradient cap. Returns the state after the update, `None`
+    /// when nothing was done.
+    pub fn roll(&self, now_ns: u64, current: u32, external: Option<f64>) -> Option<State> {
+        if !self.due(now_ns) {
+            return None;
+        }
+        let mut st = self.state.try_lock().ok()?;
+        if !self.due(now_ns) {
+            return None;
+        }
+        self.window_start.store(now_ns, Ordering::Relaxed);
+        let count = self.count.swap(0, Ordering::Relaxed);
+        let sum = self.sum_ns.swap(0, Ordering::Relaxed);
+        let w = Window {
+            samples: count,
+            mean_ns: if count > 0 {
+                sum as f64 / count as f64
+            } else {
+                0.0
+            },
+            max_in_flight: self.max_in_flight.swap(current, Ordering::Relaxed),
+            refused: self.refused.swap(0, Ordering::Relaxed),
+            connect_failures: self.connect_failures.swap(0, Ordering::Relaxed),
+            external_gradient: external,
+        };
+        st.update(&w);
+        Some(*st)
+    }
+
+    /// Runs `f` on the state under its lock (config changes, snapshots: never per request).
+    pub fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut st)
+    }
+}

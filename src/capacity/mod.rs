@@ -1,0 +1,427 @@
+//! Per-route upstream capacity (README: Upstream capacity): requests (or, on opaque routes that
+//! opt in, connections) in flight to a route's upstreams, their response-head latency, connect
+//! failures, and the concurrency limit that keeps the upstream from drowning.
+//!
+//! A request takes a [`Permit`] before it reaches the upstream ([`Capacity::try_acquire`]) and
+//! gives it back when the response head is seen ([`Permit::answered`], a latency sample) or when
+//! it ends otherwise (dropped: no sample, so tunnels, upgrades, resets and streaming bodies never
+//! read as latency). The limit is learned ([`limiter`], `mode: 'adaptive'`), static (`'fixed'`,
+//! HAProxy `maxconn`) or absent (`'off'`: still measured).
+//!
+//! **Classes.** [`Class::Priority`] (clients known-good since before the overload) may use the
+//! whole limit; [`Class::Other`] only `floor(limit × (1 − priorityShare))`, and at least one slot
+//! stays reserved to `Priority` when `priorityShare > 0`.
+//!
+//! **Overload.** A route is overloaded from a refused acquire (or an event-loop delay report over
+//! `overload.eventLoopDelayMs`) until [`OVERLOAD_HOLD_NS`] (2 s) pass without another one:
+//! [`Capacity::refuses_new`] then tells the accept path to refuse new clients of class `Other`.
+//! [`Capacity::tick`] (every ~100 ms) reports the on/off transitions for `'overload'` events.
+//!
+//! Per request the cost is a few atomics: a CAS on the in-flight count, a `fetch_max`, and on
+//! release two subtractions plus the sample's two additions; the window is closed by whoever
+//! notices it is over and wins a `try_lock` ([`limiter::Limiter::roll`]).
+
+pub mod limiter;
+pub mod registry;
+#[cfg(test)]
+mod tests;
+
+pub use crate::metrics::upstream::CapacitySnapshot;
+pub use registry::CapacityRegistry;
+
+use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
+use limiter::{Limiter, State};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// A route stays overloaded until this long (ns, 2 s) passed without a refusal or an event-loop
+/// delay over its threshold.
+pub const OVERLOAD_HOLD_NS: u64 = 2_000_000_000;
+
+/// How long (ns, 10 s) before an overload episode began a client must have been known-good to be
+/// [`Class::Priority`] in it: standing earned during (or just before) a flood buys no priority.
+pub const PRIORITY_SEASONING_NS: u64 = 10_000_000_000;
+
+/// Which class a request/connection belongs to for overload priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Known-good since before the overload (`Engine::is_priority`): may use the whole limit.
+    Priority,
+    /// Everybody else: `limit × (1 − priorityShare)`.
+    Other,
+}
+
+/// A refused [`Capacity::try_acquire`]: the class's share of the limit is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    /// Requests in flight when refused.
+    pub in_flight: u32,
+    /// The route's limit then.
+    pub limit: u32,
+    /// `retryAfterS` of the route (the answer's `Retry-After`, seconds).
+    pub retry_after_s: u32,
+}
+
+/// An overload on/off transition (the `'overload'` event's payload, without the route name).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OverloadChange {
+    /// Overloaded now (true) or no longer.
+    pub on: bool,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// The limit (`u32::MAX` with `mode: 'off'`).
+    pub limit: u32,
+    /// Mean response-head latency of the last measured window, ms.
+    pub latency_ms: f64,
+    /// The no-load latency baseline, ms.
+    pub baseline_ms: f64,
+}
+
+const MODE_ADAPTIVE: u8 = 0;
+const MODE_FIXED: u8 = 1;
+const MODE_OFF: u8 = 2;
+
+fn mode_code(m: ConcurrencyMode) -> u8 {
+    match m {
+        ConcurrencyMode::Adaptive => MODE_ADAPTIVE,
+        ConcurrencyMode::Fixed => MODE_FIXED,
+        ConcurrencyMode::Off => MODE_OFF,
+    }
+}
+
+/// `floor(limit × (1 − share))`, leaving at least one slot to `Priority` when `share > 0`.
+pub fn other_cap(limit: u32, share: f64) -> u32 {
+    if share <= 0.0 || limit == u32::MAX {
+        return limit;
+    }
+    let c = (f64::from(limit) * (1.0 - share)).floor() as u32;
+    c.min(limit.saturating_sub(1))
+}
+
+/// One route's upstream capacity (one per route name, surviving `updateConfig`).
+#[derive(Debug)]
+pub struct Capacity {
+    mode: AtomicU8,
+    /// The enforced limit (`u32::MAX` when off).
+    limit: AtomicU32,
+    /// The limit of class `Other`.
+    other_cap: AtomicU32,
+    retry_after_s: AtomicU32,
+    in_flight: AtomicU32,
+    in_flight_priority: AtomicU32,
+    refused: AtomicU64,
+    refused_priority: AtomicU64,
+    answered: AtomicU64,
+    connect_failures: AtomicU64,
+    connect_sum_ns: AtomicU64,
+    connect_count: AtomicU64,
+    /// Last refusal or over-threshold delay report, ns (0 = never).
+    last_pressure_ns: AtomicU64,
+    /// When the current (or last) overload episode began, ns (0 = never).
+    episode_start_ns: AtomicU64,
+    /// The overload state last reported by [`Capacity::tick`].
+    reported_on: AtomicBool,
+    /// Last event-loop delay reported (f64 bits, ms) and when (ns).
+    external_delay: AtomicU64,
+    external_at_ns: AtomicU64,
+    /// `overload.eventLoopDelayMs` (f64 bits; 0.0 = none).
+    delay_threshold: AtomicU64,
+    limiter: Limiter,
+}
+
+impl Capacity {
+    /// A route's capacity at `cfg`'s initial limit.
+    pub fn new(cfg: CapacityConfig) -> Capacity {
+        let c = Capacity {
+            mode: AtomicU8::new(mode_code(cfg.mode)),
+            limit: AtomicU32::new(0),
+            other_cap: AtomicU32::new(0),
+            retry_after_s: AtomicU32::new(cfg.retry_after_s),
+            in_flight: AtomicU32::new(0),
+            in_flight_priority: AtomicU32::new(0),
+            refused: AtomicU64::new(0),
+            refused_priority: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            connect_sum_ns: AtomicU64::new(0),
+            connect_count: AtomicU64::new(0),
+            last_pressure_ns: AtomicU64::new(0),
+            episode_start_ns: AtomicU64::new(0),
+            reported_on: AtomicBool::new(false),
+            external_delay: AtomicU64::new(0),
+            external_at_ns: AtomicU64::new(0),
+            delay_threshold: AtomicU64::new(0),
+            limiter: Limiter::new(cfg, 0),
+        };
+        c.publish(&State::new(cfg));
+        c
+    }
+
+    /// Hot reload: the new config applies at once; the learned limit and latencies are kept (the
+    /// limit clamped into the new `[minLimit, maxLimit]`).
+    pub fn set_config(&self, cfg: CapacityConfig) {
+        let st = self.limiter.with_state(|st| {
+            st.cfg = cfg;
+            st.limit = st
+                .limit
+                .clamp(f64::from(cfg.min_limit), f64::from(cfg.max_limit));
+            *st
+        });
+        self.publish(&st);
+    }
+
+    /// Sets `overload.eventLoopDelayMs` (`None`: the signal is ignored).
+    pub fn set_delay_threshold(&self, ms: Option<f64>) {
+        let bits = ms.filter(|m| *m > 0.0).unwrap_or(0.0).to_bits();
+        self.delay_threshold.store(bits, Ordering::Relaxed);
+    }
+
+    /// Stores the enforced limits of `st`.
+    fn publish(&self, st: &State) {
+        let limit = match st.cfg.mode {
+            ConcurrencyMode::Adaptive => st.limit.floor().max(1.0) as u32,
+            ConcurrencyMode::Fixed => st.cfg.limit,
+            ConcurrencyMode::Off => u32::MAX,
+        };
+        self.mode.store(mode_code(st.cfg.mode), Ordering::Relaxed);
+        self.retry_after_s
+            .store(st.cfg.retry_after_s, Ordering::Relaxed);
+        self.other_cap
+            .store(other_cap(limit, st.cfg.priority_share), Ordering::Relaxed);
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The enforced limit (`u32::MAX` with `mode: 'off'`).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Requests (or connections) in flight.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// A request (HTTP/1.1 head, HTTP/2 stream) or, on opaque TCP routes, a connection is about
+    /// to reach the upstream at `now_ns`. Err when the class's share of the limit is full (then
+    /// the route counts as overloaded for [`OVERLOAD_HOLD_NS`]).
+    pub fn try_acquire(self: &Arc<Self>, class: Class, now_ns: u64) -> Result<Permit, Overloaded> {
+        let cap = match class {
+            _ if self.mode.load(Ordering::Relaxed) == MODE_OFF => u32::MAX,
+            Class::Priority => self.limit.load(Ordering::Relaxed),
+            Class::Other => self.other_cap.load(Ordering::Relaxed),
+        };
+        let mut cur = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            if cur >= cap {
+                return Err(self.refuse(class, cur, now_ns));
+            }
+            match self.in_flight.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(c) => cur = c,
+            }
+        }
+        if class == Class::Priority {
+            self.in_flight_priority.fetch_add(1, Ordering::Relaxed);
+        }
+        self.limiter.in_flight(cur + 1);
+        Ok(Permit {
+            capacity: self.clone(),
+            class,
+            start_ns: now_ns,
+        })
+    }
+
+    fn refuse(&self, class: Class, in_flight: u32, now_ns: u64) -> Overloaded {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if class == Class::Priority {
+            self.refused_priority.fetch_add(1, Ordering::Relaxed);
+        }
+        self.limiter.refused();
+        self.pressure(now_ns);
+        Overloaded {
+            in_flight,
+            limit: self.limit.load(Ordering::Relaxed),
+            retry_after_s: self.retry_after_s.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records overload pressure at `now_ns` (a new episode when the last one is over).
+    fn pressure(&self, now_ns: u64) {
+        let last = self.last_pressure_ns.swap(now_ns.max(1), Ordering::Relaxed);
+        if last == 0 || now_ns.saturating_sub(last) >= OVERLOAD_HOLD_NS {
+            self.episode_start_ns.store(now_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether new connections of clients of class `Other` are refused at `now_ns` (the route
+    /// is overloaded; never with `mode: 'off'`).
+    #[inline]
+    pub fn refuses_new(&self, now_ns: u64) -> bool {
+        let last = self.last_pressure_ns.load(Ordering::Relaxed);
+        last != 0
+            && now_ns.saturating_sub(last) < OVERLOAD_HOLD_NS
+            && self.mode.load(Ordering::Relaxed) != MODE_OFF
+    }
+
+    /// When the current overload episode began (CLOCK_MONOTONIC ns), `None` when the route is
+    /// not overloaded at `now_ns`: what `Engine::is_priority` compares first-marked times with.
+    pub fn overload_since(&self, now_ns: u64) -> Option<u64> {
+        self.refuses_new(now_ns)
+            .then(|| self.episode_start_ns.load(Ordering::Relaxed))
+    }
+
+    /// The `since_ns` of `Engine::is_priority` at `now_ns`: the overload episode's start (now,
+    /// when the route is not overloaded) minus [`PRIORITY_SEASONING_NS`]. Ask only when a class
+    /// `Other` acquire was refused (then retry as `Priority`), so the common path reads no
+    /// client standing.
+    pub fn priority_since(&self, now_ns: u64) -> u64 {
+        let start = self.overload_since(now_ns).unwrap_or(now_ns);
+        start.saturating_sub(PRIORITY_SEASONING_NS)
+    }
+
+    /// Counts an upstream connect failure (also a congestion hint: the window's gradient is
+    /// capped at [`limiter::CONNECT_FAILURE_GRADIENT`]).
+    pub fn connect_failed(&self) {
+        self.connect_failures.fetch_add(1, Ordering::Relaxed);
+        self.limiter.connect_failed();
+    }
+
+    /// Records an upstream connect time (ns; `connectMs` in the snapshot).
+    pub fn connected(&self, connect_ns: u64) {
+        self.connect_sum_ns.fetch_add(connect_ns, Ordering::Relaxed);
+        self.connect_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The embedding process's event-loop delay (ms) measured at `now_ns`: above
+    /// `overload.eventLoopDelayMs` the route counts as overloaded and the limit shrinks as for a
+    /// latency rise (gradient `threshold / delay`, at least 0.5).
+    pub fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
+        let delay_ms = if delay_ms.is_finite() {
+            delay_ms.max(0.0)
+        } else {
+            0.0
+        };
+        self.external_delay
+            .store(delay_ms.to_bits(), Ordering::Relaxed);
+        self.external_at_ns.store(now_ns, Ordering::Relaxed);
+        let threshold = f64::from_bits(self.delay_threshold.load(Ordering::Relaxed));
+        if threshold > 0.0 && delay_ms > threshold {
+            self.pressure(now_ns);
+        }
+    }
+
+    /// The event-loop gradient cap at `now_ns` (a report within [`OVERLOAD_HOLD_NS`] over the
+    /// threshold).
+    fn external_gradient(&self, now_ns: u64) -> Option<f64> {
+        let threshold = f64::from_bits(self.delay_threshold.load(Ordering::Relaxed));
+        let delay = f64::from_bits(self.external_delay.load(Ordering::Relaxed));
+        let at = self.external_at_ns.load(Ordering::Relaxed);
+        (threshold > 0.0 && delay > threshold && now_ns.saturating_sub(at) < OVERLOAD_HOLD_NS)
+            .then(|| threshold / delay)
+    }
+
+    /// Closes the limiter's window when it is over (see [`limiter::Limiter::roll`]).
+    fn roll(&self, now_ns: u64) {
+        let ext = self.external_gradient(now_ns);
+        if let Some(st) = self.limiter.roll(now_ns, self.in_flight(), ext) {
+            self.publish(&st);
+        }
+    }
+
+    /// Every ~100 ms: closes the limiter's window if nobody did, and reports an overload on/off
+    /// transition since the last call.
+    pub fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
+        self.roll(now_ns);
+        let on = self.refuses_new(now_ns);
+        if self.reported_on.swap(on, Ordering::Relaxed) == on {
+            return None;
+        }
+        let (latency_ms, baseline_ms) = self
+            .limiter
+            .with_state(|s| (ns_to_ms(s.current_ns), ns_to_ms(s.baseline_ns)));
+        Some(OverloadChange {
+            on,
+            in_flight: self.in_flight(),
+            limit: self.limit(),
+            latency_ms,
+            baseline_ms,
+        })
+    }
+
+    /// `metrics().routeMetrics[i].upstream` at `now_ns`.
+    pub fn snapshot(&self, now_ns: u64) -> CapacitySnapshot {
+        let st = self.limiter.with_state(|s| *s);
+        let off = st.cfg.mode == ConcurrencyMode::Off;
+        let n = self.connect_count.load(Ordering::Relaxed);
+        let connect_ms = if n == 0 {
+            0.0
+        } else {
+            ns_to_ms(self.connect_sum_ns.load(Ordering::Relaxed) as f64 / n as f64)
+        };
+        let in_flight = self.in_flight();
+        let priority = self.in_flight_priority.load(Ordering::Relaxed);
+        CapacitySnapshot {
+            mode: st.cfg.mode.as_str(),
+            in_flight,
+            in_flight_priority: priority.min(in_flight),
+            limit: (!off).then(|| self.limit()),
+            other_limit: (!off).then(|| self.other_cap.load(Ordering::Relaxed)),
+            latency_ms: ns_to_ms(st.current_ns),
+            baseline_ms: ns_to_ms(st.baseline_ns),
+            overloaded: self.refuses_new(now_ns),
+            refused: self.refused.load(Ordering::Relaxed),
+            refused_priority: self.refused_priority.load(Ordering::Relaxed),
+            answered: self.answered.load(Ordering::Relaxed),
+            connect_failures: self.connect_failures.load(Ordering::Relaxed),
+            connect_ms,
+        }
+    }
+}
+
+/// ns → ms, rounded to the µs.
+fn ns_to_ms(ns: f64) -> f64 {
+    (ns / 1_000.0).round() / 1_000.0
+}
+
+/// One request (or connection) in flight to the upstream. Dropped without
+/// [`Permit::answered`]: released without a latency sample (reset, tunnel, client gone, upgrade,
+/// streaming).
+#[derive(Debug)]
+pub struct Permit {
+    capacity: Arc<Capacity>,
+    class: Class,
+    start_ns: u64,
+}
+
+impl Permit {
+    /// The response head was seen at `now_ns`: records the latency sample and releases.
+    pub fn answered(self, now_ns: u64) {
+        let c = &self.capacity;
+        c.answered.fetch_add(1, Ordering::Relaxed);
+        c.limiter.sample(now_ns.saturating_sub(self.start_ns));
+        if c.limiter.due(now_ns) {
+            c.roll(now_ns);
+        }
+    }
+
+    /// The class the permit was taken for.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.capacity.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.class == Class::Priority {
+            self.capacity
+                .in_flight_priority
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! One [`Capacity`] per route name, kept across `updateConfig` (like the route counters): a
+//! reload keeps the learned limit, the latency baseline and the counters of every route whose
+//! name survives, and applies its new `concurrency` block.
+
+use super::Capacity;
+use crate::config::proxy::CapacityConfig;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The capacities of every route by name, and the proxy's `overload.eventLoopDelayMs`.
+#[derive(Debug, Default)]
+pub struct CapacityRegistry {
+    routes: Mutex<HashMap<String, Arc<Capacity>>>,
+    /// `overload.eventLoopDelayMs` (`None`: the signal is ignored).
+    delay_threshold_ms: Option<f64>,
+}
+
+impl CapacityRegistry {
+    /// A registry whose capacities count an event-loop delay above `delay_threshold_ms` as
+    /// overload.
+    pub fn new(delay_threshold_ms: Option<f64>) -> CapacityRegistry {
+        CapacityRegistry {
+            routes: Mutex::default(),
+            delay_threshold_ms,
+        }
+    }
+
+    /// The capacity of route `name` with `cfg` applied (created the first time). Called when a
+    /// route table is built, never per connection.
+    pub fn get(&self, name: &str, cfg: CapacityConfig) -> Arc<Capacity> {
+        let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let c = m
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Capacity::new(cfg)))
+            .clone();
+        c.set_config(cfg);
+        c.set_delay_threshold(self.delay_threshold_ms);
+        c
+    }
+
+    /// Forgets every route not in `keep` (a route removed by `updateConfig`).
+    pub fn retain(&self, keep: &[Arc<Capacity>]) {
+        let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|_, v| keep.iter().any(|k| Arc::ptr_eq(k, v)));
+    }
+
+    /// Feeds the embedding process's event-loop delay (ms, measured at `now_ns`) to every route.
+    pub fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
+        let m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        for c in m.values() {
+            c.set_external_delay(delay_ms, now_ns);
+        }
+    }
+}

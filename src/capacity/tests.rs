@@ -1,0 +1,458 @@
+//! The capacity engine against a simulated upstream, with injected time.
+//!
+//! The upstream has `c` workers and serves each request in `s` ns, first come first served: a
+//! request's latency is `s` while at most `c` are in flight, and grows with the queue past that.
+//! Clients run a closed loop: send, wait for the answer, send again after `think` ns; a refused
+//! client retries after 5 ms. The limiter only sees the latency samples, like in production.
+
+use super::*;
+use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+const RETRY: u64 = 5 * MS;
+
+/// One simulated client.
+struct Client {
+    class: Class,
+    think: u64,
+    permit: Option<Permit>,
+}
+
+/// What a run saw.
+#[derive(Default)]
+struct Run {
+    /// `(time, limit)` at every 100 ms tick.
+    limits: Vec<(u64, u32)>,
+    /// `(time, peak)`: the largest in-flight count at the upstream in the 100 ms before each tick.
+    peaks: Vec<(u64, u32)>,
+    /// Answers and refusals per class `[Priority, Other]`.
+    answered: [u64; 2],
+    refused: [u64; 2],
+    /// Largest in-flight count at the upstream since the last tick.
+    max_in_flight: u32,
+    /// Ticks at which `refuses_new` was on.
+    overloaded_ticks: u64,
+    /// Overload transitions reported by `tick`.
+    changes: Vec<OverloadChange>,
+}
+
+impl Run {
+    /// Smallest and largest limit over the ticks in `[from, to)`.
+    fn range(&self, from: u64, to: u64) -> (u32, u32) {
+        Self::span(&self.limits, from, to)
+    }
+
+    /// Smallest and largest per-tick in-flight peak over the ticks in `[from, to)`.
+    fn peak_range(&self, from: u64, to: u64) -> (u32, u32) {
+        Self::span(&self.peaks, from, to)
+    }
+
+    fn span(v: &[(u64, u32)], from: u64, to: u64) -> (u32, u32) {
+        let l = v.iter().filter(|(t, _)| (from..to).contains(t));
+        let lo = l.clone().map(|x| x.1).min().unwrap();
+        let hi = l.map(|x| x.1).max().unwrap();
+        (lo, hi)
+    }
+}
+
+/// The simulated upstream: `workers` free times (a min-heap) and its parameters, which `phase`
+/// may change with time.
+struct Upstream {
+    free: BinaryHeap<Reverse<u64>>,
+    s: u64,
+}
+
+impl Upstream {
+    fn new(c: usize, s: u64) -> Upstream {
+        Upstream {
+            free: (0..c).map(|_| Reverse(0)).collect(),
+            s,
+        }
+    }
+
+    /// The time a request arriving at `now` is answered (FIFO over `c` workers).
+    fn serve(&mut self, now: u64) -> u64 {
+        let Reverse(free) = self.free.pop().unwrap();
+        let done = free.max(now) + self.s;
+        self.free.push(Reverse(done));
+        done
+    }
+
+    fn resize(&mut self, c: usize, s: u64) {
+        let now_free: Vec<u64> = self.free.drain().map(|r| r.0).collect();
+        let latest = now_free.iter().copied().max().unwrap_or(0);
+        self.free = (0..c)
+            .map(|i| Reverse(now_free.get(i).copied().unwrap_or(latest)))
+            .collect();
+        self.s = s;
+    }
+}
+
+/// Runs `clients` against an upstream of `c` workers × `s` ns from `start` until `end`; `phase(t)` may return
+/// a new `(c, s)` at a 100 ms tick.
+fn simulate(
+    cap: &Arc<Capacity>,
+    clients: &mut [Client],
+    (c, s): (usize, u64),
+    (start, end): (u64, u64),
+    phase: impl Fn(u64) -> Option<(usize, u64)>,
+) -> Run {
+    let mut run = Run::default();
+    let mut up = Upstream::new(c, s);
+    // (time, kind, client): kind 0 = tick, 1 = answer, 2 = send.
+    let mut q: BinaryHeap<Reverse<(u64, u8, usize)>> = BinaryHeap::new();
+    for (i, _) in clients.iter().enumerate() {
+        q.push(Reverse((start + (i as u64 * 37) % MS, 2, i)));
+    }
+    q.push(Reverse((start + 100 * MS, 0, 0)));
+    while let Some(Reverse((t, kind, i))) = q.pop() {
+        if t >= end {
+            break;
+        }
+        match kind {
+            0 => {
+                if let Some((c, s)) = phase(t) {
+                    up.resize(c, s);
+                }
+                if let Some(ch) = cap.tick(t) {
+                    run.changes.push(ch);
+                }
+                run.overloaded_ticks += u64::from(cap.refuses_new(t));
+                run.limits.push((t, cap.limit()));
+                run.peaks.push((t, std::mem::take(&mut run.max_in_flight)));
+                q.push(Reverse((t + 100 * MS, 0, 0)));
+            }
+            1 => {
+                let cl = &mut clients[i];
+                if let Some(p) = cl.permit.take() {
+                    run.answered[(p.class() == Class::Other) as usize] += 1;
+                    p.answered(t);
+                }
+                q.push(Reverse((t + cl.think, 2, i)));
+            }
+            _ => {
+                let cl = &mut clients[i];
+                let k = (cl.class == Class::Other) as usize;
+                match cap.try_acquire(cl.class, t) {
+                    Ok(p) => {
+                        cl.permit = Some(p);
+                        run.max_in_flight = run.max_in_flight.max(cap.in_flight());
+                        q.push(Reverse((up.serve(t), 1, i)));
+                    }
+                    Err(_) => {
+                        run.refused[k] += 1;
+                        q.push(Reverse((t + RETRY, 2, i)));
+                    }
+                }
+            }
+        }
+    }
+    run
+}
+
+fn clients(n: usize, class: Class, think: u64) -> Vec<Client> {
+    (0..n)
+        .map(|_| Client {
+            class,
+            think,
+            permit: None,
+        })
+        .collect()
+}
+
+fn adaptive() -> Arc<Capacity> {
+    Arc::new(Capacity::new(CapacityConfig::default_for(true)))
+}
+
+/// A default adaptive route that served 10 closed-loop clients for 2 s (it learned the no-load
+/// latency, as a route does from its normal traffic before a flood).
+fn warmed() -> Arc<Capacity> {
+    let cap = adaptive();
+    let mut cl = clients(10, Class::Other, 0);
+    let run = simulate(&cap, &mut cl, (20, 10 * MS), (0, 2 * SEC), |_| None);
+    assert_eq!((run.refused, cap.limit()), ([0, 0], 1000));
+    cap
+}
+
+/// C = 20 workers × 10 ms; after 2 s of normal load, 400 closed-loop clients (20 × the
+/// capacity), default config (limit 1000, tolerance 1.25, priorityShare 0.2): within 1.5 s of the
+/// flood the limit is within [1.5 C, 1.75 C] = [30, 35] and stays there for the next 58.5 s,
+/// moving by at most 3; the flood (class `Other`, 80 % of the limit) keeps the upstream's
+/// in-flight peak within [C, 1.35 C] = [20, 27]: saturated, latency at most 1.35 × 10 ms.
+#[test]
+fn adaptive_limit_converges_within_1_5s_and_holds_upstream_in_flight_within_c_to_1_35c() {
+    let cap = warmed();
+    let mut cl = clients(400, Class::Other, 0);
+    let run = simulate(&cap, &mut cl, (20, 10 * MS), (2 * SEC, 62 * SEC), |_| None);
+    let (lo, hi) = run.range(3500 * MS, 62 * SEC);
+    assert!(lo >= 30 && hi <= 35, "limit in [{lo}, {hi}] after 1.5 s");
+    assert!(hi - lo <= 3, "limit moved within [{lo}, {hi}]");
+    let (lo, hi) = run.peak_range(3500 * MS, 62 * SEC);
+    assert!(lo >= 20 && hi <= 27, "in-flight peaks in [{lo}, {hi}]");
+    assert!(run.answered[1] > 100_000, "{}", run.answered[1]);
+    let snap = cap.snapshot(62 * SEC);
+    assert!(
+        snap.baseline_ms >= 10.0 && snap.baseline_ms < 10.1,
+        "{}",
+        snap.baseline_ms
+    );
+    assert!(
+        snap.latency_ms >= 10.0 && snap.latency_ms <= 13.5,
+        "{}",
+        snap.latency_ms
+    );
+    assert!(snap.overloaded);
+}
+
+/// The same flood with 4 known-good (`Priority`) clients beside 400 others: the priority clients
+/// are never refused once the limit converged (they need 4 slots; the default `priorityShare`
+/// 0.2 reserves ≥ 6 of a limit ≥ 30), and get ≥ 57 % of their no-flood answer rate.
+#[test]
+fn priority_clients_keep_their_reserved_share_under_a_flood() {
+    let cap = warmed();
+    let mut cl = clients(4, Class::Priority, 0);
+    cl.extend(clients(400, Class::Other, 0));
+    let warm = simulate(&cap, &mut cl, (20, 10 * MS), (2 * SEC, 4 * SEC), |_| None);
+    let (_, hi) = warm.range(3500 * MS, 4 * SEC);
+    assert!(hi <= 35);
+    let before = cap.snapshot(4 * SEC).refused_priority;
+    // Continue from the learned state (the clients of the first part hold no permit now).
+    let mut cl2 = clients(4, Class::Priority, 0);
+    cl2.extend(clients(400, Class::Other, 0));
+    drop(cl);
+    let run = simulate(&cap, &mut cl2, (20, 10 * MS), (4 * SEC, 34 * SEC), |_| None);
+    assert_eq!(run.refused[0], cap.snapshot(0).refused_priority - before);
+    assert_eq!(run.refused[0], 0, "priority refusals");
+    // Alone, 4 clients get 100 answers/s each from a 10 ms upstream; under the flood latency is
+    // at most 1.75 × 10 ms (every slot of a limit ≤ 35 busy), so ≥ 57 /s each: ≥ 6840 in 30 s.
+    assert!(run.answered[0] >= 6_840, "{}", run.answered[0]);
+    assert!(run.refused[1] > 0);
+}
+
+/// Recovery: under the flood (from t = 2 s) the upstream slows to 5 workers for 10 s
+/// (t = 10..20 s) and the limit falls to [10, 12] (`minLimit` 10) within 1 s of it; once the
+/// upstream is back to 20 workers the limit is back within [30, 35] within 5 s.
+#[test]
+fn limit_follows_a_capacity_drop_and_recovers_within_5s() {
+    let cap = warmed();
+    let mut cl = clients(400, Class::Other, 0);
+    let run = simulate(
+        &cap,
+        &mut cl,
+        (20, 10 * MS),
+        (2 * SEC, 40 * SEC),
+        |t| match t {
+            t if t == 10 * SEC => Some((5, 10 * MS)),
+            t if t == 20 * SEC => Some((20, 10 * MS)),
+            _ => None,
+        },
+    );
+    let (lo, hi) = run.range(11 * SEC, 20 * SEC);
+    assert!(lo >= 10 && hi <= 12, "slowed: [{lo}, {hi}]");
+    let (lo, hi) = run.range(25 * SEC, 40 * SEC);
+    assert!(lo >= 30 && hi <= 35, "recovered: [{lo}, {hi}]");
+}
+
+/// Normal load under capacity never meets a refusal or an overload: 15 clients in a closed loop
+/// (C = 20), and 150 clients that think 100 ms between requests (~1,360 req/s of a 2,000 req/s
+/// upstream), for 60 s each.
+#[test]
+fn load_under_capacity_is_never_refused() {
+    for (n, think) in [(15, 0), (150, 100 * MS)] {
+        let cap = adaptive();
+        let mut cl = clients(n, Class::Other, think);
+        let run = simulate(&cap, &mut cl, (20, 10 * MS), (0, 60 * SEC), |_| None);
+        assert_eq!(run.refused, [0, 0], "{n} clients");
+        assert_eq!((run.overloaded_ticks, run.changes.len()), (0, 0));
+        assert_eq!(cap.snapshot(60 * SEC).refused, 0);
+        assert!(run.answered[1] > 50_000, "{}", run.answered[1]);
+    }
+}
+
+/// `'overload'` transitions: on at the first refusal's tick, off 2 s after the last refusal.
+#[test]
+fn overload_turns_on_at_a_refusal_and_off_after_2s_without_one() {
+    let cfg = CapacityConfig {
+        mode: ConcurrencyMode::Fixed,
+        limit: 2,
+        ..CapacityConfig::default_for(true)
+    };
+    let cap = Arc::new(Capacity::new(cfg));
+    let t = 10 * SEC;
+    assert_eq!(cap.tick(t), None);
+    // Other may use floor(2 × 0.8) = 1 slot; Priority both.
+    let a = cap.try_acquire(Class::Other, t).unwrap();
+    assert_eq!(
+        cap.try_acquire(Class::Other, t).unwrap_err(),
+        Overloaded {
+            in_flight: 1,
+            limit: 2,
+            retry_after_s: 1
+        }
+    );
+    let b = cap.try_acquire(Class::Priority, t).unwrap();
+    assert!(cap.try_acquire(Class::Priority, t).is_err());
+    assert!(cap.refuses_new(t) && cap.overload_since(t) == Some(t));
+    let on = cap.tick(t + MS).unwrap();
+    assert_eq!((on.on, on.in_flight, on.limit), (true, 2, 2));
+    a.answered(t + 5 * MS);
+    drop(b);
+    assert_eq!(cap.tick(t + SEC), None);
+    assert!(cap.refuses_new(t + 2 * SEC - 1));
+    assert_eq!(
+        cap.tick(t + 2 * SEC).map(|c| (c.on, c.in_flight)),
+        Some((false, 0))
+    );
+    assert_eq!(cap.overload_since(t + 2 * SEC), None);
+    let s = cap.snapshot(t + 2 * SEC);
+    assert_eq!(
+        (
+            s.mode,
+            s.limit,
+            s.other_limit,
+            s.refused,
+            s.refused_priority,
+            s.answered
+        ),
+        ("fixed", Some(2), Some(1), 2, 1, 1)
+    );
+    assert_eq!(
+        (s.latency_ms, s.in_flight, s.in_flight_priority),
+        (5.0, 0, 0)
+    );
+    // A new episode starts later.
+    assert!(cap.try_acquire(Class::Priority, t + 9 * SEC).is_ok());
+    let _held = (
+        cap.try_acquire(Class::Priority, t + 9 * SEC).unwrap(),
+        cap.try_acquire(Class::Priority, t + 9 * SEC).unwrap(),
+    );
+    assert!(cap.try_acquire(Class::Priority, t + 9 * SEC).is_err());
+    assert_eq!(cap.overload_since(t + 9 * SEC), Some(t + 9 * SEC));
+}
+
+/// `mode: 'off'` never refuses and never reports overload, but still measures.
+#[test]
+fn off_is_unlimited_but_measured() {
+    let cap = Arc::new(Capacity::new(CapacityConfig::default_for(false)));
+    let held: Vec<_> = (0..5000)
+        .map(|_| cap.try_acquire(Class::Other, SEC).unwrap())
+        .collect();
+    assert_eq!(cap.in_flight(), 5000);
+    for p in held {
+        p.answered(SEC + 3 * MS);
+    }
+    cap.set_delay_threshold(Some(10.0));
+    cap.set_external_delay(500.0, SEC);
+    assert!(!cap.refuses_new(SEC));
+    assert_eq!(cap.tick(2 * SEC), None);
+    let s = cap.snapshot(2 * SEC);
+    assert_eq!(
+        (
+            s.mode,
+            s.limit,
+            s.in_flight,
+            s.answered,
+            s.latency_ms,
+            s.baseline_ms
+        ),
+        ("off", None, 0, 5000, 3.0, 3.0)
+    );
+}
+
+/// The event-loop delay signal: over `overload.eventLoopDelayMs` the route is overloaded (2 s)
+/// and, while the limit binds, it shrinks by `threshold / delay` (≥ 0.5) per window.
+#[test]
+fn event_loop_delay_counts_as_overload() {
+    let cfg = CapacityConfig {
+        initial_limit: 100,
+        ..CapacityConfig::default_for(true)
+    };
+    let cap = Arc::new(Capacity::new(cfg));
+    cap.set_external_delay(500.0, SEC);
+    assert!(!cap.refuses_new(SEC), "no threshold: ignored");
+    cap.set_delay_threshold(Some(50.0));
+    cap.set_external_delay(40.0, SEC);
+    assert!(!cap.refuses_new(SEC), "under the threshold");
+    let held: Vec<_> = (0..60)
+        .map(|_| cap.try_acquire(Class::Other, SEC).unwrap())
+        .collect();
+    cap.set_external_delay(100.0, SEC);
+    assert!(cap.refuses_new(SEC));
+    assert!(cap.tick(SEC + 100 * MS).is_some_and(|c| c.on));
+    assert_eq!(cap.limit(), 37, "min(100, peak 60 / 0.8) × 50/100");
+    drop(held);
+    assert!(cap.refuses_new(3 * SEC - 1) && !cap.refuses_new(3 * SEC));
+}
+
+/// A reload keeps the learned limit (clamped into the new bounds) and switches modes at once.
+#[test]
+fn set_config_keeps_the_learned_limit() {
+    let cap = warmed();
+    let mut cl = clients(400, Class::Other, 0);
+    simulate(&cap, &mut cl, (20, 10 * MS), (2 * SEC, 5 * SEC), |_| None);
+    drop(cl);
+    let learned = cap.limit();
+    assert!((30..=35).contains(&learned), "{learned}");
+    let mut cfg = CapacityConfig::default_for(true);
+    cfg.priority_share = 0.5;
+    cap.set_config(cfg);
+    assert_eq!(cap.limit(), learned);
+    assert_eq!(cap.snapshot(0).other_limit, Some(other_cap(learned, 0.5)));
+    cfg.min_limit = 40;
+    cap.set_config(cfg);
+    assert_eq!(cap.limit(), 40);
+    cap.set_config(CapacityConfig {
+        mode: ConcurrencyMode::Fixed,
+        limit: 7,
+        ..cfg
+    });
+    assert_eq!(cap.limit(), 7);
+    cap.set_config(CapacityConfig {
+        mode: ConcurrencyMode::Off,
+        ..cfg
+    });
+    assert_eq!((cap.limit(), cap.snapshot(0).limit), (u32::MAX, None));
+}
+
+#[test]
+fn other_cap_reserves_at_least_one_slot() {
+    assert_eq!(other_cap(25, 0.2), 20);
+    assert_eq!(other_cap(20, 0.2), 16);
+    assert_eq!(other_cap(3, 0.2), 2);
+    assert_eq!(other_cap(1, 0.2), 0);
+    assert_eq!(other_cap(4, 0.01), 3);
+    assert_eq!(other_cap(4, 0.0), 4);
+    assert_eq!(other_cap(u32::MAX, 0.2), u32::MAX);
+}
+
+/// An idle adaptive route: the exact snapshot `metrics()` shows.
+#[test]
+fn idle_snapshot() {
+    let cap = adaptive();
+    assert_eq!(
+        cap.snapshot(0),
+        CapacitySnapshot {
+            mode: "adaptive",
+            in_flight: 0,
+            in_flight_priority: 0,
+            limit: Some(1000),
+            other_limit: Some(800),
+            latency_ms: 0.0,
+            baseline_ms: 0.0,
+            overloaded: false,
+            refused: 0,
+            refused_priority: 0,
+            answered: 0,
+            connect_failures: 0,
+            connect_ms: 0.0,
+        }
+    );
+    cap.connect_failed();
+    cap.connected(2 * MS);
+    cap.connected(4 * MS);
+    let s = cap.snapshot(0);
+    assert_eq!((s.connect_failures, s.connect_ms), (1, 3.0));
+}
