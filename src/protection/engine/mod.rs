@@ -80,6 +80,9 @@ pub mod explain;
 mod known_good;
 mod listing;
 mod pending;
+mod requests;
+
+pub use requests::{RequestLimited, RequestScope};
 
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};
