@@ -40,6 +40,17 @@ pub struct RequestLimited {
 }
 
 impl Engine {
+    /// Whether the policy in force has `requestLimit` (one policy load): the connection path
+    /// asks [`Engine::request`] only then.
+    #[inline]
+    pub fn requests_limited(&self) -> bool {
+        self.installed
+            .load()
+            .policy
+            .as_deref()
+            .is_some_and(|p| p.request_limit().is_some())
+    }
+
     /// One request of `ip` at `now_ns` (CLOCK_MONOTONIC ns) against `requestLimit`: `Ok` (and
     /// debited on the client and its prefix) or the budget it exceeded (nothing debited). `Ok`
     /// without a policy or `requestLimit`, for allowlisted clients, and for a client the table
