@@ -1,6 +1,7 @@
 //! `requestLimit` through the engine with injected time: the per-client budget over all of a
 //! client's requests, the prefix budget, nothing consumed by a refusal, observe mode, eviction
 //! keeping a limited budget, and the config's validation.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 use common::engine::*;
