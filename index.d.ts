@@ -313,8 +313,31 @@ export interface ProtectionConfig {
     newClientMaxPending?: number;
     handshakeTimeoutMs?: number;
   };
-  /** First request head deadline on terminated HTTP routes, from the end of the handshake (ms). Default { headTimeoutMs: 10000 }. */
-  slowRequest?: { headTimeoutMs?: number };
+  /** Request deadlines on terminated HTTP routes. Default { headTimeoutMs: 10000, keepAliveTimeoutMs: 75000, maxRequestsPerConnection: 1000 }. */
+  slowRequest?: {
+    /** ms from the end of the handshake to a complete first request head, and on HTTP/1.1 from the first byte of each later head to its end: 'slow_request'. */
+    headTimeoutMs?: number;
+    /** ms an HTTP/1.1 connection may wait for its next request once every response has passed; then it is closed (not a refusal). */
+    keepAliveTimeoutMs?: number;
+    /** Requests per HTTP/1.1 connection: the last is sent with `Connection: close`, a further one closes the connection. 0 = no cap. */
+    maxRequestsPerConnection?: number;
+  };
+  /**
+   * HTTP request budgets (GCRA) per client over all its connections, and optionally per prefix
+   * (prefixLimit's prefix lengths, else /24 and /48). An HTTP/1.1 request over budget is not
+   * forwarded: Rampart answers 429 with Retry-After, RateLimit-Policy and RateLimit, closes the
+   * connection and reports 'request_rate_limited'. Bursts default to the rates rounded up.
+   */
+  requestLimit?: {
+    /** Requests per second per client. */
+    requestsPerSecond: number;
+    /** Requests at once from a quiet client. */
+    burst?: number;
+    /** Requests per second per prefix, all its clients together. */
+    prefixRequestsPerSecond?: number;
+    /** Requests at once from a quiet prefix (needs prefixRequestsPerSecond). */
+    prefixBurst?: number;
+  };
   /**
    * A per-client limit over every node of the cluster (needs ProxyConfig `cluster`): a GCRA on
    * Redis, refused 'cluster_rate_limited'. Each node admits from a local lease of `lease` tokens
@@ -495,7 +518,8 @@ export type BlockReason =
   | 'prefix_too_many_connections'
   | 'listener_overloaded'
   | 'slow_request'
-  | 'cluster_rate_limited';
+  | 'cluster_rate_limited'
+  | 'request_rate_limited';
 
 export interface BlockedEvent {
   ip: string;

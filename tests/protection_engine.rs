@@ -671,6 +671,7 @@ fn block_reason_strings() {
             "listener_overloaded",
             "slow_request",
             "cluster_rate_limited",
+            "request_rate_limited",
         ]
     );
 }

@@ -572,7 +572,7 @@ fn unknown_fields_and_non_objects() {
              maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
              tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, slowHandshake, \
              mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest, \
-             clusterRateLimit"
+             clusterRateLimit, requestLimit"
         )
     );
     assert_eq!(
@@ -603,7 +603,7 @@ fn every_issue_is_reported_at_once() {
                  maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
                  tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, \
                  slowHandshake, mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, \
-                 defense, slowRequest, clusterRateLimit"
+                 defense, slowRequest, clusterRateLimit, requestLimit"
             ),
             format!("{PATH}.rateLimit.connectionsPerSecond: {POSITIVE}, got NaN"),
             format!("{PATH}.rateLimit.burst: must be an integer in [1, 1000000000], got 0"),
@@ -698,7 +698,7 @@ fn second_round_fields_are_validated_with_paths() {
             format!("{PATH}.defense.factor: must be a finite number in (0, 1] (a rate multiplier), got 1.5"),
             format!("{PATH}.defense.newClientMaxPending: must be an integer in [1, 65535], got 0"),
             format!("{PATH}.defense.handshakeTimeoutMs: must be a finite number > 0, got -3"),
-            format!("{PATH}.slowRequest.bodyTimeoutMs: unknown field; expected one of: headTimeoutMs"),
+            format!("{PATH}.slowRequest.bodyTimeoutMs: unknown field; expected one of: headTimeoutMs, keepAliveTimeoutMs, maxRequestsPerConnection"),
             format!("{PATH}.slowRequest.headTimeoutMs: must be a finite number > 0, got Infinity"),
         ]
     );

@@ -11,6 +11,7 @@ pub mod error;
 pub mod mtls;
 pub mod protection;
 pub mod proxy;
+pub mod requests;
 pub mod socket;
 pub mod tls;
 pub mod update;

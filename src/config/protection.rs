@@ -79,6 +79,7 @@ const FIELDS: &[&str] = &[
     "defense",
     "slowRequest",
     "clusterRateLimit",
+    "requestLimit",
 ];
 
 const HTTP2_FIELDS: &[&str] = &[
@@ -309,15 +310,10 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         }
     }
     if let Some(v) = field(obj, "slowRequest") {
-        let path = f("slowRequest");
-        if let Some(o) = object(v, &path, issues) {
-            reject_unknown(o, &["headTimeoutMs"], &path, issues);
-            if let Some(v) = field(o, "headTimeoutMs") {
-                if let Some(ns) = duration_ns(v, &join(&path, "headTimeoutMs"), issues) {
-                    p.head_timeout_ns = ns;
-                }
-            }
-        }
+        super::requests::slow_request(v, &f("slowRequest"), &mut p, issues);
+    }
+    if let Some(v) = field(obj, "requestLimit") {
+        p.request_limit = super::requests::request_limit(v, &f("requestLimit"), issues);
     }
     (issues.len() == before).then_some(p)
 }
@@ -373,7 +369,7 @@ fn http2(v: &Value, path: &str, issues: &mut Issues) -> Option<Http2Policy> {
 }
 
 /// An optional integer field in `[min, max]`.
-fn int_field(
+pub(super) fn int_field(
     o: &Map<String, Value>,
     path: &str,
     key: &str,
@@ -613,7 +609,7 @@ fn escalation(v: &Value, path: &str, base_ns: u64, issues: &mut Issues) -> Optio
 }
 
 /// A finite number > 0 and ≤ `max`, with the documented messages.
-fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
+pub(super) fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
     match as_number(v) {
         Some(n) if n.is_finite() && n > 0.0 => {
             if n <= max {
@@ -634,7 +630,7 @@ fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64>
 }
 
 /// A duration in ms (finite, > 0, ≤ 2^53−1, fractional allowed) → ns, rounded up.
-fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
+pub(super) fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
     positive(v, path, MAX_SAFE_INTEGER, issues).map(|ms| {
         let ns = (ms * 1e6).ceil();
         if ns >= u64::MAX as f64 {

@@ -31,6 +31,7 @@
 //! its own module with a file per phase (peek, admit, terminate, head, connect, pump).
 
 use super::h2::{FirstAckFilter, H2End, H2Inspector};
+use super::requests;
 use crate::clock;
 use crate::config::proxy::ListenerId;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
@@ -42,7 +43,7 @@ use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
 use crate::proxy::copy::{
     proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
 };
-use crate::proxy::forward_headers::{self, HeaderWriter, Rewriter};
+use crate::proxy::forward_headers::{self, AnswerReason, Ended, HeaderWriter, Rewriter};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::keepalive;
 use crate::proxy::proxy_protocol::{
@@ -650,14 +651,30 @@ impl Conn<'_> {
         self.hello = None;
         self.fingerprints = None;
         if let Some(rw) = follow {
-            let mut up = HeaderWriter::new(up, rw);
+            // Each request: `requestLimit` (429) and the `slowRequest` limits.
+            let limits = requests::conn_limits(l.engine.policy().as_deref());
+            let hooks = requests::RequestBudget::new(self.shared, self.li, self.ip);
+            let mut up = HeaderWriter::with_hooks(up, rw, hooks, limits);
             let refused = up.refused_flag();
             let end = self
                 .copy(route, client, &mut up, &head, Some(&refused))
                 .await;
-            return match up.refused() {
-                Some(_) => Err(Refusal::Failed(ErrorReason::BadRequest, None)),
-                None => end,
+            if up.observed() {
+                let reason = BlockReason::SlowRequest;
+                self.enforce(Some(Verdict {
+                    reason,
+                    observed: true,
+                }))?;
+            }
+            return match (up.refused(), up.ended()) {
+                (Some(_), _) => Err(Refusal::Failed(ErrorReason::BadRequest, None)),
+                (None, Some(Ended::SlowRequest)) => Err(Refusal::Blocked(BlockReason::SlowRequest)),
+                (None, Some(Ended::Answered(AnswerReason::RequestRateLimited))) => {
+                    Err(Refusal::Blocked(BlockReason::RequestRateLimited))
+                }
+                // A keep-alive gap, the request cap: normal ends. (`UpstreamOverloaded` is
+                // counted where the hooks decide it.)
+                _ => end,
             };
         }
         self.copy(route, client, up, &head, None).await

@@ -25,6 +25,7 @@ pub mod conn;
 pub mod h2;
 pub mod http;
 pub mod proxy_in;
+pub mod requests;
 
 use crate::clock;
 use crate::config::proxy::ListenerId;

@@ -10,19 +10,24 @@
 //! TATs are written in (see [`super::rescale`]). This is everything an admission decision reads
 //! without defense mode or `listenerLimit`: one entry, at most two cache lines.
 //!
-//! **Standing** (8 bytes, asserted at compile time), in a parallel array of the same shard (same
-//! slot index, moved with the entry): the known-good deadline (CLOCK_MONOTONIC seconds, rounded
-//! up, 0 = never), the penalty-box escalation level (repeat boxes within `escalation.memoryMs`)
-//! a mark byte ([`MARK_KNOWN_GOOD`]: counted in the engine's known-good gauge; [`MARK_NEW`]:
-//! first seen while defense mode was on) and the known-good mark's age (seconds from its first
-//! marking to its deadline, saturating: when the client earned its standing). It is read only by the paths that
-//! need it (defense mode, the listener budget, a box that starts with escalation, the pending
-//! count, known-good marks, eviction), so the common decision does not touch its cache line. An
-//! entry and its standing are only read or written under their shard lock ([`super::table`]).
+//! **Standing** (16 bytes, asserted at compile time), in a parallel array of the same shard (same
+//! slot index, moved with the entry): the `requestLimit` GCRA TAT (CLOCK_MONOTONIC ns, 0 =
+//! never), the known-good deadline (CLOCK_MONOTONIC seconds, rounded up, 0 = never), the
+//! penalty-box escalation level (repeat boxes within `escalation.memoryMs`), a mark byte
+//! ([`MARK_KNOWN_GOOD`]: counted in the engine's known-good gauge; [`MARK_NEW`]: first seen
+//! while defense mode was on) and the known-good mark's age (seconds from its first marking to
+//! its deadline, saturating: when the client earned its standing). It is read only by the paths
+//! that need it (a request decision, defense mode, the listener budget, a box that starts with
+//! escalation, the pending count, known-good marks, eviction), so the connection decision does
+//! not touch its cache line. The request TAT lives here rather than in the entry: the entry stays
+//! 48 bytes (64 with a cluster lease, one cache line), and a request decision reads the key in
+//! the entry and this word, nothing else. An entry and its standing are only read or written
+//! under their shard lock ([`super::table`]).
 //!
 //! A prefix-tier entry ([`super::engine`]'s second table) uses the same layout: `tat_rate` is the
 //! prefix's `prefixLimit` TAT, `penalty` and the standing's `level` its box, `active` the
-//! connections of all its clients; `tat_sustained`, `pending` and the known-good fields stay 0.
+//! connections of all its clients, the standing's `tat_request` its `requestLimit` prefix budget;
+//! `tat_sustained`, `pending` and the known-good fields stay 0.
 
 use super::key::IpKey;
 
@@ -74,6 +79,9 @@ const _: () = assert!(std::mem::size_of::<Entry>() == 48);
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Standing {
+    /// GCRA TAT of `requestLimit` (ns; 0 = never); not rescaled by a policy swap (a changed
+    /// limit reads the same TAT: at most one old burst of waiting carries over).
+    pub tat_request: u64,
     /// Known-good until this CLOCK_MONOTONIC second (0 = never).
     pub known_good_s: u32,
     /// Penalty-box escalation level: boxes in a row, each within `memoryMs` of the last one's
@@ -86,7 +94,7 @@ pub(crate) struct Standing {
     pub known_good_age_s: u16,
 }
 
-const _: () = assert!(std::mem::size_of::<Standing>() == 8);
+const _: () = assert!(std::mem::size_of::<Standing>() == 16);
 
 impl Standing {
     /// A standing holding only `marks`.

@@ -45,12 +45,12 @@ pub use dynamic::{DynamicBlocks, DynamicRule};
 pub use engine::explain::{Explanation, PrefixExplanation};
 pub use engine::{
     Admission, BoxListener, ConnGuard, Engine, HelloFacts, KnownGoodListener, LeaseRequest,
-    PendingGuard, Verdict, PREFIX_NOTE,
+    PendingGuard, RequestLimited, RequestScope, Verdict, PREFIX_NOTE,
 };
 pub use key::IpKey;
 pub use lease::{LeaseUpdate, LEASE_TTL_NS};
 pub use policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
-    ProtectionPolicy, RateLimit, SlowHandshake, XdpKernel, XdpSyn,
+    ProtectionPolicy, RateLimit, RequestLimit, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;

@@ -35,6 +35,10 @@ pub const MAX_RATE_PER_SEC: f64 = 1e9;
 pub const DEFAULT_KNOWN_GOOD_TTL_MS: u64 = 3_600_000;
 /// Default `slowRequest.headTimeoutMs`.
 pub const DEFAULT_HEAD_TIMEOUT_MS: u64 = 10_000;
+/// Default `slowRequest.keepAliveTimeoutMs` (nginx's `keepalive_timeout`).
+pub const DEFAULT_KEEP_ALIVE_TIMEOUT_MS: u64 = 75_000;
+/// Default `slowRequest.maxRequestsPerConnection` (nginx's `keepalive_requests`).
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 /// Default `prefixLimit.ipv4PrefixLength`.
 pub const DEFAULT_PREFIX_V4: u8 = 24;
 /// Default `prefixLimit.ipv6PrefixLength`.
@@ -187,6 +191,18 @@ pub struct PrefixLimit {
     pub max_concurrent: u64,
 }
 
+/// `requestLimit`: a GCRA on the HTTP requests of each client (HTTP/1.1 request heads, HTTP/2
+/// streams opened), over all its connections, and optionally of each prefix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestLimit {
+    /// `requestsPerSecond` and `burst`, per client (keyed as admission keys clients:
+    /// `ipv6PrefixLength`).
+    pub client: RateLimit,
+    /// `prefixRequestsPerSecond` and `prefixBurst`, per prefix (the `prefixLimit` prefix lengths,
+    /// or its defaults /24 and /48), if set.
+    pub prefix: Option<RateLimit>,
+}
+
 /// `listenerLimit`: a budget over every client of the listener that is not known-good.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ListenerLimit {
@@ -320,6 +336,9 @@ pub struct ProtectionPolicy {
     pub(crate) known_good_ttl_ns: u64,
     pub(crate) defense: Defense,
     pub(crate) head_timeout_ns: u64,
+    pub(crate) keep_alive_timeout_ns: u64,
+    pub(crate) max_requests_per_connection: u32,
+    pub(crate) request_limit: Option<RequestLimit>,
     pub(crate) escalation: Option<Escalation>,
     pub(crate) cluster_rate_limit: Option<ClusterRateLimit>,
 }
@@ -353,6 +372,9 @@ impl Default for ProtectionPolicy {
             known_good_ttl_ns: ms_to_ns(DEFAULT_KNOWN_GOOD_TTL_MS),
             defense: Defense::default(),
             head_timeout_ns: ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS),
+            keep_alive_timeout_ns: ms_to_ns(DEFAULT_KEEP_ALIVE_TIMEOUT_MS),
+            max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+            request_limit: None,
             escalation: None,
             cluster_rate_limit: None,
         }
@@ -488,6 +510,30 @@ impl ProtectionPolicy {
     /// `slowRequest.headTimeoutMs` in ns (applies to routes that carry HTTP).
     pub fn head_timeout_ns(&self) -> u64 {
         self.head_timeout_ns
+    }
+    /// `slowRequest.keepAliveTimeoutMs` in ns: the longest gap between two requests of an
+    /// HTTP/1.1 connection while no response is outstanding.
+    pub fn keep_alive_timeout_ns(&self) -> u64 {
+        self.keep_alive_timeout_ns
+    }
+    /// `slowRequest.maxRequestsPerConnection` (0 = no cap).
+    pub fn max_requests_per_connection(&self) -> u32 {
+        self.max_requests_per_connection
+    }
+    /// `requestLimit`, if set.
+    pub fn request_limit(&self) -> Option<&RequestLimit> {
+        self.request_limit.as_ref()
+    }
+    /// The prefix lengths (IPv4, IPv6 bits) `requestLimit`'s prefix budget is kept per: those of
+    /// `prefixLimit`, or its defaults (the IPv6 one at most `ipv6PrefixLength`).
+    pub fn request_prefix_lengths(&self) -> (u8, u8) {
+        match &self.prefix_limit {
+            Some(pl) => (pl.ipv4_prefix_length, pl.ipv6_prefix_length),
+            None => (
+                DEFAULT_PREFIX_V4,
+                DEFAULT_PREFIX_V6.min(self.ipv6_prefix_length),
+            ),
+        }
     }
     /// `penaltyBox.escalation`, if set.
     pub fn escalation(&self) -> Option<&Escalation> {

@@ -43,11 +43,14 @@ pub enum BlockReason {
     SlowRequest,
     /// The attempt exceeded `clusterRateLimit` (the GCRA shared by every node through Redis).
     ClusterRateLimited,
+    /// A request exceeded the client's (or its prefix's) `requestLimit`: answered `429` on
+    /// HTTP/1.1 (the connection then closes).
+    RequestRateLimited,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 18] = [
+    pub const ALL: [BlockReason; 19] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -66,6 +69,7 @@ impl BlockReason {
         BlockReason::ListenerOverloaded,
         BlockReason::SlowRequest,
         BlockReason::ClusterRateLimited,
+        BlockReason::RequestRateLimited,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -89,6 +93,7 @@ impl BlockReason {
             BlockReason::ListenerOverloaded => "listener_overloaded",
             BlockReason::SlowRequest => "slow_request",
             BlockReason::ClusterRateLimited => "cluster_rate_limited",
+            BlockReason::RequestRateLimited => "request_rate_limited",
         }
     }
 

@@ -34,19 +34,15 @@
 //! route does not allow is refused the same way, but answered first: [`HeaderWriter`] gives the
 //! client a `405` once the responses to the requests before it have passed.
 //!
-//! [`HeaderWriter`] applies a rewriter to the writes into the upstream stream, so the copy loop
-//! (`super::copy`) is the same one every route uses and the client's bytes are counted as they
-//! arrived; body bytes go to the upstream from the copy buffer without another copy.
+//! [`HeaderWriter`] (`follower.rs`) applies a rewriter to the writes into the upstream stream, so
+//! the copy loop (`super::copy`) is the same one every route uses and the client's bytes are
+//! counted as they arrived; body bytes go to the upstream from the copy buffer without another
+//! copy. It also asks [`RequestHooks`] about each request (`requestLimit`, the upstream's
+//! capacity) and holds each request to its deadlines ([`ConnLimits`]).
 
 use super::head::{self, Framing, MAX_FIELDS, MAX_HEAD_BYTES};
 use crate::config::proxy::{ForwardHeaders, Tunnels};
-use std::io;
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::task::{ready, Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The request headers a client may not send on a rewriting route (compared by [`same_field`]).
 pub const REMOVED: [&str; 4] = ["x-forwarded-for", "x-forwarded-proto", "x-ja3", "x-ja4"];
@@ -185,6 +181,11 @@ pub struct Rewriter {
     response: bool,
     /// Response mode: the answer to an upgrade / `CONNECT` just seen (granted or not).
     decided: Option<bool>,
+    /// Request mode: the next request head gets `Connection: close` (the connection's last
+    /// request, `slowRequest.maxRequestsPerConnection`).
+    close: bool,
+    /// Response mode: final (non-`1xx`, or `101`) response heads seen and not yet taken.
+    finals: u32,
 }
 
 impl Rewriter {
@@ -201,6 +202,8 @@ impl Rewriter {
             kinds: Default::default(),
             response: false,
             decided: None,
+            close: false,
+            finals: 0,
         }
     }
 
@@ -360,6 +363,7 @@ impl Rewriter {
             return Ok(Step::Held(len - before));
         }
         let kind = self.kinds.pop_front().unwrap_or(Kind::Plain);
+        self.finals += 1;
         let granted = match kind {
             Kind::Upgrade => code == 101,
             Kind::Connect => (200..300).contains(&code),
@@ -403,6 +407,11 @@ impl Rewriter {
         for line in lines {
             if line == b"\r\n" || line == b"\n" {
                 self.out.extend_from_slice(&self.insert);
+                if self.close {
+                    // A second `Connection` field is a list continued (RFC 9110 §5.3): `close`
+                    // holds whatever the client's own field says.
+                    self.out.extend_from_slice(b"Connection: close\r\n");
+                }
                 self.out.extend_from_slice(line);
                 break;
             }
@@ -517,224 +526,9 @@ fn connection_line(out: &mut Vec<u8>, line: &[u8], colon: usize, dropped: impl F
     out.extend_from_slice(&line[body.len()..]);
 }
 
-/// An upstream stream whose writes go through a [`Rewriter`]; reads pass through unchanged,
-/// followed by a response-mode rewriter so that an upgrade or `CONNECT` becomes a tunnel only
-/// once the upstream granted it (`101`, `2xx`): until its answer the client's later bytes wait
-/// (a WebSocket client sends none before the `101`); a refusal lets the next request be
-/// rewritten. A write is accepted once the rewriter took it; rewritten bytes not yet written
-/// wait in a buffer (at most one copy-loop read plus the inserted lines) that `poll_flush` /
-/// `poll_shutdown` and the next write drain first. After a refusal every write fails;
-/// [`HeaderWriter::refused`] says why. A refused `CONNECT` is answered instead: the client's
-/// bytes from it on are read and dropped, and once the responses to the requests before it
-/// have passed, reads give [`CONNECT_REFUSED`], then end (the client's side is shut down).
-pub struct HeaderWriter<S> {
-    inner: S,
-    rw: Rewriter,
-    resp: Rewriter,
-    pending: Vec<u8>,
-    pending_pos: usize,
-    refused: Option<Refused>,
-    /// Set with `refused`, for whoever cannot borrow the writer (the known-good mark).
-    refused_flag: Arc<AtomicBool>,
-    /// Of [`CONNECT_REFUSED`] after a refused `CONNECT`: how many bytes the client was given.
-    reply: Option<usize>,
-}
-
-impl<S> HeaderWriter<S> {
-    /// `inner` with writes rewritten by `rw`.
-    pub fn new(inner: S, rw: Rewriter) -> Self {
-        HeaderWriter {
-            inner,
-            rw,
-            resp: Rewriter::responses(),
-            pending: Vec::new(),
-            pending_pos: 0,
-            refused: None,
-            refused_flag: Arc::default(),
-            reply: None,
-        }
-    }
-
-    /// Why the client's bytes were refused, if they were.
-    pub fn refused(&self) -> Option<Refused> {
-        self.refused
-    }
-
-    /// A flag that becomes true when the client's bytes are refused (what
-    /// [`HeaderWriter::refused`] says, readable while the writer is borrowed by the copy loop).
-    pub fn refused_flag(&self) -> Arc<AtomicBool> {
-        self.refused_flag.clone()
-    }
-}
-
-fn refused_error(r: Refused) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("request refused: {r:?}"),
-    )
-}
-
-impl<S: AsyncWrite + Unpin> HeaderWriter<S> {
-    /// Writes the pending bytes; Ready(Ok) once none is left.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.pending_pos < self.pending.len() {
-            let n = ready!(
-                Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.pending_pos..])
-            )?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.pending_pos += n;
-        }
-        reset(&mut self.pending);
-        self.pending_pos = 0;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for HeaderWriter<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Some(at) = &mut this.reply {
-            // A refused `CONNECT`: the answer, once every earlier response went; then the end.
-            if *at == CONNECT_REFUSED.len() {
-                return Poll::Ready(Ok(()));
-            }
-            if this.resp.answered_all() {
-                let n = buf.remaining().min(CONNECT_REFUSED.len() - *at);
-                buf.put_slice(&CONNECT_REFUSED[*at..*at + n]);
-                *at += n;
-                return Poll::Ready(Ok(()));
-            }
-        }
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        let got = &buf.filled()[before..];
-        let mut at = 0;
-        while at < got.len() {
-            match this.resp.next(&got[at..]) {
-                Ok(Step::Pass(n)) => {
-                    this.resp.passed(n);
-                    at += n;
-                }
-                Ok(Step::Held(n) | Step::Emit(n)) => {
-                    this.resp.out.clear();
-                    at += n;
-                }
-                // A response stream it cannot follow: the rest passes as it is (a pending
-                // upgrade stays ungranted).
-                Ok(Step::Wait) | Err(_) => {
-                    this.resp.state = State::Tunnel;
-                    break;
-                }
-            }
-        }
-        if let Some(granted) = this.resp.decided.take() {
-            this.rw.answered(granted);
-            // The client direction may be waiting for this answer (same task: poll it again).
-            cx.waker().wake_by_ref();
-        }
-        if this.reply.is_some() && this.resp.answered_all() {
-            // The refusal's answer is next (this task reads again at once).
-            cx.waker().wake_by_ref();
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for HeaderWriter<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        match this.refused {
-            // Answered (see `poll_read`): what the client still sends is dropped.
-            Some(Refused::Connect) => return Poll::Ready(Ok(buf.len())),
-            Some(r) => return Poll::Ready(Err(refused_error(r))),
-            None => {}
-        }
-        ready!(this.poll_drain(cx))?;
-        let mut used = 0;
-        while used < buf.len() {
-            let step = match this.rw.next(&buf[used..]) {
-                Ok(s) => s,
-                // The requests before the refused bytes go first: the next write fails.
-                Err(_) if used > 0 => break,
-                Err(r) => {
-                    this.refused = Some(r);
-                    this.refused_flag.store(true, Ordering::Relaxed);
-                    if r == Refused::Connect {
-                        this.reply = Some(0);
-                        // The upstream → client direction may wait on the upstream: it has
-                        // an answer now (see `poll_read`).
-                        cx.waker().wake_by_ref();
-                        return Poll::Ready(Ok(buf.len()));
-                    }
-                    return Poll::Ready(Err(refused_error(r)));
-                }
-            };
-            match step {
-                Step::Held(n) => used += n,
-                Step::Emit(n) => {
-                    used += n;
-                    this.pending.append(&mut this.rw.out);
-                    reset(&mut this.rw.out);
-                    this.resp.kinds.extend(this.rw.kinds.drain(..));
-                }
-                // Woken by `poll_read` when the upstream answers.
-                Step::Wait if used > 0 => break,
-                Step::Wait => return Poll::Pending,
-                Step::Pass(n) => {
-                    if this.pending_pos < this.pending.len() {
-                        // An emitted head goes first; `used > 0`: it was emitted in this call.
-                        match this.poll_drain(cx) {
-                            Poll::Ready(Ok(())) => {}
-                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                            Poll::Pending => return Poll::Ready(Ok(used)),
-                        }
-                    }
-                    match Pin::new(&mut this.inner).poll_write(cx, &buf[used..used + n]) {
-                        Poll::Ready(Ok(k)) => {
-                            this.rw.passed(k);
-                            used += k;
-                            if k < n {
-                                return Poll::Ready(Ok(used));
-                            }
-                        }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Pending if used > 0 => return Poll::Ready(Ok(used)),
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-            }
-        }
-        // Whatever was emitted starts now; the rest waits for the next write or a flush.
-        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(used))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.refused.is_none() {
-            ready!(this.poll_drain(cx))?;
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
-    }
-}
+#[path = "follower.rs"]
+mod follower;
+pub use follower::{Answer, AnswerReason, ConnLimits, Ended, HeaderWriter, RequestHooks};
 
 #[cfg(test)]
 #[path = "forward_headers_tests.rs"]

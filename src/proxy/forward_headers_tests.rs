@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::config::proxy::ForwardFingerprint;
+use std::io;
+use std::sync::atomic::Ordering;
 
 const INSERT: &[u8] = b"X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n";
 

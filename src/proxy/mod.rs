@@ -1,6 +1,7 @@
 //! The data path after admission: routing, the first request head, upstream connect, PROXY
 //! protocol, byte copy.
 
+pub mod answers;
 pub mod copy;
 pub mod forward_headers;
 pub mod head;

@@ -81,6 +81,9 @@ mod h2_budget;
 mod known_good;
 mod listing;
 mod pending;
+mod requests;
+
+pub use requests::{RequestLimited, RequestScope};
 
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};

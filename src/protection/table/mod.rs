@@ -2,7 +2,7 @@
 //! incremental eviction. The engine's prefix tier is a second table of the same kind, keyed by
 //! network prefix.
 //!
-//! **Entry**: one fixed-size [`Entry`] per client (48 bytes) and its [`Standing`] (8 bytes) in a
+//! **Entry**: one fixed-size [`Entry`] per client (48 bytes) and its [`Standing`] (16 bytes) in a
 //! parallel array at the same index (see [`super::entry`]): the decision without defense mode or
 //! `listenerLimit` reads only the entry. While the policy has `clusterRateLimit`, each shard keeps
 //! a [`Lease`] (16 bytes) in every entry's slot — 64-byte, cache-line-aligned slots instead of
@@ -19,11 +19,10 @@
 //! exchange would otherwise order both loads after it, one after the other), so the misses
 //! overlap each other and the lock. Linear probing from `fastrange(hash, capacity)`, at most 7/8
 //! full, growing by 1.25× (so the load stays between 70 % and 88 %), backward-shift deletion (no
-//! tombstones). Memory per tracked client: 57 bytes (entry 48, standing 8, control 1) / load =
-//! 65–81 bytes (measured at 1M clients: 72 B of table heap, 83 B of RSS; after a 2M-address flood
-//! against a 1M cap, 80 B and 90 B — `tests/protection_table.rs`). The growth factor was 1.5 with
-//! 48 bytes per slot; with 56 (entry and standing) its worst load (58 %) would have cost up to
-//! 98 B, above the 96 B budget.
+//! tombstones). Memory per tracked client: 65 bytes (entry 48, standing 16, control 1) / load =
+//! 74–93 bytes, within the 96 B budget (`tests/protection_table.rs` asserts it at 1M clients and
+//! after a 2M-address flood against a 1M cap). The growth factor was 1.5 with 48 bytes per slot;
+//! with more than 56 (entry and standing) its worst load (58 %) would cost over 96 B.
 //!
 //! **Why admission and eviction never split a client's state**: an entry and its standing are
 //! only read or written with their shard lock held — the lookup, the whole admission decision
@@ -38,7 +37,7 @@
 //! eviction pass looks at is first brought to the current rate-limit generation (rescaled TATs,
 //! see [`super::rescale`]), so its worth is judged under the limits in force, and an expired
 //! known-good mark is cleared. An entry is *idle* when it is projected to a never-seen client at
-//! `now` — both TATs ≤ now, no running box, no running known-good mark or escalation memory, no
+//! `now` — every TAT (the request TAT too) ≤ now, no running box, no running known-good mark or escalation memory, no
 //! active or pending count — and removing it is then invisible. [`Table::evict_tick`] removes idle
 //! entries, a bounded number of slots per call and at most 64 per lock hold. At the
 //! `maxTrackedIps` cap an insert replaces a victim found by a scan of at most 32 live entries

@@ -110,7 +110,11 @@ pub(super) fn worth(
         return Some(Worth::Remembered(remembered));
     }
     let leased = lease.and_then(|l| l.live_until(ctx.now)).unwrap_or(0);
-    let tat = e.tat_rate.max(e.tat_sustained).max(leased);
+    let tat = e
+        .tat_rate
+        .max(e.tat_sustained)
+        .max(s.tat_request)
+        .max(leased);
     Some(if tat > ctx.now {
         Worth::Limited(tat)
     } else {

@@ -3,8 +3,8 @@
 //! [`Leased`] slot, so the clustered admission reads the entry and takes its token from one cache
 //! line (a parallel lease array costs a second line per decision: 1.15× the plain admission's
 //! time at 100,000 clients, against one line here; BENCHMARKS.md, Cluster tier). Listeners
-//! without the cluster limit keep the 48-byte layout (65–81 bytes per tracked client with the
-//! standing and control byte); a leased one costs 73 bytes per slot, what the parallel array did.
+//! without the cluster limit keep the 48-byte layout (74–93 bytes per tracked client with the
+//! standing and control byte); a leased one costs 81 bytes per slot, what the parallel array did.
 //! A shard switches layout under its lock ([`Slots::keep_leases`], [`Slots::drop_leases`]).
 
 use crate::protection::entry::Entry;
