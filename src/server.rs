@@ -286,7 +286,9 @@ impl Proxy {
                     _ = tick.tick() => {}
                 }
                 let now = clock::now_ns();
+                let overloaded = tick_capacities(&shared, now);
                 for l in &shared.listeners {
+                    l.engine.set_upstream_overloaded(overloaded);
                     l.engine.evict_tick(now, EVICTION_BUDGET);
                     if let Some(c) = l.engine.defense_tick(now) {
                         shared.events.defense(&DefenseEvent {
@@ -298,7 +300,6 @@ impl Proxy {
                         });
                     }
                 }
-                tick_capacities(&shared, now);
                 let boxed = shared.xdp.bans.drain();
                 let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
@@ -757,9 +758,12 @@ pub const KERNEL_SYN_BAN_NOTE: &str = "banned in the kernel by xdp.synPerSecond"
 pub const KERNEL_EXTENDED_NOTE: &str = "ban extended in the kernel by continued SYN excess";
 
 /// Every ~100 ms: closes each live route's latency window if no request did, and emits
-/// `'overload'` on each on/off transition.
-fn tick_capacities(shared: &Shared, now: u64) {
+/// `'overload'` on each on/off transition. Returns whether a route is overloaded (defense mode
+/// follows it on every listener: routes are shared by all listeners).
+fn tick_capacities(shared: &Shared, now: u64) -> bool {
+    let mut any = false;
     for r in shared.routes.load().routes() {
+        any |= r.capacity.refuses_new(now);
         if let Some(c) = r.capacity.tick(now) {
             shared.events.overload(&OverloadEvent {
                 route: &r.metrics.route,
@@ -771,6 +775,7 @@ fn tick_capacities(shared: &Shared, now: u64) {
             });
         }
     }
+    any
 }
 
 /// Writes penalty boxes as kernel bans (a boxed prefix into the prefix-ban trie); each failure

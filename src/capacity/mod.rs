@@ -10,7 +10,9 @@
 //!
 //! **Classes.** [`Class::Priority`] (clients known-good since before the overload) may use the
 //! whole limit; [`Class::Other`] only `floor(limit × (1 − priorityShare))`, and at least one slot
-//! stays reserved to `Priority` when `priorityShare > 0`.
+//! stays reserved to `Priority` when `priorityShare > 0`. That reserve is kept even when a cut
+//! of the limit leaves the total above it: `Priority` is admitted while it holds fewer than its
+//! reserved slots, so the upstream sees at most `limit + reserve` for the moment after a cut.
 //!
 //! **Overload.** A route is overloaded from a refused acquire (or an event-loop delay report over
 //! `overload.eventLoopDelayMs`) until [`OVERLOAD_HOLD_NS`] (2 s) pass without another one:
@@ -212,7 +214,7 @@ impl Capacity {
         };
         let mut cur = self.in_flight.load(Ordering::Relaxed);
         loop {
-            if cur >= cap {
+            if cur >= cap && !(class == Class::Priority && self.reserve_free()) {
                 return Err(self.refuse(class, cur, now_ns));
             }
             match self.in_flight.compare_exchange_weak(
@@ -234,6 +236,16 @@ impl Capacity {
             class,
             start_ns: now_ns,
         })
+    }
+
+    /// Whether class `Priority` holds fewer than its reserved slots (`limit − other cap`, the
+    /// `priorityShare`): then it is admitted even when the total is at (or, just after the limit
+    /// was cut, above) the limit, so a cut never takes the known-good clients' share. The total
+    /// stays within `limit + reserve`.
+    fn reserve_free(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let reserve = limit.saturating_sub(self.other_cap.load(Ordering::Relaxed));
+        self.in_flight_priority.load(Ordering::Relaxed) < reserve
     }
 
     fn refuse(&self, class: Class, in_flight: u32, now_ns: u64) -> Overloaded {

@@ -417,6 +417,30 @@ fn set_config_keeps_the_learned_limit() {
     assert_eq!((cap.limit(), cap.snapshot(0).limit), (u32::MAX, None));
 }
 
+/// A cut of the limit below what is in flight keeps the priority reserve: `Priority` is still
+/// admitted while it holds fewer than `limit − other cap` slots, and only that many.
+#[test]
+fn a_cut_below_in_flight_keeps_the_priority_reserve() {
+    let cfg = CapacityConfig {
+        mode: ConcurrencyMode::Fixed,
+        limit: 10,
+        ..CapacityConfig::default_for(true)
+    };
+    let cap = Arc::new(Capacity::new(cfg));
+    let others: Vec<_> = (0..8)
+        .map(|_| cap.try_acquire(Class::Other, SEC).unwrap())
+        .collect();
+    assert!(cap.try_acquire(Class::Other, SEC).is_err());
+    cap.set_config(CapacityConfig { limit: 5, ..cfg });
+    assert_eq!(cap.in_flight(), 8);
+    let p = cap.try_acquire(Class::Priority, SEC).unwrap();
+    assert_eq!(cap.in_flight(), 9);
+    assert!(cap.try_acquire(Class::Priority, SEC).is_err());
+    drop(p);
+    drop(others);
+    assert_eq!(cap.in_flight(), 0);
+}
+
 #[test]
 fn other_cap_reserves_at_least_one_slot() {
     assert_eq!(other_cap(25, 0.2), 20);

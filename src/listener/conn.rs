@@ -36,7 +36,7 @@ use crate::clock;
 use crate::config::proxy::ListenerId;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
 use crate::events::SuspendedEvent;
-use crate::http2::{server_settings, FirstSettingsAck, H2GuardConfig, Violation};
+use crate::http2::{server_settings, FirstSettingsAck, H2GuardConfig, ShedReason, Violation};
 use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
@@ -420,6 +420,7 @@ impl Conn<'_> {
             return Err(Refusal::Failed(ErrorReason::RouteRateLimited, None));
         }
         self.route_guard = Some(route.metrics.open());
+        self.overloaded(&route)?;
         let (route, deadline) = match route.config.suspend_timeout_ms {
             Some(ms) => {
                 // The handshake budget does not run while JS decides.
@@ -444,6 +445,44 @@ impl Conn<'_> {
                 Some(e.to_string()),
             )),
             Err(_) => Err(Refusal::Blocked(BlockReason::HandshakeTimeout)),
+        }
+    }
+
+    /// Phase 3a, before TLS: while the route's upstream is overloaded (`routes[].concurrency`,
+    /// [`crate::capacity::Capacity::refuses_new`]), a client that is not known-good since
+    /// before the overload is refused `upstream_overloaded`, before it costs a handshake.
+    /// Enforced in observe mode too: it protects the application, not a policy being tried.
+    fn overloaded(&self, route: &Route) -> Result<(), Refusal> {
+        let now = clock::now_ns();
+        let cap = &route.capacity;
+        if !cap.refuses_new(now) {
+            return Ok(());
+        }
+        let engine = &self.shared.listener(self.li).engine;
+        if engine.is_priority(self.ip, now, cap.priority_since(now)) {
+            return Ok(());
+        }
+        Err(Refusal::Blocked(BlockReason::UpstreamOverloaded))
+    }
+
+    /// Phase 3d, on a connection whose requests are not followed (opaque and passthrough routes)
+    /// when the route sets `concurrency`: the connection is what takes a capacity permit, held
+    /// until it ends (no latency sample: an opaque connection's life is not a response time).
+    /// No room: `upstream_overloaded`, before the upstream connection is opened.
+    fn connection_permit(
+        &self,
+        route: &Route,
+        client: &Client,
+    ) -> Result<Option<crate::capacity::Permit>, Refusal> {
+        let rc = &route.config;
+        let followed = matches!(client, Client::Tls(_)) && rc.carries_http();
+        if followed || rc.concurrency.mode == crate::config::proxy::ConcurrencyMode::Off {
+            return Ok(None);
+        }
+        let mut gate = requests::UpstreamGate::new(self.shared, self.li, self.ip, &route.capacity);
+        match gate.acquire(clock::now_ns()) {
+            Ok(p) => Ok(Some(p)),
+            Err(_) => Err(Refusal::Blocked(BlockReason::UpstreamOverloaded)),
         }
     }
 
@@ -556,14 +595,19 @@ impl Conn<'_> {
             .pick_for(self.ip, proto, clock::now_ns())
             .ok_or(Refusal::Failed(ErrorReason::NoUpstreamForAlpn, None))?;
         let order = route.failover(proto, first);
+        let started = clock::now_ns();
         let (at, mut up) = upstream::connect(&rc.upstreams, order, connect_timeout)
             .await
             .map_err(|(which, e)| {
+                route.capacity.connect_failed();
                 Refusal::Failed(
                     ErrorReason::UpstreamConnectFailed,
                     Some(format!("upstream {which}: {e}")),
                 )
             })?;
+        route
+            .capacity
+            .connected(clock::now_ns().saturating_sub(started));
         self.upstream_guard = Some(route.hold_upstream(at));
         route.remember(self.ip, at, clock::now_ns());
         if let (Some(k), UpstreamStream::Tcp(s)) = (&self.shared.socket.keepalive, &up) {
@@ -653,7 +697,7 @@ impl Conn<'_> {
         if let Some(rw) = follow {
             // Each request: `requestLimit` (429) and the `slowRequest` limits.
             let limits = requests::conn_limits(l.engine.policy().as_deref());
-            let hooks = requests::RequestBudget::new(self.shared, self.li, self.ip);
+            let hooks = requests::RequestGate::new(self.shared, self.li, self.ip, &route.capacity);
             let mut up = HeaderWriter::with_hooks(up, rw, hooks, limits);
             let refused = up.refused_flag();
             let end = self
@@ -672,8 +716,10 @@ impl Conn<'_> {
                 (None, Some(Ended::Answered(AnswerReason::RequestRateLimited))) => {
                     Err(Refusal::Blocked(BlockReason::RequestRateLimited))
                 }
-                // A keep-alive gap, the request cap: normal ends. (`UpstreamOverloaded` is
-                // counted where the hooks decide it.)
+                (None, Some(Ended::Answered(AnswerReason::UpstreamOverloaded))) => {
+                    Err(Refusal::Blocked(BlockReason::UpstreamOverloaded))
+                }
+                // A keep-alive gap, the request cap: normal ends.
                 _ => end,
             };
         }
@@ -811,7 +857,7 @@ impl Conn<'_> {
                 &config,
                 observe,
                 on_violation,
-                (),
+                requests::StreamGate::new(shared, li, ip, &route.capacity),
                 l.engine.h2_client_budget(ip),
             ),
             !head.is_empty(),
@@ -831,8 +877,13 @@ impl Conn<'_> {
         match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
-            // No hooks here yet (`()` never sheds): the integrator reports the shed reason.
-            Some(H2End::Shed(_)) | None => copy_end(end),
+            Some(H2End::Shed(ShedReason::RequestRateLimited)) => {
+                Err(Refusal::Blocked(BlockReason::RequestRateLimited))
+            }
+            Some(H2End::Shed(ShedReason::UpstreamOverloaded)) => {
+                Err(Refusal::Blocked(BlockReason::UpstreamOverloaded))
+            }
+            None => copy_end(end),
         }
     }
 
@@ -905,6 +956,7 @@ impl Conn<'_> {
         drop(pending);
         Box::pin(self.h2_preface(&route, &mut client)).await?;
         let head = Box::pin(self.head(&route, &mut client)).await?;
+        let _permit = self.connection_permit(&route, &client)?;
         let ssl = self.client_cert_tlv(&route, &client);
         let proto = self.protocol(&route, &client);
         let up = Box::pin(self.connect(&route, proto, local, ssl)).await?;

@@ -1,15 +1,21 @@
-//! The request hooks of a terminated HTTP/1.1 connection ([`RequestBudget`]) and the per-request
-//! limits its follower applies ([`conn_limits`]), both from the listener's protection policy.
-//! The connection path ([`super::conn`]) builds them for each connection of a route that carries
-//! HTTP.
+//! What each request of a terminated connection asks before it reaches the upstream: the
+//! client's `requestLimit` ([`RequestBudget`]) and the route's upstream capacity
+//! ([`UpstreamGate`]), as the HTTP/1.1 follower's hooks ([`RequestGate`]) and the HTTP/2 guard's
+//! stream hooks ([`StreamGate`]); and the per-request limits the follower applies
+//! ([`conn_limits`]). The connection path ([`super::conn`]) builds them for each connection of a
+//! route that carries HTTP.
 
+use crate::capacity::{Capacity, Class, Overloaded, Permit};
 use crate::config::proxy::ListenerId;
+use crate::http2::{Shed, ShedReason, StreamHooks};
 use crate::protection::policy::ProtectionPolicy;
 use crate::protection::{BlockReason, Mode, Verdict};
 use crate::proxy::answers;
 use crate::proxy::forward_headers::{Answer, AnswerReason, ConnLimits, RequestHooks};
 use crate::shared::Shared;
+use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `requestLimit` on one connection's requests: each request head asks the listener's engine
@@ -93,5 +99,187 @@ pub fn conn_limits(policy: Option<&ProtectionPolicy>) -> ConnLimits {
             p.max_requests_per_connection()
         },
         observe,
+    }
+}
+
+/// A route's upstream capacity as one connection's requests see it: each request takes a
+/// [`Permit`] of class [`Class::Other`] first; only when that share is full is the client's
+/// standing read (`Engine::is_priority`: known-good since before the overload began, minus
+/// [`crate::capacity::PRIORITY_SEASONING_NS`]), and a priority client is remembered for the
+/// rest of the connection. So the common request costs a few atomics and no shard lock.
+pub struct UpstreamGate<'a> {
+    shared: &'a Shared,
+    li: ListenerId,
+    ip: IpAddr,
+    capacity: &'a Arc<Capacity>,
+    priority: bool,
+}
+
+impl<'a> UpstreamGate<'a> {
+    /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`.
+    pub fn new(
+        shared: &'a Shared,
+        li: ListenerId,
+        ip: IpAddr,
+        capacity: &'a Arc<Capacity>,
+    ) -> Self {
+        UpstreamGate {
+            shared,
+            li,
+            ip,
+            capacity,
+            priority: false,
+        }
+    }
+
+    /// A permit for one request (or connection) at `now_ns`, or the refusal of the client's
+    /// class.
+    pub fn acquire(&mut self, now_ns: u64) -> Result<Permit, Overloaded> {
+        let class = if self.priority {
+            Class::Priority
+        } else {
+            Class::Other
+        };
+        match self.capacity.try_acquire(class, now_ns) {
+            Err(_) if !self.priority && self.is_priority(now_ns) => {
+                self.priority = true;
+                self.capacity.try_acquire(Class::Priority, now_ns)
+            }
+            r => r,
+        }
+    }
+
+    fn is_priority(&self, now_ns: u64) -> bool {
+        let since = self.capacity.priority_since(now_ns);
+        let engine = &self.shared.listener(self.li).engine;
+        engine.is_priority(self.ip, now_ns, since)
+    }
+}
+
+/// The hooks of one terminated HTTP/1.1 connection: `requestLimit` ([`RequestBudget`]: over
+/// budget → `429`), then the route's capacity ([`UpstreamGate`]: no room → `503` with the
+/// route's `Retry-After`, reason `upstream_overloaded`). The permits of the requests forwarded
+/// and not yet answered wait in order; each response head releases the oldest with its latency.
+pub struct RequestGate<'a> {
+    budget: Option<RequestBudget<'a>>,
+    upstream: UpstreamGate<'a>,
+    permits: VecDeque<Permit>,
+}
+
+impl<'a> RequestGate<'a> {
+    /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`
+    /// (`requestLimit` asked only when the policy in force has one).
+    pub fn new(
+        shared: &'a Shared,
+        li: ListenerId,
+        ip: IpAddr,
+        capacity: &'a Arc<Capacity>,
+    ) -> Self {
+        let budget = RequestBudget::new(shared, li, ip);
+        RequestGate {
+            budget: budget.active().then_some(budget),
+            upstream: UpstreamGate::new(shared, li, ip, capacity),
+            permits: VecDeque::new(),
+        }
+    }
+}
+
+impl RequestHooks for RequestGate<'_> {
+    fn request(&mut self, now_ns: u64) -> Result<(), Answer> {
+        if let Some(b) = &mut self.budget {
+            b.request(now_ns)?;
+        }
+        match self.upstream.acquire(now_ns) {
+            Ok(p) => {
+                self.permits.push_back(p);
+                Ok(())
+            }
+            Err(o) => Err(Answer {
+                bytes: answers::service_unavailable(o.retry_after_s),
+                reason: AnswerReason::UpstreamOverloaded,
+            }),
+        }
+    }
+
+    #[inline]
+    fn responded(&mut self, now_ns: u64) {
+        if let Some(p) = self.permits.pop_front() {
+            p.answered(now_ns);
+        }
+    }
+
+    #[inline]
+    fn active(&self) -> bool {
+        true
+    }
+}
+
+/// The stream hooks of one terminated HTTP/2 connection: each stream the client opens is one
+/// request against `requestLimit` (over budget: shed, GOAWAY ENHANCE_YOUR_CALM,
+/// `request_rate_limited`; observe mode: reported once, not shed) and takes a capacity permit
+/// (no room: shed, GOAWAY NO_ERROR, `upstream_overloaded`), released at the stream's first
+/// response HEADERS (a latency sample) or its reset / end (none). At most
+/// `maxConcurrentStreams` permits are held.
+pub struct StreamGate<'a> {
+    budget: Option<(&'a Shared, ListenerId, IpAddr)>,
+    reported: bool,
+    upstream: UpstreamGate<'a>,
+    open: Vec<(u32, Permit)>,
+}
+
+impl<'a> StreamGate<'a> {
+    /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`.
+    pub fn new(
+        shared: &'a Shared,
+        li: ListenerId,
+        ip: IpAddr,
+        capacity: &'a Arc<Capacity>,
+    ) -> Self {
+        let limited = shared.listener(li).engine.requests_limited();
+        StreamGate {
+            budget: limited.then_some((shared, li, ip)),
+            reported: false,
+            upstream: UpstreamGate::new(shared, li, ip, capacity),
+            open: Vec::new(),
+        }
+    }
+}
+
+impl StreamHooks for StreamGate<'_> {
+    fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
+        if let Some((shared, li, ip)) = self.budget {
+            match shared.listener(li).engine.request(ip, now_ns) {
+                Ok(()) => {}
+                Err(l) if l.observed => {
+                    if !self.reported {
+                        self.reported = true;
+                        let v = Verdict {
+                            reason: BlockReason::RequestRateLimited,
+                            observed: true,
+                        };
+                        shared.report_block(li, ip, v, None, ("", ""));
+                    }
+                }
+                Err(_) => {
+                    return Err(Shed {
+                        reason: ShedReason::RequestRateLimited,
+                    })
+                }
+            }
+        }
+        let permit = self.upstream.acquire(now_ns).map_err(|_| Shed {
+            reason: ShedReason::UpstreamOverloaded,
+        })?;
+        self.open.push((id, permit));
+        Ok(())
+    }
+
+    fn closed(&mut self, id: u32, answered: bool, now_ns: u64) {
+        if let Some(i) = self.open.iter().position(|(s, _)| *s == id) {
+            let (_, p) = self.open.swap_remove(i);
+            if answered {
+                p.answered(now_ns);
+            }
+        }
     }
 }

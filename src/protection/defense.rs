@@ -182,10 +182,13 @@ impl DefenseState {
 
     /// Closes every second before the one `now_ns` is in (its count from `count`), applies `cfg`,
     /// and returns the change to announce, if the state differs from the last one announced.
+    /// `overloaded` (a route's upstream is overloaded) holds `auto` mode on while it lasts; once
+    /// it ends, the next closed second under the threshold turns it off.
     pub fn tick(
         &mut self,
         cfg: &Defense,
         now_ns: u64,
+        overloaded: bool,
         count: impl Fn(u64) -> u64,
     ) -> Option<DefenseChange> {
         let cur = now_ns / NS;
@@ -199,7 +202,7 @@ impl DefenseState {
         match cfg.mode {
             DefenseMode::Off => self.active = false,
             DefenseMode::On => self.active = true,
-            DefenseMode::Auto => {}
+            DefenseMode::Auto => self.active |= overloaded,
         }
         if self.active == self.reported {
             return None;

@@ -46,11 +46,15 @@ pub enum BlockReason {
     /// A request exceeded the client's (or its prefix's) `requestLimit`: answered `429` on
     /// HTTP/1.1 (the connection then closes).
     RequestRateLimited,
+    /// The route's upstream is at its concurrency limit (`routes[].concurrency`) and the client
+    /// is not known-good since before the overload: a new connection refused before TLS, an
+    /// HTTP/1.1 request answered `503`, an HTTP/2 connection ended with GOAWAY NO_ERROR.
+    UpstreamOverloaded,
 }
 
 impl BlockReason {
     /// Every reason, in the documented order.
-    pub const ALL: [BlockReason; 19] = [
+    pub const ALL: [BlockReason; 20] = [
         BlockReason::CidrBlocked,
         BlockReason::DynamicBlocked,
         BlockReason::PenaltyBoxed,
@@ -70,6 +74,7 @@ impl BlockReason {
         BlockReason::SlowRequest,
         BlockReason::ClusterRateLimited,
         BlockReason::RequestRateLimited,
+        BlockReason::UpstreamOverloaded,
     ];
 
     /// The wire string (`"cidr_blocked"`, `"rate_limited"`, ...).
@@ -94,6 +99,7 @@ impl BlockReason {
             BlockReason::SlowRequest => "slow_request",
             BlockReason::ClusterRateLimited => "cluster_rate_limited",
             BlockReason::RequestRateLimited => "request_rate_limited",
+            BlockReason::UpstreamOverloaded => "upstream_overloaded",
         }
     }
 

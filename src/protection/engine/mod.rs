@@ -219,6 +219,8 @@ pub struct Engine {
     defense: Mutex<DefenseState>,
     /// Defense mode is on (written by [`Engine::defense_tick`] and forced by a swap).
     defended: AtomicBool,
+    /// A route this listener serves is overloaded ([`Engine::set_upstream_overloaded`]).
+    upstream_overloaded: AtomicBool,
     /// Per-client HTTP/2 budgets (`http2.clientFactor`).
     h2_budgets: H2Budgets,
 }
@@ -265,6 +267,7 @@ impl Engine {
             buckets: Buckets::default(),
             defense: Mutex::new(DefenseState::default()),
             defended: AtomicBool::new(false),
+            upstream_overloaded: AtomicBool::new(false),
             h2_budgets: H2Budgets::default(),
         }
     }
@@ -394,9 +397,17 @@ impl Engine {
             .map(|p| *p.defense())
             .unwrap_or_default();
         let mut st = self.defense.lock().unwrap_or_else(|e| e.into_inner());
-        let change = st.tick(&cfg, now_ns, |sec| self.buckets.count(sec));
+        let overloaded = self.upstream_overloaded.load(Ordering::Relaxed);
+        let change = st.tick(&cfg, now_ns, overloaded, |sec| self.buckets.count(sec));
         self.defended.store(st.active(), Ordering::Release);
         change
+    }
+
+    /// Whether a route's upstream is overloaded (`routes[].concurrency`): with `defense.mode:
+    /// 'auto'`, defense mode is on while it is, whatever the connection rate (the server sets it
+    /// every ~100 ms, before [`Engine::defense_tick`]).
+    pub fn set_upstream_overloaded(&self, on: bool) {
+        self.upstream_overloaded.store(on, Ordering::Relaxed);
     }
 
     /// Whether defense mode is on.
