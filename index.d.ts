@@ -519,7 +519,13 @@ export type BlockReason =
   | 'listener_overloaded'
   | 'slow_request'
   | 'cluster_rate_limited'
-  | 'request_rate_limited';
+  | 'request_rate_limited'
+  /**
+   * The route's upstream is at its concurrency limit (routes[].concurrency) and the client is not
+   * known-good since before the overload: a new connection closed before TLS, an HTTP/1.1 request
+   * answered 503 with Retry-After, an HTTP/2 connection ended with GOAWAY NO_ERROR.
+   */
+  | 'upstream_overloaded';
 
 export interface BlockedEvent {
   ip: string;

@@ -4,7 +4,10 @@
  * and an XDP kernel filter, as a Node.js addon. See README.md and index.d.ts for the API.
  */
 const { EventEmitter } = require('node:events');
-const { monitorEventLoopDelay } = require('node:perf_hooks');
+const { monitorEventLoopDelay, performance } = require('node:perf_hooks');
+
+/** How often the event-loop delay is reported to the native side (`overload.eventLoopDelayMs`), ms. */
+const LOOP_DELAY_SAMPLE_MS = 100;
 const binding = require('./binding.js');
 const { NativeProxy, generateSelfSignedCert } = binding;
 
@@ -191,10 +194,15 @@ class RampartProxy extends EventEmitter {
     if (on && !w.timer) {
       w.histogram = monitorEventLoopDelay({ resolution: 10 });
       w.histogram.enable();
+      // The histogram misses a block before its own first tick; the sampler's lateness does not.
+      let last = performance.now();
       w.timer = setInterval(() => {
-        this._native.reportEventLoopDelay(w.histogram.max / 1e6);
+        const now = performance.now();
+        const late = now - last - LOOP_DELAY_SAMPLE_MS;
+        last = now;
+        this._native.reportEventLoopDelay(Math.max(w.histogram.max / 1e6, late));
         w.histogram.reset();
-      }, 100);
+      }, LOOP_DELAY_SAMPLE_MS);
       w.timer.unref();
     } else if (!on && w.timer) {
       clearInterval(w.timer);

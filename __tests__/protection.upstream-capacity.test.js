@@ -8,6 +8,7 @@
 // it becomes known-good — then beside the flood.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const tls = require('node:tls');
 const { RampartProxy } = require('..');
 const h = require('./helpers');
 const { capacityUpstream, tlsGetFlood, probe } = require('./helpers/flood');
@@ -117,4 +118,124 @@ test('an upstream at normal load sees no refusal', { timeout: 30000 }, async (t)
     [],
     'no connection ended with an error'
   );
+});
+
+/** Reads one whole response (until the proxy closes) on a new TLS connection from `localAddress`. */
+function exchange(port, request, localAddress = '127.0.0.1') {
+  return new Promise((resolve) => {
+    const chunks = [];
+    let secure = false;
+    const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', localAddress, rejectUnauthorized: false });
+    s.on('secureConnect', () => {
+      secure = true;
+      s.write(request);
+    });
+    s.on('data', (d) => chunks.push(d));
+    s.on('error', () => {});
+    s.on('close', () => resolve({ secure, text: Buffer.concat(chunks).toString('latin1') }));
+  });
+}
+
+const GET = (path) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`;
+
+test('HTTP/1.1 at a fixed limit: the request past it is answered 503 with Retry-After, exactly, and never reaches the upstream; new clients are then refused before TLS until the overload ends', { timeout: 30000 }, async (t) => {
+  const up = await capacityUpstream({ concurrency: 10, serviceMs: 1500 });
+  t.after(() => up.close());
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
+    routes: [
+      {
+        sni: '',
+        terminateTls: true,
+        protocol: 'http',
+        concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, retryAfterS: 3 },
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }],
+      },
+    ],
+  });
+  const blocked = [];
+  const overload = [];
+  proxy.on('blocked', (e) => blocked.push([e.ip, e.reason]));
+  proxy.on('overload', (e) => overload.push([e.route, e.on, e.limit]));
+  await proxy.start();
+  t.after(() => proxy.stop());
+
+  const held = [exchange(port, GET('/a'), '127.0.3.1'), exchange(port, GET('/b'), '127.0.3.2')];
+  await h.waitFor(() => up.inFlight === 2, { what: 'two requests at the upstream' });
+  const third = await exchange(port, GET('/c'), '127.0.3.3');
+  assert.equal(
+    third.text,
+    'HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 24\r\nConnection: close\r\nRetry-After: 3\r\n\r\n503 Service Unavailable\n'
+  );
+  // The route is overloaded: a new client is closed before its TLS handshake completes.
+  const fourth = await exchange(port, GET('/d'), '127.0.3.4');
+  assert.deepEqual(fourth, { secure: false, text: '' });
+  const statuses = (await Promise.all(held)).map((r) => r.text.split('\r\n')[0]);
+  assert.deepEqual(statuses, ['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK']);
+  assert.equal(up.requests, 2);
+
+  const m = proxy.metrics();
+  assert.equal(m.listeners[0].blockedByReason.upstream_overloaded, 2);
+  assert.deepEqual(blocked, [
+    ['127.0.3.3', 'upstream_overloaded'],
+    ['127.0.3.4', 'upstream_overloaded'],
+  ]);
+  const u = m.routeMetrics[0].upstream;
+  assert.deepEqual([u.mode, u.limit, u.refused, u.answered, u.inFlight], ['fixed', 2, 1, 2, 0]);
+  // The overload ends 2 s after the last refusal; then new clients are served again.
+  await h.waitFor(() => overload.length === 2, { timeoutMs: 5000, what: "'overload' off" });
+  assert.deepEqual(overload, [
+    ['', true, 2],
+    ['', false, 2],
+  ]);
+  const after = await exchange(port, GET('/e'), '127.0.3.5');
+  assert.equal(after.text.split('\r\n')[0], 'HTTP/1.1 200 OK');
+});
+
+test('HTTP/2 at a fixed limit: the stream past it is not forwarded and the connection ends with GOAWAY NO_ERROR at the last forwarded stream', { timeout: 30000 }, async (t) => {
+  const H = require('./helpers/h2');
+  const pending = [];
+  const s = await H.proxiedUpstream(t, {
+    protection: PROTECTION,
+    route: { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0 } },
+    handler: (stream) => pending.push(stream),
+  });
+  const c = await H.rawClient({ port: s.port, localAddress: '127.0.3.9' });
+  c.write(Buffer.concat([H.PREFACE, H.settings(), H.headers(1), H.headers(3)]));
+  await h.waitFor(() => s.up.streams === 2, { what: 'two streams at the upstream' });
+  c.write(H.headers(5));
+  await h.waitFor(() => c.goaway !== null, { what: 'the GOAWAY' });
+  assert.deepEqual(c.goaway, { lastStreamId: 3, errorCode: 0 });
+  // The upstream side closes with the connection: its streams may already be gone.
+  for (const st of pending.filter((x) => !x.destroyed)) st.respond({ ':status': 200 }), st.end('ok');
+  await h.waitFor(() => c.closed, { what: 'the connection to end' });
+  assert.equal(s.up.streams, 2);
+  assert.deepEqual(
+    s.events.map((e) => [e.ip, e.reason]),
+    [['127.0.3.9', 'upstream_overloaded']]
+  );
+  assert.equal(s.metrics().blockedByReason.upstream_overloaded, 1);
+});
+
+test('overload.eventLoopDelayMs: a blocked event loop overloads every route, and the overload ends after it', { timeout: 30000 }, async (t) => {
+  const up = await capacityUpstream({ concurrency: 20, serviceMs: 1 });
+  t.after(() => up.close());
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) }],
+    routes: [{ sni: '', terminateTls: true, protocol: 'http', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }] }],
+    overload: { eventLoopDelayMs: 100 },
+  });
+  const overload = [];
+  proxy.on('overload', (e) => overload.push(e.on));
+  await proxy.start();
+  t.after(() => proxy.stop());
+  // Block this event loop for 400 ms: the sampler's next report (every 100 ms) carries it.
+  const until = Date.now() + 400;
+  while (Date.now() < until);
+  await h.waitFor(() => overload.length >= 1, { timeoutMs: 3000, what: "'overload' on" });
+  assert.equal(overload[0], true);
+  await h.waitFor(() => overload.length === 2, { timeoutMs: 6000, what: "'overload' off" });
+  assert.deepEqual(overload, [true, false]);
 });

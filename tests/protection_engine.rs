@@ -672,6 +672,7 @@ fn block_reason_strings() {
             "slow_request",
             "cluster_rate_limited",
             "request_rate_limited",
+            "upstream_overloaded",
         ]
     );
 }

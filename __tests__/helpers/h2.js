@@ -212,10 +212,10 @@ async function countingUpstream({ handler, settings } = {}) {
 
 /**
  * Rampart on a free port with one `http2: true` route to a fresh counting upstream (`settings`:
- * its SETTINGS; `protection`: the listener's), stopped with the upstream after the test
+ * its SETTINGS; `protection`: the listener's; `route`: more fields of the route), stopped with the upstream after the test
  * `t`. Returns `{ up, port, proxy, events ('blocked'), metrics() (the listener's) }`.
  */
-async function proxiedUpstream(t, { protection, handler, settings } = {}) {
+async function proxiedUpstream(t, { protection, handler, settings, route = {} } = {}) {
   const h = require('./index');
   const { RampartProxy } = require('../..');
   const up = await countingUpstream({ handler, settings });
@@ -224,7 +224,7 @@ async function proxiedUpstream(t, { protection, handler, settings } = {}) {
   if (protection) listener.protection = protection;
   const proxy = new RampartProxy({
     listeners: [listener],
-    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }] }],
+    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }], ...route }],
   });
   const events = [];
   proxy.on('blocked', (e) => events.push(e));
