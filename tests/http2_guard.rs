@@ -1645,3 +1645,47 @@ fn the_clocked_forms_read_the_clock_at_most_once_per_chunk_and_only_when_a_decis
     assert_eq!(g.inspect_upstream_clocked(&mut r, clock), Inspect::Forward);
     assert_eq!(reads.get(), 3);
 }
+
+/// Rapid reset spread over three connections of one client: the client's budget (the
+/// per-connection one × `clientFactor`, 2) is shared, so the third connection's first reset is
+/// over it.
+#[test]
+fn the_client_budget_is_shared_by_its_connections() {
+    use rampart::protection::dynamic::DynamicBlocks;
+    use rampart::protection::Engine;
+    use std::sync::Arc;
+    let e = Engine::new(443, Arc::new(DynamicBlocks::default()));
+    let ip = "192.0.2.7".parse().expect("ip");
+    let config = H2GuardConfig::default();
+    // Rapid reset: each connection's own burst is 100 resets, the client's 200.
+    let mut a = H2Guard::with(&config, (), e.h2_client_budget(ip));
+    let mut b = H2Guard::with(&config, (), e.h2_client_budget(ip));
+    let mut third = H2Guard::with(&config, (), e.h2_client_budget(ip));
+    let pairs = |g: &mut H2Guard<(), _>, from: u32, n: u32| {
+        let mut c = Vec::new();
+        for k in 0..n {
+            let id = from + 2 * k;
+            c.extend(get(id));
+            c.extend(rst(id));
+        }
+        g.inspect_client(&c, MS)
+    };
+    for g in [&mut a, &mut b, &mut third] {
+        assert_eq!(g.inspect_client(&client_start(), MS), Inspect::Forward);
+    }
+    assert_eq!(pairs(&mut a, 1, 100), Inspect::Forward);
+    // The second connection has 100 of its own, but the client's 200 run out at its 100th.
+    assert_eq!(pairs(&mut b, 1, 100), Inspect::Forward);
+    // The third connection's first reset is over the client's budget.
+    let got = pairs(&mut third, 1, 1);
+    assert!(
+        matches!(
+            got,
+            Inspect::Violation {
+                violation: Violation::RapidReset,
+                ..
+            }
+        ),
+        "{got:?}"
+    );
+}

@@ -20,8 +20,8 @@
 
 use super::error::{ConfigError, Issues};
 use super::value::{
-    array, as_number, boolean, describe, field, index, join, number_in, object, one_of,
-    reject_unknown, string, MAX_SAFE_INTEGER,
+    array, as_number, boolean, describe, duration_ns, field, index, int_field, join, number_in,
+    object, one_of, positive, reject_unknown, string, MAX_SAFE_INTEGER,
 };
 use crate::clock::ms_to_ns;
 use crate::gcra::NS_PER_SEC;
@@ -368,18 +368,6 @@ fn http2(v: &Value, path: &str, issues: &mut Issues) -> Option<Http2Policy> {
     (issues.len() == before).then_some(h)
 }
 
-/// An optional integer field in `[min, max]`.
-pub(super) fn int_field(
-    o: &Map<String, Value>,
-    path: &str,
-    key: &str,
-    (min, max): (f64, f64),
-    issues: &mut Issues,
-) -> Option<u64> {
-    field(o, key)
-        .and_then(|v| number_in(v, &join(path, key), min, max, true, issues).map(|n| n as u64))
-}
-
 /// An optional `connectionsPerSecond` with its `burst` (the burst needs the rate).
 fn optional_rate(o: &Map<String, Value>, path: &str, issues: &mut Issues) -> Option<RateLimit> {
     let r = field(o, "connectionsPerSecond").and_then(|v| {
@@ -606,39 +594,6 @@ fn escalation(v: &Value, path: &str, base_ns: u64, issues: &mut Issues) -> Optio
         e.memory_ns = ns;
     }
     (issues.len() == before).then_some(e)
-}
-
-/// A finite number > 0 and ≤ `max`, with the documented messages.
-pub(super) fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
-    match as_number(v) {
-        Some(n) if n.is_finite() && n > 0.0 => {
-            if n <= max {
-                Some(n)
-            } else {
-                issues.push(path, format!("must be at most {max}, got {}", describe(v)));
-                None
-            }
-        }
-        _ => {
-            issues.push(
-                path,
-                format!("must be a finite number > 0, got {}", describe(v)),
-            );
-            None
-        }
-    }
-}
-
-/// A duration in ms (finite, > 0, ≤ 2^53−1, fractional allowed) → ns, rounded up.
-pub(super) fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
-    positive(v, path, MAX_SAFE_INTEGER, issues).map(|ms| {
-        let ns = (ms * 1e6).ceil();
-        if ns >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            ns as u64
-        }
-    })
 }
 
 /// `clusterRateLimit: { connectionsPerSecond, burst?, lease? }` (README: Running several nodes);

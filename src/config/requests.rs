@@ -2,8 +2,7 @@
 //! and `slowRequest`, validated with the number rules of [`super::protection`].
 
 use super::error::Issues;
-use super::protection::{duration_ns, int_field, positive};
-use super::value::{field, join, object, reject_unknown};
+use super::value::{duration_ns, field, int_field, join, object, positive, reject_unknown};
 use crate::protection::policy::{ProtectionPolicy, RateLimit, RequestLimit, MAX_RATE_PER_SEC};
 use serde_json::{Map, Value};
 

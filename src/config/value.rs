@@ -339,6 +339,51 @@ fn latin1_decode(s: &str) -> Option<Vec<u8>> {
     s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
+/// An optional integer field in `[min, max]`.
+pub fn int_field(
+    o: &Map<String, Value>,
+    path: &str,
+    key: &str,
+    (min, max): (f64, f64),
+    issues: &mut Issues,
+) -> Option<u64> {
+    field(o, key)
+        .and_then(|v| number_in(v, &join(path, key), min, max, true, issues).map(|n| n as u64))
+}
+
+/// A finite number > 0 and ≤ `max`, with the documented messages.
+pub fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
+    match as_number(v) {
+        Some(n) if n.is_finite() && n > 0.0 => {
+            if n <= max {
+                Some(n)
+            } else {
+                issues.push(path, format!("must be at most {max}, got {}", describe(v)));
+                None
+            }
+        }
+        _ => {
+            issues.push(
+                path,
+                format!("must be a finite number > 0, got {}", describe(v)),
+            );
+            None
+        }
+    }
+}
+
+/// A duration in ms (finite, > 0, ≤ 2^53−1, fractional allowed) → ns, rounded up.
+pub fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
+    positive(v, path, MAX_SAFE_INTEGER, issues).map(|ms| {
+        let ns = (ms * 1e6).ceil();
+        if ns >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            ns as u64
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

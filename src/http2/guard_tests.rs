@@ -1,6 +1,6 @@
 use super::*;
 use crate::http2::frame::{ty, ENHANCE_YOUR_CALM, NO_ERROR, PREFACE};
-use crate::http2::{goaway_frame, Shed, ShedReason, Violation};
+use crate::http2::{goaway_frame, Shed, ShedReason};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -208,45 +208,4 @@ fn max_streams_per_connection_sends_one_graceful_goaway_and_ends_past_it() {
     assert_eq!(g.state().violation(), None);
     assert_eq!(g.goaway().map(|g| g.as_bytes().to_vec()), Some(goaway));
     assert_eq!(g.state().streams_opened(), 3);
-}
-
-#[test]
-fn the_client_budget_is_shared_by_its_connections() {
-    use crate::protection::dynamic::DynamicBlocks;
-    use crate::protection::engine::Engine;
-    use std::sync::Arc;
-    let e = Engine::new(443, Arc::new(DynamicBlocks::default()));
-    let ip = "192.0.2.7".parse().expect("ip");
-    let config = H2GuardConfig::default();
-    // Rapid reset: each connection's own burst is 100 resets, the client's 200.
-    let mut a = H2Guard::with(&config, (), e.h2_client_budget(ip));
-    let mut b = H2Guard::with(&config, (), e.h2_client_budget(ip));
-    let mut third = H2Guard::with(&config, (), e.h2_client_budget(ip));
-    let pairs = |g: &mut H2Guard<(), _>, from: u32, n: u32| {
-        let mut c = Vec::new();
-        for k in 0..n {
-            let id = from + 2 * k;
-            c.extend(request(id));
-            c.extend(rst(id));
-        }
-        g.inspect_client(&c, MS)
-    };
-    for g in [&mut a, &mut b, &mut third] {
-        assert_eq!(g.inspect_client(&client_start(), MS), Inspect::Forward);
-    }
-    assert_eq!(pairs(&mut a, 1, 100), Inspect::Forward);
-    // The second connection has 100 of its own, but the client's 200 run out at its 100th.
-    assert_eq!(pairs(&mut b, 1, 100), Inspect::Forward);
-    // The third connection's first reset is over the client's budget.
-    let got = pairs(&mut third, 1, 1);
-    assert!(
-        matches!(
-            got,
-            Inspect::Violation {
-                violation: Violation::RapidReset,
-                ..
-            }
-        ),
-        "{got:?}"
-    );
 }

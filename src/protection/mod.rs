@@ -28,6 +28,7 @@ pub mod defense;
 pub mod dynamic;
 pub mod engine;
 pub mod entry;
+pub mod h2_budget;
 pub mod key;
 pub mod lease;
 pub(crate) mod offenders;

@@ -10,11 +10,11 @@
 //! (RFC 6066 §3) and with its cipher suite, so routes sharing a certificate cannot resume each
 //! other's sessions.
 
-use crate::tls::certs::CertifiedKey;
 use crate::tls::options::TlsOptions;
 use rustls::server::{
     NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions,
 };
+use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -83,12 +83,12 @@ mod listing;
 mod pending;
 mod requests;
 
-pub use requests::{RequestLimited, RequestScope};
-
 use super::blocked::{BlockedEntry, BlockedView};
 use super::defense::{Buckets, DefenseChange, DefenseState};
 use super::dynamic::DynamicBlocks;
 use super::entry::{Entry, Standing, FLAG_BOX, FLAG_CONC, FLAG_RATE, MARK_KNOWN_GOOD, MARK_NEW};
+use super::h2_budget::H2Budgets;
+pub use super::h2_budget::{client_limits, H2ClientBudget};
 use super::key::{IpKey, DEFAULT_IPV6_PREFIX};
 use super::lease::{Lease, LeaseUpdate};
 use super::offenders::Offenders;
@@ -105,12 +105,34 @@ pub use super::table::{ConnGuard, PendingGuard, PrefixHold};
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use crate::gcra::Gcra;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use h2_budget::H2Budgets;
-pub use h2_budget::{client_limits, H2ClientBudget};
 use ipnet::IpNet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Which budget a request exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestScope {
+    /// The client's own (`requestsPerSecond`, `burst`).
+    Client,
+    /// Its prefix's (`prefixRequestsPerSecond`, `prefixBurst`).
+    Prefix,
+}
+
+/// A request over `requestLimit` ([`Engine::request`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestLimited {
+    /// Ns from the decision until a request of this client would conform again.
+    pub retry_after_ns: u64,
+    /// The budget that refused it.
+    pub scope: RequestScope,
+    /// That budget's rate, requests per second.
+    pub limit: f64,
+    /// That budget's burst, requests.
+    pub burst: u64,
+    /// Observe mode: report it, but let the request go on.
+    pub observed: bool,
+}
 
 /// What the ClientHello peek learned, for [`Engine::check_hello`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -9,35 +9,11 @@
 //! the client never reaches the prefix. No allocation once the tables are warm; without
 //! `requestLimit` a request costs one policy load and one branch.
 
-use super::{Engine, Tier};
+use super::{Engine, RequestLimited, RequestScope, Tier};
 use crate::protection::key::IpKey;
 use crate::protection::policy::Mode;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-
-/// Which budget a request exceeded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestScope {
-    /// The client's own (`requestsPerSecond`, `burst`).
-    Client,
-    /// Its prefix's (`prefixRequestsPerSecond`, `prefixBurst`).
-    Prefix,
-}
-
-/// A request over `requestLimit` ([`Engine::request`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RequestLimited {
-    /// Ns from the decision until a request of this client would conform again.
-    pub retry_after_ns: u64,
-    /// The budget that refused it.
-    pub scope: RequestScope,
-    /// That budget's rate, requests per second.
-    pub limit: f64,
-    /// That budget's burst, requests.
-    pub burst: u64,
-    /// Observe mode: report it, but let the request go on.
-    pub observed: bool,
-}
 
 impl Engine {
     /// Whether the policy in force has `requestLimit` (one policy load): the connection path
