@@ -40,6 +40,9 @@ use std::sync::Arc;
 /// delay over its threshold.
 pub const OVERLOAD_HOLD_NS: u64 = 2_000_000_000;
 
+/// Longest a reset stream keeps its permit ([`Capacity::reset_hold_ns`]), ns (10 s).
+pub const MAX_RESET_HOLD_NS: u64 = 10_000_000_000;
+
 /// How long (ns, 10 s) before an overload episode began a client must have been known-good to be
 /// [`Class::Priority`] in it: standing earned during (or just before) a flood buys no priority.
 pub const PRIORITY_SEASONING_NS: u64 = 10_000_000_000;
@@ -129,6 +132,8 @@ pub struct Capacity {
     /// `overload.eventLoopDelayMs` (f64 bits; 0.0 = none).
     delay_threshold: AtomicU64,
     limiter: Limiter,
+    /// [`Capacity::reset_hold_ns`], published with each window.
+    latency_hint_ns: AtomicU64,
 }
 
 impl Capacity {
@@ -154,6 +159,7 @@ impl Capacity {
             external_at_ns: AtomicU64::new(0),
             delay_threshold: AtomicU64::new(0),
             limiter: Limiter::new(cfg, 0),
+            latency_hint_ns: AtomicU64::new(0),
         };
         c.publish(&State::new(cfg));
         c
@@ -191,6 +197,19 @@ impl Capacity {
         self.other_cap
             .store(other_cap(limit, st.cfg.priority_share), Ordering::Relaxed);
         self.limit.store(limit, Ordering::Relaxed);
+        let hint = st
+            .current_ns
+            .max(st.baseline_ns)
+            .min(MAX_RESET_HOLD_NS as f64);
+        self.latency_hint_ns.store(hint as u64, Ordering::Relaxed);
+    }
+
+    /// How long a stream the client reset before its response keeps its permit (ns): the
+    /// latency of the last measured window (at least the baseline, at most
+    /// [`MAX_RESET_HOLD_NS`]), the time the upstream likely still spends on it — a reset does
+    /// not stop the application's work, so rapid reset cannot make that work invisible.
+    pub fn reset_hold_ns(&self) -> u64 {
+        self.latency_hint_ns.load(Ordering::Relaxed)
     }
 
     /// The enforced limit (`u32::MAX` with `mode: 'off'`).

@@ -218,14 +218,22 @@ impl RequestHooks for RequestGate<'_> {
 /// request against `requestLimit` (over budget: shed, GOAWAY ENHANCE_YOUR_CALM,
 /// `request_rate_limited`; observe mode: reported once, not shed) and takes a capacity permit
 /// (no room: shed, GOAWAY NO_ERROR, `upstream_overloaded`), released at the stream's first
-/// response HEADERS (a latency sample) or its reset / end (none). At most
-/// `maxConcurrentStreams` permits are held.
+/// response HEADERS (a latency sample). A stream that ends without a response (a reset, either
+/// way) keeps its permit, without a sample, for the route's current latency
+/// ([`Capacity::reset_hold_ns`]): the upstream likely still works on it, so a rapid reset counts
+/// against the capacity for as long as the work it caused. At most `maxConcurrentStreams` open
+/// and [`MAX_HELD`] reset permits are held; all are released when the connection ends.
 pub struct StreamGate<'a> {
     budget: Option<(&'a Shared, ListenerId, IpAddr)>,
     reported: bool,
     upstream: UpstreamGate<'a>,
     open: Vec<(u32, Permit)>,
+    /// Permits of streams reset before their response, with when they are released (ns).
+    held: VecDeque<(u64, Permit)>,
 }
+
+/// Most permits of reset streams one connection holds (the oldest is released first).
+pub const MAX_HELD: usize = 256;
 
 impl<'a> StreamGate<'a> {
     /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`.
@@ -241,12 +249,21 @@ impl<'a> StreamGate<'a> {
             reported: false,
             upstream: UpstreamGate::new(shared, li, ip, capacity),
             open: Vec::new(),
+            held: VecDeque::new(),
+        }
+    }
+
+    /// Releases the reset streams' permits whose time is over at `now_ns`.
+    fn release_held(&mut self, now_ns: u64) {
+        while self.held.front().is_some_and(|(until, _)| *until <= now_ns) {
+            self.held.pop_front();
         }
     }
 }
 
 impl StreamHooks for StreamGate<'_> {
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
+        self.release_held(now_ns);
         if let Some((shared, li, ip)) = self.budget {
             match shared.listener(li).engine.request(ip, now_ns) {
                 Ok(()) => {}
@@ -275,10 +292,20 @@ impl StreamHooks for StreamGate<'_> {
     }
 
     fn closed(&mut self, id: u32, answered: bool, now_ns: u64) {
+        self.release_held(now_ns);
         if let Some(i) = self.open.iter().position(|(s, _)| *s == id) {
             let (_, p) = self.open.swap_remove(i);
             if answered {
                 p.answered(now_ns);
+                return;
+            }
+            let hold = self.upstream.capacity.reset_hold_ns();
+            if hold > 0 {
+                if self.held.len() == MAX_HELD {
+                    self.held.pop_front();
+                }
+                // Deadlines grow with `now_ns` unless the hold shrank: then released a little late.
+                self.held.push_back((now_ns.saturating_add(hold), p));
             }
         }
     }
