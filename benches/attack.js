@@ -31,7 +31,10 @@
 // refused requests). Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
 // RSS ≤ 512 MiB.
 //
-// Options: --duration S (default 15), --only id,id (baseline, hs-single, hs-diverse, slowloris,
+// With --preroll S (> 1) the probe's clients first run for S − 1 s unmeasured, so on Rampart they
+// are known-good long enough before the attack to be in its priority class (known-good since
+// 10 s before the overload began); the measured window is the same 1 s + the attack.
+// Options: --duration S (default 15), --preroll S (default 1), --only id,id (baseline, hs-single, hs-diverse, slowloris,
 // slowhs, garbage, req-flood, h2-reset-spread, baseline-end), --work-ms MS (origin CPU per
 // request, default 1; 0 = answer at once), --no-haproxy, --no-pin, --json FILE, --write (replace
 // the section in BENCHMARKS.md between `<!-- attack:begin -->` and `<!-- attack:end -->`; with
@@ -67,6 +70,8 @@ function pin(pid, cpus) {
 }
 const PROBE_RATE = 20; // every 50 ms
 const PREROLL_MS = 1000;
+/** The probe's unmeasured run before its measured window (--preroll S: S − 1 s). */
+const WARM_MS = Math.max(0, Number(opt('--preroll', 1)) * 1000 - PREROLL_MS);
 const log = (...a) => console.error(...a);
 
 /** The README's recommended protection (Protection → Recommended starting values). */
@@ -268,11 +273,11 @@ backend st_src
     );
 }
 
-/** `routeMetrics[].upstream` of a metrics() snapshot: { 'h2.local' | 'default': { limit, inFlight, refused } }. */
+/** `routeMetrics[].upstream` of a metrics() snapshot: { 'h2.local' | 'default': { limit, inFlight, refused, refusedPriority } }. */
 function upstreamOf(m) {
   const out = {};
   for (const r of m.routeMetrics || []) {
-    if (r.upstream) out[r.route || 'default'] = { limit: r.upstream.limit, inFlight: r.upstream.inFlight, refused: r.upstream.refused };
+    if (r.upstream) out[r.route || 'default'] = { limit: r.upstream.limit, inFlight: r.upstream.inFlight, refused: r.upstream.refused, refusedPriority: r.upstream.refusedPriority };
   }
   return out;
 }
@@ -417,7 +422,6 @@ function h2Probe({ port, localAddress, rate, durationMs, timeoutMs = 5000 }) {
 async function measure(ctx, kind, row) {
   const p = await startProxy(ctx, kind);
   pin(p.pid, DEFENDED_CPUS);
-  const o0 = await ctx.origin.ask('stats');
   const s0 = L.procStat(p.pid);
   let peakRssKb = s0.rssKb;
   const sampler = setInterval(() => {
@@ -440,6 +444,13 @@ async function measure(ctx, kind, row) {
       }, 500)
     : null;
   const probeMs = PREROLL_MS + DURATION * 1000;
+  if (WARM_MS > 0) {
+    await Promise.all([
+      legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: WARM_MS, minBytes: 64 }),
+      h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: WARM_MS }),
+    ]);
+  }
+  const o0 = await ctx.origin.ask('stats');
   const h1 = legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: probeMs, minBytes: 64 });
   const h2 = h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: probeMs });
   await L.sleep(PREROLL_MS);
@@ -469,7 +480,7 @@ async function measure(ctx, kind, row) {
     secs,
     offered,
     mode: row.mode,
-    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN },
+    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN, latenciesMs: r1.latenciesMs.map((x) => Math.round(x * 10) / 10) },
     h2: { attempts: r2.attempts, ok: r2.ok, p99: q(r2.latenciesMs), sessions: r2.sessions },
     upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
@@ -526,16 +537,20 @@ function limitText(r) {
   return cells.join(', ') || '–';
 }
 
-/** Rampart: `blockedByReason.upstream_overloaded` of the listener (routes' refused requests). */
+/**
+ * Rampart: `blockedByReason.upstream_overloaded` of the listener (the routes' refused requests;
+ * of which of priority clients).
+ */
 function overloadedText(r) {
   if (!r.kind.startsWith('rampart')) return '–';
-  const refused = Object.values(r.refusals.routes || {}).reduce((a, x) => a + x.refused, 0);
-  return `${(r.refusals.upstream_overloaded || 0).toLocaleString('en-US')} (${refused.toLocaleString('en-US')})`;
+  const sum = (k) => Object.values(r.refusals.routes || {}).reduce((a, x) => a + x[k], 0);
+  const n = (x) => x.toLocaleString('en-US');
+  return `${n(r.refusals.upstream_overloaded || 0)} (${n(sum('refused'))}; ${n(sum('refusedPriority'))})`;
 }
 
 function table(results, base) {
   const out = [];
-  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | learned limit | upstream_overloaded (requests) | refusals |');
+  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | learned limit | upstream_overloaded (requests; priority) | refusals |');
   out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|');
   for (const r of results) {
     const target = 2 * baseP99(base, r.kind) + 20;
@@ -591,7 +606,7 @@ async function main() {
   const load1 = os.loadavg();
   const out = [];
   const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
-  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
+  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before${WARM_MS ? ` (its clients warmed up for ${WARM_MS / 1000} s more, unmeasured)` : ''}; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
   out.push('');
   out.push(table(results, base));
   out.push('');

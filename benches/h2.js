@@ -10,6 +10,9 @@
 //   (the guard with its defaults) against `{ enabled: false }` (the only difference), alternating
 //   in the same rounds (off, on, then on, off, ...), a fresh proxy per run; req/s and the proxy's
 //   CPU per request (/proc/<pid>/stat).
+// capacity (only with --only capacity): the same h2load through the route with `protocol: 'http'`
+//   and the guard on, `concurrency: { mode: 'off' }` (streams measured, no limit) against the
+//   default adaptive limit, alternating in the same rounds: upstream tracking's cost.
 // rapid, continuation: 16 connections (from 127.0.1.1-16) sending HEADERS + RST_STREAM pairs,
 //   and 8 (127.0.2.1-8) sending HEADERS + empty CONTINUATION frames, each reconnecting as soon as
 //   it is closed; meanwhile a probe from 127.0.0.3 opens a new h2 connection + GET / every
@@ -19,7 +22,7 @@
 //   closed); a probe without attack gives the baseline latency.
 //
 // Options: --quick (1 round, 3 s h2load, 6 s attacks), --rounds N, --duration S (h2load),
-// --attack S, --only cost,attack, --json FILE. Env: RAMPART_PATH (default: the repo root).
+// --attack S, --only cost,attack,capacity (default cost,attack), --json FILE. Env: RAMPART_PATH (default: the repo root).
 // Internal: node benches/h2.js attack '<json>' (the attack child process).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -178,7 +181,8 @@ ${addrs.map((a) => `  bind ${a}:${port} proto h2`).join('\n')}
 `;
 }
 
-function rampartConfig(ctx, http2Guard) {
+/** `route`: extra fields of the route (the capacity rows: `protocol`, `concurrency`). */
+function rampartConfig(ctx, http2Guard, route = {}) {
   return {
     workerThreads: THREADS,
     listeners: [
@@ -191,12 +195,12 @@ function rampartConfig(ctx, http2Guard) {
         protection: { http2: http2Guard, slowHandshake: { maxPendingPerIp: 65535 } },
       },
     ],
-    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
+    routes: [{ sni: '', terminateTls: true, http2: true, ...route, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
   };
 }
 
-async function startRampart(ctx, http2Guard) {
-  const p = await L.startRampart(rampartConfig(ctx, http2Guard), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+async function startRampart(ctx, http2Guard, route) {
+  const p = await L.startRampart(rampartConfig(ctx, http2Guard, route), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
   track(p.child);
   return p;
 }
@@ -208,8 +212,8 @@ function parseH2load(out) {
   return { secs: Number(f[1]), rps: Number(f[2]), requests: Number(r[1]), succeeded: Number(r[4]), failed: Number(r[5]), errored: Number(r[6]), s2xx };
 }
 
-async function measureCost(ctx, enabled) {
-  const p = await startRampart(ctx, { enabled });
+async function measureCost(ctx, enabled, route) {
+  const p = await startRampart(ctx, { enabled }, route);
   try {
     const args = ['-c', '64', '-m', '32', '-D', String(DURATION), `https://127.0.0.1:${ctx.port}/`];
     ctx.commands.cost = `h2load ${args.join(' ')}`;
@@ -218,9 +222,11 @@ async function measureCost(ctx, enabled) {
     const s1 = L.procStat(p.pid);
     const h = parseH2load(r.stdout);
     if (!(h.succeeded > 0)) throw new Error(`h2load got nothing through Rampart:\n${r.stdout}${r.stderr}`);
-    const m = (await p.metrics()).listeners[0];
+    const all = await p.metrics();
+    const m = all.listeners[0];
+    const up = all.routeMetrics[0].upstream;
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
-    return { ...h, cpuUsPerReq: (cpuSec * 1e6) / h.succeeded, cpuPct: (cpuSec / h.secs) * 100, floods: m.blockedByReason.h2_flood };
+    return { ...h, cpuUsPerReq: (cpuSec * 1e6) / h.succeeded, cpuPct: (cpuSec / h.secs) * 100, floods: m.blockedByReason.h2_flood, refused: up.refused, limit: up.limit, answered: up.answered };
   } finally {
     await p.stop();
   }
@@ -315,7 +321,16 @@ async function main() {
   log(`rampart h2 bench: ${ROUNDS} round(s) × ${DURATION} s h2load, attacks ${ATTACK_SECS} s, load ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
 
   const out = [];
-  const results = { cost: { off: [], on: [] }, attack: {} };
+  const results = { cost: { off: [], on: [] }, capacity: { off: [], on: [] }, attack: {} };
+  if (ONLY.includes('capacity')) {
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const adaptive of round % 2 ? [true, false] : [false, true]) {
+        const r = await measureCost(ctx, true, adaptive ? { protocol: 'http' } : { protocol: 'http', concurrency: { mode: 'off' } });
+        results.capacity[adaptive ? 'on' : 'off'].push(r);
+        log(`  capacity round ${round + 1} concurrency ${adaptive ? 'adaptive' : 'off'}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, limit ${r.limit}, refused ${r.refused}, answered ${r.answered}`);
+      }
+    }
+  }
   if (ONLY.includes('cost')) {
     for (let round = 0; round < ROUNDS; round++) {
       const order = round % 2 ? [true, false] : [false, true];
@@ -368,6 +383,26 @@ async function main() {
     const med = (m, k) => L.median(results.cost[m].map((x) => x[k]));
     out.push('');
     out.push(`guard cost (medians, same rounds): ${((1 - med('on', 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med('on', 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request; h2_flood during the guard-on runs: ${results.cost.on.reduce((a, x) => a + x.floods, 0)}`);
+    out.push('');
+  }
+  if (results.capacity.on.length) {
+    const rows = [
+      ['req/s', 'rps', fmt(0)],
+      ['proxy CPU µs/req', 'cpuUsPerReq', fmt(2)],
+      ['proxy CPU % (of 1 core)', 'cpuPct', fmt(0)],
+      ['failed + errored requests', 'failed', fmt(0)],
+      ['refused for capacity (upstream.refused)', 'refused', fmt(0)],
+    ];
+    out.push("| h2load -c 64 -m 32, `protocol: 'http'` | `concurrency: { mode: 'off' }` | adaptive (default) | adaptive/off |", '|---|---|---|---|');
+    for (const [label, k, f] of rows) {
+      const get = (x) => (k === 'failed' ? x.failed + x.errored : x[k]);
+      const off = cell(results.capacity.off.map(get), f);
+      const on = cell(results.capacity.on.map(get), f);
+      out.push(`| ${label} | ${off.text} | ${on.text} | ${off.med ? (on.med / off.med).toFixed(3) : '–'} |`);
+    }
+    const med = (m, k) => L.median(results.capacity[m].map((x) => x[k]));
+    out.push('');
+    out.push(`tracking cost (medians, same rounds): ${((1 - med('on', 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med('on', 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request; adaptive limit at the end of each run: ${results.capacity.on.map((x) => x.limit).join(', ')}`);
     out.push('');
   }
   if (Object.keys(results.attack).length) {
