@@ -20,8 +20,10 @@
 // source address measures its success rate and latency; RSS with many idle TLS connections
 // (handshake only, and after one request each). Upstream tracking (Rampart only, run when named in
 // --only): keep-alive at 64 and 512 connections through a route with `protocol: 'http'` (requests
-// parsed and tracked) with `concurrency: { mode: 'off' }` (measured, no limit) and with the default
-// adaptive limit, in the same rounds (ka64-http-off, ka64-http, ka512-http-off, ka512-http).
+// parsed and tracked) with `concurrency: { mode: 'off' }` (measured, no limit), with the default
+// adaptive limit, and with the adaptive limit held at 10,000 (HELD: the limiter runs every window
+// but cannot cut, so no refusal changes the load), in the same rounds (ka64-http-off, ka64-http,
+// ka64-http-held, and the same for ka512).
 //
 // Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
 // hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle,
@@ -70,6 +72,8 @@ if (opt('--concurrency', '')) {
   if (!ROUTE.protocol) throw new Error('--concurrency needs --http-route (an opaque route has no request to count)');
   ROUTE.concurrency = { mode };
 }
+/** The adaptive limiter with its limit held (min = max = initial): its cost without its refusals. */
+const HELD = { mode: 'adaptive', minLimit: 10000, maxLimit: 10000, initialLimit: 10000, priorityShare: 0 };
 const BODY_BYTES = 4096;
 const BULK_BYTES = 65536;
 const SNI = 'localhost';
@@ -333,6 +337,8 @@ async function measureWrk(ctx, kind, row) {
       return { rps: NaN, mbps: NaN, p99Ms: NaN, errors: 0, cpuUsPerReq: NaN, cpuPct: NaN };
     }
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
+    // An HTTP route: what its upstream capacity saw (`routeMetrics[0].upstream`, at the end).
+    const upstream = kind === 'rampart' && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
     ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk).map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
     return {
       rps: w.rps,
@@ -341,6 +347,7 @@ async function measureWrk(ctx, kind, row) {
       errors: w.errors + w.non2xx,
       cpuUsPerReq: (cpuSec * 1e6) / w.requests,
       cpuPct: (cpuSec / secs) * 100,
+      upstream,
     };
   } finally {
     await p.stop();
@@ -468,6 +475,7 @@ const ROWS = [
   ...[64, 512].flatMap((conns) => [
     { id: `ka${conns}-http-off`, title: `keep-alive, ${conns} conns, protocol http, concurrency off`, wrk: { conns }, route: { protocol: 'http', concurrency: { mode: 'off' } }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'] },
     { id: `ka${conns}-http`, title: `keep-alive, ${conns} conns, protocol http, concurrency adaptive (default)`, wrk: { conns }, route: { protocol: 'http' }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
+    { id: `ka${conns}-http-held`, title: `keep-alive, ${conns} conns, protocol http, adaptive held at 10,000`, wrk: { conns }, route: { protocol: 'http', concurrency: HELD }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
   ]),
   { id: 'flood', title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`, flood: true, metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'] },
   { id: 'idle', title: 'idle TLS connections (handshake only)', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
@@ -708,7 +716,8 @@ async function main() {
           else r = await measureWrk(ctx, kind, row);
           results[row.id][kind].push(r);
           const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
-          log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}`);
+          const up = r.upstream ? ` upstream: limit ${r.upstream.limit}, refused ${r.upstream.refused}, answered ${r.upstream.answered}, latency ${r.upstream.latencyMs.toFixed(2)} ms (baseline ${r.upstream.baselineMs.toFixed(2)})` : '';
+          log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}${up}`);
         }
       }
     }
