@@ -27,7 +27,8 @@
 //
 // Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
 // hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle,
-// idle-req), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
+// idle-req; only when named: ka64-http-off, ka64-http, ka64-http-held, ka512-http-off,
+// ka512-http, ka512-http-held), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
 // --peers haproxy,nginx (which peers to run; default: those installed), --no-floor,
 // --merge a.json,b.json,... (no run: the table over every round of those --json files pooled, so
 // three full runs give one median of their 9 rounds, plus each run's own ratio column),
