@@ -25,13 +25,20 @@
 // HTTP/2 connection with a `GET /` every 50 ms. It starts 1 s before the attack (so on Rampart it
 // is a regular, known-good client, as a site's users are) and stops with it. Per row: offered
 // volume, probe success and p99 (vs the no-attack p99), upstream requests/s, proxy peak RSS and
-// CPU, refusals by reason. Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
+// CPU, refusals by reason, and Rampart's upstream capacity: each route's learned limit (at the
+// end, and its lowest while the attack ran; HAProxy: its `maxconn`) and the `upstream_overloaded`
+// refusals (the listener's count: refused at accept, 503 answers, HTTP/2 sheds; and the routes'
+// refused requests). Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
 // RSS ≤ 512 MiB.
 //
-// Options: --duration S (default 15), --only id,id (baseline, hs-single, hs-diverse, slowloris,
+// With --preroll S (> 1) the probe's clients first run for S − 1 s unmeasured, so on Rampart they
+// are known-good long enough before the attack to be in its priority class (known-good since
+// 10 s before the overload began); the measured window is the same 1 s + the attack.
+// Options: --duration S (default 15), --preroll S (default 1), --only id,id (baseline, hs-single, hs-diverse, slowloris,
 // slowhs, garbage, req-flood, h2-reset-spread, baseline-end), --work-ms MS (origin CPU per
 // request, default 1; 0 = answer at once), --no-haproxy, --no-pin, --json FILE, --write (replace
-// the section in BENCHMARKS.md).
+// the section in BENCHMARKS.md between `<!-- attack:begin -->` and `<!-- attack:end -->`; with
+// --section NAME, between `<!-- NAME:begin -->` and `<!-- NAME:end -->`).
 // Pinning (default with ≥ 2 CPUs and `taskset`): the attacker runs on CPUs 1.., and everything
 // defended — the proxy, the origin and the probe (this process) — on CPU 0, so a row measures
 // what the attack does to the proxy, not the attacker's own CPU taking the probe's (on a real
@@ -63,6 +70,8 @@ function pin(pid, cpus) {
 }
 const PROBE_RATE = 20; // every 50 ms
 const PREROLL_MS = 1000;
+/** The probe's unmeasured run before its measured window (--preroll S: S − 1 s). */
+const WARM_MS = Math.max(0, Number(opt('--preroll', 1)) * 1000 - PREROLL_MS);
 const log = (...a) => console.error(...a);
 
 /** The README's recommended protection (Protection → Recommended starting values). */
@@ -78,6 +87,7 @@ const RECOMMENDED = {
   knownGoodTtlMs: 3600000,
   defense: { mode: 'auto', sigma: 3, minConnectionsPerSecond: 200, holdMs: 30000, factor: 0.25 },
   slowRequest: { headTimeoutMs: 10000 },
+  requestLimit: { requestsPerSecond: 50, burst: 200 },
 };
 
 /** The plain protection a new user writes (the README's first example): a per-client rate. */
@@ -263,6 +273,15 @@ backend st_src
     );
 }
 
+/** `routeMetrics[].upstream` of a metrics() snapshot: { 'h2.local' | 'default': { limit, inFlight, refused, refusedPriority } }. */
+function upstreamOf(m) {
+  const out = {};
+  for (const r of m.routeMetrics || []) {
+    if (r.upstream) out[r.route || 'default'] = { limit: r.upstream.limit, inFlight: r.upstream.inFlight, refused: r.upstream.refused, refusedPriority: r.upstream.refusedPriority };
+  }
+  return out;
+}
+
 /** HAProxy frontend counters from `show stat` (CSV). */
 function haproxyStat(sock) {
   return new Promise((resolve, reject) => {
@@ -298,10 +317,12 @@ async function startProxy(ctx, kind) {
         for (const [r, n] of Object.entries(m.errorsByReason)) if (n) out[`err:${r}`] = n;
         out.knownGood = m.knownGoodClients;
         out.defense = m.defenseActive;
-        // The routes' learned upstream limits, once Rampart measures them.
-        const limits = (all.routeMetrics || []).filter((r) => r.upstream && r.upstream.limit !== undefined).map((r) => `${r.route || 'default'} ${r.upstream.limit}`);
-        if (limits.length) out.limit = limits.join(', ');
+        out.routes = upstreamOf(all);
         return out;
+      },
+      /** Each route's upstream capacity now: { route: { limit, inFlight, refused } }. */
+      async upstream() {
+        return upstreamOf(await p.metrics());
       },
     };
   }
@@ -311,6 +332,7 @@ async function startProxy(ctx, kind) {
   return {
     pid: p.pid,
     stop: p.stop,
+    maxconn: kind === 'haproxy-capacity' ? 20 : null,
     async refusals() {
       const s = await haproxyStat(ctx.statsSocket);
       const out = {};
@@ -400,7 +422,6 @@ function h2Probe({ port, localAddress, rate, durationMs, timeoutMs = 5000 }) {
 async function measure(ctx, kind, row) {
   const p = await startProxy(ctx, kind);
   pin(p.pid, DEFENDED_CPUS);
-  const o0 = await ctx.origin.ask('stats');
   const s0 = L.procStat(p.pid);
   let peakRssKb = s0.rssKb;
   const sampler = setInterval(() => {
@@ -408,7 +429,28 @@ async function measure(ctx, kind, row) {
       peakRssKb = Math.max(peakRssKb, L.procStat(p.pid).rssKb);
     } catch {}
   }, 250);
+  // Rampart: each route's lowest limit and highest in-flight while the row runs (every 500 ms).
+  const lows = {};
+  let sampling = Promise.resolve();
+  const upSampler = p.upstream
+    ? setInterval(() => {
+        sampling = p.upstream().then((u) => {
+          for (const [route, x] of Object.entries(u)) {
+            const l = (lows[route] = lows[route] || { minLimit: Infinity, maxInFlight: 0 });
+            if (x.limit !== null) l.minLimit = Math.min(l.minLimit, x.limit);
+            l.maxInFlight = Math.max(l.maxInFlight, x.inFlight);
+          }
+        });
+      }, 500)
+    : null;
   const probeMs = PREROLL_MS + DURATION * 1000;
+  if (WARM_MS > 0) {
+    await Promise.all([
+      legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: WARM_MS, minBytes: 64 }),
+      h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: WARM_MS }),
+    ]);
+  }
+  const o0 = await ctx.origin.ask('stats');
   const h1 = legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: probeMs, minBytes: 64 });
   const h2 = h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: probeMs });
   await L.sleep(PREROLL_MS);
@@ -425,6 +467,8 @@ async function measure(ctx, kind, row) {
   const offered = attack ? await attack.ask('stop') : null;
   const [r1, r2] = await Promise.all([h1, h2]);
   clearInterval(sampler);
+  if (upSampler) clearInterval(upSampler);
+  await sampling;
   const o1 = await ctx.origin.ask('stats');
   const refusals = await p.refusals();
   await p.stop();
@@ -436,7 +480,7 @@ async function measure(ctx, kind, row) {
     secs,
     offered,
     mode: row.mode,
-    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN },
+    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN, latenciesMs: r1.latenciesMs.map((x) => Math.round(x * 10) / 10) },
     h2: { attempts: r2.attempts, ok: r2.ok, p99: q(r2.latenciesMs), sessions: r2.sessions },
     upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
@@ -446,6 +490,8 @@ async function measure(ctx, kind, row) {
     rssMiB: peakRssKb / 1024,
     cpuPct: ((c1.cpuTicks - c0.cpuTicks) / L.CLK_TCK / secs) * 100,
     refusals,
+    lows,
+    maxconn: p.maxconn || null,
   };
 }
 
@@ -466,7 +512,7 @@ function offeredText(r) {
 }
 function refusalText(x) {
   return Object.entries(x)
-    .filter(([k, v]) => v && k !== 'knownGood' && k !== 'defense' && k !== 'limit')
+    .filter(([k, v]) => v && !['knownGood', 'defense', 'routes', 'upstream_overloaded'].includes(k))
     .map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`)
     .join(', ') || '–';
 }
@@ -480,17 +526,38 @@ function baseP99(base, kind) {
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
 }
 
+/** Rampart: each route's limit at the end (lowest while the row ran); HAProxy: `maxconn`. */
+function limitText(r) {
+  if (r.maxconn) return `maxconn ${r.maxconn}`;
+  const routes = r.refusals.routes || {};
+  const cells = Object.entries(routes).map(([route, x]) => {
+    const low = r.lows[route] && Number.isFinite(r.lows[route].minLimit) ? r.lows[route].minLimit : null;
+    return `${route} ${x.limit === null ? 'off' : x.limit}${low !== null && low !== x.limit ? ` (low ${low})` : ''}`;
+  });
+  return cells.join(', ') || '–';
+}
+
+/**
+ * Rampart: `blockedByReason.upstream_overloaded` of the listener (the routes' refused requests;
+ * of which of priority clients).
+ */
+function overloadedText(r) {
+  if (!r.kind.startsWith('rampart')) return '–';
+  const sum = (k) => Object.values(r.refusals.routes || {}).reduce((a, x) => a + x[k], 0);
+  const n = (x) => x.toLocaleString('en-US');
+  return `${n(r.refusals.upstream_overloaded || 0)} (${n(sum('refused'))}; ${n(sum('refusedPriority'))})`;
+}
+
 function table(results, base) {
   const out = [];
-  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | refusals |');
-  out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|');
+  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | learned limit | upstream_overloaded (requests; priority) | refusals |');
+  out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|');
   for (const r of results) {
     const target = 2 * baseP99(base, r.kind) + 20;
     const flagMiss = r.h1.ok / r.h1.attempts < 0.99 || r.h1.p99 > target ? ' ✗' : '';
-    let extra = r.kind.startsWith('rampart') && r.refusals.defense ? ' (defense on)' : '';
-    if (r.refusals.limit) extra += ` (upstream limit ${r.refusals.limit})`;
+    const extra = r.kind.startsWith('rampart') && r.refusals.defense ? ' (defense on)' : '';
     out.push(
-      `| ${r.row} | ${r.kind} | ${offeredText(r)} | ${pct(r.h1.ok, r.h1.attempts)} of ${r.h1.attempts}${flagMiss} | ${ms(r.h1.p99)} ms (${ms(target)}) | ${pct(r.h2.ok, r.h2.attempts)} of ${r.h2.attempts} | ${ms(r.h2.p99)} ms | ${r.upstreamRps.toFixed(1)} | ${r.attackRps.toFixed(1)} | ${r.originPeak} | ${r.upstreamConns} | ${r.rssMiB.toFixed(0)} MiB | ${r.cpuPct.toFixed(0)} % | ${refusalText(r.refusals)}${extra} |`
+      `| ${r.row} | ${r.kind} | ${offeredText(r)} | ${pct(r.h1.ok, r.h1.attempts)} of ${r.h1.attempts}${flagMiss} | ${ms(r.h1.p99)} ms (${ms(target)}) | ${pct(r.h2.ok, r.h2.attempts)} of ${r.h2.attempts} | ${ms(r.h2.p99)} ms | ${r.upstreamRps.toFixed(1)} | ${r.attackRps.toFixed(1)} | ${r.originPeak} | ${r.upstreamConns} | ${r.rssMiB.toFixed(0)} MiB | ${r.cpuPct.toFixed(0)} % | ${limitText(r)} | ${overloadedText(r)} | ${refusalText(r.refusals)}${extra} |`
     );
   }
   return out.join('\n');
@@ -539,7 +606,7 @@ async function main() {
   const load1 = os.loadavg();
   const out = [];
   const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
-  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
+  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before${WARM_MS ? ` (its clients warmed up for ${WARM_MS / 1000} s more, unmeasured)` : ''}; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
   out.push('');
   out.push(table(results, base));
   out.push('');
@@ -560,12 +627,14 @@ async function main() {
   if (flag('--write')) {
     const file = path.join(__dirname, '..', 'BENCHMARKS.md');
     const md = fs.readFileSync(file, 'utf8');
-    const start = md.indexOf('<!-- attack:begin -->');
-    const end = md.indexOf('<!-- attack:end -->');
+    const section = opt('--section', 'attack');
+    const [begin, endMark] = [`<!-- ${section}:begin -->`, `<!-- ${section}:end -->`];
+    const start = md.indexOf(begin);
+    const end = md.indexOf(endMark);
     if (start >= 0 && end > start) {
-      fs.writeFileSync(file, `${md.slice(0, start)}<!-- attack:begin -->\n${text}\n${md.slice(end)}`);
+      fs.writeFileSync(file, `${md.slice(0, start)}${begin}\n${text}\n${md.slice(end)}`);
       log('BENCHMARKS.md updated');
-    } else log('BENCHMARKS.md has no <!-- attack:begin --> / <!-- attack:end --> markers; not written');
+    } else log(`BENCHMARKS.md has no ${begin} / ${endMark} markers; not written`);
   }
   await L.killWait(ctx.origin.child);
   process.exit(0);

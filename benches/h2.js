@@ -10,6 +10,13 @@
 //   (the guard with its defaults) against `{ enabled: false }` (the only difference), alternating
 //   in the same rounds (off, on, then on, off, ...), a fresh proxy per run; req/s and the proxy's
 //   CPU per request (/proc/<pid>/stat).
+// capacity (only with --only capacity): the same h2load through the route with `protocol: 'http'`
+//   and the guard on (it counts the streams) with its per-client budgets and per-connection
+//   stream cap out of h2load's reach (`clientFactor: 1000, maxStreamsPerConnection: 2^30`: its 64
+//   connections from one address open 2,048 streams at once, over the default per-client burst),
+//   `concurrency: { mode: 'off' }` (streams measured, no limit) against the default adaptive
+//   limit and the adaptive limit held at 10,000 (min = max = initial: the limiter runs but cannot
+//   cut), rotating the order in the same rounds: upstream tracking's cost.
 // rapid, continuation: 16 connections (from 127.0.1.1-16) sending HEADERS + RST_STREAM pairs,
 //   and 8 (127.0.2.1-8) sending HEADERS + empty CONTINUATION frames, each reconnecting as soon as
 //   it is closed; meanwhile a probe from 127.0.0.3 opens a new h2 connection + GET / every
@@ -19,7 +26,7 @@
 //   closed); a probe without attack gives the baseline latency.
 //
 // Options: --quick (1 round, 3 s h2load, 6 s attacks), --rounds N, --duration S (h2load),
-// --attack S, --only cost,attack, --json FILE. Env: RAMPART_PATH (default: the repo root).
+// --attack S, --only cost,attack,capacity (default cost,attack), --json FILE. Env: RAMPART_PATH (default: the repo root).
 // Internal: node benches/h2.js attack '<json>' (the attack child process).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -178,7 +185,8 @@ ${addrs.map((a) => `  bind ${a}:${port} proto h2`).join('\n')}
 `;
 }
 
-function rampartConfig(ctx, http2Guard) {
+/** `route`: extra fields of the route (the capacity rows: `protocol`, `concurrency`). */
+function rampartConfig(ctx, http2Guard, route = {}) {
   return {
     workerThreads: THREADS,
     listeners: [
@@ -191,12 +199,12 @@ function rampartConfig(ctx, http2Guard) {
         protection: { http2: http2Guard, slowHandshake: { maxPendingPerIp: 65535 } },
       },
     ],
-    routes: [{ sni: '', terminateTls: true, http2: true, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
+    routes: [{ sni: '', terminateTls: true, http2: true, ...route, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
   };
 }
 
-async function startRampart(ctx, http2Guard) {
-  const p = await L.startRampart(rampartConfig(ctx, http2Guard), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
+async function startRampart(ctx, http2Guard, route) {
+  const p = await L.startRampart(rampartConfig(ctx, http2Guard, route), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH);
   track(p.child);
   return p;
 }
@@ -208,8 +216,9 @@ function parseH2load(out) {
   return { secs: Number(f[1]), rps: Number(f[2]), requests: Number(r[1]), succeeded: Number(r[4]), failed: Number(r[5]), errored: Number(r[6]), s2xx };
 }
 
-async function measureCost(ctx, enabled) {
-  const p = await startRampart(ctx, { enabled });
+/** `guard`: true/false (`http2.enabled`) or a whole `http2` config. */
+async function measureCost(ctx, guard, route) {
+  const p = await startRampart(ctx, typeof guard === 'boolean' ? { enabled: guard } : guard, route);
   try {
     const args = ['-c', '64', '-m', '32', '-D', String(DURATION), `https://127.0.0.1:${ctx.port}/`];
     ctx.commands.cost = `h2load ${args.join(' ')}`;
@@ -218,9 +227,12 @@ async function measureCost(ctx, enabled) {
     const s1 = L.procStat(p.pid);
     const h = parseH2load(r.stdout);
     if (!(h.succeeded > 0)) throw new Error(`h2load got nothing through Rampart:\n${r.stdout}${r.stderr}`);
-    const m = (await p.metrics()).listeners[0];
+    const all = await p.metrics();
+    const m = all.listeners[0];
+    const up = all.routeMetrics[0].upstream;
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
-    return { ...h, cpuUsPerReq: (cpuSec * 1e6) / h.succeeded, cpuPct: (cpuSec / h.secs) * 100, floods: m.blockedByReason.h2_flood };
+    const floodDetail = Object.fromEntries(Object.entries(m.h2FloodByDetail).filter(([, v]) => v));
+    return { ...h, cpuUsPerReq: (cpuSec * 1e6) / h.succeeded, cpuPct: (cpuSec / h.secs) * 100, floods: m.blockedByReason.h2_flood, floodDetail, refused: up.refused, limit: up.limit, answered: up.answered };
   } finally {
     await p.stop();
   }
@@ -315,14 +327,29 @@ async function main() {
   log(`rampart h2 bench: ${ROUNDS} round(s) × ${DURATION} s h2load, attacks ${ATTACK_SECS} s, load ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
 
   const out = [];
-  const results = { cost: { off: [], on: [] }, attack: {} };
+  const results = { cost: { off: [], on: [] }, capacity: { off: [], on: [], held: [] }, attack: {} };
+  if (ONLY.includes('capacity')) {
+    const routes = {
+      off: { protocol: 'http', concurrency: { mode: 'off' } },
+      on: { protocol: 'http' },
+      held: { protocol: 'http', concurrency: { mode: 'adaptive', minLimit: 10000, maxLimit: 10000, initialLimit: 10000, priorityShare: 0 } },
+    };
+    const keys = Object.keys(routes);
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const k of keys.map((_, i) => keys[(i + round) % keys.length])) {
+        const r = await measureCost(ctx, { clientFactor: 1000, maxStreamsPerConnection: 2 ** 30 }, routes[k]);
+        results.capacity[k].push(r);
+        log(`  capacity round ${round + 1} concurrency ${k}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, limit ${r.limit}, refused ${r.refused}, answered ${r.answered}`);
+      }
+    }
+  }
   if (ONLY.includes('cost')) {
     for (let round = 0; round < ROUNDS; round++) {
       const order = round % 2 ? [true, false] : [false, true];
       for (const enabled of order) {
         const r = await measureCost(ctx, enabled);
         results.cost[enabled ? 'on' : 'off'].push(r);
-        log(`  cost round ${round + 1} guard ${enabled ? 'on ' : 'off'}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, h2_flood ${r.floods}`);
+        log(`  cost round ${round + 1} guard ${enabled ? 'on ' : 'off'}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, h2_flood ${r.floods} ${JSON.stringify(r.floodDetail)}`);
       }
     }
   }
@@ -368,6 +395,27 @@ async function main() {
     const med = (m, k) => L.median(results.cost[m].map((x) => x[k]));
     out.push('');
     out.push(`guard cost (medians, same rounds): ${((1 - med('on', 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med('on', 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request; h2_flood during the guard-on runs: ${results.cost.on.reduce((a, x) => a + x.floods, 0)}`);
+    out.push('');
+  }
+  if (results.capacity.on.length) {
+    const rows = [
+      ['req/s', 'rps', fmt(0)],
+      ['proxy CPU µs/req', 'cpuUsPerReq', fmt(2)],
+      ['proxy CPU % (of 1 core)', 'cpuPct', fmt(0)],
+      ['failed + errored requests', 'failed', fmt(0)],
+      ['refused for capacity (upstream.refused)', 'refused', fmt(0)],
+    ];
+    out.push("| h2load -c 64 -m 32, `protocol: 'http'` | `concurrency: { mode: 'off' }` | adaptive (default) | adaptive held at 10,000 | adaptive/off | held/off |", '|---|---|---|---|---|---|');
+    for (const [label, k, f] of rows) {
+      const get = (x) => (k === 'failed' ? x.failed + x.errored : x[k]);
+      const [off, on, held] = ['off', 'on', 'held'].map((m) => cell(results.capacity[m].map(get), f));
+      const ratio = (x) => (off.med ? (x.med / off.med).toFixed(3) : '–');
+      out.push(`| ${label} | ${off.text} | ${on.text} | ${held.text} | ${ratio(on)} | ${ratio(held)} |`);
+    }
+    const med = (m, k) => L.median(results.capacity[m].map((x) => x[k]));
+    const cost = (m) => `${((1 - med(m, 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med(m, 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request`;
+    out.push('');
+    out.push(`tracking cost vs off (medians, same rounds): adaptive ${cost('on')} (its limit at the end of each run: ${results.capacity.on.map((x) => x.limit).join(', ')}); held ${cost('held')}`);
     out.push('');
   }
   if (Object.keys(results.attack).length) {

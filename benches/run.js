@@ -18,17 +18,25 @@
 // kept-alive requests/s and MiB/s at 64 and 512 connections, plus a bulk (64 KiB body) row; the
 // same with protection on (limits never reached); a single-IP flood over the limits while another
 // source address measures its success rate and latency; RSS with many idle TLS connections
-// (handshake only, and after one request each).
+// (handshake only, and after one request each). Upstream tracking (Rampart only, run when named in
+// --only): keep-alive at 64 and 512 connections through a route with `protocol: 'http'` (requests
+// parsed and tracked) with `concurrency: { mode: 'off' }` (measured, no limit), with the default
+// adaptive limit, and with the adaptive limit held at 10,000 (HELD: the limiter runs every window
+// but cannot cut, so no refusal changes the load), in the same rounds (ka64-http-off, ka64-http,
+// ka64-http-held, and the same for ka512).
 //
 // Options: --quick (1 round, short runs), --rounds N, --duration S, --only a,b (scenario ids:
 // hs-full, hs-resumed, ka64, ka512, bulk, hs-full-prot, ka64-prot, ka512-prot, flood, idle,
-// idle-req), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
+// idle-req; only when named: ka64-http-off, ka64-http, ka64-http-held, ka512-http-off,
+// ka512-http, ka512-http-held), --idle N (idle connections; capped by RLIMIT_NOFILE), --json FILE (raw results),
 // --peers haproxy,nginx (which peers to run; default: those installed), --no-floor,
 // --merge a.json,b.json,... (no run: the table over every round of those --json files pooled, so
 // three full runs give one median of their 9 rounds, plus each run's own ratio column),
 // --threads N (worker threads/processes of every proxy alike, and wrk's threads; default 2),
 // --pin (with taskset: the proxy under test on CPUs 0..N-1, wrk and the origin on the remaining
-// CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output).
+// CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output),
+// --http-route (Rampart's route of every row gets `protocol: 'http'`), --concurrency off|adaptive
+// (and that route's `concurrency.mode`; needs --http-route). Rows ka*-http* set their own route.
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -56,6 +64,17 @@ const cpuRange = (a, b) => (a === b ? `${a}` : `${a}-${b}`);
 const CPUS = PIN ? { proxy: cpuRange(0, THREADS - 1), load: cpuRange(THREADS, NCPU - 1) } : { proxy: null, load: null };
 /** wrk's threads: one per CPU it has when pinned, else as many as the proxies' workers. */
 const WRK_THREADS = PIN ? NCPU - THREADS : THREADS;
+/** --http-route / --concurrency: the route fields of every Rampart row without its own `route`. */
+const ROUTE = {};
+if (flag('--http-route')) ROUTE.protocol = 'http';
+if (opt('--concurrency', '')) {
+  const mode = opt('--concurrency', '');
+  if (!['off', 'adaptive'].includes(mode)) throw new Error(`--concurrency must be off or adaptive, got ${mode}`);
+  if (!ROUTE.protocol) throw new Error('--concurrency needs --http-route (an opaque route has no request to count)');
+  ROUTE.concurrency = { mode };
+}
+/** The adaptive limiter with its limit held (min = max = initial): its cost without its refusals. */
+const HELD = { mode: 'adaptive', minLimit: 10000, maxLimit: 10000, initialLimit: 10000, priorityShare: 0 };
 const BODY_BYTES = 4096;
 const BULK_BYTES = 65536;
 const SNI = 'localhost';
@@ -208,7 +227,7 @@ async function negotiated(port) {
 }
 
 // ---------- proxies ----------
-function rampartConfig(ctx, protection) {
+function rampartConfig(ctx, protection, route = ROUTE) {
   const listener = {
     host: '127.0.0.1',
     port: ctx.rampartPort,
@@ -226,13 +245,13 @@ function rampartConfig(ctx, protection) {
   return {
     workerThreads: THREADS,
     listeners: [listener],
-    routes: [{ sni: '', terminateTls: true, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
+    routes: [{ sni: '', terminateTls: true, ...route, upstreams: ctx.upstreams.map((u) => ({ kind: 'tcp', ...u })) }],
   };
 }
 
-async function startProxy(ctx, kind, protection) {
+async function startProxy(ctx, kind, protection, route) {
   if (kind === 'rampart') {
-    const p = await L.startRampart(rampartConfig(ctx, protection), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH, CPUS.proxy);
+    const p = await L.startRampart(rampartConfig(ctx, protection, route), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH, CPUS.proxy);
     track(p.child);
     return {
       ...p,
@@ -300,7 +319,7 @@ function wrkArgs(port, { conns, close, urlPath = '/' }) {
 }
 
 async function measureWrk(ctx, kind, row) {
-  const p = await startProxy(ctx, kind, row.protection);
+  const p = await startProxy(ctx, kind, row.protection, row.route);
   try {
     const args = wrkArgs(p.port, row.wrk);
     const env = row.noResume ? { ...process.env, LD_PRELOAD: ctx.shim } : process.env;
@@ -319,6 +338,8 @@ async function measureWrk(ctx, kind, row) {
       return { rps: NaN, mbps: NaN, p99Ms: NaN, errors: 0, cpuUsPerReq: NaN, cpuPct: NaN };
     }
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
+    // An HTTP route: what its upstream capacity saw (`routeMetrics[0].upstream`, at the end).
+    const upstream = kind === 'rampart' && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
     ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk).map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
     return {
       rps: w.rps,
@@ -327,6 +348,7 @@ async function measureWrk(ctx, kind, row) {
       errors: w.errors + w.non2xx,
       cpuUsPerReq: (cpuSec * 1e6) / w.requests,
       cpuPct: (cpuSec / secs) * 100,
+      upstream,
     };
   } finally {
     await p.stop();
@@ -451,6 +473,11 @@ const ROWS = [
   { id: 'hs-full-prot', title: 'protection on: new TLS conn/s, full handshake', wrk: { conns: 64, close: true }, noResume: true, protection: PROT_HIGH, metrics: ['rps', 'cpuUsPerReq'], baseline: 'hs-full' },
   { id: 'ka64-prot', title: 'protection on: keep-alive, 64 conns', wrk: { conns: 64 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka64' },
   { id: 'ka512-prot', title: 'protection on: keep-alive, 512 conns', wrk: { conns: 512 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka512' },
+  ...[64, 512].flatMap((conns) => [
+    { id: `ka${conns}-http-off`, title: `keep-alive, ${conns} conns, protocol http, concurrency off`, wrk: { conns }, route: { protocol: 'http', concurrency: { mode: 'off' } }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'] },
+    { id: `ka${conns}-http`, title: `keep-alive, ${conns} conns, protocol http, concurrency adaptive (default)`, wrk: { conns }, route: { protocol: 'http' }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
+    { id: `ka${conns}-http-held`, title: `keep-alive, ${conns} conns, protocol http, adaptive held at 10,000`, wrk: { conns }, route: { protocol: 'http', concurrency: HELD }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
+  ]),
   { id: 'flood', title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`, flood: true, metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'] },
   { id: 'idle', title: 'idle TLS connections (handshake only)', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
   { id: 'idle-req', title: `idle TLS connections after one ${BODY_BYTES} B request each`, idle: true, request: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
@@ -513,7 +540,7 @@ function protectionCost(rows, results, kinds) {
   for (const row of rows) {
     if (!row.baseline || !results[row.id] || !results[row.baseline]) continue;
     for (const kind of kinds) {
-      if (row.na && row.na[kind]) continue;
+      if ((row.na && row.na[kind]) || !results[row.id][kind].length) continue;
       const med = (id, m) => L.median(results[id][kind].map((x) => x[m]));
       const rps = (1 - med(row.id, 'rps') / med(row.baseline, 'rps')) * 100;
       const cpu = (med(row.id, 'cpuUsPerReq') / med(row.baseline, 'cpuUsPerReq') - 1) * 100;
@@ -669,8 +696,8 @@ async function main() {
   log(`negotiated: ${tlsLine}`);
   const floor = flag('--no-floor') ? null : await measureFloor();
 
-  const rows = ROWS.filter((r) => (!ONLY || ONLY.includes(r.id)) && !(r.noResume && !ctx.shim));
-  // A protection row runs in the same rounds as its baseline row (off, on, off, on, ...), so
+  const rows = ROWS.filter((r) => (ONLY ? ONLY.includes(r.id) : !r.optIn) && !(r.noResume && !ctx.shim));
+  // A protection row runs in the same rounds as its baseline row (off, on, then on, off, ...), so
   // drifting background load hits both alike and their difference is the protection's cost.
   const groups = [];
   for (const row of rows) {
@@ -682,15 +709,16 @@ async function main() {
   for (const row of rows) results[row.id] = Object.fromEntries(kinds.map((k) => [k, []]));
   for (const group of groups) {
     for (let round = 0; round < ROUNDS; round++) {
-      for (const row of group) {
-        for (const kind of kinds) {
+      for (const row of round % 2 ? [...group].reverse() : group) {
+        for (const kind of row.rampartOnly ? ['rampart'] : kinds) {
           let r;
           if (row.flood) r = await measureFlood(ctx, kind);
           else if (row.idle) r = await measureIdle(ctx, kind, row);
           else r = await measureWrk(ctx, kind, row);
           results[row.id][kind].push(r);
           const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
-          log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}`);
+          const up = r.upstream ? ` upstream: limit ${r.upstream.limit}, refused ${r.upstream.refused}, answered ${r.upstream.answered}, latency ${r.upstream.latencyMs.toFixed(2)} ms (baseline ${r.upstream.baselineMs.toFixed(2)})` : '';
+          log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}${up}`);
         }
       }
     }
@@ -706,6 +734,7 @@ async function main() {
   out.push(`peers: ${peers.map((k) => NAME[k]).join(', ') || 'none'}${peerNotes.length ? ` (${peerNotes.join('; ')})` : ''}`);
   out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
   out.push(`TLS negotiated: ${tlsLine}`);
+  if (ROUTE.protocol) out.push(`Rampart's route (rows without their own): ${JSON.stringify(ROUTE)}`);
   out.push(`workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}, nginx worker_processes ${THREADS} (CPU and RSS: master + workers); origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}; wrk -t ${WRK_THREADS}`);
   out.push(PIN ? `pinned (taskset): proxies on CPUs ${CPUS.proxy}, wrk and the origin on CPUs ${CPUS.load}` : 'not pinned: proxies, wrk and the origin share every CPU');
   out.push('');
