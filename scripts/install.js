@@ -101,7 +101,7 @@ function buildFromSource(reason) {
   log(`${reason}: building from source.`);
   log('This needs Rust stable (cargo) and, for the XDP filter, clang + libbpf-dev (Debian: apt-get install clang llvm libbpf-dev);');
   log('without clang the addon still builds and attachXdp() rejects naming what is missing.');
-  log('A release build from scratch takes about 3-4 minutes on 2 cores (as a dependency, npm shows its output only with --foreground-scripts).');
+  log('A release build from scratch takes about 4-5 minutes on 2 cores (as a dependency, npm shows its output only with --foreground-scripts).');
   const cargo = spawnSync(process.env.CARGO || 'cargo', ['--version'], { encoding: 'utf8' });
   if (cargo.status !== 0) {
     log('cargo was not found or does not run: install Rust stable (rustup), then run npm install again.');
