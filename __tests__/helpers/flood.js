@@ -227,13 +227,15 @@ function tlsGetFlood(opts) {
  * The known-good client: every 1000/rate ms a new TLS connection from `localAddress` and one
  * `GET <path>` with `Connection: close`, for `durationMs`. Success = status 200 and the whole
  * Content-Length body within `timeoutMs`. Resolves `{ attempts, ok, failures: { reason: n },
- * latenciesMs (successes, connect start to the body's end), p50, p99 }`; reasons are
- * `status <code>`, `closed` (before an answer), `timeout`.
+ * latenciesMs (successes, connect start to the body's end), startedMs (of each success, ms since
+ * the probe began), p50, p99 }`; reasons are `status <code>`, `closed` (before an answer),
+ * `timeout`.
  */
 function probe({ port, host = '127.0.0.1', localAddress = '127.0.0.2', servername = 'localhost', rate = 20, durationMs, timeoutMs = 5000, path: reqPath = '/' }) {
   const req = Buffer.from(`GET ${reqPath} HTTP/1.1\r\nHost: ${servername}\r\nConnection: close\r\n\r\n`);
   return new Promise((resolve) => {
-    const res = { attempts: 0, ok: 0, failures: {}, latenciesMs: [] };
+    const res = { attempts: 0, ok: 0, failures: {}, latenciesMs: [], startedMs: [] };
+    const begun = process.hrtime.bigint();
     let pending = 0;
     let ended = false;
     const finish = () => {
@@ -254,6 +256,7 @@ function probe({ port, host = '127.0.0.1', localAddress = '127.0.0.2', servernam
         if (why === 'ok') {
           res.ok++;
           res.latenciesMs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+          res.startedMs.push(Number(t0 - begun) / 1e6);
         } else res.failures[why] = (res.failures[why] || 0) + 1;
         s.destroy();
         if (--pending === 0 && ended) finish();
