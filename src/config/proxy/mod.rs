@@ -7,11 +7,13 @@ mod capacity;
 mod cert;
 mod listener;
 mod route;
+mod tunnels;
 mod upstream;
 
 pub use capacity::*;
 pub use listener::*;
 pub use route::*;
+pub use tunnels::Tunnels;
 pub use upstream::*;
 
 use listener::{bind_address, check_port_conflicts, parse_listener, share_port_policies};
