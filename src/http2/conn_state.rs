@@ -181,7 +181,7 @@ impl ConnState {
         now: &mut impl Now,
         hooks: &mut H,
     ) -> Check {
-        let t = if H::TIMED { now.now() } else { 0 };
+        let t = hook_time::<H>(now);
         hooks.opened(id, t).map_err(|shed| End::Shed(shed.reason))?;
         self.streams.open(id, end_stream);
         self.last_stream_id = id;
@@ -202,7 +202,7 @@ impl ConnState {
         hooks: &mut H,
     ) {
         if self.streams.end_client(id) {
-            hooks.closed(id, false, if H::TIMED { now.now() } else { 0 });
+            hooks.closed(id, false, hook_time::<H>(now));
         }
     }
 
@@ -215,7 +215,7 @@ impl ConnState {
         hooks: &mut H,
     ) {
         if self.streams.end_server(id) {
-            hooks.closed(id, false, if H::TIMED { now.now() } else { 0 });
+            hooks.closed(id, false, hook_time::<H>(now));
         }
     }
 
@@ -228,7 +228,7 @@ impl ConnState {
         hooks: &mut H,
     ) {
         if self.streams.answer(id) {
-            hooks.closed(id, true, if H::TIMED { now.now() } else { 0 });
+            hooks.closed(id, true, hook_time::<H>(now));
         }
     }
 
@@ -378,4 +378,15 @@ impl HeaderReader {
 pub(super) fn stop(conn: &mut ConnState, end: End, at: Option<usize>) -> Inspect {
     let end = *conn.end.get_or_insert(end);
     end.at(at.unwrap_or(0))
+}
+
+/// The time the hooks `H` are told (CLOCK_MONOTONIC ns): read only when they use it
+/// ([`StreamHooks::TIMED`]), 0 for the no-op hooks.
+#[inline(always)]
+fn hook_time<H: StreamHooks>(now: &mut impl Now) -> u64 {
+    if H::TIMED {
+        now.now()
+    } else {
+        0
+    }
 }

@@ -9,7 +9,7 @@ use crate::capacity::{Capacity, Class, Overloaded, Permit};
 use crate::config::proxy::ListenerId;
 use crate::http2::{Shed, ShedReason, StreamHooks};
 use crate::protection::policy::ProtectionPolicy;
-use crate::protection::{BlockReason, Mode, Verdict};
+use crate::protection::{BlockReason, Mode, RequestLimited, Verdict};
 use crate::proxy::answers;
 use crate::proxy::forward_headers::{Answer, AnswerReason, ConnLimits, RequestHooks};
 use crate::shared::Shared;
@@ -40,13 +40,12 @@ impl<'a> RequestBudget<'a> {
             reported: false,
         }
     }
-}
 
-impl RequestHooks for RequestBudget<'_> {
-    fn request(&mut self, now_ns: u64) -> Result<(), Answer> {
+    /// One request at `now_ns` against the engine's `requestLimit`: `Ok` (also an observed
+    /// excess, reported once per connection) or the enforced refusal.
+    pub fn check(&mut self, now_ns: u64) -> Result<(), RequestLimited> {
         let engine = &self.shared.listener(self.li).engine;
         match engine.request(self.ip, now_ns) {
-            Ok(()) => Ok(()),
             Err(l) if l.observed => {
                 if !self.reported {
                     self.reported = true;
@@ -59,11 +58,17 @@ impl RequestHooks for RequestBudget<'_> {
                 }
                 Ok(())
             }
-            Err(l) => Err(Answer {
-                bytes: answers::too_many_requests(l.retry_after_ns, l.limit, l.burst),
-                reason: AnswerReason::RequestRateLimited,
-            }),
+            r => r,
         }
+    }
+}
+
+impl RequestHooks for RequestBudget<'_> {
+    fn request(&mut self, now_ns: u64) -> Result<(), Answer> {
+        self.check(now_ns).map_err(|l| Answer {
+            bytes: answers::too_many_requests(l.retry_after_ns, l.limit, l.burst),
+            reason: AnswerReason::RequestRateLimited,
+        })
     }
 
     #[inline]
@@ -224,8 +229,7 @@ impl RequestHooks for RequestGate<'_> {
 /// against the capacity for as long as the work it caused. At most `maxConcurrentStreams` open
 /// and [`MAX_HELD`] reset permits are held; all are released when the connection ends.
 pub struct StreamGate<'a> {
-    budget: Option<(&'a Shared, ListenerId, IpAddr)>,
-    reported: bool,
+    budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
     open: Vec<(u32, Permit)>,
     /// Permits of streams reset before their response, with when they are released (ns).
@@ -245,8 +249,7 @@ impl<'a> StreamGate<'a> {
     ) -> Self {
         let limited = shared.listener(li).engine.requests_limited();
         StreamGate {
-            budget: limited.then_some((shared, li, ip)),
-            reported: false,
+            budget: limited.then(|| RequestBudget::new(shared, li, ip)),
             upstream: UpstreamGate::new(shared, li, ip, capacity),
             open: Vec::new(),
             held: VecDeque::new(),
@@ -264,25 +267,10 @@ impl<'a> StreamGate<'a> {
 impl StreamHooks for StreamGate<'_> {
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
         self.release_held(now_ns);
-        if let Some((shared, li, ip)) = self.budget {
-            match shared.listener(li).engine.request(ip, now_ns) {
-                Ok(()) => {}
-                Err(l) if l.observed => {
-                    if !self.reported {
-                        self.reported = true;
-                        let v = Verdict {
-                            reason: BlockReason::RequestRateLimited,
-                            observed: true,
-                        };
-                        shared.report_block(li, ip, v, None, ("", ""));
-                    }
-                }
-                Err(_) => {
-                    return Err(Shed {
-                        reason: ShedReason::RequestRateLimited,
-                    })
-                }
-            }
+        if let Some(b) = &mut self.budget {
+            b.check(now_ns).map_err(|_| Shed {
+                reason: ShedReason::RequestRateLimited,
+            })?;
         }
         let permit = self.upstream.acquire(now_ns).map_err(|_| Shed {
             reason: ShedReason::UpstreamOverloaded,

@@ -330,6 +330,17 @@ impl RouteTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table of `routes` alone (no listener), with fresh registries.
+    fn table(routes: &[RouteConfig]) -> RouteTable {
+        RouteTable::build(
+            routes,
+            &[],
+            &RouteRegistry::default(),
+            &TlsCache::default(),
+            &CapacityRegistry::default(),
+        )
+    }
     use crate::config::proxy::{parse_sni, ForwardFingerprint, SourceAddressHeader, Upstream};
     const H1: AppProtocol = AppProtocol::Http1;
     const H2: AppProtocol = AppProtocol::H2;
@@ -370,17 +381,11 @@ mod tests {
 
     #[test]
     fn exact_then_wildcard_then_default() {
-        let t = RouteTable::build(
-            &[
-                route("api.example.com", 1),
-                route("*.example.com", 2),
-                route("", 3),
-            ],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[
+            route("api.example.com", 1),
+            route("*.example.com", 2),
+            route("", 3),
+        ]);
         assert_eq!(port_of(t.lookup(Some("api.example.com"))), Some(1));
         assert_eq!(port_of(t.lookup(Some("API.Example.COM."))), Some(1));
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
@@ -391,17 +396,11 @@ mod tests {
 
     #[test]
     fn names_with_an_empty_label_match_no_wildcard() {
-        let t = RouteTable::build(
-            &[
-                route("*.example.com", 2),
-                route("*.a.example.com", 4),
-                route("", 3),
-            ],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[
+            route("*.example.com", 2),
+            route("*.a.example.com", 4),
+            route("", 3),
+        ]);
         // The wildcards do match one more non-empty label.
         assert_eq!(port_of(t.lookup(Some("www.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("WWW.Example.com."))), Some(2));
@@ -423,13 +422,7 @@ mod tests {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
         }
         // Without a default route they get no route at all.
-        let t = RouteTable::build(
-            &[route("*.example.com", 2), route("*.a.example.com", 4)],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[route("*.example.com", 2), route("*.a.example.com", 4)]);
         for name in [".example.com", ".a.example.com", "a..example.com", "."] {
             assert_eq!(port_of(t.lookup(Some(name))), None, "{name:?}");
         }
@@ -438,13 +431,7 @@ mod tests {
 
     #[test]
     fn an_exact_route_is_not_reached_through_an_empty_label() {
-        let t = RouteTable::build(
-            &[route("api.example.com", 1), route("", 3)],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[route("api.example.com", 1), route("", 3)]);
         for name in [".api.example.com", "api..example.com", "api.example.com.."] {
             assert_eq!(port_of(t.lookup(Some(name))), Some(3), "{name:?}");
         }
@@ -461,13 +448,7 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![None; 3];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(
-            &[r],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[r]);
         let cr = t.lookup(None).unwrap();
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let ms = 1_000_000;
@@ -498,13 +479,7 @@ mod tests {
             .collect();
         r.upstream_protocols = vec![Some(H2), Some(H1), None, Some(H1)];
         r.ip_affinity_ttl_ms = Some(1000);
-        let t = RouteTable::build(
-            &[r],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[r]);
         let cr = t.lookup(None).unwrap();
         let picks = |p, n| (0..n).map(|_| cr.pick(p).unwrap()).collect::<Vec<_>>();
         assert_eq!(picks(H2, 3), [0, 2, 0]);
@@ -520,26 +495,14 @@ mod tests {
         // A set without an upstream for a protocol picks none.
         let mut r = route("", 1);
         r.upstream_protocols = vec![Some(H2)];
-        let t = RouteTable::build(
-            &[r],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[r]);
         let cr = t.lookup(None).unwrap();
         assert_eq!((cr.pick(H2), cr.pick(H1)), (Some(0), None));
     }
 
     #[test]
     fn no_default_means_no_route() {
-        let t = RouteTable::build(
-            &[route("*.Example.com.", 2)],
-            &[],
-            &RouteRegistry::default(),
-            &TlsCache::default(),
-            &CapacityRegistry::default(),
-        );
+        let t = table(&[route("*.Example.com.", 2)]);
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
         assert_eq!(port_of(t.lookup(Some("other.org"))), None);
         assert_eq!(port_of(t.lookup(None)), None);
