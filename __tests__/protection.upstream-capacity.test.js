@@ -246,3 +246,76 @@ test('overload.eventLoopDelayMs: a blocked event loop overloads every route, and
   await h.waitFor(() => overload.length === 2, { timeoutMs: 6000, what: "'overload' off" });
   assert.deepEqual(overload, [true, false]);
 });
+
+test('HTTP/1.1 past a fixed limit waits in the queue (HAProxy maxqueue): every request is served, the upstream never holds more than the limit, nothing is refused', { timeout: 30000 }, async (t) => {
+  const up = await capacityUpstream({ concurrency: 10, serviceMs: 150 });
+  t.after(() => up.close());
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
+    routes: [
+      {
+        sni: '',
+        terminateTls: true,
+        protocol: 'http',
+        concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 },
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }],
+      },
+    ],
+  });
+  const blocked = [];
+  proxy.on('blocked', (e) => blocked.push([e.ip, e.reason]));
+  await proxy.start();
+  t.after(() => proxy.stop());
+
+  const replies = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => exchange(port, GET(`/${i}`), `127.0.4.${i}`)));
+  assert.deepEqual(
+    replies.map((r) => r.text.split('\r\n')[0]),
+    Array(6).fill('HTTP/1.1 200 OK')
+  );
+  assert.equal(up.requests, 6);
+  assert.equal(up.peak, 2);
+  assert.deepEqual(blocked, []);
+  const u = proxy.metrics().routeMetrics[0].upstream;
+  assert.deepEqual(
+    [u.inFlight, u.queued, u.waited, u.queueTimeouts, u.refused, u.answered, u.overloaded],
+    [0, 0, 4, 0, 0, 6, false]
+  );
+  const text = proxy.prometheus();
+  assert.match(text, /^rampart_route_upstream_waited_total\{route="",group="[^"]*"\} 4$/m);
+  assert.match(text, /^rampart_route_upstream_queued\{route="",group="[^"]*"\} 0$/m);
+});
+
+test('HTTP/2 streams past a fixed limit wait with their HEADERS held: all answered on one connection, at most the limit at the upstream, no GOAWAY', { timeout: 30000 }, async (t) => {
+  const H = require('./helpers/h2');
+  const http2 = require('node:http2');
+  let atUpstream = 0;
+  let peak = 0;
+  const s = await H.proxiedUpstream(t, {
+    protection: PROTECTION,
+    route: { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 } },
+    handler: (stream) => {
+      atUpstream++;
+      peak = Math.max(peak, atUpstream);
+      setTimeout(() => {
+        atUpstream--;
+        stream.respond({ ':status': 200 });
+        stream.end('ok');
+      }, 100);
+    },
+  });
+  const session = http2.connect(`https://localhost:${s.port}`, { rejectUnauthorized: false, localAddress: '127.0.4.20' });
+  t.after(() => session.destroy());
+  let goaway = false;
+  session.on('goaway', () => (goaway = true));
+  const get = H.getter(session);
+  const answers = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => get(`/${i}`)));
+  assert.deepEqual(answers, Array(6).fill([200, 'ok']));
+  assert.equal(s.up.streams, 6);
+  assert.equal(peak, 2);
+  assert.equal(goaway, false);
+  assert.deepEqual(s.events, []);
+  const u = s.proxy.metrics().routeMetrics[0].upstream;
+  assert.deepEqual([u.inFlight, u.queued, u.queueTimeouts, u.refused, u.answered], [0, 0, 0, 0, 6]);
+  assert.ok(u.waited >= 1 && u.waited <= 4, `waited ${u.waited}`);
+});

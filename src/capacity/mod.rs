@@ -24,11 +24,13 @@
 //! notices it is over and wins a `try_lock` ([`limiter::Limiter::roll`]).
 
 pub mod limiter;
+pub mod queue;
 pub mod registry;
 #[cfg(test)]
 mod tests;
 
 pub use crate::metrics::upstream::CapacitySnapshot;
+pub use queue::{Admit, Queued};
 pub use registry::CapacityRegistry;
 
 use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
@@ -112,6 +114,10 @@ pub struct Capacity {
     /// The limit of class `Other`.
     other_cap: AtomicU32,
     retry_after_s: AtomicU32,
+    /// `queueTimeoutMs` and `maxQueue` (0: no queue).
+    queue_timeout_ms: AtomicU32,
+    max_queue: AtomicU32,
+    waiters: queue::Waiters,
     in_flight: AtomicU32,
     in_flight_priority: AtomicU32,
     refused: AtomicU64,
@@ -144,6 +150,9 @@ impl Capacity {
             limit: AtomicU32::new(0),
             other_cap: AtomicU32::new(0),
             retry_after_s: AtomicU32::new(cfg.retry_after_s),
+            queue_timeout_ms: AtomicU32::new(0),
+            max_queue: AtomicU32::new(0),
+            waiters: queue::Waiters::default(),
             in_flight: AtomicU32::new(0),
             in_flight_priority: AtomicU32::new(0),
             refused: AtomicU64::new(0),
@@ -194,9 +203,19 @@ impl Capacity {
         self.mode.store(mode_code(st.cfg.mode), Ordering::Relaxed);
         self.retry_after_s
             .store(st.cfg.retry_after_s, Ordering::Relaxed);
+        let queues = st.cfg.queues();
+        let (timeout, max) = (st.cfg.queue_timeout_ms, st.cfg.max_queue);
+        self.queue_timeout_ms
+            .store(if queues { timeout } else { 0 }, Ordering::Relaxed);
+        self.max_queue.store(max, Ordering::Relaxed);
         self.other_cap
             .store(other_cap(limit, st.cfg.priority_share), Ordering::Relaxed);
-        self.limit.store(limit, Ordering::Relaxed);
+        let before = self.limit.swap(limit, Ordering::SeqCst);
+        if limit > before && !self.waiters.is_empty() {
+            // Room for the waiters the larger limit lets in.
+            let room = limit.saturating_sub(self.in_flight.load(Ordering::SeqCst));
+            self.wake(room.min(limit - before));
+        }
         let hint = st
             .current_ns
             .max(st.baseline_ns)
@@ -226,35 +245,70 @@ impl Capacity {
     /// to reach the upstream at `now_ns`. Err when the class's share of the limit is full (then
     /// the route counts as overloaded for [`OVERLOAD_HOLD_NS`]).
     pub fn try_acquire(self: &Arc<Self>, class: Class, now_ns: u64) -> Result<Permit, Overloaded> {
-        let cap = match class {
+        match self.take(class) {
+            Ok(n) => Ok(self.permit(class, n, now_ns)),
+            Err(cur) => Err(self.refuse(class, cur, now_ns)),
+        }
+    }
+
+    /// The cap of `class` now (`u32::MAX` with `mode: 'off'`).
+    #[inline]
+    fn cap(&self, class: Class) -> u32 {
+        match class {
             _ if self.mode.load(Ordering::Relaxed) == MODE_OFF => u32::MAX,
             Class::Priority => self.limit.load(Ordering::Relaxed),
             Class::Other => self.other_cap.load(Ordering::Relaxed),
-        };
-        let mut cur = self.in_flight.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a request of `class` would find room now.
+    fn has_room(&self, class: Class) -> bool {
+        self.in_flight.load(Ordering::SeqCst) < self.cap(class)
+            || (class == Class::Priority && self.reserve_free())
+    }
+
+    /// One more in flight when `class` has room: `Ok(in flight after)`, else `Err(in flight)`.
+    /// Nothing else is counted.
+    #[inline]
+    fn take(&self, class: Class) -> Result<u32, u32> {
+        let cap = self.cap(class);
+        let mut cur = self.in_flight.load(Ordering::SeqCst);
         loop {
             if cur >= cap && !(class == Class::Priority && self.reserve_free()) {
-                return Err(self.refuse(class, cur, now_ns));
+                return Err(cur);
             }
             match self.in_flight.compare_exchange_weak(
                 cur,
                 cur + 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
-                Ok(_) => break,
+                Ok(_) => return Ok(cur + 1),
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// The permit of a [`Capacity::take`] that brought the in-flight count to `n` at `now_ns`.
+    #[inline]
+    fn permit(self: &Arc<Self>, class: Class, n: u32, now_ns: u64) -> Permit {
         if class == Class::Priority {
             self.in_flight_priority.fetch_add(1, Ordering::Relaxed);
         }
-        self.limiter.in_flight(cur + 1);
-        Ok(Permit {
+        self.limiter.in_flight(n);
+        Permit {
             capacity: self.clone(),
             class,
             start_ns: now_ns,
-        })
+        }
+    }
+
+    /// `queueTimeoutMs` (0: no queue) and `maxQueue`.
+    fn queue_config(&self) -> (u32, u32) {
+        (
+            self.queue_timeout_ms.load(Ordering::Relaxed),
+            self.max_queue.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether class `Priority` holds fewer than its reserved slots (`limit − other cap`, the
@@ -407,6 +461,9 @@ impl Capacity {
             overloaded: self.refuses_new(now_ns),
             refused: self.refused.load(Ordering::Relaxed),
             refused_priority: self.refused_priority.load(Ordering::Relaxed),
+            queued: self.waiters.len(),
+            waited: self.waiters.waited(),
+            queue_timeouts: self.waiters.timeouts(),
             answered: self.answered.load(Ordering::Relaxed),
             connect_failures: self.connect_failures.load(Ordering::Relaxed),
             connect_ms,
@@ -448,11 +505,12 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.capacity.in_flight.fetch_sub(1, Ordering::Relaxed);
         if self.class == Class::Priority {
             self.capacity
                 .in_flight_priority
                 .fetch_sub(1, Ordering::Relaxed);
         }
+        self.capacity.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.capacity.released();
     }
 }

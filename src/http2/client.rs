@@ -81,11 +81,21 @@ impl ClientToUpstream {
                 self.header.remaining = remaining - take as u32;
                 continue;
             }
+            // The reader as it was before this header, for a held frame (16 bytes).
+            let before = self.header.clone();
             let Some(h) = self.header.read(chunk, &mut i, &mut frame_start) else {
                 break;
             };
-            if let Err(end) = self.on_header(conn, &h, now, hooks, budget) {
-                return stop(conn, end, frame_start);
+            match self.on_header(conn, &h, now, hooks, budget) {
+                Ok(()) => {}
+                Err(End::Hold) => {
+                    // Inspected again from this frame's start once the hooks are ready.
+                    self.header = before;
+                    return Inspect::Hold {
+                        at: frame_start.unwrap_or(0),
+                    };
+                }
+                Err(end) => return stop(conn, end, frame_start),
             }
             self.header.remaining = h.len;
         }
@@ -139,6 +149,10 @@ impl ClientToUpstream {
                         // A new stream after the graceful GOAWAY (RFC 9113 §6.8: above its
                         // last-stream-id, so unprocessed and safe to retry).
                         return Err(End::Drained);
+                    }
+                    // Nothing of this frame is counted before the hooks let it go.
+                    if !conn.stream_ready(h.stream, now, hooks) {
+                        return Err(End::Hold);
                     }
                     conn.admit_stream(now, budget)?;
                 }

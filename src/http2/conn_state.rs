@@ -170,6 +170,23 @@ impl ConnState {
             .drain_unanswered(|id| hooks.closed(id, false, now_ns));
     }
 
+    /// Whether `hooks` let the HEADERS opening stream `id` go now ([`StreamHooks::ready`]);
+    /// holding is allowed only while no open stream waits for client bytes.
+    #[inline]
+    pub(super) fn stream_ready<H: StreamHooks>(
+        &mut self,
+        id: u32,
+        now: &mut impl Now,
+        hooks: &mut H,
+    ) -> bool {
+        if !H::TIMED {
+            return true;
+        }
+        let t = hook_time::<H>(now);
+        let streams = &self.streams;
+        hooks.ready(id, t, || !streams.awaiting_client())
+    }
+
     /// Opens client stream `id` (its HEADERS passed every check) once `hooks` accept it;
     /// `end_stream`: the HEADERS carried END_STREAM. The stream that reaches
     /// `max_streams_per_connection` schedules the graceful GOAWAY.

@@ -138,6 +138,11 @@ impl<H: StreamHooks, B: ClientBudget> H2Guard<H, B> {
         &self.hooks
     }
 
+    /// The stream hooks, mutably (to poll them while they hold a frame).
+    pub fn hooks_mut(&mut self) -> &mut H {
+        &mut self.hooks
+    }
+
     /// The upstream → client inspector (frame boundary, server preface, SETTINGS seen).
     pub fn upstream(&self) -> &UpstreamToClient {
         &self.upstream

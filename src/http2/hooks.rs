@@ -4,6 +4,7 @@
 //! [`H2Guard`](super::H2Guard).
 
 use super::frame::{ENHANCE_YOUR_CALM, NO_ERROR};
+use std::task::{Context, Poll};
 
 /// Why a stream was shed (its HEADERS not forwarded, the connection ended with a GOAWAY).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +63,23 @@ pub trait StreamHooks {
     /// `closed`. (A single stream cannot be refused alone: its header block already changed
     /// the client's HPACK state, which the upstream would then miss.)
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed>;
+    /// Asked for a HEADERS frame that opens stream `id`, before any check of it: `false` holds
+    /// the frame and every byte after it (the copy loop forwards what came before, then waits
+    /// for [`StreamHooks::poll_ready`] and inspects the frame again from its start, asking
+    /// again). A stream waiting for room at the upstream. `may_wait()` is false when holding
+    /// could stall the connection's own streams (one of them still waits for client bytes:
+    /// a request body behind the held frame; a scan of the open streams, so ask it only when
+    /// about to hold); the hooks must then say `true`. Default: `true`.
+    #[inline(always)]
+    fn ready(&mut self, _id: u32, _now_ns: u64, _may_wait: impl FnOnce() -> bool) -> bool {
+        true
+    }
+    /// Ready once a frame held by [`StreamHooks::ready`] may be inspected again (it registers
+    /// `cx` to be woken). Default: ready.
+    #[inline(always)]
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        Poll::Ready(())
+    }
     /// Stream `id` got its response HEADERS (`answered`) or was reset / closed (`!answered`).
     fn closed(&mut self, id: u32, answered: bool, now_ns: u64);
 }

@@ -187,6 +187,13 @@ pub enum Inspect {
         /// Why.
         reason: ShedReason,
     },
+    /// The stream hooks hold the HEADERS frame that starts at `at` (or began in an earlier
+    /// chunk: `0`) until they are ready ([`super::StreamHooks::ready`]): forward `chunk[..at]`,
+    /// then inspect `chunk[at..]` again once they are. Nothing ended.
+    Hold {
+        /// Bytes of the chunk to forward before the held frame.
+        at: usize,
+    },
     /// The client opened a stream after the graceful GOAWAY of `maxStreamsPerConnection`:
     /// forward `chunk[..at]` (not that HEADERS), send the GOAWAY (NO_ERROR) again and close both
     /// sides. Not reported: the client may retry the stream on a new connection.
@@ -203,6 +210,8 @@ pub(super) enum End {
     Protocol(ProtocolError),
     Shed(ShedReason),
     Drained,
+    /// Not an end: the hooks hold the frame ([`Inspect::Hold`]); never stored as the end.
+    Hold,
 }
 
 impl End {
@@ -213,6 +222,7 @@ impl End {
             End::Protocol(error) => Inspect::ProtocolError { at, error },
             End::Shed(reason) => Inspect::Shed { at, reason },
             End::Drained => Inspect::Drained { at },
+            End::Hold => Inspect::Hold { at },
         }
     }
 }

@@ -117,6 +117,12 @@ impl OpenStreams {
         }
     }
 
+    /// Whether an open, unanswered stream still waits for client bytes (no END_STREAM from the
+    /// client yet): holding the client's next frame could stall it. A scan (≤ the cap).
+    pub fn awaiting_client(&self) -> bool {
+        self.entries.iter().any(|e| !e.client_ended && !e.answered)
+    }
+
     /// Whether `id` is open.
     #[inline]
     pub fn is_open(&self, id: u32) -> bool {

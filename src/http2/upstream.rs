@@ -142,6 +142,7 @@ impl UpstreamToClient {
             End::Protocol(_) => PROTOCOL_ERROR,
             End::Shed(reason) => reason.error_code(),
             End::Drained => NO_ERROR,
+            End::Hold => return None,
         };
         if !self.at_frame_boundary() {
             return None;

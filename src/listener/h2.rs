@@ -142,6 +142,7 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> Inspector for H2Inspe
         };
         match outcome {
             Inspect::Forward => Flow::All,
+            Inspect::Hold { at } => Flow::Hold(at),
             Inspect::Violation { at, violation } => {
                 if !self.reported {
                     self.reported = true;
@@ -198,6 +199,10 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> Inspector for H2Inspe
         }
     }
 
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.guard.hooks_mut().poll_ready(cx)
+    }
+
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match self.give_up.as_mut() {
             Some(s) => s.as_mut().poll(cx),
@@ -217,9 +222,19 @@ pub struct FirstAckFilter<S> {
     walk: FirstSettingsAck,
     held: [u8; FRAME_HEADER_LEN - 1],
     held_len: u8,
+    /// Bytes already walked, delivered before everything else ([`FirstAckFilter::replay`]).
+    replay: Vec<u8>,
+    replay_pos: usize,
 }
 
 impl<S> FirstAckFilter<S> {
+    /// Delivers `bytes` (already walked: the part of the head phase's buffer the HTTP/2 guard
+    /// held, a stream waiting for room) before anything else, as they are.
+    pub fn replay(&mut self, bytes: Vec<u8>) {
+        self.replay = bytes;
+        self.replay_pos = 0;
+    }
+
     /// `inner`, read from the point where `walk` left the client's stream; `held` are the bytes
     /// its last [`FirstSettingsAck::filter`] left undecided (at most 8), delivered (decided)
     /// before anything read from `inner`.
@@ -229,6 +244,8 @@ impl<S> FirstAckFilter<S> {
             walk,
             held: [0; FRAME_HEADER_LEN - 1],
             held_len: 0,
+            replay: Vec::new(),
+            replay_pos: 0,
         };
         let n = held.len().min(f.held.len());
         f.held[..n].copy_from_slice(&held[..n]);
@@ -244,6 +261,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for FirstAckFilter<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.replay.is_empty() {
+            let n = buf.remaining().min(this.replay.len() - this.replay_pos);
+            buf.put_slice(&this.replay[this.replay_pos..this.replay_pos + n]);
+            this.replay_pos += n;
+            if this.replay_pos == this.replay.len() {
+                this.replay = Vec::new();
+            }
+            return Poll::Ready(Ok(()));
+        }
         if this.walk.is_done() && this.held_len == 0 {
             return Pin::new(&mut this.inner).poll_read(cx, buf);
         }

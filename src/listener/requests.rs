@@ -5,7 +5,7 @@
 //! ([`conn_limits`]). The connection path ([`super::conn`]) builds them for each connection of a
 //! route that carries HTTP.
 
-use crate::capacity::{Capacity, Class, Overloaded, Permit};
+use crate::capacity::{Admit, Capacity, Class, Overloaded, Permit, Queued};
 use crate::config::proxy::ListenerId;
 use crate::http2::{Shed, ShedReason, StreamHooks};
 use crate::protection::policy::ProtectionPolicy;
@@ -16,6 +16,7 @@ use crate::shared::Shared;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// `requestLimit` on one connection's requests: each request head asks the listener's engine
@@ -138,7 +139,7 @@ impl<'a> UpstreamGate<'a> {
     }
 
     /// A permit for one request (or connection) at `now_ns`, or the refusal of the client's
-    /// class.
+    /// class (no waiting).
     pub fn acquire(&mut self, now_ns: u64) -> Result<Permit, Overloaded> {
         let class = if self.priority {
             Class::Priority
@@ -154,6 +155,24 @@ impl<'a> UpstreamGate<'a> {
         }
     }
 
+    /// A permit for one request at `now_ns`, a place in the route's queue, or the refusal of
+    /// the client's class ([`Capacity::admit`]; the standing is read only when its class had
+    /// no room).
+    /// `may_wait()` is asked only when the request could wait.
+    pub fn admit(&mut self, now_ns: u64, may_wait: impl FnOnce() -> bool) -> Admit<'a> {
+        let capacity: &'a Arc<Capacity> = self.capacity;
+        if !self.priority {
+            if let Some(p) = capacity.take_now(Class::Other, now_ns) {
+                return Admit::Ready(p);
+            }
+            if !self.is_priority(now_ns) {
+                return capacity.wait_or_refuse(Class::Other, now_ns, may_wait);
+            }
+            self.priority = true;
+        }
+        capacity.admit(Class::Priority, now_ns, may_wait)
+    }
+
     fn is_priority(&self, now_ns: u64) -> bool {
         let since = self.capacity.priority_since(now_ns);
         let engine = &self.shared.listener(self.li).engine;
@@ -162,13 +181,17 @@ impl<'a> UpstreamGate<'a> {
 }
 
 /// The hooks of one terminated HTTP/1.1 connection: `requestLimit` ([`RequestBudget`]: over
-/// budget → `429`), then the route's capacity ([`UpstreamGate`]: no room → `503` with the
-/// route's `Retry-After`, reason `upstream_overloaded`). The permits of the requests forwarded
-/// and not yet answered wait in order; each response head releases the oldest with its latency.
+/// budget → `429`), then the route's capacity ([`UpstreamGate`]: no room → the request waits in
+/// the route's queue up to `queueTimeoutMs`; no room after it, or no place in the queue → `503`
+/// with the route's `Retry-After`, reason `upstream_overloaded`). The permits of the requests
+/// forwarded and not yet answered wait in order; each response head releases the oldest with
+/// its latency.
 pub struct RequestGate<'a> {
     budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
     permits: VecDeque<Permit>,
+    /// The request waiting for room.
+    waiting: Option<Queued<'a>>,
 }
 
 impl<'a> RequestGate<'a> {
@@ -185,7 +208,15 @@ impl<'a> RequestGate<'a> {
             budget: budget.active().then_some(budget),
             upstream: UpstreamGate::new(shared, li, ip, capacity),
             permits: VecDeque::new(),
+            waiting: None,
         }
+    }
+}
+
+fn overloaded(o: Overloaded) -> Answer {
+    Answer {
+        bytes: answers::service_unavailable(o.retry_after_s),
+        reason: AnswerReason::UpstreamOverloaded,
     }
 }
 
@@ -194,16 +225,27 @@ impl RequestHooks for RequestGate<'_> {
         if let Some(b) = &mut self.budget {
             b.request(now_ns)?;
         }
-        match self.upstream.acquire(now_ns) {
+        match self.upstream.admit(now_ns, || true) {
+            Admit::Ready(p) => self.permits.push_back(p),
+            Admit::Wait(q) => self.waiting = Some(q),
+            Admit::Refused(o) => return Err(overloaded(o)),
+        }
+        Ok(())
+    }
+
+    fn poll_admit(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Answer>> {
+        let Some(q) = &mut self.waiting else {
+            return Poll::Ready(Ok(()));
+        };
+        let r = std::task::ready!(q.poll_permit(cx));
+        self.waiting = None;
+        Poll::Ready(match r {
             Ok(p) => {
                 self.permits.push_back(p);
                 Ok(())
             }
-            Err(o) => Err(Answer {
-                bytes: answers::service_unavailable(o.retry_after_s),
-                reason: AnswerReason::UpstreamOverloaded,
-            }),
-        }
+            Err(o) => Err(overloaded(o)),
+        })
     }
 
     #[inline]
@@ -221,19 +263,28 @@ impl RequestHooks for RequestGate<'_> {
 
 /// The stream hooks of one terminated HTTP/2 connection: each stream the client opens is one
 /// request against `requestLimit` (over budget: shed, GOAWAY ENHANCE_YOUR_CALM,
-/// `request_rate_limited`; observe mode: reported once, not shed) and takes a capacity permit
-/// (no room: shed, GOAWAY NO_ERROR, `upstream_overloaded`), released at the stream's first
-/// response HEADERS (a latency sample). A stream that ends without a response (a reset, either
-/// way) keeps its permit, without a sample, for the route's current latency
-/// ([`Capacity::reset_hold_ns`]): the upstream likely still works on it, so a rapid reset counts
-/// against the capacity for as long as the work it caused. At most `maxConcurrentStreams` open
-/// and [`MAX_HELD`] reset permits are held; all are released when the connection ends.
+/// `request_rate_limited`; observe mode: reported once, not shed) and takes a capacity permit.
+/// With no room, the stream's HEADERS frame is held ([`StreamHooks::ready`]: the connection's
+/// client → upstream bytes wait from that frame on, its responses go on) while it waits in the
+/// route's queue; no room after `queueTimeoutMs` (or no place in the queue, or holding could
+/// stall one of the connection's own streams) sheds it: GOAWAY NO_ERROR, `upstream_overloaded`.
+/// The permit is released at the stream's first response HEADERS (a latency sample). A stream
+/// that ends without a response (a reset, either way) keeps its permit, without a sample, for
+/// the route's current latency ([`Capacity::reset_hold_ns`]): the upstream likely still works on
+/// it, so a rapid reset counts against the capacity for as long as the work it caused. At most
+/// `maxConcurrentStreams` open and [`MAX_HELD`] reset permits are held; all are released when
+/// the connection ends.
 pub struct StreamGate<'a> {
     budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
     open: Vec<(u32, Permit)>,
     /// Permits of streams reset before their response, with when they are released (ns).
     held: VecDeque<(u64, Permit)>,
+    /// The stream whose HEADERS is held, and its wait.
+    waiting: Option<(u32, Queued<'a>)>,
+    /// What [`StreamHooks::ready`] decided for the stream about to open: its permit, or the
+    /// refusal `opened` sheds it with.
+    next: Option<(u32, Result<Permit, Overloaded>)>,
 }
 
 /// Most permits of reset streams one connection holds (the oldest is released first).
@@ -253,6 +304,8 @@ impl<'a> StreamGate<'a> {
             upstream: UpstreamGate::new(shared, li, ip, capacity),
             open: Vec::new(),
             held: VecDeque::new(),
+            waiting: None,
+            next: None,
         }
     }
 
@@ -265,14 +318,54 @@ impl<'a> StreamGate<'a> {
 }
 
 impl StreamHooks for StreamGate<'_> {
+    fn ready(&mut self, id: u32, now_ns: u64, may_wait: impl FnOnce() -> bool) -> bool {
+        if self.next.as_ref().is_some_and(|(s, _)| *s == id) {
+            return true;
+        }
+        if self.waiting.is_some() {
+            // Asked again before the wait ended (not expected: the copy loop polls first).
+            return false;
+        }
+        self.release_held(now_ns);
+        // Holding could stall this connection's own streams (`may_wait`): shed instead.
+        let decided = match self.upstream.admit(now_ns, may_wait) {
+            Admit::Ready(p) => Ok(p),
+            Admit::Refused(o) => Err(o),
+            Admit::Wait(q) => {
+                self.waiting = Some((id, q));
+                return false;
+            }
+        };
+        self.next = Some((id, decided));
+        true
+    }
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some((id, q)) = &mut self.waiting else {
+            return Poll::Ready(());
+        };
+        let r = std::task::ready!(q.poll_permit(cx));
+        self.next = Some((*id, r));
+        self.waiting = None;
+        Poll::Ready(())
+    }
+
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
         self.release_held(now_ns);
+        let decided = match self.next.take() {
+            Some((s, d)) if s == id => Some(d),
+            _ => None,
+        };
         if let Some(b) = &mut self.budget {
             b.check(now_ns).map_err(|_| Shed {
                 reason: ShedReason::RequestRateLimited,
             })?;
         }
-        let permit = self.upstream.acquire(now_ns).map_err(|_| Shed {
+        let permit = match decided {
+            Some(d) => d,
+            None => self.upstream.acquire(now_ns),
+        }
+        .map_err(|_| Shed {
             reason: ShedReason::UpstreamOverloaded,
         })?;
         self.open.push((id, permit));

@@ -28,6 +28,12 @@ pub struct CapacitySnapshot {
     pub refused: u64,
     /// Of which of `Priority` clients.
     pub refused_priority: u64,
+    /// Requests waiting for room now (`queueTimeoutMs`, `maxQueue`).
+    pub queued: u32,
+    /// Requests that waited for room, since start.
+    pub waited: u64,
+    /// Of which answered `503` when `queueTimeoutMs` passed (also in `refused`).
+    pub queue_timeouts: u64,
     /// Requests answered (latency samples), since start.
     pub answered: u64,
     /// Upstream connect failures, since start.
@@ -39,7 +45,7 @@ pub struct CapacitySnapshot {
 type Get = fn(&CapacitySnapshot) -> Option<f64>;
 
 /// The `rampart_route_upstream_*` families: suffix, type, help and value (`None`: no sample).
-const FAMILIES: [(&str, &str, &str, Get); 10] = [
+const FAMILIES: [(&str, &str, &str, Get); 13] = [
     (
         "in_flight",
         "gauge",
@@ -87,6 +93,24 @@ const FAMILIES: [(&str, &str, &str, Get); 10] = [
         "counter",
         "Requests of known-good clients refused for lack of upstream capacity.",
         |u| Some(u.refused_priority as f64),
+    ),
+    (
+        "queued",
+        "gauge",
+        "Requests waiting for room under the route's limit.",
+        |u| Some(f64::from(u.queued)),
+    ),
+    (
+        "waited_total",
+        "counter",
+        "Requests that waited for room under the route's limit.",
+        |u| Some(u.waited as f64),
+    ),
+    (
+        "queue_timeouts_total",
+        "counter",
+        "Requests answered 503 when their wait for room timed out (also in refused_total).",
+        |u| Some(u.queue_timeouts as f64),
     ),
     (
         "answered_total",

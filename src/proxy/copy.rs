@@ -105,6 +105,9 @@ pub enum Flow {
     /// Forward `chunk[..n]`, then read no more from this side: shut the other side's writer
     /// (after the inspector's farewell bytes, if any).
     Stop(usize),
+    /// Forward `chunk[..n]`, then hold `chunk[n..]` (and this side's later bytes) until
+    /// [`Inspector::poll_resume`] is ready, and inspect `chunk[n..]` again then.
+    Hold(usize),
 }
 
 /// Which way a pump moves bytes.
@@ -137,6 +140,11 @@ pub trait Inspector {
     #[inline(always)]
     fn interject(&mut self, _dir: Dir, _out: &mut [u8; FAREWELL_MAX]) -> usize {
         0
+    }
+    /// Ready once a direction held by [`Flow::Hold`] may go on (registers `cx`). Default: ready.
+    #[inline(always)]
+    fn poll_resume(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        Poll::Ready(())
     }
     /// Ready once an ending pair has waited long enough for its directions to finish: the pair
     /// is then dropped with whatever is still pending.
@@ -223,6 +231,10 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
         self.inner.interject(dir, out)
     }
     #[inline]
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_resume(cx)
+    }
+    #[inline]
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.inner.poll_give_up(cx)
     }
@@ -265,6 +277,8 @@ struct Pump {
     buf: Option<Box<[u8]>>,
     pos: usize,
     cap: usize,
+    /// `Some(h)`: `buf[h..cap]` is held by the inspector ([`Flow::Hold`]).
+    hold: Option<usize>,
     need_flush: bool,
     /// No more reads: EOF, or the inspector stopped this direction.
     read_done: bool,
@@ -282,6 +296,7 @@ impl Pump {
             buf: None,
             pos: 0,
             cap: 0,
+            hold: None,
             need_flush: false,
             read_done: false,
             tail: None,
@@ -314,11 +329,43 @@ impl Pump {
             if self.done {
                 return Poll::Ready(Ok(()));
             }
+            if let Some(h) = self.hold.filter(|h| *h == self.pos) {
+                // Everything before the held bytes went: wait for the inspector.
+                if inspector.stopped(self.dir) {
+                    (self.cap, self.hold, self.read_done) = (h, None, true);
+                    continue;
+                }
+                if inspector.poll_resume(cx).is_pending() {
+                    if self.need_flush {
+                        match Pin::new(&mut *w).poll_flush(cx) {
+                            Poll::Ready(Ok(())) => self.need_flush = false,
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                    return Poll::Pending;
+                }
+                let Some(buf) = self.buf.as_mut() else {
+                    return Poll::Ready(Err(io::Error::other("copy buffer lost")));
+                };
+                let held = self.cap - h;
+                self.hold = None;
+                match inspector.inspect(self.dir, &mut buf[h..self.cap]) {
+                    Flow::All => {}
+                    Flow::Stop(at) => {
+                        self.read_done = true;
+                        self.cap = h + at.min(held);
+                    }
+                    Flow::Hold(at) => self.hold = Some(h + at.min(held)),
+                }
+                continue;
+            }
             if self.pos < self.cap {
                 let Some(buf) = self.buf.as_ref() else {
                     return Poll::Ready(Err(io::Error::other("copy buffer lost")));
                 };
-                match Pin::new(&mut *w).poll_write(cx, &buf[self.pos..self.cap]) {
+                let end = self.hold.unwrap_or(self.cap);
+                match Pin::new(&mut *w).poll_write(cx, &buf[self.pos..end]) {
                     Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                     Poll::Ready(Ok(n)) => {
                         self.pos += n;
@@ -390,6 +437,10 @@ impl Pump {
                             Flow::Stop(at) => {
                                 self.read_done = true;
                                 at.min(n)
+                            }
+                            Flow::Hold(at) => {
+                                self.hold = Some(at.min(n));
+                                n
                             }
                         };
                         self.need_flush = true;

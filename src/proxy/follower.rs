@@ -41,6 +41,14 @@ pub trait RequestHooks: Send {
     /// `Connection: close`) once the responses to earlier requests passed, forwards nothing of
     /// this request, and ends the connection.
     fn request(&mut self, now_ns: u64) -> Result<(), Answer>;
+    /// After `request` said `Ok`: whether the request goes now (`Ready(Ok)`), waits
+    /// (`Pending`: the hooks woke `cx` when it may go or is answered — a request queued for
+    /// room at the upstream) or is answered after all (`Ready(Err)`, as from `request`). Polled
+    /// again until ready; the head waits meanwhile, and so do the client's later bytes.
+    #[inline]
+    fn poll_admit(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Answer>> {
+        Poll::Ready(Ok(()))
+    }
     /// The final (non-`1xx`; `101` counts) response head to the oldest outstanding request
     /// passed.
     fn responded(&mut self, now_ns: u64);
@@ -69,6 +77,10 @@ impl<T: RequestHooks + ?Sized> RequestHooks for Box<T> {
     #[inline]
     fn request(&mut self, now_ns: u64) -> Result<(), Answer> {
         (**self).request(now_ns)
+    }
+    #[inline]
+    fn poll_admit(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Answer>> {
+        (**self).poll_admit(cx)
     }
     #[inline]
     fn responded(&mut self, now_ns: u64) {
@@ -167,6 +179,8 @@ pub struct HeaderWriter<S, H = ()> {
     deadline: Option<(Instant, Ended)>,
     /// Request heads forwarded.
     requests: u32,
+    /// A complete request head (in `rw.out`) waits for the hooks' [`RequestHooks::poll_admit`].
+    admitting: bool,
     ended: Option<Ended>,
     observed: bool,
 }
@@ -197,6 +211,7 @@ impl<S, H: RequestHooks> HeaderWriter<S, H> {
             timer: None,
             deadline: None,
             requests: 0,
+            admitting: false,
             ended: None,
             observed: false,
         }
@@ -295,10 +310,44 @@ impl<S, H: RequestHooks> HeaderWriter<S, H> {
         cx.waker().wake_by_ref();
     }
 
+    /// The complete request head in `rw.out` goes (the hooks admitted it).
+    fn forward_head(&mut self) {
+        let max = self.limits.max_requests;
+        self.requests = self.requests.saturating_add(1);
+        self.rw.close = max != 0 && self.requests.saturating_add(1) == max;
+        self.pending.append(&mut self.rw.out);
+        reset(&mut self.rw.out);
+        self.resp.kinds.extend(self.rw.kinds.drain(..));
+    }
+
+    /// The complete request head in `rw.out` is answered by Rampart with `a` instead.
+    fn answer(&mut self, a: Answer, cx: &mut Context<'_>) {
+        self.rw.out.clear();
+        self.rw.kinds.clear();
+        self.refused_flag.store(true, Ordering::Relaxed);
+        let why = Ended::Answered(a.reason);
+        self.close_after_responses(Cow::Owned(a.bytes), why, cx);
+    }
+
+    /// A head waiting for the hooks: Ready once it went (or was answered).
+    fn poll_admitting(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.admitting {
+            return Poll::Ready(());
+        }
+        let r = ready!(self.hooks.poll_admit(cx));
+        self.admitting = false;
+        match r {
+            Ok(()) => self.forward_head(),
+            Err(a) => self.answer(a, cx),
+        }
+        Poll::Ready(())
+    }
+
     /// Between requests with every response passed: the keep-alive deadline starts (once).
     fn arm_idle(&mut self, cx: &mut Context<'_>) {
         if let Some(t) = self.limits.keep_alive_timeout {
             if self.deadline.is_none()
+                && !self.admitting
                 && self.reply.is_none()
                 && self.rw.idle()
                 && self.resp.answered_all()
@@ -413,6 +462,7 @@ impl<S: AsyncWrite + Unpin, H: RequestHooks + Unpin> AsyncWrite for HeaderWriter
         if this.deadline.is_some() {
             this.check_deadline(cx)?;
         }
+        ready!(this.poll_admitting(cx));
         if this.reply.is_some() {
             // Closing after the responses before: what went before goes; the rest is dropped.
             ready!(this.poll_drain(cx))?;
@@ -467,27 +517,34 @@ impl<S: AsyncWrite + Unpin, H: RequestHooks + Unpin> AsyncWrite for HeaderWriter
                 Step::Emit(n) => {
                     used += n;
                     if !this.rw.kinds.is_empty() {
-                        // A complete request head.
-                        if this.hooks.active() {
-                            if let Err(a) = this.hooks.request(clock::now_ns()) {
-                                this.rw.out.clear();
-                                this.rw.kinds.clear();
-                                this.refused_flag.store(true, Ordering::Relaxed);
-                                let why = Ended::Answered(a.reason);
-                                this.close_after_responses(Cow::Owned(a.bytes), why, cx);
-                                used = buf.len();
-                                break;
-                            }
-                        }
-                        this.requests = this.requests.saturating_add(1);
-                        this.rw.close = max != 0 && this.requests.saturating_add(1) == max;
+                        // A complete request head: its deadline is met.
                         if matches!(this.deadline, Some((_, Ended::SlowRequest))) {
                             this.deadline = None;
                         }
+                        if this.hooks.active() {
+                            let asked = match this.hooks.request(clock::now_ns()) {
+                                Ok(()) => this.hooks.poll_admit(cx),
+                                Err(a) => Poll::Ready(Err(a)),
+                            };
+                            match asked {
+                                Poll::Ready(Ok(())) => {}
+                                Poll::Ready(Err(a)) => {
+                                    this.answer(a, cx);
+                                    used = buf.len();
+                                    break;
+                                }
+                                Poll::Pending => {
+                                    // It waits (in `rw.out`); so do the bytes after it.
+                                    this.admitting = true;
+                                    break;
+                                }
+                            }
+                        }
+                        this.forward_head();
+                    } else {
+                        this.pending.append(&mut this.rw.out);
+                        reset(&mut this.rw.out);
                     }
-                    this.pending.append(&mut this.rw.out);
-                    reset(&mut this.rw.out);
-                    this.resp.kinds.extend(this.rw.kinds.drain(..));
                 }
                 // Woken by `poll_read` when the upstream answers.
                 Step::Wait if used > 0 => break,
@@ -527,6 +584,7 @@ impl<S: AsyncWrite + Unpin, H: RequestHooks + Unpin> AsyncWrite for HeaderWriter
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        ready!(this.poll_admitting(cx));
         ready!(this.poll_drain(cx))?;
         Pin::new(&mut this.inner).poll_flush(cx)
     }
@@ -534,6 +592,7 @@ impl<S: AsyncWrite + Unpin, H: RequestHooks + Unpin> AsyncWrite for HeaderWriter
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.refused.is_none() {
+            ready!(this.poll_admitting(cx));
             ready!(this.poll_drain(cx))?;
         }
         Pin::new(&mut this.inner).poll_shutdown(cx)

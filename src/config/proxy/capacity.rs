@@ -23,6 +23,14 @@ pub const DEFAULT_PRIORITY_SHARE: f64 = 0.2;
 pub const DEFAULT_TOLERANCE: f64 = 1.25;
 /// Default `retryAfterS`: the `Retry-After` (s) of an answer for lack of capacity.
 pub const DEFAULT_RETRY_AFTER_S: u32 = 1;
+/// Default `queueTimeoutMs`: how long a request past the limit waits for room before it is
+/// answered `503` (HAProxy `timeout queue`).
+pub const DEFAULT_QUEUE_TIMEOUT_MS: u32 = 1_000;
+/// Default `maxQueue`: requests (HTTP/2: connections holding a new stream) that may wait at once
+/// on one route (HAProxy `maxqueue`); past it a request is answered at once.
+pub const DEFAULT_MAX_QUEUE: u32 = 1_024;
+/// Largest `queueTimeoutMs` accepted (60 s).
+pub const MAX_QUEUE_TIMEOUT_MS: u32 = 60_000;
 /// Largest limit accepted anywhere (`limit`, `minLimit`, `maxLimit`, `initialLimit`).
 pub const MAX_CONCURRENCY: u32 = 1_000_000;
 
@@ -70,6 +78,11 @@ pub struct CapacityConfig {
     pub tolerance: f64,
     /// `retryAfterS`: the `Retry-After` of an answer for lack of capacity, seconds.
     pub retry_after_s: u32,
+    /// `queueTimeoutMs`: how long a request past the limit waits for room, ms (0 = it is
+    /// answered at once: no queue).
+    pub queue_timeout_ms: u32,
+    /// `maxQueue`: most requests waiting at once (0 = no queue).
+    pub max_queue: u32,
 }
 
 impl CapacityConfig {
@@ -88,7 +101,15 @@ impl CapacityConfig {
             priority_share: DEFAULT_PRIORITY_SHARE,
             tolerance: DEFAULT_TOLERANCE,
             retry_after_s: DEFAULT_RETRY_AFTER_S,
+            queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS,
+            max_queue: DEFAULT_MAX_QUEUE,
         }
+    }
+
+    /// Whether a request past the limit may wait (`queueTimeoutMs` and `maxQueue` both > 0, and
+    /// a limit to wait for).
+    pub fn queues(&self) -> bool {
+        self.queue_timeout_ms > 0 && self.max_queue > 0 && self.mode != ConcurrencyMode::Off
     }
 }
 
@@ -146,7 +167,14 @@ pub fn parse_concurrency(
 ) -> Option<CapacityConfig> {
     let obj = v::object(val, path, issues)?;
     let before = issues.len();
-    let mut known = vec!["mode", "limit", "priorityShare", "retryAfterS"];
+    let mut known = vec![
+        "mode",
+        "limit",
+        "priorityShare",
+        "retryAfterS",
+        "queueTimeoutMs",
+        "maxQueue",
+    ];
     known.extend(ADAPTIVE_FIELDS);
     v::reject_unknown(obj, &known, path, issues);
     let mut c = CapacityConfig::default_for(carries_http);
@@ -221,6 +249,19 @@ pub fn parse_concurrency(
             c.retry_after_s = r as u32;
         }
     }
+    if let Some(t) = field(obj, "queueTimeoutMs") {
+        let p = join(path, "queueTimeoutMs");
+        let max = f64::from(MAX_QUEUE_TIMEOUT_MS);
+        if let Some(t) = v::number_in(t, &p, 0.0, max, true, issues) {
+            c.queue_timeout_ms = t as u32;
+        }
+    }
+    if let Some(q) = field(obj, "maxQueue") {
+        let p = join(path, "maxQueue");
+        if let Some(q) = v::number_in(q, &p, 0.0, f64::from(MAX_CONCURRENCY), true, issues) {
+            c.max_queue = q as u32;
+        }
+    }
     (issues.len() == before).then_some(c)
 }
 
@@ -257,7 +298,14 @@ mod tests {
             (c.priority_share, c.tolerance, c.retry_after_s),
             (0.2, 1.25, 1)
         );
+        assert_eq!(
+            (c.queue_timeout_ms, c.max_queue, c.queues()),
+            (1000, 1024, true)
+        );
+        let c = parse(json!({ "queueTimeoutMs": 0, "maxQueue": 5 }), true).unwrap();
+        assert_eq!((c.queue_timeout_ms, c.max_queue, c.queues()), (0, 5, false));
         assert_eq!(parse(json!({}), false).unwrap().mode, ConcurrencyMode::Off);
+        assert!(!parse(json!({}), false).unwrap().queues());
         let c = parse(json!({ "mode": "fixed", "limit": 20 }), false).unwrap();
         assert_eq!((c.mode, c.limit), (ConcurrencyMode::Fixed, 20));
         let c = parse(json!({ "minLimit": 200 }), true).unwrap();
@@ -286,7 +334,7 @@ mod tests {
         assert_eq!(
             paths(json!({ "mode": "fast", "limit": 0, "priorityShare": 1,
                 "tolerance": 0.5, "retryAfterS": 1.5, "maxLimit": {"$nonFinite": "NaN"},
-                "limitt": 1 })),
+                "queueTimeoutMs": 60001, "maxQueue": -1, "limitt": 1 })),
             [
                 p("limitt"),
                 p("mode"),
@@ -295,6 +343,8 @@ mod tests {
                 p("priorityShare"),
                 p("tolerance"),
                 p("retryAfterS"),
+                p("queueTimeoutMs"),
+                p("maxQueue"),
             ]
         );
         assert_eq!(

@@ -106,7 +106,13 @@ impl Conn<'_> {
     {
         let l = &self.shared.listener(self.li);
         if !head.is_empty() {
-            up.write_all(head).await.map_err(|e| {
+            // The flush also waits while the request waits for room at the upstream (its head
+            // is held by the request follower until then).
+            let sent = match up.write_all(head).await {
+                Ok(()) => up.flush().await,
+                Err(e) => Err(e),
+            };
+            sent.map_err(|e| {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
@@ -189,7 +195,7 @@ impl Conn<'_> {
             // The head phase counted them; the filter delivers them again.
             c.fetch_sub(held.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        let client = FirstAckFilter::new(client, walk, &held);
+        let mut client = FirstAckFilter::new(client, walk, &held);
         let hook = self.known_good_hook_tls();
         let Some((config, observe)) = guard else {
             if !head.is_empty() {
@@ -227,11 +233,21 @@ impl Conn<'_> {
             !head.is_empty(),
             hook,
         ));
+        // The head phase read the preface and first header block: the guard sees them first.
+        // A stream held there (waiting for room) and what follows it are read again by the
+        // copy loop, which answers the streams before it meanwhile.
         if !head.is_empty() {
-            // The head phase read the preface and first header block: the guard sees them first.
             let n = match inspector.inspect(Dir::ToUpstream, &mut head) {
                 Flow::All => head.len(),
                 Flow::Stop(n) => n,
+                Flow::Hold(n) => {
+                    let rest = head.split_off(n.min(head.len()));
+                    for c in rx {
+                        c.fetch_sub(rest.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    client.replay(rest);
+                    head.len()
+                }
             };
             up.write_all(&head[..n]).await.map_err(|e| {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))

@@ -1,0 +1,236 @@
+//! The bounded wait of a request past its route's limit (HAProxy's server queue: `maxqueue`,
+//! `timeout queue`): instead of being answered `503` at once, a request waits up to
+//! `queueTimeoutMs` for a permit, at most `maxQueue` of them per route. Class `Priority` waiters
+//! are served before class `Other` ones; a new request never overtakes a waiter of its class (or
+//! of a higher one), so the wait is first come, first served within a class.
+//!
+//! Each released permit wakes one waiter ([`Capacity::wake`]) through a `tokio::sync::Notify`
+//! per class; a woken waiter that finds no room (the limit was cut meanwhile) waits again. The
+//! waiter's `Notified` is enabled before it tries the limit, so a release between the try and
+//! the wait is never lost (the release's `fetch_sub` and the waiter's count are `SeqCst`: the
+//! releaser sees the waiter, or the waiter sees the room). A waiter that gives up (its
+//! connection ended) passes a notification it received on (tokio's `Notified` does so on drop).
+//!
+//! Waiting is the only asynchronous part of [`super`]; the common request (room under the
+//! limit, nobody waiting) never touches it.
+
+use super::{Capacity, Class, Overloaded, Permit};
+use crate::clock;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+use tokio::time::Sleep;
+
+/// The waiters of one route.
+#[derive(Debug, Default)]
+pub struct Waiters {
+    /// Waiting requests of class `Priority` / `Other`.
+    len: [AtomicU32; 2],
+    notify: [Notify; 2],
+    /// Requests that waited (since start) and those whose wait timed out.
+    waited: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+fn slot(class: Class) -> usize {
+    match class {
+        Class::Priority => 0,
+        Class::Other => 1,
+    }
+}
+
+impl Waiters {
+    /// Requests waiting now (both classes).
+    pub fn len(&self) -> u32 {
+        self.len[0].load(Ordering::Relaxed) + self.len[1].load(Ordering::Relaxed)
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Requests that waited for a permit, since start.
+    pub fn waited(&self) -> u64 {
+        self.waited.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose wait ended at `queueTimeoutMs`, since start.
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// Whether a new request of `class` must queue behind a waiter (of its class, or `Priority`).
+    #[inline]
+    fn ahead_of(&self, class: Class) -> bool {
+        let priority = self.len[0].load(Ordering::SeqCst) > 0;
+        match class {
+            Class::Priority => priority,
+            Class::Other => priority || self.len[1].load(Ordering::SeqCst) > 0,
+        }
+    }
+}
+
+/// What a new request gets from [`Capacity::admit`].
+#[derive(Debug)]
+pub enum Admit<'a> {
+    /// A permit now.
+    Ready(Permit),
+    /// It waits (poll the [`Queued`] until it gives a permit or the refusal).
+    Wait(Queued<'a>),
+    /// Refused: no room and no place to wait (queue off or full).
+    Refused(Overloaded),
+}
+
+impl Capacity {
+    /// A permit for a new request of `class` at `now_ns` when there is room and nobody of its
+    /// class (or of class `Priority`) waits; `None` otherwise (nothing counted).
+    pub fn take_now(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
+        if self.waiters.ahead_of(class) {
+            return None;
+        }
+        self.take(class).ok().map(|n| self.permit(class, n, now_ns))
+    }
+
+    /// The request of `class` that [`Capacity::take_now`] refused at `now_ns` waits for room
+    /// (`queueTimeoutMs`, `maxQueue`; `may_wait()` is asked last, only when it could), or is
+    /// refused (counted, the route overloaded).
+    pub fn wait_or_refuse(
+        self: &Arc<Self>,
+        class: Class,
+        now_ns: u64,
+        may_wait: impl FnOnce() -> bool,
+    ) -> Admit<'_> {
+        let (timeout_ms, max) = self.queue_config();
+        let waiting = &self.waiters.len[slot(class)];
+        if timeout_ms == 0 || self.waiters.len() >= max || !may_wait() {
+            return Admit::Refused(self.refuse(class, self.in_flight(), now_ns));
+        }
+        waiting.fetch_add(1, Ordering::SeqCst);
+        self.waiters.waited.fetch_add(1, Ordering::Relaxed);
+        // Demand past the limit: the limiter grows a limit that binds while latency holds.
+        self.limiter.refused();
+        let mut notified = Box::pin(self.waiters.notify[slot(class)].notified());
+        notified.as_mut().enable();
+        let deadline = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms)));
+        Admit::Wait(Queued {
+            capacity: self,
+            class,
+            notified,
+            deadline: Box::pin(deadline),
+            done: false,
+        })
+    }
+
+    /// [`Capacity::take_now`], else [`Capacity::wait_or_refuse`].
+    pub fn admit(
+        self: &Arc<Self>,
+        class: Class,
+        now_ns: u64,
+        may_wait: impl FnOnce() -> bool,
+    ) -> Admit<'_> {
+        match self.take_now(class, now_ns) {
+            Some(p) => Admit::Ready(p),
+            None => self.wait_or_refuse(class, now_ns, may_wait),
+        }
+    }
+
+    /// Wakes up to `n` waiters, class `Priority` first (a permit was released, or the limit grew).
+    pub(super) fn wake(&self, mut n: u32) {
+        for s in 0..2 {
+            let waiting = self.waiters.len[s].load(Ordering::SeqCst);
+            for _ in 0..waiting.min(n) {
+                self.waiters.notify[s].notify_one();
+                n -= 1;
+            }
+            if n == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Wakes one waiter after a release, if any waits (two loads on the common path).
+    #[inline]
+    pub(super) fn released(&self) {
+        if !self.waiters.is_empty() {
+            self.wake(1);
+        }
+    }
+}
+
+/// A request waiting for a permit of its route (see the module doc). Poll it from the
+/// connection's task; dropping it leaves the queue.
+pub struct Queued<'a> {
+    capacity: &'a Arc<Capacity>,
+    class: Class,
+    notified: Pin<Box<Notified<'a>>>,
+    deadline: Pin<Box<Sleep>>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Queued<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queued")
+            .field("class", &self.class)
+            .finish()
+    }
+}
+
+impl Queued<'_> {
+    /// The class it waits as.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+
+    /// Ready with a permit once there is room, or with the refusal at `queueTimeoutMs`
+    /// (counted in `queueTimeouts` and `refused`; the route is overloaded).
+    pub fn poll_permit(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, Overloaded>> {
+        let c = self.capacity;
+        loop {
+            if let Ok(n) = c.take(self.class) {
+                self.leave();
+                let permit = c.permit(self.class, n, clock::now_ns());
+                // Room for more (several releases, or a grown limit): pass it on.
+                if c.has_room(Class::Other) || c.has_room(Class::Priority) {
+                    c.released();
+                }
+                return Poll::Ready(Ok(permit));
+            }
+            if self.notified.as_mut().poll(cx).is_ready() {
+                // Woken, and someone else took the room: wait again.
+                let n = c.waiters.notify[slot(self.class)].notified();
+                self.notified.set(n);
+                self.notified.as_mut().enable();
+                continue;
+            }
+            break;
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            self.leave();
+            c.waiters.timeouts.fetch_add(1, Ordering::Relaxed);
+            return Poll::Ready(Err(c.refuse(self.class, c.in_flight(), clock::now_ns())));
+        }
+        Poll::Pending
+    }
+
+    fn leave(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.capacity.waiters.len[slot(self.class)].fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
