@@ -189,6 +189,7 @@ fn feed_client(g: &mut H2Guard, bytes: &[u8], sizes: &[usize], now: u64) -> Fed 
                     stop: Some(Stop::P(error)),
                 };
             }
+            Inspect::Hold { .. } => unreachable!("the no-op hooks never hold a frame"),
             end @ (Inspect::Shed { at, .. } | Inspect::Drained { at }) => {
                 assert!(at <= n);
                 return Fed {
@@ -237,6 +238,7 @@ fn feed_upstream(
                 out.extend_from_slice(&chunk[..at]);
                 return (out, Some(Stop::P(error)));
             }
+            Inspect::Hold { .. } => unreachable!("the upstream direction never holds"),
             end @ (Inspect::Shed { at, .. } | Inspect::Drained { at }) => {
                 out.extend_from_slice(&chunk[..at]);
                 return (out, Some(Stop::End(end)));
