@@ -209,3 +209,79 @@ fn max_streams_per_connection_sends_one_graceful_goaway_and_ends_past_it() {
     assert_eq!(g.goaway().map(|g| g.as_bytes().to_vec()), Some(goaway));
     assert_eq!(g.state().streams_opened(), 3);
 }
+
+/// Hooks that hold stream `hold` until `ready` is set, and log what `ready` was told.
+#[derive(Default, Clone)]
+struct Holder {
+    rec: Rec,
+    hold: u32,
+    ready: Rc<RefCell<bool>>,
+    asked: Rc<RefCell<Vec<(u32, bool)>>>,
+}
+
+impl StreamHooks for Holder {
+    fn ready(&mut self, id: u32, _: u64, may_wait: impl FnOnce() -> bool) -> bool {
+        let wait = may_wait();
+        self.asked.borrow_mut().push((id, wait));
+        id != self.hold || *self.ready.borrow() || !wait
+    }
+    fn opened(&mut self, id: u32, now: u64) -> Result<(), Shed> {
+        self.rec.opened(id, now)
+    }
+    fn closed(&mut self, id: u32, answered: bool, now: u64) {
+        self.rec.closed(id, answered, now)
+    }
+}
+
+/// A held HEADERS: the bytes before it go, nothing of it is counted, and inspecting it again
+/// once the hooks are ready goes on as if it had never been held — whether its frame header
+/// starts in the chunk or began in the one before.
+#[test]
+fn a_held_stream_is_inspected_again_from_its_frame_start() {
+    for split in [false, true] {
+        let hooks = Holder {
+            hold: 3,
+            ..Holder::default()
+        };
+        let mut g = H2Guard::with(&H2GuardConfig::default(), hooks.clone(), ());
+        let mut first = client_start();
+        first.extend(request(1));
+        let mut second = request(3);
+        second.extend(request(5));
+        if split {
+            // Four bytes of stream 3's frame header end the first chunk.
+            first.extend(second.drain(..4));
+        }
+        assert_eq!(g.inspect_client(&first, MS), Inspect::Forward);
+        let held = g.inspect_client(&second, MS);
+        assert_eq!(held, Inspect::Hold { at: 0 }, "split {split}");
+        assert_eq!(hooks.rec.take(), [(1, None)]);
+        assert_eq!(g.state().streams_opened(), 1);
+        // Asked again before it is ready: still held, nothing counted twice.
+        assert_eq!(g.inspect_client(&second, MS), Inspect::Hold { at: 0 });
+        *hooks.ready.borrow_mut() = true;
+        assert_eq!(g.inspect_client(&second, MS), Inspect::Forward);
+        assert_eq!(hooks.rec.take(), [(3, None), (5, None)]);
+        assert_eq!(g.state().streams_opened(), 3);
+        // Stream 1 ended its request (END_STREAM): holding was allowed each time.
+        assert!(hooks.asked.borrow().iter().all(|(_, may_wait)| *may_wait));
+    }
+}
+
+/// While one of the connection's streams still waits for client bytes (a request body),
+/// `may_wait` is false: a held HEADERS would stall it.
+#[test]
+fn holding_is_not_allowed_while_a_request_body_is_pending() {
+    let hooks = Holder {
+        hold: 3,
+        ..Holder::default()
+    };
+    let mut g = H2Guard::with(&H2GuardConfig::default(), hooks.clone(), ());
+    let mut c = client_start();
+    // Stream 1: HEADERS without END_STREAM (a body follows).
+    c.extend(frame(ty::HEADERS, 0x4, 1, 3));
+    c.extend(request(3));
+    assert_eq!(g.inspect_client(&c, MS), Inspect::Forward);
+    assert_eq!(*hooks.asked.borrow(), [(1, true), (3, false)]);
+    assert_eq!(hooks.rec.take(), [(1, None), (3, None)]);
+}
