@@ -210,6 +210,10 @@ impl Capacity {
         self.max_queue.store(max, Ordering::Relaxed);
         self.other_cap
             .store(other_cap(limit, st.cfg.priority_share), Ordering::Relaxed);
+        if !queues && !self.waiters.is_empty() {
+            // The queue was switched off: the waiters give up now.
+            self.wake_all();
+        }
         let before = self.limit.swap(limit, Ordering::SeqCst);
         if limit > before && !self.waiters.is_empty() {
             // Room for the waiters the larger limit lets in.
@@ -418,10 +422,14 @@ impl Capacity {
         }
     }
 
-    /// Every ~100 ms: closes the limiter's window if nobody did, and reports an overload on/off
-    /// transition since the last call.
+    /// Every ~100 ms: closes the limiter's window if nobody did, wakes the queue's waiters to
+    /// check their deadlines, and reports an overload on/off transition since the last call.
     pub fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
         self.roll(now_ns);
+        if !self.waiters.is_empty() {
+            // Waiters hold no timer: each checks its `queueTimeoutMs` now.
+            self.wake_all();
+        }
         let on = self.refuses_new(now_ns);
         if self.reported_on.swap(on, Ordering::Relaxed) == on {
             return None;

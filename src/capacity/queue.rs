@@ -5,7 +5,10 @@
 //! of a higher one), so the wait is first come, first served within a class.
 //!
 //! Each released permit wakes one waiter ([`Capacity::wake`]) through a `tokio::sync::Notify`
-//! per class; a woken waiter that finds no room (the limit was cut meanwhile) waits again. The
+//! per class; a woken waiter that finds no room (the limit was cut meanwhile) waits again. A
+//! waiter holds no timer: [`Capacity::tick`] (every 100 ms) wakes every waiter while any waits,
+//! and each checks its own deadline, so `queueTimeoutMs` ends a wait up to 100 ms late and a
+//! wait costs no timer-wheel insert (the queue is the hot path of a route at its limit). The
 //! waiter's `Notified` is enabled before it tries the limit, so a release between the try and
 //! the wait is never lost (the release's `fetch_sub` and the waiter's count are `SeqCst`: the
 //! releaser sees the waiter, or the waiter sees the room). A waiter that gives up (its
@@ -15,16 +18,13 @@
 //! limit, nobody waiting) never touches it.
 
 use super::{Capacity, Class, Overloaded, Permit};
-use crate::clock;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
-use tokio::time::Sleep;
 
 /// The waiters of one route.
 #[derive(Debug, Default)]
@@ -117,12 +117,11 @@ impl Capacity {
         self.limiter.refused();
         let mut notified = Box::pin(self.waiters.notify[slot(class)].notified());
         notified.as_mut().enable();
-        let deadline = tokio::time::sleep(Duration::from_millis(u64::from(timeout_ms)));
         Admit::Wait(Queued {
             capacity: self,
             class,
             notified,
-            deadline: Box::pin(deadline),
+            deadline_ns: now_ns.saturating_add(u64::from(timeout_ms) * 1_000_000),
             done: false,
         })
     }
@@ -154,6 +153,20 @@ impl Capacity {
         }
     }
 
+    /// Wakes every waiter (each checks its deadline and the queue config, then waits again):
+    /// from [`Capacity::tick`] while any waits, and when the queue is switched off.
+    pub(super) fn wake_all(&self) {
+        for n in &self.waiters.notify {
+            n.notify_waiters();
+        }
+    }
+
+    /// The route was removed: no new waiter, and those waiting are refused now.
+    pub fn close_queue(&self) {
+        self.queue_timeout_ms.store(0, Ordering::Relaxed);
+        self.wake_all();
+    }
+
     /// Wakes one waiter after a release, if any waits (two loads on the common path).
     #[inline]
     pub(super) fn released(&self) {
@@ -169,7 +182,8 @@ pub struct Queued<'a> {
     capacity: &'a Arc<Capacity>,
     class: Class,
     notified: Pin<Box<Notified<'a>>>,
-    deadline: Pin<Box<Sleep>>,
+    /// When the wait ends without a permit (CLOCK_MONOTONIC ns).
+    deadline_ns: u64,
     done: bool,
 }
 
@@ -187,14 +201,19 @@ impl Queued<'_> {
         self.class
     }
 
-    /// Ready with a permit once there is room, or with the refusal at `queueTimeoutMs`
-    /// (counted in `queueTimeouts` and `refused`; the route is overloaded).
-    pub fn poll_permit(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, Overloaded>> {
+    /// Ready with a permit once there is room, or with the refusal once `now_ns` (CLOCK_MONOTONIC
+    /// ns, [`clock::now_ns`] in production) is past `queueTimeoutMs` or the queue was switched
+    /// off (counted in `queueTimeouts` and `refused`; the route is overloaded).
+    pub fn poll_permit(
+        &mut self,
+        cx: &mut Context<'_>,
+        now_ns: u64,
+    ) -> Poll<Result<Permit, Overloaded>> {
         let c = self.capacity;
         loop {
             if let Ok(n) = c.take(self.class) {
                 self.leave();
-                let permit = c.permit(self.class, n, clock::now_ns());
+                let permit = c.permit(self.class, n, now_ns);
                 // Room for more (several releases, or a grown limit): pass it on.
                 if c.has_room(Class::Other) || c.has_room(Class::Priority) {
                     c.released();
@@ -210,10 +229,10 @@ impl Queued<'_> {
             }
             break;
         }
-        if self.deadline.as_mut().poll(cx).is_ready() {
+        if now_ns >= self.deadline_ns || c.queue_config().0 == 0 {
             self.leave();
             c.waiters.timeouts.fetch_add(1, Ordering::Relaxed);
-            return Poll::Ready(Err(c.refuse(self.class, c.in_flight(), clock::now_ns())));
+            return Poll::Ready(Err(c.refuse(self.class, c.in_flight(), now_ns)));
         }
         Poll::Pending
     }

@@ -26,7 +26,7 @@ fn queued(a: Admit<'_>) -> Queued<'_> {
 /// Polls `q` once, outside any wake-up.
 fn poll_once(q: &mut Queued<'_>) -> Poll<Result<Permit, Overloaded>> {
     let waker = std::task::Waker::noop();
-    q.poll_permit(&mut Context::from_waker(waker))
+    q.poll_permit(&mut Context::from_waker(waker), 0)
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -48,11 +48,11 @@ fn a_release_admits_the_oldest_waiter_and_nobody_overtakes_it() {
         drop(first);
         // The room is a's; a new request does not take it.
         assert!(cap.take_now(Class::Other, 0).is_none());
-        let pa = poll_fn(|cx| a.poll_permit(cx)).await.unwrap();
+        let pa = poll_fn(|cx| a.poll_permit(cx, 0)).await.unwrap();
         assert!(poll_once(&mut b).is_pending());
         assert_eq!((cap.in_flight(), cap.snapshot(0).queued), (1, 1));
         drop(pa);
-        let pb = poll_fn(|cx| b.poll_permit(cx)).await.unwrap();
+        let pb = poll_fn(|cx| b.poll_permit(cx, 0)).await.unwrap();
         let s = cap.snapshot(0);
         assert_eq!((s.in_flight, s.queued, s.waited, s.refused), (1, 0, 2, 0));
         drop(pb);
@@ -69,11 +69,11 @@ fn priority_waiters_are_served_first() {
         let mut prio = queued(cap.admit(Class::Priority, 0, || true));
         assert!(poll_once(&mut prio).is_pending());
         drop(first);
-        let p = poll_fn(|cx| prio.poll_permit(cx)).await.unwrap();
+        let p = poll_fn(|cx| prio.poll_permit(cx, 0)).await.unwrap();
         assert_eq!(p.class(), Class::Priority);
         assert!(poll_once(&mut other).is_pending());
         drop(p);
-        let o = poll_fn(|cx| other.poll_permit(cx)).await.unwrap();
+        let o = poll_fn(|cx| other.poll_permit(cx, 0)).await.unwrap();
         assert_eq!(o.class(), Class::Other);
     });
 }
@@ -81,14 +81,19 @@ fn priority_waiters_are_served_first() {
 #[test]
 fn a_wait_ends_at_queue_timeout_with_a_counted_refusal() {
     rt().block_on(async {
-        let cap = fixed(1, 50, 8);
+        const MS: u64 = 1_000_000;
+        let cap = fixed(1, 250, 8);
         let _first = cap.take_now(Class::Other, 0).unwrap();
-        let mut q = queued(cap.admit(Class::Other, 0, || true));
-        let start = tokio::time::Instant::now();
-        let err = poll_fn(|cx| q.poll_permit(cx)).await.unwrap_err();
-        assert!(start.elapsed() >= std::time::Duration::from_millis(50));
+        let mut q = queued(cap.admit(Class::Other, 10 * MS, || true));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(q.poll_permit(&mut cx, 259 * MS).is_pending());
+        let err = match q.poll_permit(&mut cx, 260 * MS) {
+            Poll::Ready(Err(e)) => e,
+            other => panic!("expected the timeout, got {other:?}"),
+        };
         assert_eq!((err.in_flight, err.limit), (1, 1));
-        let s = cap.snapshot(crate::clock::now_ns());
+        let s = cap.snapshot(260 * MS);
         assert_eq!(
             (
                 s.queued,
@@ -99,6 +104,44 @@ fn a_wait_ends_at_queue_timeout_with_a_counted_refusal() {
             ),
             (0, 1, 1, 1, true)
         );
+    });
+}
+
+#[test]
+fn tick_wakes_waiters_so_they_see_their_deadline() {
+    rt().block_on(async {
+        let cap = fixed(1, 20, 8);
+        let _first = cap.take_now(Class::Other, crate::clock::now_ns()).unwrap();
+        let mut q = queued(cap.admit(Class::Other, crate::clock::now_ns(), || true));
+        let ticker = {
+            let cap = cap.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    cap.tick(crate::clock::now_ns());
+                }
+            })
+        };
+        let r = poll_fn(|cx| q.poll_permit(cx, crate::clock::now_ns())).await;
+        ticker.abort();
+        assert!(r.is_err());
+        assert_eq!(cap.snapshot(0).queue_timeouts, 1);
+    });
+}
+
+#[test]
+fn a_removed_route_refuses_its_waiters() {
+    rt().block_on(async {
+        let cap = fixed(1, 60_000, 8);
+        let _first = cap.take_now(Class::Other, 0).unwrap();
+        let mut q = queued(cap.admit(Class::Other, 0, || true));
+        assert!(poll_once(&mut q).is_pending());
+        cap.close_queue();
+        assert!(poll_fn(|cx| q.poll_permit(cx, 0)).await.is_err());
+        assert!(matches!(
+            cap.admit(Class::Other, 0, || true),
+            Admit::Refused(_)
+        ));
     });
 }
 
@@ -141,7 +184,7 @@ fn a_waiter_that_leaves_passes_its_wake_up_on() {
         assert!(poll_once(&mut b).is_pending());
         drop(first); // wakes a …
         drop(a); // … which leaves: b gets the room
-        let pb = poll_fn(|cx| b.poll_permit(cx)).await.unwrap();
+        let pb = poll_fn(|cx| b.poll_permit(cx, 0)).await.unwrap();
         assert_eq!((cap.in_flight(), cap.snapshot(0).queued), (1, 0));
         drop(pb);
     });
@@ -163,8 +206,8 @@ fn a_larger_limit_lets_waiters_in() {
         assert!(poll_once(&mut a).is_pending());
         assert!(poll_once(&mut b).is_pending());
         cap.set_config(CapacityConfig { limit: 3, ..cfg });
-        let pa = poll_fn(|cx| a.poll_permit(cx)).await.unwrap();
-        let pb = poll_fn(|cx| b.poll_permit(cx)).await.unwrap();
+        let pa = poll_fn(|cx| a.poll_permit(cx, 0)).await.unwrap();
+        let pb = poll_fn(|cx| b.poll_permit(cx, 0)).await.unwrap();
         assert_eq!(cap.in_flight(), 3);
         drop((pa, pb));
     });

@@ -41,7 +41,14 @@ impl CapacityRegistry {
     /// Forgets every route not in `keep` (a route removed by `updateConfig`).
     pub fn retain(&self, keep: &[Arc<Capacity>]) {
         let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|_, v| keep.iter().any(|k| Arc::ptr_eq(k, v)));
+        m.retain(|_, v| {
+            let kept = keep.iter().any(|k| Arc::ptr_eq(k, v));
+            if !kept {
+                // Its requests still waiting get their 503 now (nothing ticks it any more).
+                v.close_queue();
+            }
+            kept
+        });
     }
 
     /// Feeds the embedding process's event-loop delay (ms, measured at `now_ns`) to every route.

@@ -237,7 +237,7 @@ impl RequestHooks for RequestGate<'_> {
         let Some(q) = &mut self.waiting else {
             return Poll::Ready(Ok(()));
         };
-        let r = std::task::ready!(q.poll_permit(cx));
+        let r = std::task::ready!(q.poll_permit(cx, crate::clock::now_ns()));
         self.waiting = None;
         Poll::Ready(match r {
             Ok(p) => {
@@ -344,7 +344,7 @@ impl StreamHooks for StreamGate<'_> {
         let Some((id, q)) = &mut self.waiting else {
             return Poll::Ready(());
         };
-        let r = std::task::ready!(q.poll_permit(cx));
+        let r = std::task::ready!(q.poll_permit(cx, crate::clock::now_ns()));
         self.next = Some((*id, r));
         self.waiting = None;
         Poll::Ready(())
