@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// `npm run bench:attack [-- options]`: the attacks of DESIGN §7.9 that loopback can play, each
+// `npm run bench:attack [-- options]`: the attacks no single client reveals that loopback can play, each
 // for 15 s against a fresh proxy with a legitimate probe beside it, Rampart (the README's
 // recommended protection) and HAProxy (its best equivalent: stick tables on src and
 // src,ipmask(24), a penalty flag, `rate-limit sessions`, `timeout http-request`) in the same run.
@@ -28,7 +28,7 @@
 // CPU, refusals by reason, and Rampart's upstream capacity: each route's learned limit (at the
 // end, and its lowest while the attack ran; HAProxy: its `maxconn`) and the `upstream_overloaded`
 // refusals (the listener's count: refused at accept, 503 answers, HTTP/2 sheds; and the routes'
-// refused requests). Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
+// refused requests). Targets: success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
 // RSS ≤ 512 MiB.
 //
 // With --preroll S (> 1) the probe's clients first run for S − 1 s unmeasured, so on Rampart they
