@@ -109,6 +109,9 @@ test("the README's protected port runs as written: an answer, then the flood it 
   await h.waitFor(() => out.includes('refused 127.0.0.1 rate_limited\n') && out.includes('refused 127.0.0.1 penalty_boxed\n'), {
     what: `the refusals (${out})`,
   });
+  // Only the per-client limits refuse: the first refusal exhausts the rate, the rest find the box.
+  const reasons = new Set(out.split('\n').filter((l) => l.startsWith('refused ')));
+  assert.deepEqual([...reasons].sort(), ['refused 127.0.0.1 penalty_boxed', 'refused 127.0.0.1 rate_limited']);
   child.kill('SIGINT');
   assert.deepEqual(await exited, { code: 0, signal: null });
 });
