@@ -57,6 +57,14 @@ test('the README front door is at most 15 KB and links every docs page', () => {
   }
 });
 
+test('every docs page opens with a contents list of its own sections', () => {
+  for (const f of docFiles().filter((x) => x.startsWith('docs/'))) {
+    const text = read(f);
+    const at = text.indexOf('\nContents:\n\n- [');
+    assert.ok(at > 0 && at < text.indexOf('\n## '), `${f}: no contents list before its first section`);
+  }
+});
+
 test('no page cites a file outside the repository or an internal note', () => {
   for (const f of docFiles()) {
     const text = read(f);
