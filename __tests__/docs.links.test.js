@@ -74,6 +74,19 @@ test('no page cites a file outside the repository or an internal note', () => {
   }
 });
 
+test('BENCHMARKS.md holds the sections the benches rewrite (attack.js --write, xdp-flood.js --write)', () => {
+  const md = read('BENCHMARKS.md');
+  for (const section of ['attack', 'attack-capacity-after']) {
+    const begin = md.indexOf(`<!-- ${section}:begin -->`);
+    const end = md.indexOf(`<!-- ${section}:end -->`);
+    assert.ok(begin > 0 && end > begin, `${section} markers`);
+    assert.equal(md.indexOf(`<!-- ${section}:begin -->`, begin + 1), -1, `${section}: one begin marker`);
+  }
+  const xdp = /^const SECTION = '(## [^']+)';$/m.exec(fs.readFileSync(path.join(ROOT, 'benches', 'xdp-flood.js'), 'utf8'))[1];
+  assert.equal(md.split('\n').filter((l) => l === xdp).length, 1, xdp);
+  assert.equal(read('docs/benchmarks-archive.md').includes('<!--'), false);
+});
+
 /** The README's "A protected port in Node" block, with its ports replaced and `rampart` resolved. */
 function readmeExample(appPort, proxyPort) {
   const readme = read('README.md');
