@@ -110,7 +110,7 @@ export interface RouteConfig {
   /**
    * Header sent to the upstream before any byte (PROXY v1/v2). Default 'none'. 'xForwardedFor':
    * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
-   * client copies removed (README: Forwarded request headers; the route is HTTP/1.1 only).
+   * client copies removed (docs/proxy.md: Forwarded request headers; the route is HTTP/1.1 only).
    */
   sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2' | 'xForwardedFor';
   /**
@@ -131,7 +131,7 @@ export interface RouteConfig {
   protocol?: 'http' | 'opaque';
   /**
    * What may turn a terminated HTTP/1.1 connection of an HTTP route into a plain byte copy
-   * (README: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols (HTTP
+   * (docs/proxy.md: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols (HTTP
    * tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade is
    * declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
    * `connect`: forward `CONNECT`; default false: Rampart answers it 405 and closes
@@ -199,7 +199,7 @@ export interface MtlsConfig {
 export type TlsVersion = 'TLSv1.2' | 'TLSv1.3';
 
 /**
- * `tls` on a listener or route (README: TLS). Unset fields keep the defaults; a route's `tls`
+ * `tls` on a listener or route (docs/config.md: TLS options). Unset fields keep the defaults; a route's `tls`
  * replaces its listener's whole. Invalid names and combinations are ConfigErrors with paths.
  */
 export interface TlsConfig {
@@ -424,7 +424,7 @@ export interface AcceptProxyProtocolConfig {
   timeoutMs?: number;
 }
 
-/** `routes[].concurrency` (README: Upstream capacity). */
+/** `routes[].concurrency` (docs/protection.md: Upstream capacity). */
 export interface ConcurrencyConfig {
   /**
    * 'adaptive': a limit learned from response-head latency (grows while latency stays near its
@@ -757,7 +757,7 @@ export interface RouteMetrics {
   bytesSent: number;
   /** Same keys as a listener's errorsByReason; a route-limit refusal is 'route_rate_limited'. */
   errorsByReason: Record<string, number>;
-  /** Upstream capacity (README: Upstream capacity). */
+  /** Upstream capacity (docs/protection.md: Upstream capacity). */
   upstream: UpstreamCapacity;
 }
 

@@ -1,7 +1,7 @@
 'use strict';
 /**
  * Rampart: a TLS-terminating, SNI-routing TCP proxy with a per-IP connection-protection engine
- * and an XDP kernel filter, as a Node.js addon. See README.md and index.d.ts for the API.
+ * and an XDP kernel filter, as a Node.js addon. See docs/integrating.md and index.d.ts for the API.
  */
 const { EventEmitter } = require('node:events');
 const { monitorEventLoopDelay, performance } = require('node:perf_hooks');
@@ -304,7 +304,7 @@ class RampartProxy extends EventEmitter {
   /**
    * Why is this address refused (or not)? Its state on every listener across the engine's tiers
    * and the verdict its next connection would get there, plus the kernel's bans covering it
-   * (README: explain). Throws a ConfigError at `ip` for anything but one IPv4/IPv6 address.
+   * (docs/protection.md: explain). Throws a ConfigError at `ip` for anything but one IPv4/IPv6 address.
    */
   explain(ip) {
     if (typeof ip !== 'string') {

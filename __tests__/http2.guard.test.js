@@ -1,5 +1,5 @@
 'use strict';
-// The HTTP/2 guard (DESIGN §7.3) from outside: a raw frame client (frames written by hand over
+// The HTTP/2 guard from outside: a raw frame client (frames written by hand over
 // node:tls, ALPN h2) against Rampart in front of a counting upstream (a frame-counting relay before
 // a node:http2 server). Each flood is closed with GOAWAY ENHANCE_YOUR_CALM carrying the last
 // forwarded stream, reported `h2_flood` with its exact `detail`, and the upstream received at most

@@ -1,5 +1,5 @@
 'use strict';
-// The HTTP/2 guard per client, not only per connection (README: HTTP/2 guard): streams, resets
+// The HTTP/2 guard per client, not only per connection (docs/protection.md: HTTP/2 guard): streams, resets
 // and control frames are also counted over all of a client's connections (the per-connection
 // limit × `clientFactor`, 2 by default), so more connections buy no more budget; a rapid reset
 // boxes its source at its first violation; `maxStreamsPerConnection` ends a connection with a

@@ -1,5 +1,5 @@
 'use strict';
-// What a client may not get past Rampart on a forwarding route (README: "What Rampart refuses on
+// What a client may not get past Rampart on a forwarding route (docs/proxy.md: "What Rampart refuses on
 // forwarding routes"), one test per way around the forwarded request headers: CONNECT answered
 // 2xx by an origin that keeps speaking HTTP, an `Upgrade: h2c` granted by the origin (on a
 // rewriting route, and as HTTP/2 around the HTTP/2 guard, with prior-knowledge HTTP/2 beside it),

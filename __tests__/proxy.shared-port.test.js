@@ -1,5 +1,5 @@
 'use strict';
-// Several listeners on one port (DESIGN §7.1): one policy for the port, a table and metrics each;
+// Several listeners on one port: one policy for the port, a table and metrics each;
 // the port names all of them in updateConfig, blockIp and blockedIps.
 const test = require('node:test');
 const assert = require('node:assert/strict');

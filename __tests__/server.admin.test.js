@@ -1,5 +1,5 @@
 'use strict';
-// The admin API of `rampart serve` (DESIGN.md §7.7), every route with and without a token, on
+// The admin API of `rampart serve`, every route with and without a token, on
 // TCP and on a unix socket, with the input checks (401/403/404/405/413/400 with paths).
 const test = require('node:test');
 const assert = require('node:assert/strict');

@@ -42,6 +42,29 @@ test('examples/harper/rampart.json passes rampart check (with its cert and token
   assert.equal(doc.admin.socketPath, '/run/rampart/admin.sock');
 });
 
+test('examples/harper/rampart.local.json (docs/harper.md) passes rampart check and routes as rampart.json does', async () => {
+  const dir = s.tempDir();
+  fs.copyFileSync(path.join(EX, 'harper', 'rampart.local.json'), path.join(dir, 'rampart.local.json'));
+  fs.mkdirSync(path.join(dir, 'tls'));
+  s.writeCert(path.join(dir, 'tls'), { cert: 'fullchain.pem', key: 'privkey.pem', hosts: ['localhost', 'ops.localhost'] });
+  fs.writeFileSync(path.join(dir, 'admin-token'), `${'cd'.repeat(32)}\n`, { mode: 0o600 });
+  const r = await s.runCli(['check', '--config', path.join(dir, 'rampart.local.json')]);
+  assert.equal(r.stderr, '');
+  assert.equal(r.stdout, 'ok\n');
+  const local = JSON.parse(read('harper/rampart.local.json'));
+  const prod = JSON.parse(read('harper/rampart.json'));
+  assert.deepEqual(
+    local.proxy.routes.map((x) => x.upstreams),
+    prod.proxy.routes.map((x) => x.upstreams),
+  );
+  // Harper's plain HTTP port speaks HTTP/1.1 only: no route may send it h2c.
+  for (const doc of [local, prod]) {
+    assert.deepEqual(doc.proxy.routes.map((x) => [x.http2, x.protocol]), [[undefined, undefined], [undefined, 'http']]);
+  }
+  assert.deepEqual(local.admin, { host: '127.0.0.1', port: 9901, tokenFile: 'admin-token' });
+  assert.equal(local.xdp, undefined);
+});
+
 test('the Grafana dashboard and the alert rules query only series GET /metrics exports', async (t) => {
   const echo = await h.echoServer();
   t.after(() => h.closeServer(echo));

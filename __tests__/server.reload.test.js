@@ -221,7 +221,7 @@ test('an invalid file keeps the running config and logs the ConfigError paths; f
 });
 
 /**
- * The README's handover configuration: `net.ipv4.tcp_migrate_req=1`, so a connection still queued
+ * The handover configuration of docs/operating.md (Reloading): `net.ipv4.tcp_migrate_req=1`, so a connection still queued
  * in a closing listener's backlog moves to the new one instead of being reset. Set for the test
  * when we are root and it is 0 (restored after); otherwise the test runs with what the host has.
  */

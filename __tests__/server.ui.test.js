@@ -1,5 +1,5 @@
 'use strict';
-// The incident page of the admin API (README: Incident page): `GET /` and `/ui` serve the page
+// The incident page of the admin API (docs/admin-api.md: Incident page): `GET /` and `/ui` serve the page
 // with the token rules of the other routes (Basic with the token as the password for GET, never
 // for changes), `GET /ui.json` its state; headless Chromium loads it from a running
 // `rampart serve` during a flood from 127.0.0.2 and shows the boxed address, its reason and a

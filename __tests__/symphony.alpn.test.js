@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, the ALPN split (README: "Upstream protocols"): upstreams marked `protocol:
+// Symphony drop-in, the ALPN split (docs/proxy.md: "Upstream protocols"): upstreams marked `protocol:
 // 'h2'` / `'http/1.1'` behind one route; each real client lands on an upstream that speaks the
 // protocol it negotiated (node:http2 → h2, node:https with ALPN http/1.1 → http/1.1, no ALPN →
 // http/1.1, curl --http2 / --http1.1), terminated and passthrough; a client no upstream speaks

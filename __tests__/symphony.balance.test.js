@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, upstream sets (README: "Upstream sets"): least-connections balancing (the
+// Symphony drop-in, upstream sets (docs/config.md: routes[].balance, ipAffinity): least-connections balancing (the
 // default for a set of Unix-socket upstreams, as in Symphony) exact over 3 UDS upstreams and 6
 // held connections; roundRobin on request.
 const test = require('node:test');

@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, the config as a whole (README: "Coming from Symphony"): a Symphony-shaped
+// Symphony drop-in, the config as a whole (docs/proxy.md: "Coming from Symphony"): a Symphony-shaped
 // config with every supported field constructs and serves; the Symphony fields not built yet are
 // each a ConfigError saying so, never silently ignored.
 const test = require('node:test');

@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, forwarded request headers (README: "Forwarded request headers"):
+// Symphony drop-in, forwarded request headers (docs/proxy.md: "Forwarded request headers"):
 // sourceAddressHeader 'xForwardedFor' and forwardFingerprint ['ja3', 'ja4'] on an HTTP/1.1 route,
 // with node:tls raw sockets against an origin that records every byte it receives: each
 // pipelined request gets X-Forwarded-For / X-Forwarded-Proto / X-JA3 / X-JA4, client copies are

@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, mTLS (README: "mTLS"): `mtls: { clientCaCert, requireClientCert }` on a
+// Symphony drop-in, mTLS (docs/proxy.md: "mTLS"): `mtls: { clientCaCert, requireClientCert }` on a
 // listener (required by default) and a route (optional by default), with CA and client
 // certificates made by openssl at test time; the client certificate's facts reach the upstream as
 // a PROXY v2 PP2_TYPE_SSL TLV, checked byte-exact.

@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, route metrics (README: "Route metrics"): metricsGroup, metrics().routeMetrics[]
+// Symphony drop-in, route metrics (docs/proxy.md: "Route metrics"): metricsGroup, metrics().routeMetrics[]
 // with exact counts, the same in Prometheus with route and group labels, and a route-limit
 // refusal counted as the route's route_rate_limited error with no 'blocked' event.
 const test = require('node:test');

@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, socket behaviour (README: "Socket behaviour", "Coming from Symphony"):
+// Symphony drop-in, socket behaviour (docs/config.md: tcpKeepalive, halfCloseTimeoutMs, readBufferSize; docs/proxy.md: "Coming from Symphony"):
 // tcpKeepalive as the kernel reports it (`ss -tnoi`), halfCloseTimeoutMs closing a half-closed
 // pair on time, and the copy buffer sizes (a 1 MiB transfer byte-exact with 600-byte buffers).
 const test = require('node:test');

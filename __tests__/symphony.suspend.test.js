@@ -1,5 +1,5 @@
 'use strict';
-// Symphony drop-in, suspended routes (README: Suspended routes): a connection whose ClientHello
+// Symphony drop-in, suspended routes (docs/proxy.md: Suspended routes): a connection whose ClientHello
 // matches a `suspended: true` route is held and offered to JS as a 'suspended' event; JS decides
 // with resolveConnection(id, route | null). Real node:tls clients, a real TCP origin.
 const test = require('node:test');

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// Attack clients of `npm run bench:attack` (DESIGN §7.9), each mode in its own process, spreading
+// Attack clients of `npm run bench:attack`, each mode in its own process, spreading
 // its connections round-robin over `sources` (127.x.y.z addresses, all local on lo):
 //
 // - hsflood: TLS handshake flood. Keeps `concurrency` connections in flight; each sends a

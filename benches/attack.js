@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 'use strict';
-// `npm run bench:attack [-- options]`: the attacks of DESIGN §7.9 that loopback can play, each
-// for 15 s against a fresh proxy with a legitimate probe beside it, Rampart (the README's
+// `npm run bench:attack [-- options]`: the attacks no single client reveals that loopback can play, each
+// for 15 s against a fresh proxy with a legitimate probe beside it, Rampart (the docs'
 // recommended protection) and HAProxy (its best equivalent: stick tables on src and
 // src,ipmask(24), a penalty flag, `rate-limit sessions`, `timeout http-request`) in the same run.
 //
@@ -17,7 +17,7 @@
 // the request floods show what reaches the application: attack requests/s at the origin (marked
 // `X-Attack`) and the origin's in-flight peak (requests taken in and not yet answered). The two
 // request-flood rows run Rampart twice — with the plain protection a new user writes (PLAIN) and
-// with the README's recommended one (RECOMMENDED) — and HAProxy with its capacity tools
+// with the recommended one (RECOMMENDED) — and HAProxy with its capacity tools
 // (haproxyCapacityConfig: `maxconn` on the server, a queue with `timeout queue`, a priority class
 // for the probe's addresses, an `http_req_rate` stick table).
 //
@@ -28,7 +28,7 @@
 // CPU, refusals by reason, and Rampart's upstream capacity: each route's learned limit (at the
 // end, and its lowest while the attack ran; HAProxy: its `maxconn`) and the `upstream_overloaded`
 // refusals (the listener's count: refused at accept, 503 answers, HTTP/2 sheds; and the routes'
-// refused requests). Target (DESIGN §5): success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
+// refused requests). Targets: success ≥ 99 %, p99 ≤ 2 × baseline + 20 ms,
 // RSS ≤ 512 MiB.
 //
 // With --preroll S (> 1) the probe's clients first run for S − 1 s unmeasured, so on Rampart they
@@ -74,7 +74,7 @@ const PREROLL_MS = 1000;
 const WARM_MS = Math.max(0, Number(opt('--preroll', 1)) * 1000 - PREROLL_MS);
 const log = (...a) => console.error(...a);
 
-/** The README's recommended protection (Protection → Recommended starting values). */
+/** The recommended protection (docs/operating.md: Recommended starting values). */
 const RECOMMENDED = {
   rateLimit: { connectionsPerSecond: 20, burst: 40 },
   sustained: { connectionsPerMinute: 600 },
@@ -90,7 +90,7 @@ const RECOMMENDED = {
   requestLimit: { requestsPerSecond: 50, burst: 200 },
 };
 
-/** The plain protection a new user writes (the README's first example): a per-client rate. */
+/** The plain protection a new user writes (the first example of docs/protection.md): a per-client rate. */
 const PLAIN = { rateLimit: { connectionsPerSecond: 20 } };
 
 /** The addresses of the probe (known clients: HAProxy's priority class). */

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// `npm run bench:h2 [-- --quick]`: the HTTP/2 guard (DESIGN.md §5 "HTTP/2 guard cost", §7.3, §7.9).
+// `npm run bench:h2 [-- --quick]`: the HTTP/2 guard: its cost, and the rapid-reset and CONTINUATION floods.
 //
 // Rampart (benches/rampart-server.js, its own process, workerThreads 2) terminates TLS with ALPN
 // h2 on one route (`http2: true`) in front of an h2c origin: one HAProxy process, `mode http`,

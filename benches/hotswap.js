@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// Hot swap with 100k CIDRs (DESIGN.md §5): how long updateConfig takes to validate, compile and
+// Hot swap with 100k CIDRs: how long updateConfig takes to validate, compile and
 // swap a blocklist of N entries, and the worst admission latency seen meanwhile by a client loop
 // in a worker thread (connect from a blocklisted address → closed by the proxy at accept).
 // Usage: node benches/hotswap.js [--entries 100000] [--rounds 5]

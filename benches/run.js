@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// `npm run bench [-- --quick]`: end-to-end Rampart vs HAProxy and nginx on this machine (DESIGN.md §5).
+// `npm run bench [-- --quick]`: end-to-end Rampart vs HAProxy and nginx on this machine.
 //
 // All proxies terminate TLS 1.3 (same ECDSA P-256 certificate, 2 worker threads/processes) in front of the
 // same origin: one HAProxy process in `mode http` answering from memory (`http-request return`),

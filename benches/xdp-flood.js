@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// `sudo node benches/xdp-flood.js [--quick] [--write]`: flood shedding, XDP vs userspace (DESIGN.md §5).
+// `sudo node benches/xdp-flood.js [--quick] [--write]`: flood shedding, XDP vs userspace.
 //
 // Two network namespaces joined by a veth pair (198.18.0.0/24, as in __tests__/xdp.e2e.test.js):
 // the proxy (__tests__/helpers/xdp-proxy.js: Rampart terminating TLS in front of an echo server)
@@ -431,7 +431,7 @@ function render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter }) {
   const base = rows.find((r) => r.kind === 'none');
   if (uConn && xHping && uConn.refusedPerSec > 0) {
     const ratio = xHping.droppedPerSec / uConn.refusedPerSec;
-    notes.push(`**Ratio: ${ratio.toFixed(1)}×** (DESIGN.md §5 target ≥ 10×) = XDP drops/s under the hping3 flood ÷ engine refusals/s under the connect flood (the most the userspace path shed here). Read it as a ratio of what each path shed on this machine, not of capacities: both sides are bounded by the load generators sharing the ${os.cpus().length} cores with the proxy (see the next two points).`);
+    notes.push(`**Ratio: ${ratio.toFixed(1)}×** (target ≥ 10×) = XDP drops/s under the hping3 flood ÷ engine refusals/s under the connect flood (the most the userspace path shed here). Read it as a ratio of what each path shed on this machine, not of capacities: both sides are bounded by the load generators sharing the ${os.cpus().length} cores with the proxy (see the next two points).`);
   }
   if (xHping) {
     const pct = xHping.sent ? (100 * xHping.dropped) / xHping.sent : null;

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 'use strict';
-// The `rampart` command: run the proxy from a config file (README "Running the
+// The `rampart` command: run the proxy from a config file (docs/operating.md, "Running the
 // server"). Exit status: 0 ok, 1 invalid config or a failure to start, 2 bad usage.
 
 // Each RampartProxy.stop() holds a libuv pool thread for its drainMs; a few handovers in a row

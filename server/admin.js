@@ -1,6 +1,6 @@
 'use strict';
 /**
- * The admin API (README: Admin API) on node:http: HTTP/1.1, JSON in and out.
+ * The admin API (docs/admin-api.md) on node:http: HTTP/1.1, JSON in and out.
  *
  * | route | |
  * |---|---|

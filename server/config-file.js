@@ -1,6 +1,6 @@
 'use strict';
 /**
- * The `rampart` config file (README: Running the server): JSON `{ proxy: ProxyConfig, admin?, xdp?,
+ * The `rampart` config file (docs/operating.md: Config file): JSON `{ proxy: ProxyConfig, admin?, xdp?,
  * drainMs = 5000 }`.
  *
  * - Any object under `proxy` may give `certChainFile` / `privateKeyFile` instead of `certChain` /

@@ -1,6 +1,6 @@
 'use strict';
 /**
- * The incident page of the admin API (README: Incident page): `GET /` and `GET /ui` serve
+ * The incident page of the admin API (docs/admin-api.md: Incident page): `GET /` and `GET /ui` serve
  * `ui.html` (read once, when this module loads), which polls `GET /ui.json` every second.
  *
  * `ui.json` is built here from what the other routes show: `metrics()` (listeners, routes and
@@ -119,7 +119,7 @@ function topBlocked(detail) {
 
 /**
  * The page's state: `{ now, version, pid, reloadedAt, server, seconds, listeners, blocked,
- * routes, xdp, cluster, eventsDropped }` (README: Incident page).
+ * routes, xdp, cluster, eventsDropped }` (docs/admin-api.md: Incident page).
  */
 function uiState({ supervisor, history, version }) {
   const m = supervisor.metrics();
