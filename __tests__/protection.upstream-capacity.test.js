@@ -88,10 +88,9 @@ test(
     );
     // The known-good probe: ≥ 99 % success, p99 ≤ 2 × its no-attack p99 + 20 ms.
     assert.ok(attacked.ok >= 0.99 * attacked.attempts, `probe ${attacked.ok}/${attacked.attempts}, failures ${JSON.stringify(attacked.failures)}`);
-    // Its p99 once the limiter has learned (requests begun after the flood's first second, as the
-    // in-flight check above): in that first second the limit falls from its initial 1,000, and
-    // what the flood put in flight meanwhile queues at the upstream, ahead of the probe too.
-    assert.ok(learnedP99 <= target, `probe p99 ${learnedP99.toFixed(1)} ms > ${target.toFixed(1)} ms (no-attack p99 ${calm.p99.toFixed(1)} ms; whole flood ${attacked.p99.toFixed(1)} ms)`);
+    // Over the whole flood, its first second included (the limit starts at 100 and is cut from
+    // there; the probe's requests wait ahead of the flood's in Rampart's queue).
+    assert.ok(attacked.p99 <= target, `probe p99 ${attacked.p99.toFixed(1)} ms > ${target.toFixed(1)} ms (no-attack p99 ${calm.p99.toFixed(1)} ms; after the first second ${learnedP99.toFixed(1)} ms)`);
   }
 );
 

@@ -104,8 +104,11 @@ fn simulate(
     let mut up = Upstream::new(c, s);
     // (time, kind, client): kind 0 = tick, 1 = answer, 2 = send.
     let mut q: BinaryHeap<Reverse<(u64, u8, usize)>> = BinaryHeap::new();
-    for (i, _) in clients.iter().enumerate() {
-        q.push(Reverse((start + (i as u64 * 37) % MS, 2, i)));
+    // First requests spread over a think time (at least 1 ms): clients that think arrive as
+    // they would in steady state, not all in the same microsecond.
+    let n = clients.len().max(1) as u64;
+    for (i, cl) in clients.iter().enumerate() {
+        q.push(Reverse((start + i as u64 * cl.think.max(MS) / n, 2, i)));
     }
     q.push(Reverse((start + 100 * MS, 0, 0)));
     while let Some(Reverse((t, kind, i))) = q.pop() {
@@ -173,7 +176,7 @@ fn warmed() -> Arc<Capacity> {
     let cap = adaptive();
     let mut cl = clients(10, Class::Other, 0);
     let run = simulate(&cap, &mut cl, (20, 10 * MS), (0, 2 * SEC), |_| None);
-    assert_eq!((run.refused, cap.limit()), ([0, 0], 1000));
+    assert_eq!((run.refused, cap.limit()), ([0, 0], 100));
     cap
 }
 
@@ -462,8 +465,8 @@ fn idle_snapshot() {
             mode: "adaptive",
             in_flight: 0,
             in_flight_priority: 0,
-            limit: Some(1000),
-            other_limit: Some(800),
+            limit: Some(100),
+            other_limit: Some(80),
             latency_ms: 0.0,
             baseline_ms: 0.0,
             overloaded: false,

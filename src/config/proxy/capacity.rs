@@ -11,10 +11,11 @@ use serde_json::Value;
 pub const DEFAULT_MIN_LIMIT: u32 = 10;
 /// Default `maxLimit`: the adaptive limit never goes above this many requests in flight.
 pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
-/// Default `initialLimit`: the adaptive limit a route starts with. High on purpose: the limit only
-/// moves when it binds, so a route whose latency never rises is never cut, and a flood that
-/// raises it is cut by up to half every 100 ms (1000 → 25 in 0.6 s).
-pub const DEFAULT_INITIAL_LIMIT: u32 = 1_000;
+/// Default `initialLimit`: the adaptive limit a route starts with (Netflix `concurrency-limits`
+/// starts at 20). Requests past it wait in the queue, not refused, while the limit grows (by 20 %
+/// every 100 ms while the latency holds: 100 → 1,000 in about 1.3 s); a flood in the route's
+/// first second puts at most this many requests on the upstream before the first cut.
+pub const DEFAULT_INITIAL_LIMIT: u32 = 100;
 /// Default `priorityShare`: the fraction of the limit only `Priority` clients (known-good since
 /// before the overload) may use.
 pub const DEFAULT_PRIORITY_SHARE: f64 = 0.2;
@@ -292,7 +293,7 @@ mod tests {
         assert_eq!(c, CapacityConfig::default_for(true));
         assert_eq!(
             (c.mode, c.min_limit, c.max_limit, c.initial_limit),
-            (ConcurrencyMode::Adaptive, 10, 10_000, 1000)
+            (ConcurrencyMode::Adaptive, 10, 10_000, 100)
         );
         assert_eq!(
             (c.priority_share, c.tolerance, c.retry_after_s),
@@ -311,7 +312,7 @@ mod tests {
         let c = parse(json!({ "minLimit": 200 }), true).unwrap();
         assert_eq!(
             (c.min_limit, c.max_limit, c.initial_limit),
-            (200, 10_000, 1000)
+            (200, 10_000, 200)
         );
         let c = parse(json!({ "minLimit": 2000 }), true).unwrap();
         assert_eq!(c.initial_limit, 2000);
