@@ -438,7 +438,7 @@ export interface ConcurrencyConfig {
   minLimit?: number;
   /** 'adaptive' only: highest limit. Default 10000. */
   maxLimit?: number;
-  /** 'adaptive' only: the limit before anything is learned, within [minLimit, maxLimit]. Default 1000. */
+  /** 'adaptive' only: the limit before anything is learned, within [minLimit, maxLimit]. Default 100 (or minLimit when higher). */
   initialLimit?: number;
   /** 'adaptive' only: latency rise over the baseline tolerated, 1..10. Default 1.25. */
   tolerance?: number;
@@ -449,6 +449,14 @@ export interface ConcurrencyConfig {
   priorityShare?: number;
   /** `Retry-After` (s) of an answer refused for lack of capacity, 1..3600. Default 1. */
   retryAfterS?: number;
+  /**
+   * ms a request past the limit waits for room (known-good clients first, first come first
+   * served within a class) before it is refused, 0..60000; 0 = no queue. Checked every 100 ms.
+   * HAProxy `timeout queue`. Default 1000.
+   */
+  queueTimeoutMs?: number;
+  /** Requests (HTTP/2: connections holding a new stream) waiting at once, 0..1000000; 0 = no queue. HAProxy `maxqueue`. Default 1024. */
+  maxQueue?: number;
 }
 
 export interface ProxyConfig {
@@ -783,6 +791,12 @@ export interface UpstreamCapacity {
   refused: number;
   /** Of which of known-good (priority) clients. */
   refusedPriority: number;
+  /** Requests waiting for room now (`queueTimeoutMs`, `maxQueue`). */
+  queued: number;
+  /** Requests that waited for room, since start. */
+  waited: number;
+  /** Of those, refused when `queueTimeoutMs` passed, since start (also in `refused`). */
+  queueTimeouts: number;
   /** Responses whose head was seen (latency samples), since start. */
   answered: number;
   /** Upstream connect failures, since start. */

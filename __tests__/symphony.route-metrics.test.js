@@ -11,7 +11,7 @@ const h = require('./helpers');
 /** `routeMetrics[].upstream` of an idle route with `concurrency: { mode: 'off' }`. */
 const IDLE_OFF = {
   mode: 'off', inFlight: 0, inFlightPriority: 0, limit: null, otherLimit: null, latencyMs: 0, baselineMs: 0,
-  overloaded: false, refused: 0, refusedPriority: 0, answered: 0, connectFailures: 0, connectMs: 0,
+  overloaded: false, refused: 0, refusedPriority: 0, queued: 0, waited: 0, queueTimeouts: 0, answered: 0, connectFailures: 0, connectMs: 0,
 };
 
 test('routeMetrics: exact per-route counts, route_rate_limited without a blocked event', async (t) => {
@@ -107,7 +107,7 @@ test('routeMetrics[].upstream: exact idle capacity per mode, in Prometheus, kept
   const byRoute = () => Object.fromEntries(proxy.metrics().routeMetrics.map((r) => [r.route, r.upstream]));
   const idle = (mode, limit, otherLimit) => ({ ...IDLE_OFF, mode, limit, otherLimit });
   assert.deepEqual(byRoute(), {
-    'http.test': idle('adaptive', 1000, 800),
+    'http.test': idle('adaptive', 100, 80),
     'fixed.test': idle('fixed', 20, 15),
     'tuned.test': idle('adaptive', 40, 32),
     '': IDLE_OFF,
