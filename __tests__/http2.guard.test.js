@@ -17,8 +17,13 @@ const H = require('./helpers/h2');
 const CALM = H.ENHANCE_YOUR_CALM;
 const H2_BOX_NOTE = 'boxed by protection.http2.boxAfterViolations';
 
-/** Rampart with one h2 route to a fresh counting upstream (`upstreamSettings`: its SETTINGS). */
-const setup = (t, { upstreamSettings, ...opts } = {}) => H.proxiedUpstream(t, { ...opts, settings: upstreamSettings });
+/**
+ * Rampart with one h2 route to a fresh counting upstream (`upstreamSettings`: its SETTINGS). The
+ * route's upstream capacity is off: these specs hold streams open that the upstream never
+ * answers, and look at the guard's own limits only.
+ */
+const setup = (t, { upstreamSettings, ...opts } = {}) =>
+  H.proxiedUpstream(t, { route: { concurrency: { mode: 'off' } }, ...opts, settings: upstreamSettings });
 
 /**
  * Sends `frames` (after the preface and an empty SETTINGS) in one write, waits for the proxy to

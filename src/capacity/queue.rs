@@ -126,6 +126,13 @@ impl Capacity {
         })
     }
 
+    /// A permit for a request of `class` at `now_ns` when there is room, whoever waits: for the
+    /// later streams of an HTTP/2 connection in the same read as the one that just waited its
+    /// turn, so that they go in one write rather than one wait each.
+    pub fn take_after_wait(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
+        self.take(class).ok().map(|n| self.permit(class, n, now_ns))
+    }
+
     /// [`Capacity::take_now`], else [`Capacity::wait_or_refuse`].
     pub fn admit(
         self: &Arc<Self>,

@@ -99,6 +99,7 @@ impl ClientToUpstream {
             }
             self.header.remaining = h.len;
         }
+        hooks.chunk_done();
         Inspect::Forward
     }
 

@@ -80,6 +80,10 @@ pub trait StreamHooks {
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
         Poll::Ready(())
     }
+    /// The guard finished a chunk read from the client (everything in it inspected; not called
+    /// for a chunk it held or ended the connection in). Default: nothing.
+    #[inline(always)]
+    fn chunk_done(&mut self) {}
     /// Stream `id` got its response HEADERS (`answered`) or was reset / closed (`!answered`).
     fn closed(&mut self, id: u32, answered: bool, now_ns: u64);
 }

@@ -173,6 +173,17 @@ impl<'a> UpstreamGate<'a> {
         capacity.admit(Class::Priority, now_ns, may_wait)
     }
 
+    /// A permit at `now_ns` if there is room, ahead of the waiters ([`Capacity::take_after_wait`]:
+    /// only for a connection that just waited its turn).
+    pub fn take_after_wait(&mut self, now_ns: u64) -> Option<Permit> {
+        let class = if self.priority {
+            Class::Priority
+        } else {
+            Class::Other
+        };
+        self.capacity.take_after_wait(class, now_ns)
+    }
+
     fn is_priority(&self, now_ns: u64) -> bool {
         let since = self.capacity.priority_since(now_ns);
         let engine = &self.shared.listener(self.li).engine;
@@ -285,6 +296,9 @@ pub struct StreamGate<'a> {
     /// What [`StreamHooks::ready`] decided for the stream about to open: its permit, or the
     /// refusal `opened` sheds it with.
     next: Option<(u32, Result<Permit, Overloaded>)>,
+    /// The connection just waited its turn: the later streams of the same client read take the
+    /// room there is without queueing again (one write for them, not one wait each).
+    resumed: bool,
 }
 
 /// Most permits of reset streams one connection holds (the oldest is released first).
@@ -306,6 +320,7 @@ impl<'a> StreamGate<'a> {
             held: VecDeque::new(),
             waiting: None,
             next: None,
+            resumed: false,
         }
     }
 
@@ -327,6 +342,13 @@ impl StreamHooks for StreamGate<'_> {
             return false;
         }
         self.release_held(now_ns);
+        if self.resumed {
+            if let Some(p) = self.upstream.take_after_wait(now_ns) {
+                self.next = Some((id, Ok(p)));
+                return true;
+            }
+            self.resumed = false;
+        }
         // Holding could stall this connection's own streams (`may_wait`): shed instead.
         let decided = match self.upstream.admit(now_ns, may_wait) {
             Admit::Ready(p) => Ok(p),
@@ -345,9 +367,15 @@ impl StreamHooks for StreamGate<'_> {
             return Poll::Ready(());
         };
         let r = std::task::ready!(q.poll_permit(cx, crate::clock::now_ns()));
+        self.resumed = r.is_ok();
         self.next = Some((*id, r));
         self.waiting = None;
         Poll::Ready(())
+    }
+
+    #[inline]
+    fn chunk_done(&mut self) {
+        self.resumed = false;
     }
 
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
