@@ -438,7 +438,7 @@ export interface ConcurrencyConfig {
   minLimit?: number;
   /** 'adaptive' only: highest limit. Default 10000. */
   maxLimit?: number;
-  /** 'adaptive' only: the limit before anything is learned, within [minLimit, maxLimit]. Default 100 (or minLimit when higher). */
+  /** 'adaptive' only: the limit before anything is learned, within [minLimit, maxLimit]. Default 20 (or minLimit when higher): requests past it wait while it grows. */
   initialLimit?: number;
   /** 'adaptive' only: latency rise over the baseline tolerated, 1..10. Default 1.25. */
   tolerance?: number;

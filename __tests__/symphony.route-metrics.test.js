@@ -107,7 +107,7 @@ test('routeMetrics[].upstream: exact idle capacity per mode, in Prometheus, kept
   const byRoute = () => Object.fromEntries(proxy.metrics().routeMetrics.map((r) => [r.route, r.upstream]));
   const idle = (mode, limit, otherLimit) => ({ ...IDLE_OFF, mode, limit, otherLimit });
   assert.deepEqual(byRoute(), {
-    'http.test': idle('adaptive', 100, 80),
+    'http.test': idle('adaptive', 20, 16),
     'fixed.test': idle('fixed', 20, 15),
     'tuned.test': idle('adaptive', 40, 32),
     '': IDLE_OFF,

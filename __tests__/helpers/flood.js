@@ -280,7 +280,17 @@ function probe({ port, host = '127.0.0.1', localAddress = '127.0.0.2', servernam
   });
 }
 
-module.exports = { capacityUpstream, tlsGetFlood, probe, floodSources, quantile };
+/** `tlsGetFlood(opts)` on a worker thread (helpers/flood-worker.js): same result, own event loop. */
+function tlsGetFloodOnThread(opts) {
+  const { Worker } = require('node:worker_threads');
+  return new Promise((resolve, reject) => {
+    const w = new Worker(require('node:path').join(__dirname, 'flood-worker.js'), { workerData: opts });
+    w.once('message', (m) => (m.error ? reject(new Error(m.error)) : resolve(m.ok)));
+    w.once('error', reject);
+  });
+}
+
+module.exports = { capacityUpstream, tlsGetFlood, tlsGetFloodOnThread, probe, floodSources, quantile };
 
 if (require.main === module && process.argv[2] === 'flood') {
   process.on('disconnect', () => process.exit(0));

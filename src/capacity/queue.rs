@@ -14,6 +14,10 @@
 //! releaser sees the waiter, or the waiter sees the room). A waiter that gives up (its
 //! connection ended) passes a notification it received on (tokio's `Notified` does so on drop).
 //!
+//! A queue longer than the limit (each waiter then waits longer than a response takes) makes
+//! the route overloaded as a refusal does: new connections of unknown clients are refused at
+//! accept, so a flood's excess stops at the door instead of lining up.
+//!
 //! Waiting is the only asynchronous part of [`super`]; the common request (room under the
 //! limit, nobody waiting) never touches it.
 
@@ -113,6 +117,12 @@ impl Capacity {
         }
         waiting.fetch_add(1, Ordering::SeqCst);
         self.waiters.waited.fetch_add(1, Ordering::Relaxed);
+        if self.waiters.len() > self.limit() {
+            // More waiting than the upstream holds: each waits longer than a response takes.
+            // The route is overloaded (new unknown clients are refused at accept) as at a
+            // refusal, though this request still waits.
+            self.pressure(now_ns);
+        }
         // Demand past the limit: the limiter grows a limit that binds while latency holds.
         self.limiter.refused();
         let mut notified = Box::pin(self.waiters.notify[slot(class)].notified());

@@ -176,7 +176,10 @@ fn warmed() -> Arc<Capacity> {
     let cap = adaptive();
     let mut cl = clients(10, Class::Other, 0);
     let run = simulate(&cap, &mut cl, (20, 10 * MS), (0, 2 * SEC), |_| None);
-    assert_eq!((run.refused, cap.limit()), ([0, 0], 100));
+    assert_eq!(
+        (run.refused, cap.limit()),
+        ([0, 0], CapacityConfig::default_for(true).initial_limit)
+    );
     cap
 }
 
@@ -465,8 +468,8 @@ fn idle_snapshot() {
             mode: "adaptive",
             in_flight: 0,
             in_flight_priority: 0,
-            limit: Some(100),
-            other_limit: Some(80),
+            limit: Some(20),
+            other_limit: Some(16),
             latency_ms: 0.0,
             baseline_ms: 0.0,
             overloaded: false,

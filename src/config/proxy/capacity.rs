@@ -11,11 +11,12 @@ use serde_json::Value;
 pub const DEFAULT_MIN_LIMIT: u32 = 10;
 /// Default `maxLimit`: the adaptive limit never goes above this many requests in flight.
 pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
-/// Default `initialLimit`: the adaptive limit a route starts with (Netflix `concurrency-limits`
-/// starts at 20). Requests past it wait in the queue, not refused, while the limit grows (by 20 %
-/// every 100 ms while the latency holds: 100 → 1,000 in about 1.3 s); a flood in the route's
-/// first second puts at most this many requests on the upstream before the first cut.
-pub const DEFAULT_INITIAL_LIMIT: u32 = 100;
+/// Default `initialLimit`: the adaptive limit a route starts with (as Netflix
+/// `concurrency-limits`). Requests past it wait in the queue, not refused, while the limit grows
+/// (by 20 % every 100 ms while the latency holds: 20 → 1,000 in about 2.2 s), so the limit
+/// approaches the upstream's capacity from below and a flood in the route's first second never
+/// puts more than this on the upstream.
+pub const DEFAULT_INITIAL_LIMIT: u32 = 20;
 /// Default `priorityShare`: the fraction of the limit only `Priority` clients (known-good since
 /// before the overload) may use.
 pub const DEFAULT_PRIORITY_SHARE: f64 = 0.2;
@@ -293,7 +294,7 @@ mod tests {
         assert_eq!(c, CapacityConfig::default_for(true));
         assert_eq!(
             (c.mode, c.min_limit, c.max_limit, c.initial_limit),
-            (ConcurrencyMode::Adaptive, 10, 10_000, 100)
+            (ConcurrencyMode::Adaptive, 10, 10_000, 20)
         );
         assert_eq!(
             (c.priority_share, c.tolerance, c.retry_after_s),
@@ -316,10 +317,10 @@ mod tests {
         );
         let c = parse(json!({ "minLimit": 2000 }), true).unwrap();
         assert_eq!(c.initial_limit, 2000);
-        let c = parse(json!({ "maxLimit": 50, "priorityShare": 0 }), true).unwrap();
+        let c = parse(json!({ "maxLimit": 15, "priorityShare": 0 }), true).unwrap();
         assert_eq!(
             (c.max_limit, c.initial_limit, c.priority_share),
-            (50, 50, 0.0)
+            (15, 15, 0.0)
         );
     }
 
