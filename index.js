@@ -396,3 +396,5 @@ function fingerprintClientHello(hello) {
 }
 
 module.exports = { RampartProxy, ConfigError, generateSelfSignedCert, fingerprintClientHello, MAX_CONFIG_DEPTH };
+// Symphony's class on this engine (symphony/proxy.js); required after the exports above, which it uses.
+module.exports.SymphonyProxy = require('./symphony/proxy').SymphonyProxy;

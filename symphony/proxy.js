@@ -1,0 +1,210 @@
+'use strict';
+/**
+ * `require('rampart').SymphonyProxy`: Symphony's (HarperFast/symphony) class on Rampart's engine,
+ * so a Symphony user changes one `require` (docs/symphony.md). A thin layer over RampartProxy: the
+ * same native proxy, with Symphony's defaults, `metrics()` shape, reason names, events, `stop(ms)`
+ * and error behaviour. RampartProxy keeps its own API.
+ *
+ * What the layer translates:
+ * - config: Symphony's route-identity limits are checked first with Symphony's wording
+ *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); a route whose upstreams are all UDS sends a
+ *   PROXY v1 header unless it says otherwise (Symphony's default); everything else is passed as it
+ *   is (Rampart accepts Symphony's fields).
+ * - `metrics()`: symphony/metrics.js.
+ * - events: `'blocked'` `{ ip, reason, listener, ja3, ja4 }`; `'suspended'` as is; `'error'`
+ *   `(err: Error, ctx: { listener? })` for what Symphony reports as errors (a suspended
+ *   connection's route that cannot be built, proxy-wide failures). A per-connection failure is
+ *   counted in `metrics()` as in Symphony and emitted as `'connectionError'` `{ reason, message, ip,
+ *   listener }` (Symphony has no such event; nothing is dropped silently). An `'error'` nobody
+ *   listens to is written to stderr rather than thrown (never a crash from a background event).
+ * - `resolveConnection(id, route?)`: a missing route rejects; a route that cannot be built drops
+ *   the connection and emits `'error'` (Symphony), instead of throwing.
+ * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
+ */
+const { RampartProxy, ConfigError } = require('../index.js');
+const { symphonyMetrics, errorName } = require('./metrics');
+
+/** Bytes of `s` as UTF-8. */
+const utf8Bytes = (s) => Buffer.byteLength(s, 'utf8');
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+/** Codes of the engine's 'error' events that are per-connection failures (counted in metrics). */
+const PROXY_WIDE_ERRORS = new Set(['xdp_sync_failed', 'cluster_unavailable', 'cluster_message_rejected']);
+
+/** Suspended ids remembered for the 'error' context of a failed resolve (oldest dropped first). */
+const MAX_REMEMBERED_SUSPENDED = 4096;
+
+/**
+ * Symphony's route-identity checks (it refuses these before construction, with these words):
+ * `sni` at most 255 UTF-8 bytes, `metricsGroup` at most 128, neither with control characters.
+ */
+function identityErrors(routes, prefix) {
+  const errors = [];
+  if (!Array.isArray(routes)) return errors;
+  routes.forEach((r, i) => {
+    if (!r || typeof r !== 'object') return;
+    const at = `${prefix}[${i}]`;
+    if (typeof r.sni === 'string') {
+      if (utf8Bytes(r.sni) > 255) errors.push({ path: `${at}.sni`, message: 'route SNI exceeds 255 UTF-8 bytes' });
+      else if (CONTROL.test(r.sni)) errors.push({ path: `${at}.sni`, message: 'route SNI must not contain control characters' });
+    }
+    if (typeof r.metricsGroup === 'string') {
+      if (utf8Bytes(r.metricsGroup) > 128) errors.push({ path: `${at}.metricsGroup`, message: 'metricsGroup exceeds 128 UTF-8 bytes' });
+      else if (CONTROL.test(r.metricsGroup)) errors.push({ path: `${at}.metricsGroup`, message: 'metricsGroup must not contain control characters' });
+    }
+  });
+  return errors;
+}
+
+/**
+ * A route (or resolve route) with Symphony's defaults applied: UDS upstreams get a PROXY v1
+ * header unless `sourceAddressHeader` is given.
+ * TODO(tlv): when the engine has its knob for the PROXY header default of UDS upstreams, set that
+ * instead, so a mixed TCP + UDS set gets the header on its UDS upstreams only, as in Symphony.
+ */
+function withDefaults(route) {
+  if (!route || typeof route !== 'object' || route.sourceAddressHeader !== undefined) return route;
+  const ups = Array.isArray(route.upstreams) ? route.upstreams : route.upstream ? [route.upstream] : [];
+  if (ups.length === 0 || !ups.every((u) => u && u.kind === 'uds')) return route;
+  return { ...route, sourceAddressHeader: 'proxyProtocol' };
+}
+
+function translateRoutes(routes) {
+  return Array.isArray(routes) ? routes.map(withDefaults) : routes;
+}
+
+/** Per route name (lower case), whether the route set `metricsGroup`. */
+function groupsOf(routes) {
+  const out = new Map();
+  if (!Array.isArray(routes)) return out;
+  for (const r of routes) {
+    if (r && typeof r.sni === 'string') out.set(r.sni.toLowerCase(), typeof r.metricsGroup === 'string');
+  }
+  return out;
+}
+
+class SymphonyProxy extends RampartProxy {
+  /** Validates everything; throws ConfigError (Symphony's wording for its route-identity limits). */
+  constructor(config) {
+    const errors = config && typeof config === 'object' ? identityErrors(config.routes, 'routes') : [];
+    if (errors.length) throw new ConfigError(errors);
+    const translated = config && typeof config === 'object' ? { ...config, routes: translateRoutes(config.routes) } : config;
+    super(translated);
+    this._modes = (config.listeners || []).map((l) => (l && l.mode) || 'tls');
+    this._groups = groupsOf(config.routes);
+    this._resolved = 0;
+    this._suspendedAt = new Map();
+    this._started = false;
+  }
+
+  /** Engine events in Symphony's shapes (see the module note). */
+  _dispatch(name, json) {
+    let p;
+    try {
+      p = JSON.parse(json);
+    } catch {
+      return;
+    }
+    if (name === 'blocked') {
+      this._safeEmit('blocked', { ip: p.ip, reason: p.reason, listener: p.listener, ja3: p.ja3, ja4: p.ja4 });
+    } else if (name === 'suspended') {
+      this._suspendedAt.set(p.id, p.listener);
+      if (this._suspendedAt.size > MAX_REMEMBERED_SUSPENDED) this._suspendedAt.delete(this._suspendedAt.keys().next().value);
+      this._safeEmit('suspended', p);
+    } else if (name === 'error') {
+      if (PROXY_WIDE_ERRORS.has(p.code) || p.route !== undefined) {
+        const err = new Error(p.message);
+        err.code = p.code;
+        this._emitError(err, p.listener ? { listener: p.listener } : {});
+      } else {
+        this._safeEmit('connectionError', { reason: errorName(p.code), message: p.message, ip: p.ip, listener: p.listener });
+      }
+    } else {
+      this._safeEmit(name, p);
+    }
+  }
+
+  /** `'error'` (err, ctx); with no listener it goes to stderr (never thrown from a background event). */
+  _emitError(err, ctx) {
+    if (this.listenerCount('error') === 0) {
+      process.emitWarning(`symphony: ${err.message}${ctx.listener ? ` (${ctx.listener})` : ''}`, { code: err.code || 'SYMPHONY_ERROR' });
+      return;
+    }
+    this._safeEmit('error', err, ctx);
+  }
+
+  /** Binds every listener; a second call while running does nothing (Symphony). */
+  async start() {
+    if (this._started) return;
+    this._started = true;
+    try {
+      await super.start();
+    } catch (e) {
+      this._started = false;
+      throw e;
+    }
+  }
+
+  /**
+   * Stops accepting; connections still open after `timeoutMs` (ms, default 100, Symphony's) are
+   * closed; resolves when every socket is closed, then emits 'close'.
+   */
+  async stop(timeoutMs = 100) {
+    // TODO(tlv): RampartProxy#stop(number) — until then the number is passed as drainMs here.
+    await super.stop({ drainMs: timeoutMs });
+    this._started = false;
+  }
+
+  /** Replaces the route table and/or per-port protection, all or nothing (throws ConfigError). */
+  updateConfig(update) {
+    const u = update && typeof update === 'object' ? update : {};
+    const errors = identityErrors(u.routes, 'routes');
+    if (errors.length) throw new ConfigError(errors);
+    const translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
+    super.updateConfig(translated);
+    if (u.routes !== undefined) this._groups = groupsOf(u.routes);
+  }
+
+  /** Symphony's shape: `{ rateLimited, concurrencyLimited, cidrBlocklist }`. */
+  blockedIps() {
+    const b = super.blockedIps();
+    return { rateLimited: b.rateLimited, concurrencyLimited: b.concurrencyLimited, cidrBlocklist: b.cidrBlocklist };
+  }
+
+  /**
+   * Proxies a held connection with `route` (Symphony's `{ upstream, terminateTls, cert?, mtls?,
+   * ... }`), or closes it when `route` is null or left out. A route that cannot be built closes
+   * the connection and emits `'error'` (err with `errors`, ctx `{ listener }`); nothing throws
+   * for it. Returns true when a held connection took the decision.
+   */
+  resolveConnection(id, route) {
+    const listener = this._suspendedAt.get(id);
+    this._suspendedAt.delete(id);
+    if (route === undefined || route === null) return super.resolveConnection(id, null);
+    let took;
+    try {
+      // TODO(iso): when the engine drops the connection and emits 'error' itself, call through.
+      took = super.resolveConnection(id, withDefaults(route));
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      super.resolveConnection(id, null);
+      this._emitError(e, listener ? { listener } : {});
+      return false;
+    }
+    if (took) this._resolved += 1;
+    return took;
+  }
+
+  /** Symphony's `ProxyMetrics` (symphony/metrics.js). The engine's own shape: `rampartMetrics()`. */
+  metrics() {
+    return symphonyMetrics(super.metrics(), { modes: this._modes, groups: this._groups, resolved: this._resolved });
+  }
+
+  /** RampartProxy's `metrics()` shape (every Rampart counter). */
+  rampartMetrics() {
+    return super.metrics();
+  }
+}
+
+module.exports = { SymphonyProxy, identityErrors };
