@@ -120,6 +120,8 @@ test('rampart serve with a symphony-server file: status.json, admin routes, live
   assert.deepEqual(await c.exited, { code: 0, signal: null });
   assert.equal(fs.existsSync(d.status), false, 'status.json removed by its owner');
   await assert.rejects(s.admin({ port: adminPort }, 'GET', '/health'), { code: 'ECONNREFUSED' });
+  // The socket path is left for the next binder (never unlinked at shutdown): refused, not missing.
+  await assert.rejects(s.admin({ socketPath }, 'GET', '/health'), { code: 'ECONNREFUSED' });
 });
 
 test('symphony-server bin: --status path, and a status file another process owns is left alone', async (t) => {

@@ -12,7 +12,7 @@
  * 127.0.0.1), or both. It never stops the proxies from serving: a bind that fails is logged and
  * tried again every 5 s; a socket file left by a killed process is removed only once a connect
  * to it is refused (ECONNREFUSED: nobody listens), never on any other probe error. Shutdown does
- * not unlink the socket path (the next binder reclaims it).
+ * not unlink the socket path (the next binder reclaims it): see `stop()`.
  */
 const http = require('node:http');
 const net = require('node:net');
@@ -131,10 +131,22 @@ class SymphonyAdmin {
     if (config && (config.socketPath || config.port !== undefined)) await this.bind();
   }
 
+  /**
+   * Stops answering. The unix socket is not closed (Node's close unlinks its path, which could be
+   * a successor's by then): its connections are closed and the listening socket is left to the
+   * process exit, after which a connect is refused and the next binder reclaims the path.
+   */
   async stop() {
     this.stopped = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
+    const servers = this.servers;
+    this.servers = servers.filter((s) => typeof s.address() !== 'string');
+    for (const s of servers) {
+      if (typeof s.address() !== 'string') continue;
+      s.closeAllConnections();
+      s.unref();
+    }
     await this.closeServers();
   }
 
