@@ -12,6 +12,7 @@ const h = require('./helpers');
 const s = require('./helpers/server');
 
 const SYMPHONY_BIN = path.join(__dirname, '..', 'bin', 'symphony-server.js');
+const { renderPrometheus } = require('../server/symphony-admin');
 
 test.after(() => s.cleanup());
 
@@ -171,4 +172,33 @@ test('a stale admin socket left by a killed process is reclaimed; a live one is 
   assert.equal((await s.admin({ socketPath }, 'GET', '/health')).json.pid, c.proc.pid);
   // It serves its proxy all the same.
   assert.equal((await h.tlsRoundTrip({ port: d2.proxyPort, servername: 'localhost', payload: Buffer.from('ok') })).data.toString(), 'ok');
+});
+
+test("admin /metrics text: label values escaped (CR, LF and CRLF all as \\n), one HELP/TYPE per name over several proxies", () => {
+  const metrics = (address) => ({
+    routes: 1, failingRoutes: 0, halfClosedConnections: 0, pendingSuspended: 0, suspendedResolved: 0, suspendedUnresolved: 0,
+    listeners: [{ address, mode: 'tls', activeConnections: 0, accepted: 1, blocked: 0, errors: 0, bytesReceived: 0, bytesSent: 0, blockedByReason: [{ reason: 'no_sni', count: 0 }], errorsByReason: [] }],
+    routeMetrics: [{ route: 'a"b\\c\nroute', metricsGroup: 'tenant\rgroup\r\nend', activeConnections: 0, connections: 2, errors: 0, bytesReceived: 0, bytesSent: 0, errorsByReason: [{ reason: 'upstream_connect', count: 1 }] }],
+  });
+  const text = renderPrometheus({
+    pid: 1, version: 'v"1', startedAt: '2026-01-01T00:00:00.000Z', reloadedAt: '2026-01-01T00:01:00.000Z',
+    proxies: [{ ports: '80,443', metrics: metrics('0.0.0.0:443') }, { ports: '8443', metrics: metrics('0.0.0.0:8443') }],
+  });
+  const lines = text.split('\n');
+  assert.ok(lines.includes('symphony_build_info{version="v\\"1"} 1'), text);
+  assert.ok(lines.includes('symphony_route_connections_total{proxy="80,443",route="a\\"b\\\\c\\nroute",group="tenant\\ngroup\\nend"} 2'), text);
+  assert.ok(lines.includes('symphony_route_errors_total{proxy="8443",route="a\\"b\\\\c\\nroute",group="tenant\\ngroup\\nend",reason="upstream_connect"} 1'), text);
+  assert.ok(lines.includes('symphony_start_time_seconds 1767225600'), text);
+  // Every sample of a name sits right under its one HELP/TYPE pair.
+  let current = null;
+  const declared = new Set();
+  for (const l of lines) {
+    if (l.startsWith('# TYPE ')) {
+      current = l.split(' ')[2];
+      assert.ok(!declared.has(current), `${current} declared twice`);
+      declared.add(current);
+    } else if (l && !l.startsWith('#')) {
+      assert.equal(l.slice(0, l.search(/[{ ]/)), current, l);
+    }
+  }
 });

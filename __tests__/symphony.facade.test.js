@@ -154,6 +154,10 @@ test("route identity limits: Symphony's words, at construction and in updateConf
   ]);
   const proxy = new SymphonyProxy(base({ metricsGroup: 'é'.repeat(64) }));
   assert.throws(() => proxy.updateConfig({ routes: [{ ...base({}).routes[0], sni: 'a\u0000b' }] }), ConfigError);
+  // A protection update for a port with no listener: Symphony's words; the routes given with it are not applied.
+  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [], protection: [{ port: 9999, protection: {} }] })), [
+    { path: 'protection[0].port', message: 'port 9999 matches no listener; listeners: 443' },
+  ]);
   assert.deepEqual(proxy.metrics().routeMetrics.map((r) => [r.route, r.metricsGroup]), [['tenant.test', 'é'.repeat(64)]]);
 });
 

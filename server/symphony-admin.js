@@ -20,9 +20,13 @@ const fs = require('node:fs');
 
 const RETRY_MS = 5000;
 
-/** A Prometheus label value: `\`, `"` and newline escaped (exposition format 0.0.4). */
+/**
+ * A Prometheus label value: `\` and `"` escaped, and every line break (CR, LF, CRLF) written as
+ * `\n` (exposition format 0.0.4 has no escape for CR; a raw one would split the line for some
+ * parsers).
+ */
 function escapeLabel(value) {
-  return String(value).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+  return String(value).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\r\n|\r|\n/g, '\\n');
 }
 
 /** Samples grouped by metric name, each name under one HELP/TYPE pair, in first-seen order. */

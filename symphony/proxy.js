@@ -70,6 +70,25 @@ function withDefaults(route) {
   return { ...route, sourceAddressHeader: 'proxyProtocol' };
 }
 
+/** Engine messages reworded as Symphony words them (same path, same facts). */
+const WORDING = [[/^no listener on port (\d+)/, 'port $1 matches no listener']];
+
+/** `e` (a ConfigError) with Symphony's wording where it has its own; other errors as they are. */
+function symphonyWording(e) {
+  if (!(e instanceof ConfigError)) return e;
+  let changed = false;
+  const errors = e.errors.map((x) => {
+    for (const [re, to] of WORDING) {
+      if (re.test(x.message)) {
+        changed = true;
+        return { ...x, message: x.message.replace(re, to) };
+      }
+    }
+    return x;
+  });
+  return changed ? new ConfigError(errors) : e;
+}
+
 function translateRoutes(routes) {
   return Array.isArray(routes) ? routes.map(withDefaults) : routes;
 }
@@ -162,7 +181,11 @@ class SymphonyProxy extends RampartProxy {
     const errors = identityErrors(u.routes, 'routes');
     if (errors.length) throw new ConfigError(errors);
     const translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
-    super.updateConfig(translated);
+    try {
+      super.updateConfig(translated);
+    } catch (e) {
+      throw symphonyWording(e);
+    }
     if (u.routes !== undefined) this._groups = groupsOf(u.routes);
   }
 
