@@ -7,10 +7,12 @@
  *
  * - Cert material may be inline (`certChain`, `privateKey`, `clientCaCert`) or files
  *   (`certChainFile`, `privateKeyFile`, `clientCaCertFile`), relative to the config file's
- *   directory. A route whose files cannot be read is left out (logged) and the others serve.
+ *   directory. A route whose files cannot be read keeps its last-good material (or, new, is left
+ *   out), logged; the others serve and rotate.
  * - Reload: SIGHUP, or a change of the config file or of a file it names. Per port set: the same
  *   listeners (certs included) → `updateConfig` of routes and protection; changed listeners → a
- *   new proxy started before the old one stops; a port set gone → its proxy stopped. A file that
+ *   new proxy started before the old one stops accepting (the old one's established connections
+ *   run on for up to 5 s); a port set gone → its proxy stopped. A file that
  *   is not valid JSON, or a port set that fails, is logged and leaves what runs untouched.
  * - `status.json` (`--status PATH`, default `<config dir>/status.json`): `{ pid, version,
  *   startedAt, reloadedAt, configPath, ports }`, rewritten atomically (temp file + rename) after
@@ -28,6 +30,9 @@ const { SymphonyAdmin } = require('./symphony-admin');
 const { DirWatcher } = require('./watch');
 
 const { version } = JSON.parse(fs.readFileSync(require.resolve('../package.json'), 'utf8'));
+
+/** ms a proxy replaced by a listener change keeps serving its established connections. */
+const HANDOVER_DRAIN_MS = 5000;
 
 /** True when `doc` has the symphony-server file's shape (a `proxies` array, no Rampart `proxy`). */
 function isSymphonyServerConfig(doc) {
@@ -96,9 +101,11 @@ function withCertMaterial(obj, key, value) {
 
 /**
  * A `proxies[]` entry as a SymphonyProxy config. A listener's unreadable cert throws (the port
- * set is skipped); a route's leaves that route out (logged).
+ * set is skipped). A route whose files cannot be read keeps the cert material it was last built
+ * with (`lastGood`, by route name; say, a file missing for a moment during a rotation), or is left
+ * out when it has none; both are logged. `lastGood` is updated with what was read.
  */
-function toProxyConfig(spec, dir, files) {
+function toProxyConfig(spec, dir, files, lastGood) {
   const listeners = (spec.listeners || []).map((l) => {
     let out = { ...l };
     if (l.defaultCert) out = withCertMaterial(out, 'defaultCert', resolveCert(l.defaultCert, dir, files));
@@ -106,16 +113,28 @@ function toProxyConfig(spec, dir, files) {
     return out;
   });
   const routes = [];
+  const seen = new Map();
   for (const r of spec.routes || []) {
+    const name = r && r.sni;
     try {
       let out = { ...r };
       if (r.cert) out = withCertMaterial(out, 'cert', resolveCert(r.cert, dir, files));
       if (r.mtls) out = withCertMaterial(out, 'mtls', resolveMtls(r.mtls, dir, files));
       routes.push(out);
+      seen.set(name, { cert: out.cert, mtls: out.mtls });
     } catch (e) {
-      logErr(`failed to resolve cert material for route '${r && r.sni}' — leaving the route out: ${e.message}`);
+      const last = lastGood.get(name);
+      if (last) {
+        logErr(`failed to resolve cert material for route '${name}' — keeping its last-good cert: ${e.message}`);
+        routes.push({ ...r, cert: last.cert, mtls: last.mtls });
+        seen.set(name, last);
+      } else {
+        logErr(`failed to resolve cert material for route '${name}' — skipping route '${name}': ${e.message}`);
+      }
     }
   }
+  lastGood.clear();
+  for (const [k, v] of seen) lastGood.set(k, v);
   const config = { ...spec, listeners, routes };
   return config;
 }
@@ -140,6 +159,8 @@ class SymphonyServer {
     this.statusPath = statusPath;
     this.dir = path.dirname(configPath);
     this.active = new Map();
+    this.retiring = new Set();
+    this.lastGood = new Map();
     this.startedAt = '';
     this.reloadedAt = '';
     this.queue = Promise.resolve();
@@ -183,8 +204,9 @@ class SymphonyServer {
       const key = portKey(spec && spec.listeners);
       seen.add(key);
       const existing = this.active.get(key);
+      if (!this.lastGood.has(key)) this.lastGood.set(key, new Map());
       try {
-        const config = toProxyConfig(spec, this.dir, files);
+        const config = toProxyConfig(spec, this.dir, files, this.lastGood.get(key));
         const sig = listenerSignature(config);
         if (existing && existing.sig === sig) {
           existing.proxy.updateConfig({
@@ -193,9 +215,13 @@ class SymphonyServer {
           });
         } else {
           const proxy = new SymphonyProxy(config);
-          proxy.on('error', (err, ctx) => logErr(`proxy [${key}] error${ctx && ctx.listener ? ` (${ctx.listener})` : ''}: ${err.message}`));
+          proxy.on('error', (err, ctx) => {
+            // A route left out because it failed to build (the engine's route isolation).
+            if (err.route !== undefined) logErr(`proxy [${key}] skipping route '${err.route}': ${err.message}`);
+            else logErr(`proxy [${key}] error${ctx && ctx.listener ? ` (${ctx.listener})` : ''}: ${err.message}`);
+          });
           await proxy.start();
-          if (existing) await existing.proxy.stop().catch((e) => logErr(`stopping old proxy [${key}]: ${e.message}`));
+          if (existing) this.retire(key, existing.proxy);
           this.active.set(key, { proxy, sig });
           log(`proxy listening on ports [${key}]`);
         }
@@ -207,6 +233,7 @@ class SymphonyServer {
       if (seen.has(key)) continue;
       await entry.proxy.stop().catch((e) => logErr(`stopping removed proxy [${key}]: ${e.message}`));
       this.active.delete(key);
+      this.lastGood.delete(key);
       log(`proxy on ports [${key}] removed`);
     }
     this.files = [...files];
@@ -217,6 +244,18 @@ class SymphonyServer {
     const admin = doc.admin && typeof doc.admin === 'object' ? { ...doc.admin } : undefined;
     if (admin && admin.socketPath) admin.socketPath = resolvePath(admin.socketPath, this.dir);
     await this.admin.update(admin);
+  }
+
+  /**
+   * Stops a replaced proxy: it accepts no more at once, its established connections keep running
+   * for up to HANDOVER_DRAIN_MS (a recreate does not cut sessions), then what is left is closed.
+   */
+  retire(key, proxy) {
+    const done = proxy
+      .stop(HANDOVER_DRAIN_MS)
+      .catch((e) => logErr(`stopping old proxy [${key}]: ${e.message}`))
+      .finally(() => this.retiring.delete(done));
+    this.retiring.add(done);
   }
 
   ports() {
@@ -267,6 +306,7 @@ class SymphonyServer {
     await this.admin.stop();
     for (const [key, entry] of this.active) await entry.proxy.stop().catch((e) => logErr(`stopping proxy [${key}]: ${e.message}`));
     this.active.clear();
+    await Promise.all([...this.retiring]);
     // Only this process's status file: a successor started first has already written its own.
     try {
       const current = JSON.parse(fs.readFileSync(this.statusPath, 'utf8'));

@@ -29,8 +29,28 @@ const utf8Bytes = (s) => Buffer.byteLength(s, 'utf8');
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
-/** Codes of the engine's 'error' events that are per-connection failures (counted in metrics). */
-const PROXY_WIDE_ERRORS = new Set(['xdp_sync_failed', 'cluster_unavailable', 'cluster_message_rejected']);
+/**
+ * Codes of the engine's 'error' events that Symphony reports as `'error'`: proxy-wide failures, a
+ * route left out because it failed to build, a suspended connection's route that is not valid, an
+ * upstream answering in the wrong protocol. Every other code is a per-connection failure
+ * (`'connectionError'`).
+ */
+const SYMPHONY_ERRORS = new Set([
+  'xdp_sync_failed',
+  'cluster_unavailable',
+  'cluster_message_rejected',
+  'route_failed',
+  'resolve_route_invalid',
+  'upstream_protocol_mismatch',
+]);
+
+/**
+ * Symphony fields that tune only how Symphony spends memory, accepted so a Symphony config loads
+ * and dropped (docs/symphony.md says why each has no counterpart): name → its check.
+ */
+const DROPPED_FIELDS = {
+  lazyCopyBufferThreshold: (v) => Number.isSafeInteger(v) && v >= 0 ? null : `must be an integer >= 0, got ${JSON.stringify(v)}`,
+};
 
 /** Suspended ids remembered for the 'error' context of a failed resolve (oldest dropped first). */
 const MAX_REMEMBERED_SUSPENDED = 4096;
@@ -106,9 +126,19 @@ function groupsOf(routes) {
 class SymphonyProxy extends RampartProxy {
   /** Validates everything; throws ConfigError (Symphony's wording for its route-identity limits). */
   constructor(config) {
-    const errors = config && typeof config === 'object' ? identityErrors(config.routes, 'routes') : [];
+    const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
+    const errors = isObject ? identityErrors(config.routes, 'routes') : [];
+    let translated = config;
+    if (isObject) {
+      translated = { ...config, routes: translateRoutes(config.routes) };
+      for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
+        if (!Object.hasOwn(config, field)) continue;
+        const problem = check(config[field]);
+        if (problem) errors.push({ path: field, message: problem });
+        delete translated[field];
+      }
+    }
     if (errors.length) throw new ConfigError(errors);
-    const translated = config && typeof config === 'object' ? { ...config, routes: translateRoutes(config.routes) } : config;
     super(translated);
     this._modes = (config.listeners || []).map((l) => (l && l.mode) || 'tls');
     this._groups = groupsOf(config.routes);
@@ -132,9 +162,11 @@ class SymphonyProxy extends RampartProxy {
       if (this._suspendedAt.size > MAX_REMEMBERED_SUSPENDED) this._suspendedAt.delete(this._suspendedAt.keys().next().value);
       this._safeEmit('suspended', p);
     } else if (name === 'error') {
-      if (PROXY_WIDE_ERRORS.has(p.code) || p.route !== undefined) {
+      if (SYMPHONY_ERRORS.has(p.code)) {
         const err = new Error(p.message);
         err.code = p.code;
+        if (p.route !== undefined) err.route = p.route;
+        if (p.errors !== undefined) err.errors = p.errors;
         this._emitError(err, p.listener ? { listener: p.listener } : {});
       } else {
         this._safeEmit('connectionError', { reason: errorName(p.code), message: p.message, ip: p.ip, listener: p.listener });
