@@ -274,3 +274,25 @@ test('a route whose upstreams are all UDS sends a PROXY v1 header (Symphony defa
   await h.waitFor(() => tcp.captured.length === 1 && tcp.captured[0].data.length === 5, { what: 'bytes at the TCP upstream' });
   assert.equal(tcp.captured[0].data.toString(), 'plain');
 });
+
+test('forwardFingerprint on a passthrough route without PROXY v2 is skipped (Symphony), refused by RampartProxy', async (t) => {
+  const cert = h.selfSigned(['localhost']);
+  const upstream = tls.createServer({ cert: cert.certChain, key: cert.privateKey }, (s) => s.pipe(s));
+  await new Promise((r) => upstream.listen(0, '127.0.0.1', r));
+  const port = await h.freePort();
+  const config = {
+    listeners: [{ host: '127.0.0.1', port }],
+    routes: [{ sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upstream.address().port }] }],
+  };
+  assert.deepEqual(h.errorsOf(() => new RampartProxy(config)).map((e) => e.path), ['routes[0].forwardFingerprint']);
+  const proxy = new SymphonyProxy(config);
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await new Promise((r) => upstream.close(r));
+  });
+  // The client's TLS reaches the upstream untouched: the upstream's certificate, the bytes echoed.
+  const r = await h.tlsRoundTrip({ port, servername: 'localhost', payload: Buffer.from('passthrough-ok'), ca: cert.certChain });
+  assert.equal(r.data.toString(), 'passthrough-ok');
+  assert.equal(r.cert.fingerprint256, new (require('node:crypto').X509Certificate)(cert.certChain).fingerprint256);
+});

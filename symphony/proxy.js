@@ -8,7 +8,9 @@
  * What the layer translates:
  * - config: Symphony's route-identity limits are checked first with Symphony's wording
  *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); a route whose upstreams are all UDS sends a
- *   PROXY v1 header unless it says otherwise (Symphony's default); everything else is passed as it
+ *   PROXY v1 header unless it says otherwise (Symphony's default); `forwardFingerprint` on a
+ *   passthrough route without PROXY v2 is left out (Symphony skips it there); Symphony's
+ *   memory-only knobs are accepted and dropped (DROPPED_FIELDS); everything else is passed as it
  *   is (Rampart accepts Symphony's fields).
  * - `metrics()`: symphony/metrics.js.
  * - events: `'blocked'` `{ ip, reason, listener, ja3, ja4 }`; `'suspended'` as is; `'error'`
@@ -84,10 +86,20 @@ function identityErrors(routes, prefix) {
  * instead, so a mixed TCP + UDS set gets the header on its UDS upstreams only, as in Symphony.
  */
 function withDefaults(route) {
-  if (!route || typeof route !== 'object' || route.sourceAddressHeader !== undefined) return route;
+  if (!route || typeof route !== 'object' || Array.isArray(route)) return route;
+  let out = route;
   const ups = Array.isArray(route.upstreams) ? route.upstreams : route.upstream ? [route.upstream] : [];
-  if (ups.length === 0 || !ups.every((u) => u && u.kind === 'uds')) return route;
-  return { ...route, sourceAddressHeader: 'proxyProtocol' };
+  if (route.sourceAddressHeader === undefined && ups.length > 0 && ups.every((u) => u && u.kind === 'uds')) {
+    out = { ...out, sourceAddressHeader: 'proxyProtocol' };
+  }
+  // Symphony skips the header carrier of forwardFingerprint where there is no HTTP to write it in
+  // (a passthrough route without PROXY v2); Rampart refuses that combination, so it is left out.
+  const fp = route.forwardFingerprint;
+  if (route.terminateTls === false && fp !== undefined && fp !== 'none' && out.sourceAddressHeader !== 'proxyProtocolV2') {
+    out = { ...out };
+    delete out.forwardFingerprint;
+  }
+  return out;
 }
 
 /** Engine messages reworded as Symphony words them (same path, same facts). */
