@@ -275,24 +275,20 @@ test('a route whose upstreams are all UDS sends a PROXY v1 header (Symphony defa
   assert.equal(tcp.captured[0].data.toString(), 'plain');
 });
 
-test('forwardFingerprint on a passthrough route without PROXY v2 is skipped (Symphony), refused by RampartProxy', async (t) => {
-  const cert = h.selfSigned(['localhost']);
-  const upstream = tls.createServer({ cert: cert.certChain, key: cert.privateKey }, (s) => s.pipe(s));
-  await new Promise((r) => upstream.listen(0, '127.0.0.1', r));
-  const port = await h.freePort();
+test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Symphony\'s words ("no carrier")', async () => {
   const config = {
-    listeners: [{ host: '127.0.0.1', port }],
-    routes: [{ sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upstream.address().port }] }],
+    listeners: [{ host: '127.0.0.1', port: 443 }],
+    routes: [{ sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }],
   };
-  assert.deepEqual(h.errorsOf(() => new RampartProxy(config)).map((e) => e.path), ['routes[0].forwardFingerprint']);
-  const proxy = new SymphonyProxy(config);
-  await proxy.start();
-  t.after(async () => {
-    await proxy.stop();
-    await new Promise((r) => upstream.close(r));
-  });
-  // The client's TLS reaches the upstream untouched: the upstream's certificate, the bytes echoed.
-  const r = await h.tlsRoundTrip({ port, servername: 'localhost', payload: Buffer.from('passthrough-ok'), ca: cert.certChain });
-  assert.equal(r.data.toString(), 'passthrough-ok');
-  assert.equal(r.cert.fingerprint256, new (require('node:crypto').X509Certificate)(cert.certChain).fingerprint256);
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy(config)), [
+    { path: 'routes[0].forwardFingerprint', message: "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)" },
+  ]);
+  // In resolveConnection: no throw, an 'error' event with the same words (the id is unknown here).
+  const proxy = new SymphonyProxy({ ...config, routes: [] });
+  const errors = [];
+  proxy.on('error', (err, ctx) => errors.push([err.errors, ctx]));
+  assert.equal(proxy.resolveConnection('1', { upstream: config.routes[0].upstreams[0], terminateTls: false, forwardFingerprint: 'ja3' }), false);
+  assert.equal(errors.length, 1);
+  assert.match(errors[0][0][0].message, /^no carrier/);
+  assert.deepEqual(errors[0][1], {});
 });

@@ -103,7 +103,7 @@ for spec in $SPECS; do
     notrun=$((notrun + 1))
     continue
   fi
-  out=$(cd "$WORK" && timeout 600 node --test --test-force-exit --test-concurrency=1 --test-reporter="$WORK/reporter.mjs" "$file" 2>"$WORK/$spec.stderr") || true
+  out=$(cd "$WORK" && timeout 600 node --test --test-force-exit --test-concurrency=1 --test-timeout=60000 --test-reporter="$WORK/reporter.mjs" "$file" 2>"$WORK/$spec.stderr") || true
   if [[ -z "$out" ]]; then
     echo "NOT RUN	$spec	(no test ran; stderr: $(head -c 300 "$WORK/$spec.stderr" | tr '\n' ' '))"
     notrun=$((notrun + 1))

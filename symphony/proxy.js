@@ -8,10 +8,10 @@
  * What the layer translates:
  * - config: Symphony's route-identity limits are checked first with Symphony's wording
  *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); a route whose upstreams are all UDS sends a
- *   PROXY v1 header unless it says otherwise (Symphony's default); `forwardFingerprint` on a
- *   passthrough route without PROXY v2 is left out (Symphony skips it there); Symphony's
- *   memory-only knobs are accepted and dropped (DROPPED_FIELDS); everything else is passed as it
- *   is (Rampart accepts Symphony's fields).
+ *   PROXY v1 header unless it says otherwise (Symphony's default); Symphony's memory-only knobs
+ *   are accepted and dropped (DROPPED_FIELDS); everything else is passed as it is (Rampart
+ *   accepts Symphony's fields). A few engine messages are reworded as Symphony words them
+ *   (WORDING).
  * - `metrics()`: symphony/metrics.js.
  * - events: `'blocked'` `{ ip, reason, listener, ja3, ja4 }`; `'suspended'` as is; `'error'`
  *   `(err: Error, ctx: { listener? })` for what Symphony reports as errors (a suspended
@@ -92,18 +92,15 @@ function withDefaults(route) {
   if (route.sourceAddressHeader === undefined && ups.length > 0 && ups.every((u) => u && u.kind === 'uds')) {
     out = { ...out, sourceAddressHeader: 'proxyProtocol' };
   }
-  // Symphony skips the header carrier of forwardFingerprint where there is no HTTP to write it in
-  // (a passthrough route without PROXY v2); Rampart refuses that combination, so it is left out.
-  const fp = route.forwardFingerprint;
-  if (route.terminateTls === false && fp !== undefined && fp !== 'none' && out.sourceAddressHeader !== 'proxyProtocolV2') {
-    out = { ...out };
-    delete out.forwardFingerprint;
-  }
   return out;
 }
 
 /** Engine messages reworded as Symphony words them (same path, same facts). */
-const WORDING = [[/^no listener on port (\d+)/, 'port $1 matches no listener']];
+const WORDING = [
+  [/^no listener on port (\d+)/, 'port $1 matches no listener'],
+  // forwardFingerprint's header carrier on a passthrough route: Symphony calls it "no carrier".
+  [/^sets HTTP request headers: needs terminateTls: true/, 'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true'],
+];
 
 /** `e` (a ConfigError) with Symphony's wording where it has its own; other errors as they are. */
 function symphonyWording(e) {
@@ -151,7 +148,11 @@ class SymphonyProxy extends RampartProxy {
       }
     }
     if (errors.length) throw new ConfigError(errors);
-    super(translated);
+    try {
+      super(translated);
+    } catch (e) {
+      throw symphonyWording(e);
+    }
     this._modes = (config.listeners || []).map((l) => (l && l.mode) || 'tls');
     this._groups = groupsOf(config.routes);
     this._resolved = 0;
@@ -256,7 +257,7 @@ class SymphonyProxy extends RampartProxy {
     } catch (e) {
       if (!(e instanceof ConfigError)) throw e;
       super.resolveConnection(id, null);
-      this._emitError(e, listener ? { listener } : {});
+      this._emitError(symphonyWording(e), listener ? { listener } : {});
       return false;
     }
     if (took) this._resolved += 1;
