@@ -1042,7 +1042,8 @@ export class SymphonyProxy extends EventEmitter {
   metrics(): SymphonyMetrics;
   /** RampartProxy's metrics() shape. */
   rampartMetrics(): Metrics;
-  blockedIps(): { rateLimited: string[]; concurrencyLimited: string[]; cidrBlocklist: string[] };
+  /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
+  blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
   /**
    * Proxies a held connection with `route`, or closes it (null or left out). A route that cannot
    * be built closes the connection and emits 'error'. True when a held connection took it.

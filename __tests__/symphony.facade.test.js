@@ -114,7 +114,7 @@ test('metrics(): Symphony shape, exact, on an idle proxy and after traffic; reas
   assert.ok(proxy instanceof RampartProxy);
 });
 
-test("'blocked' carries Symphony's fields; blockedIps() Symphony's three lists", async (t) => {
+test("'blocked' carries Symphony's fields; blockedIps() Symphony's lists (and Rampart's dynamicBlocklist)", async (t) => {
   const echo = await h.echoServer();
   const port = await h.freePort();
   const proxy = new SymphonyProxy({
@@ -131,7 +131,7 @@ test("'blocked' carries Symphony's fields; blockedIps() Symphony's three lists",
   await assert.rejects(h.tlsRoundTrip({ port, servername: 'localhost' }));
   await h.waitFor(() => blocked.length === 1, { what: "one 'blocked' event" });
   assert.deepEqual(blocked[0], { ip: '127.0.0.1', reason: 'cidr_blocked', listener: `127.0.0.1:${port}`, ja3: '', ja4: '' });
-  assert.deepEqual(proxy.blockedIps(), { rateLimited: [], concurrencyLimited: [], cidrBlocklist: ['127.0.0.0/8'] });
+  assert.deepEqual(proxy.blockedIps(), { rateLimited: [], concurrencyLimited: [], cidrBlocklist: ['127.0.0.0/8'], penaltyBoxed: [], dynamicBlocklist: [] });
   const l = proxy.metrics().listeners[0];
   assert.deepEqual(l.blockedByReason, zeros(BLOCK_REASONS, { cidr_blocked: 1 }));
   assert.equal(proxy.metrics().blockedConnections, 1);
@@ -291,4 +291,35 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.equal(errors.length, 1);
   assert.match(errors[0][0][0].message, /^no carrier/);
   assert.deepEqual(errors[0][1], {});
+});
+
+test('port: 0 takes a port the kernel picks at start; the routes and protection set before start apply', async (t) => {
+  const echo = await h.echoServer();
+  const proxy = new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 0, defaultCert: h.selfSigned(['localhost']) }], routes: [] });
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(echo);
+  });
+  assert.equal(proxy.metrics().listeners[0].address, '127.0.0.1:0');
+  proxy.updateConfig({
+    routes: [{ sni: '', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }] }],
+    protection: [{ port: 0, protection: { blocklist: ['192.0.2.0/24'] } }],
+  });
+  await proxy.start();
+  const address = proxy.metrics().listeners[0].address;
+  const port = Number(address.slice('127.0.0.1:'.length));
+  assert.ok(port > 0 && port < 65536, address);
+  assert.deepEqual(proxy.blockedIps().cidrBlocklist, ['192.0.2.0/24']);
+  assert.equal((await h.tlsRoundTrip({ port, servername: 'localhost', payload: Buffer.from('zero') })).data.toString(), 'zero');
+  // Protection by port 0 still names that listener after start.
+  proxy.updateConfig({ protection: [{ port: 0, protection: { blocklist: ['198.51.100.0/24'] } }] });
+  assert.deepEqual(proxy.blockedIps().cidrBlocklist, ['198.51.100.0/24']);
+});
+
+test("fingerprint blocklist entries: Symphony's 'invalid ja3Blocklist/ja4Blocklist entry' words", () => {
+  const build = (protection) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 0, protection }], routes: [] });
+  assert.deepEqual(h.errorsOf(() => build({ ja3Blocklist: ['deadbeef'] })), [
+    { path: 'listeners[0].protection.ja3Blocklist[0]', message: 'invalid ja3Blocklist entry: must be 32 hex characters (a JA3 MD5), got "deadbeef"' },
+  ]);
+  assert.match(h.errorsOf(() => build({ ja4Blocklist: ['not-a-ja4'] }))[0].message, /^invalid ja4Blocklist entry: must be a JA4 fingerprint/);
 });

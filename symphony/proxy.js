@@ -23,6 +23,7 @@
  *   the connection and emits `'error'` (Symphony), instead of throwing.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
  */
+const net = require('node:net');
 const { RampartProxy, ConfigError } = require('../index.js');
 const { symphonyMetrics, errorName } = require('./metrics');
 
@@ -95,11 +96,16 @@ function withDefaults(route) {
   return out;
 }
 
-/** Engine messages reworded as Symphony words them (same path, same facts). */
+/**
+ * Engine messages reworded as Symphony words them (same path, same facts): `[path, message,
+ * replacement]`, `path` null for any path.
+ */
 const WORDING = [
-  [/^no listener on port (\d+)/, 'port $1 matches no listener'],
+  [null, /^no listener on port (\d+)/, 'port $1 matches no listener'],
   // forwardFingerprint's header carrier on a passthrough route: Symphony calls it "no carrier".
-  [/^sets HTTP request headers: needs terminateTls: true/, 'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true'],
+  [null, /^sets HTTP request headers: needs terminateTls: true/, 'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true'],
+  [/\.ja4Blocklist\[\d+\]$/, /^/, 'invalid ja4Blocklist entry: '],
+  [/\.ja3Blocklist\[\d+\]$/, /^/, 'invalid ja3Blocklist entry: '],
 ];
 
 /** `e` (a ConfigError) with Symphony's wording where it has its own; other errors as they are. */
@@ -107,8 +113,8 @@ function symphonyWording(e) {
   if (!(e instanceof ConfigError)) return e;
   let changed = false;
   const errors = e.errors.map((x) => {
-    for (const [re, to] of WORDING) {
-      if (re.test(x.message)) {
+    for (const [path, re, to] of WORDING) {
+      if ((path === null || path.test(x.path)) && re.test(x.message)) {
         changed = true;
         return { ...x, message: x.message.replace(re, to) };
       }
@@ -116,6 +122,38 @@ function symphonyWording(e) {
     return x;
   });
   return changed ? new ConfigError(errors) : e;
+}
+
+/** A TCP port free on `host` now (the kernel's pick; the socket is closed before it resolves). */
+function freePort(host) {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, host, () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * `listeners` with each `port: 0` (Symphony: the kernel picks one at start) given a stand-in
+ * port until start: the highest ports no other listener uses. Returns `{ listeners, zero }`,
+ * `zero` listing `{ index, port }` of the stand-ins.
+ */
+function standInPorts(listeners) {
+  const zero = [];
+  if (!Array.isArray(listeners)) return { listeners, zero };
+  const used = new Set(listeners.map((l) => l && l.port));
+  let next = 65535;
+  const out = listeners.map((l, index) => {
+    if (!l || typeof l !== 'object' || l.port !== 0) return l;
+    while (used.has(next)) next -= 1;
+    used.add(next);
+    zero.push({ index, port: next });
+    return { ...l, port: next };
+  });
+  return { listeners: out, zero };
 }
 
 function translateRoutes(routes) {
@@ -138,8 +176,11 @@ class SymphonyProxy extends RampartProxy {
     const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
     const errors = isObject ? identityErrors(config.routes, 'routes') : [];
     let translated = config;
+    let zero = [];
     if (isObject) {
-      translated = { ...config, routes: translateRoutes(config.routes) };
+      const ports = standInPorts(config.listeners);
+      zero = ports.zero;
+      translated = { ...config, listeners: ports.listeners, routes: translateRoutes(config.routes) };
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
         if (!Object.hasOwn(config, field)) continue;
         const problem = check(config[field]);
@@ -153,6 +194,10 @@ class SymphonyProxy extends RampartProxy {
     } catch (e) {
       throw symphonyWording(e);
     }
+    // What the engine runs, kept to rebuild it with the real ports of `port: 0` listeners.
+    this._config = translated;
+    this._zero = zero;
+    this._zeroIndexes = zero.map((z) => z.index);
     this._modes = (config.listeners || []).map((l) => (l && l.mode) || 'tls');
     this._groups = groupsOf(config.routes);
     this._resolved = 0;
@@ -203,11 +248,38 @@ class SymphonyProxy extends RampartProxy {
     if (this._started) return;
     this._started = true;
     try {
+      if (this._zero.length) await this._bindZeroPorts();
       await super.start();
     } catch (e) {
       this._started = false;
       throw e;
     }
+  }
+
+  /**
+   * Gives each `port: 0` listener a port the kernel picks now and rebuilds the (never started)
+   * engine with them, with the routes and protection in force.
+   */
+  async _bindZeroPorts() {
+    const listeners = [...this._config.listeners];
+    const taken = new Set(listeners.map((l) => l.port));
+    for (const z of this._zero) {
+      const l = listeners[z.index];
+      let port = await freePort(l.host || '0.0.0.0');
+      while (taken.has(port)) port = await freePort(l.host || '0.0.0.0');
+      taken.add(port);
+      listeners[z.index] = { ...l, port };
+    }
+    const config = { ...this._config, listeners };
+    this._replaceNative(config);
+    this._config = config;
+    this._zero = [];
+  }
+
+  /** The port a `protection[].port` means: 0 names the first `port: 0` listener. */
+  _portOf(port) {
+    if (port !== 0) return port;
+    return this._zeroIndexes.length ? this._config.listeners[this._zeroIndexes[0]].port : port;
   }
 
   /**
@@ -225,19 +297,30 @@ class SymphonyProxy extends RampartProxy {
     const u = update && typeof update === 'object' ? update : {};
     const errors = identityErrors(u.routes, 'routes');
     if (errors.length) throw new ConfigError(errors);
-    const translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
+    let translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
+    if (Array.isArray(u.protection)) {
+      translated = { ...translated, protection: u.protection.map((p) => (p && typeof p === 'object' ? { ...p, port: this._portOf(p.port) } : p)) };
+    }
     try {
       super.updateConfig(translated);
     } catch (e) {
       throw symphonyWording(e);
     }
     if (u.routes !== undefined) this._groups = groupsOf(u.routes);
-  }
-
-  /** Symphony's shape: `{ rateLimited, concurrencyLimited, cidrBlocklist }`. */
-  blockedIps() {
-    const b = super.blockedIps();
-    return { rateLimited: b.rateLimited, concurrencyLimited: b.concurrencyLimited, cidrBlocklist: b.cidrBlocklist };
+    // Kept for a rebuild at start (port: 0 listeners): the routes and protection now in force.
+    const next = { ...this._config };
+    if (translated.routes !== undefined) next.routes = translated.routes;
+    if (Array.isArray(translated.protection)) {
+      next.listeners = next.listeners.map((l) => {
+        const p = translated.protection.find((x) => x.port === l.port);
+        if (!p) return l;
+        const out = { ...l };
+        if (p.protection === null) delete out.protection;
+        else out.protection = p.protection;
+        return out;
+      });
+    }
+    this._config = next;
   }
 
   /**
@@ -266,7 +349,13 @@ class SymphonyProxy extends RampartProxy {
 
   /** Symphony's `ProxyMetrics` (symphony/metrics.js). The engine's own shape: `rampartMetrics()`. */
   metrics() {
-    return symphonyMetrics(super.metrics(), { modes: this._modes, groups: this._groups, resolved: this._resolved });
+    const m = symphonyMetrics(super.metrics(), { modes: this._modes, groups: this._groups, resolved: this._resolved });
+    // Before start a `port: 0` listener has no port yet: its address ends in ':0'.
+    for (const z of this._zero) {
+      const l = m.listeners[z.index];
+      if (l && l.address.endsWith(`:${z.port}`)) l.address = `${l.address.slice(0, -String(z.port).length)}0`;
+    }
+    return m;
   }
 
   /** RampartProxy's `metrics()` shape (every Rampart counter). */
