@@ -949,6 +949,8 @@ export interface SymphonyListenerMetrics {
   errors: number;
   bytesReceived: number;
   bytesSent: number;
+  /** Connections of this listener with one direction closed and the other open (0 until the engine reports the gauge). */
+  halfClosedConnections: number;
   /** Every block reason, zeros included: Symphony's nine in its order, then Rampart's others. */
   blockedByReason: SymphonyLabeledCount[];
   /** Every error reason, zeros included: Symphony's in its order, then Rampart's others; sums to `errors`. */

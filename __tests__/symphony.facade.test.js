@@ -22,16 +22,15 @@ const BLOCK_REASONS = [
 ];
 const ERROR_REASONS = [
   'no_route', 'route_rate_limited', 'suspend_unresolved', 'tls_handshake', 'tls_missing_cert', 'upstream_connect',
-  'idle_timeout', 'stream', 'http_header',
+  'idle_timeout', 'stream', 'http_header', 'half_closed',
   // Rampart's others
-  'accept_failed', 'client_closed', 'h2_protocol_error', 'half_close_timeout', 'no_upstream_for_alpn', 'proxy_header_invalid',
-  'suspend_queue_full',
+  'accept_failed', 'client_closed', 'h2_protocol_error', 'no_upstream_for_alpn', 'proxy_header_invalid', 'suspend_queue_full',
 ];
 const zeros = (names, counts = {}) => names.map((reason) => ({ reason, count: counts[reason] || 0 }));
 
 function idleListener(address, mode) {
   return {
-    address, mode, activeConnections: 0, accepted: 0, blocked: 0, errors: 0, bytesReceived: 0, bytesSent: 0,
+    address, mode, activeConnections: 0, accepted: 0, blocked: 0, errors: 0, bytesReceived: 0, bytesSent: 0, halfClosedConnections: 0,
     blockedByReason: zeros(BLOCK_REASONS), errorsByReason: zeros(ERROR_REASONS),
   };
 }
@@ -291,6 +290,15 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.equal(errors.length, 1);
   assert.match(errors[0][0][0].message, /^no carrier/);
   assert.deepEqual(errors[0][1], {});
+});
+
+test("tcpKeepalive and halfCloseTimeoutMs errors carry Symphony's words", () => {
+  const build = (extra) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [], ...extra });
+  assert.deepEqual(h.errorsOf(() => build({ tcpKeepalive: { idleMs: 500, retries: 128 }, halfCloseTimeoutMs: 0.5 })), [
+    { path: 'tcpKeepalive.idleMs', message: 'idleMs must be a number of ms (whole seconds, at least 1000): must be an integer in [1000, 32767000], got 500' },
+    { path: 'tcpKeepalive.retries', message: 'retries must be in [1, 127], an integer, got 128' },
+    { path: 'halfCloseTimeoutMs', message: 'halfCloseTimeoutMs must be a number of ms (0 = none): must be an integer in [0, 2^53-1], got 0.5' },
+  ]);
 });
 
 test('port: 0 takes a port the kernel picks at start; the routes and protection set before start apply', async (t) => {

@@ -36,6 +36,7 @@ const SYMPHONY_ERROR_REASONS = [
   'idle_timeout',
   'stream',
   'http_header',
+  'half_closed',
 ];
 
 /** Error reasons Symphony counts on the listener only (no route is known when they happen). */
@@ -56,6 +57,7 @@ const ERROR_NAMES = {
   idle_timeout: 'idle_timeout',
   upstream_write_failed: 'stream',
   bad_request: 'http_header',
+  half_close_timeout: 'half_closed',
 };
 
 /** Symphony's name for a Rampart error reason. */
@@ -92,6 +94,8 @@ function listenerMetrics(l, mode) {
     errors: l.errors,
     bytesReceived: l.bytesReceived,
     bytesSent: l.bytesSent,
+    // TODO(tlv): the engine's per-listener half-closed gauge; until it lands this reads 0.
+    halfClosedConnections: l.halfClosedConnections ?? 0,
     blockedByReason: breakdown(l.blockedByReason, SYMPHONY_BLOCK_REASONS, same, all),
     errorsByReason: breakdown(l.errorsByReason, SYMPHONY_ERROR_REASONS, errorName, all),
   };

@@ -106,6 +106,10 @@ const WORDING = [
   [null, /^sets HTTP request headers: needs terminateTls: true/, 'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true'],
   [/\.ja4Blocklist\[\d+\]$/, /^/, 'invalid ja4Blocklist entry: '],
   [/\.ja3Blocklist\[\d+\]$/, /^/, 'invalid ja3Blocklist entry: '],
+  [/^tcpKeepalive\.idleMs$/, /^/, 'idleMs must be a number of ms (whole seconds, at least 1000): '],
+  [/^tcpKeepalive\.intervalMs$/, /^/, 'intervalMs must be a number of ms (whole seconds, at least 1000): '],
+  [/^tcpKeepalive\.retries$/, /^must be an integer in \[1, 127\]/, 'retries must be in [1, 127], an integer'],
+  [/^halfCloseTimeoutMs$/, /^/, 'halfCloseTimeoutMs must be a number of ms (0 = none): '],
 ];
 
 /** `e` (a ConfigError) with Symphony's wording where it has its own; other errors as they are. */
