@@ -292,6 +292,20 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.deepEqual(errors[0][1], {});
 });
 
+test("xForwardedFor with http2: refused as Symphony refuses it (constructor, updateConfig, resolveConnection's 'error')", () => {
+  const route = { sni: 'a.test', terminateTls: true, http2: true, sourceAddressHeader: 'xForwardedFor', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
+  const message = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
+  const listeners = [{ host: '127.0.0.1', port: 443, defaultCert: h.selfSigned(['a.test']) }];
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [route] })), [{ path: 'routes[0].http2', message }]);
+  const proxy = new SymphonyProxy({ listeners, routes: [] });
+  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [route] })), [{ path: 'routes[0].http2', message }]);
+  const errors = [];
+  proxy.on('error', (err) => errors.push(err.errors));
+  const { sni: _sni, upstreams, ...rest } = route;
+  assert.equal(proxy.resolveConnection('7', { ...rest, upstream: upstreams[0] }), false);
+  assert.deepEqual(errors, [[{ path: 'route.http2', message }]]);
+});
+
 test("tcpKeepalive and halfCloseTimeoutMs errors carry Symphony's words", () => {
   const build = (extra) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [], ...extra });
   assert.deepEqual(h.errorsOf(() => build({ tcpKeepalive: { idleMs: 500, retries: 128 }, halfCloseTimeoutMs: 0.5 })), [

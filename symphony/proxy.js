@@ -59,15 +59,17 @@ const DROPPED_FIELDS = {
 const MAX_REMEMBERED_SUSPENDED = 4096;
 
 /**
- * Symphony's route-identity checks (it refuses these before construction, with these words):
- * `sni` at most 255 UTF-8 bytes, `metricsGroup` at most 128, neither with control characters.
+ * Symphony's route checks Rampart words differently or lacks, in Symphony's words: `sni` at most
+ * 255 UTF-8 bytes, `metricsGroup` at most 128, neither with control characters (its route
+ * identity), and protocolErrors.
  */
-function identityErrors(routes, prefix) {
+function routeRuleErrors(routes, prefix) {
   const errors = [];
   if (!Array.isArray(routes)) return errors;
   routes.forEach((r, i) => {
     if (!r || typeof r !== 'object') return;
     const at = `${prefix}[${i}]`;
+    errors.push(...protocolErrors(r, at));
     if (typeof r.sni === 'string') {
       if (utf8Bytes(r.sni) > 255) errors.push({ path: `${at}.sni`, message: 'route SNI exceeds 255 UTF-8 bytes' });
       else if (CONTROL.test(r.sni)) errors.push({ path: `${at}.sni`, message: 'route SNI must not contain control characters' });
@@ -78,6 +80,19 @@ function identityErrors(routes, prefix) {
     }
   });
   return errors;
+}
+
+/**
+ * Symphony's protocol rule Rampart does not have: `sourceAddressHeader: 'xForwardedFor'` with
+ * `http2: true` is refused (header injection cannot apply to HTTP/2 frames; Rampart would offer
+ * http/1.1 only). `at` is the route's path.
+ */
+function protocolErrors(route, at) {
+  if (!route || typeof route !== 'object') return [];
+  if (route.sourceAddressHeader === 'xForwardedFor' && route.http2 === true) {
+    return [{ path: `${at}.http2`, message: "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')" }];
+  }
+  return [];
 }
 
 /**
@@ -178,7 +193,7 @@ class SymphonyProxy extends RampartProxy {
   /** Validates everything; throws ConfigError (Symphony's wording for its route-identity limits). */
   constructor(config) {
     const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
-    const errors = isObject ? identityErrors(config.routes, 'routes') : [];
+    const errors = isObject ? routeRuleErrors(config.routes, 'routes') : [];
     let translated = config;
     let zero = [];
     if (isObject) {
@@ -299,7 +314,7 @@ class SymphonyProxy extends RampartProxy {
   /** Replaces the route table and/or per-port protection, all or nothing (throws ConfigError). */
   updateConfig(update) {
     const u = update && typeof update === 'object' ? update : {};
-    const errors = identityErrors(u.routes, 'routes');
+    const errors = routeRuleErrors(u.routes, 'routes');
     if (errors.length) throw new ConfigError(errors);
     let translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
     if (Array.isArray(u.protection)) {
@@ -339,6 +354,8 @@ class SymphonyProxy extends RampartProxy {
     if (route === undefined || route === null) return super.resolveConnection(id, null);
     let took;
     try {
+      const own = protocolErrors(route, 'route');
+      if (own.length) throw new ConfigError(own);
       // TODO(iso): when the engine drops the connection and emits 'error' itself, call through.
       took = super.resolveConnection(id, withDefaults(route));
     } catch (e) {
@@ -368,4 +385,4 @@ class SymphonyProxy extends RampartProxy {
   }
 }
 
-module.exports = { SymphonyProxy, identityErrors };
+module.exports = { SymphonyProxy, routeRuleErrors };
