@@ -44,6 +44,12 @@ if [[ -d "$SRC/__test__" ]]; then
 else
   GIT_DIR=$SRC
   [[ -d "$SRC/.git" ]] && GIT_DIR=$SRC/.git
+  # A snapshot directory may hold the bare git directory one or two levels down.
+  if [[ ! -f "$GIT_DIR/HEAD" ]]; then
+    head=$(find "$SRC" -maxdepth 3 -name HEAD -type f | head -n 1)
+    [[ -n "$head" ]] || { echo "symphony-crosscheck: $SRC holds neither __test__/ nor a git directory" >&2; exit 1; }
+    GIT_DIR=$(dirname "$head")
+  fi
   COMMIT=$(git --git-dir="$GIT_DIR" rev-parse HEAD)
   git --git-dir="$GIT_DIR" archive HEAD __test__ | tar -x -C "$WORK"
 fi
