@@ -345,3 +345,54 @@ test("fingerprint blocklist entries: Symphony's 'invalid ja3Blocklist/ja4Blockli
   ]);
   assert.match(h.errorsOf(() => build({ ja4Blocklist: ['not-a-ja4'] }))[0].message, /^invalid ja4Blocklist entry: must be a JA4 fingerprint/);
 });
+
+test("Harper's shape end to end (docs/symphony.md): UDS workers behind PROXY v1, optional mTLS, a suspended app resolved to its socket", async (t) => {
+  if (!h.needTool(t, 'openssl')) return;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-harper-'));
+  const worker = (name) => {
+    const got = { name, data: Buffer.alloc(0) };
+    const server = net.createServer((s) => {
+      s.on('data', (d) => {
+        got.data = Buffer.concat([got.data, d]);
+        if (got.data.includes('\r\n\r\n')) s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok');
+      });
+      s.on('error', () => {});
+    });
+    return new Promise((r) => server.listen(path.join(dir, `${name}.sock`), () => r({ server, got, path: path.join(dir, `${name}.sock`) })));
+  };
+  const [w1, app] = [await worker('worker-1'), await worker('app')];
+  const pki = h.opensslChain('harper.test');
+  const appPki = h.opensslChain('*.apps.test');
+  const cert = (c) => ({ certChain: c.certChain, privateKey: c.privateKey });
+  const clientCa = h.opensslChain('client-ca.test').ca;
+  const port = await h.freePort();
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port }],
+    routes: [
+      { sni: 'harper.test', terminateTls: true, cert: cert(pki), mtls: { clientCaCert: clientCa }, upstreams: [{ kind: 'uds', path: w1.path }] },
+      { sni: '*.apps.test', terminateTls: true, suspended: true, upstreams: [] },
+    ],
+  });
+  proxy.on('suspended', (e) => proxy.resolveConnection(e.id, { upstream: { kind: 'uds', path: app.path }, terminateTls: true, cert: cert(appPki) }));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    for (const w of [w1, app]) await new Promise((r) => w.server.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const get = (servername, ca) =>
+    new Promise((resolve, reject) => {
+      const s = tls.connect({ port, host: '127.0.0.1', servername, ca }, () => s.write(`GET / HTTP/1.1\r\nHost: ${servername}\r\n\r\n`));
+      let body = '';
+      s.on('data', (d) => (body += d));
+      s.on('end', () => resolve({ body, localPort: s.localPort }));
+      s.on('error', reject);
+    });
+  const direct = await get('harper.test', pki.ca);
+  assert.match(direct.body, /\r\n\r\nok$/);
+  assert.equal(w1.got.data.toString(), `PROXY TCP4 127.0.0.1 127.0.0.1 ${direct.localPort} ${port}\r\nGET / HTTP/1.1\r\nHost: harper.test\r\n\r\n`);
+  const held = await get('one.apps.test', appPki.ca);
+  assert.match(held.body, /\r\n\r\nok$/);
+  assert.equal(app.got.data.toString(), `PROXY TCP4 127.0.0.1 127.0.0.1 ${held.localPort} ${port}\r\nGET / HTTP/1.1\r\nHost: one.apps.test\r\n\r\n`);
+  assert.deepEqual([proxy.metrics().suspendedResolved, proxy.metrics().suspendedUnresolved], [1, 0]);
+});
