@@ -202,3 +202,28 @@ test("admin /metrics text: label values escaped (CR, LF and CRLF all as \\n), on
     }
   }
 });
+
+test('rampart check with a symphony-server file: ok, or every problem with its path from the top of the file', async () => {
+  const echo = await h.echoServer();
+  try {
+    const d = await symphonyDir({ echoPort: echo.address().port });
+    const ok = await s.runCli(['check', '--config', d.config]);
+    assert.deepEqual([ok.code, ok.stdout, ok.stderr], [0, 'ok\n', '']);
+    d.doc.proxies[0].routes[0].metricsGroup = 'x'.repeat(129);
+    d.doc.proxies[0].routes[1].cert.privateKeyFile = 'missing.pem';
+    d.doc.proxies[0].listeners[0].idleTimeoutMs = -1;
+    s.writeJson(d.config, d.doc);
+    const bad = await s.runCli(['check', '--config', d.config]);
+    assert.equal(bad.code, 1);
+    assert.equal(bad.stdout, '');
+    assert.equal(
+      bad.stderr,
+      `${d.config}: 3 problems\n` +
+        `proxies[0].routes: route '*.localhost': ENOENT: no such file or directory, open '${path.join(d.dir, 'missing.pem')}'\n` +
+        'proxies[0].routes[0].metricsGroup: metricsGroup exceeds 128 UTF-8 bytes\n' +
+        'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [1, 2^53-1], got -1\n',
+    );
+  } finally {
+    await h.closeServer(echo);
+  }
+});

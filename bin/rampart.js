@@ -14,8 +14,8 @@ const USAGE = `usage:
   rampart serve --config FILE [--status PATH]     FILE a symphony-server config ({ proxies: [...] }):
                                                   run it as symphony-server does (docs/symphony.md);
                                                   status file default <config dir>/status.json
-  rampart check --config FILE                     validate FILE: prints "ok" (and any warning),
-                                                  or every problem (path: message) and exits 1
+  rampart check --config FILE                     validate FILE (either kind): prints "ok" (and any
+                                                  warning), or every problem (path: message), exit 1
   rampart version                                 print the version
 `;
 
@@ -68,6 +68,17 @@ async function main(argv) {
     case 'check': {
       if (!args.config) return usage('check needs --config FILE');
       const { loadConfigFile, formatErrors, configWarnings } = require('../server/config-file');
+      const symphony = require('../server/symphony-server');
+      if (symphony.fileIsSymphonyServerConfig(args.config)) {
+        const errors = symphony.checkSymphonyFile(args.config);
+        if (errors.length === 0) {
+          process.stdout.write('ok\n');
+          return 0;
+        }
+        process.stderr.write(`${args.config}: ${errors.length} problem${errors.length === 1 ? '' : 's'}\n`);
+        for (const line of formatErrors(errors)) process.stderr.write(`${line}\n`);
+        return 1;
+      }
       const loaded = loadConfigFile(args.config);
       if (loaded.errors.length === 0) {
         for (const w of configWarnings(loaded)) process.stderr.write(`warning: ${w.path}: ${w.message}\n`);

@@ -105,7 +105,7 @@ function withCertMaterial(obj, key, value) {
  * with (`lastGood`, by route name; say, a file missing for a moment during a rotation), or is left
  * out when it has none; both are logged. `lastGood` is updated with what was read.
  */
-function toProxyConfig(spec, dir, files, lastGood) {
+function toProxyConfig(spec, dir, files, lastGood, onUnreadable = null) {
   const listeners = (spec.listeners || []).map((l) => {
     let out = { ...l };
     if (l.defaultCert) out = withCertMaterial(out, 'defaultCert', resolveCert(l.defaultCert, dir, files));
@@ -123,6 +123,10 @@ function toProxyConfig(spec, dir, files, lastGood) {
       routes.push(out);
       seen.set(name, { cert: out.cert, mtls: out.mtls });
     } catch (e) {
+      if (onUnreadable) {
+        onUnreadable(name, e);
+        continue;
+      }
       const last = lastGood.get(name);
       if (last) {
         logErr(`failed to resolve cert material for route '${name}' — keeping its last-good cert: ${e.message}`);
@@ -347,6 +351,40 @@ async function serveSymphony({ configPath, statusPath }) {
   return 0;
 }
 
+/**
+ * `rampart check` of a symphony-server file: every problem of every `proxies[i]` (each validated
+ * by constructing its SymphonyProxy, never started) as `{ path, message }` with paths from the
+ * top of the file (`proxies[0].routes[1].cert`), or of the file itself (path '').
+ */
+function checkSymphonyFile(file) {
+  let doc;
+  try {
+    doc = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    return [{ path: '', message: e.code ? `cannot read ${file}: ${e.message}` : `not valid JSON: ${e.message}` }];
+  }
+  const dir = path.dirname(path.resolve(file));
+  const errors = [];
+  doc.proxies.forEach((spec, i) => {
+    const at = `proxies[${i}]`;
+    let config;
+    try {
+      const quiet = new Map();
+      config = toProxyConfig(spec, dir, new Set(), quiet, (route, e) => errors.push({ path: `${at}.routes`, message: `route '${route}': ${e.message}` }));
+    } catch (e) {
+      errors.push({ path: `${at}.listeners`, message: e.message });
+      return;
+    }
+    try {
+      new SymphonyProxy(config);
+    } catch (e) {
+      if (!Array.isArray(e.errors)) throw e;
+      for (const x of e.errors) errors.push({ path: x.path ? `${at}.${x.path}` : at, message: x.message });
+    }
+  });
+  return errors;
+}
+
 /** Reads `file` and tells whether it is a symphony-server config (false when unreadable: the caller reports it). */
 function fileIsSymphonyServerConfig(file) {
   try {
@@ -356,4 +394,4 @@ function fileIsSymphonyServerConfig(file) {
   }
 }
 
-module.exports = { serveSymphony, isSymphonyServerConfig, fileIsSymphonyServerConfig, version };
+module.exports = { serveSymphony, checkSymphonyFile, isSymphonyServerConfig, fileIsSymphonyServerConfig, version };

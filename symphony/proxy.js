@@ -207,7 +207,16 @@ class SymphonyProxy extends RampartProxy {
         delete translated[field];
       }
     }
-    if (errors.length) throw new ConfigError(errors);
+    if (errors.length) {
+      // Every problem at once: the engine's own, checked on a proxy that is dropped unstarted.
+      try {
+        new RampartProxy(translated);
+      } catch (e) {
+        const own = new Set(errors.map((x) => x.path));
+        if (e instanceof ConfigError) errors.push(...symphonyWording(e).errors.filter((x) => !own.has(x.path)));
+      }
+      throw new ConfigError(errors);
+    }
     try {
       super(translated);
     } catch (e) {
