@@ -14,11 +14,12 @@
  *   (WORDING).
  * - `metrics()`: symphony/metrics.js.
  * - events: `'blocked'` `{ ip, reason, listener, ja3, ja4 }`; `'suspended'` as is; `'error'`
- *   `(err: Error, ctx: { listener? })` for what Symphony reports as errors (a suspended
- *   connection's route that cannot be built, proxy-wide failures). A per-connection failure is
- *   counted in `metrics()` as in Symphony and emitted as `'connectionError'` `{ reason, message, ip,
- *   listener }` (Symphony has no such event; nothing is dropped silently). An `'error'` nobody
- *   listens to is written to stderr rather than thrown (never a crash from a background event).
+ *   `(err: Error, ctx: { listener? })` for what Symphony reports as errors (SYMPHONY_ERRORS). A
+ *   per-connection failure is counted in `metrics()` as in Symphony and emitted as
+ *   `'connectionError'` `{ reason, message, ip, listener }` (Symphony has no such event; nothing is
+ *   dropped silently). An `'error'` nobody listens to becomes a process warning rather than a throw
+ *   (never a crash from a background event).
+ * - `port: 0` listeners: a kernel-picked port at `start()` (standInPorts, _bindZeroPorts).
  * - `resolveConnection(id, route?)`: a missing route rejects; a route that cannot be built drops
  *   the connection and emits `'error'` (Symphony), instead of throwing.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
