@@ -292,8 +292,8 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.deepEqual(errors[0][1], {});
 });
 
-test("xForwardedFor with http2: refused as Symphony refuses it (constructor, updateConfig, resolveConnection's 'error')", () => {
-  const route = { sni: 'a.test', terminateTls: true, http2: true, sourceAddressHeader: 'xForwardedFor', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
+test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
+  const route = { sni: 'a.test', terminateTls: true, protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
   const message = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
   const listeners = [{ host: '127.0.0.1', port: 443, defaultCert: h.selfSigned(['a.test']) }];
   assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [route] })), [{ path: 'routes[0].http2', message }]);
@@ -304,6 +304,16 @@ test("xForwardedFor with http2: refused as Symphony refuses it (constructor, upd
   const { sni: _sni, upstreams, ...rest } = route;
   assert.equal(proxy.resolveConnection('7', { ...rest, upstream: upstreams[0] }), false);
   assert.deepEqual(errors, [[{ path: 'route.http2', message }]]);
+  // Header rewriting needs the route to declare HTTP.
+  const undeclared = { sni: 'a.test', terminateTls: true, sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [undeclared] })), [
+    { path: 'routes[0].protocol', message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route" },
+  ]);
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'none' }] })), [
+    { path: 'routes[0].protocol', message: "forwardFingerprint rewrites HTTP request headers: declare protocol: 'http' on the route" },
+  ]);
+  // With PROXY v2 the fingerprint rides a TLV: no declaration needed.
+  assert.ok(new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'proxyProtocolV2' }] }));
 });
 
 test("tcpKeepalive and halfCloseTimeoutMs errors carry Symphony's words", () => {

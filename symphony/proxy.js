@@ -84,16 +84,26 @@ function routeRuleErrors(routes, prefix) {
 }
 
 /**
- * Symphony's protocol rule Rampart does not have: `sourceAddressHeader: 'xForwardedFor'` with
+ * Symphony's protocol rules Rampart does not have: `sourceAddressHeader: 'xForwardedFor'` with
  * `http2: true` is refused (header injection cannot apply to HTTP/2 frames; Rampart would offer
- * http/1.1 only). `at` is the route's path.
+ * http/1.1 only), and the request-header carriers (`xForwardedFor`, `forwardFingerprint` without
+ * PROXY v2 on a terminated route) need `protocol: 'http'`. `at` is the route's path.
  */
 function protocolErrors(route, at) {
   if (!route || typeof route !== 'object') return [];
+  const errors = [];
   if (route.sourceAddressHeader === 'xForwardedFor' && route.http2 === true) {
-    return [{ path: `${at}.http2`, message: "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')" }];
+    errors.push({ path: `${at}.http2`, message: "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')" });
   }
-  return [];
+  // Header rewriting only on a route that declares HTTP: an undeclared route may carry any
+  // byte stream (MQTT over TLS, say), which a header rewriter would stall on.
+  const fp = route.forwardFingerprint;
+  const headerFingerprint = fp !== undefined && fp !== 'none' && route.terminateTls !== false && route.sourceAddressHeader !== 'proxyProtocolV2';
+  if ((route.sourceAddressHeader === 'xForwardedFor' || headerFingerprint) && route.protocol !== 'http') {
+    const field = route.sourceAddressHeader === 'xForwardedFor' ? "sourceAddressHeader: 'xForwardedFor'" : 'forwardFingerprint';
+    errors.push({ path: `${at}.protocol`, message: `${field} rewrites HTTP request headers: declare protocol: 'http' on the route` });
+  }
+  return errors;
 }
 
 /**
