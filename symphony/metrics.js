@@ -132,11 +132,12 @@ function symphonyMetrics(m, ctx) {
     pendingSuspended: m.pendingSuspended,
     suspendedResolved: ctx.resolved,
     suspendedUnresolved: unresolved,
-    // TODO(tlv): the engine's half-closed gauge; until it lands no connection is reported half-closed.
+    // TODO(tlv): the engine's `halfClosedConnections` gauge (top level and per listener); until it
+    // lands no connection is reported half-closed.
     halfClosedConnections: m.halfClosedConnections ?? 0,
     routes: m.routeMetrics.length,
-    // TODO(iso): routes dropped because they failed to build; until route isolation lands a
-    // failing route fails the whole config, so none is ever counted here.
+    // TODO(iso): the engine's `failingRoutes` (routes left out because they failed to build, with
+    // `isolateRoutes`); until route isolation lands a failing route fails the whole config.
     failingRoutes: m.failingRoutes ?? 0,
     listeners: m.listeners.map((l, i) => listenerMetrics(l, ctx.modes[i] || 'tls')),
     routeMetrics: m.routeMetrics.map((r) => routeMetrics(r, ctx.groups.get(r.route.toLowerCase()) === true)),

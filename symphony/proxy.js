@@ -109,8 +109,10 @@ function protocolErrors(route, at) {
 /**
  * A route (or resolve route) with Symphony's defaults applied: UDS upstreams get a PROXY v1
  * header unless `sourceAddressHeader` is given.
- * TODO(tlv): when the engine has its knob for the PROXY header default of UDS upstreams, set that
- * instead, so a mixed TCP + UDS set gets the header on its UDS upstreams only, as in Symphony.
+ * TODO(tlv): once the engine has the top-level `udsSourceAddressHeader` (the header of a route with
+ * a unix-socket upstream that sets none), set `udsSourceAddressHeader: 'proxyProtocol'` in the
+ * translated config (unless the caller set it) instead, so the engine applies Symphony's default,
+ * also to a mixed TCP + UDS set, updateConfig and resolveConnection routes.
  */
 function withDefaults(route) {
   if (!route || typeof route !== 'object' || Array.isArray(route)) return route;
@@ -326,7 +328,7 @@ class SymphonyProxy extends RampartProxy {
    * closed; resolves when every socket is closed, then emits 'close'.
    */
   async stop(timeoutMs = 100) {
-    // TODO(tlv): RampartProxy#stop(number) — until then the number is passed as drainMs here.
+    // RampartProxy#stop(number) is the same once the engine takes a number; { drainMs } works on both.
     await super.stop({ drainMs: timeoutMs });
     this._started = false;
   }
