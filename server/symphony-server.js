@@ -375,11 +375,17 @@ function checkSymphonyFile(file) {
       errors.push({ path: `${at}.listeners`, message: e.message });
       return;
     }
+    let proxy;
     try {
-      new SymphonyProxy(config);
+      proxy = new SymphonyProxy(config);
     } catch (e) {
       if (!Array.isArray(e.errors)) throw e;
       for (const x of e.errors) errors.push({ path: x.path ? `${at}.${x.path}` : at, message: x.message });
+      return;
+    }
+    // Routes the engine leaves out and serves without (route isolation): problems all the same.
+    for (const f of proxy.rampartMetrics().routeFailures || []) {
+      for (const x of f.errors || []) errors.push({ path: `${at}.${x.path}`, message: x.message });
     }
   });
   return errors;
