@@ -1056,6 +1056,10 @@ export class SymphonyProxy extends EventEmitter {
   explain(ip: string): Explanation;
   /** Prometheus text in Rampart's names (`rampart serve` renders Symphony's names for a symphony-server file). */
   prometheus(): string;
+  dynamicBlocks(): DynamicBlock[];
+  attachXdp(opts: { interface: string; mode?: 'auto' | 'native' | 'generic' }): Promise<XdpStatus>;
+  detachXdp(): Promise<void>;
+  xdpStatus(): XdpStatus;
 
   on<K extends keyof SymphonyProxyEvents>(event: K, listener: (...args: SymphonyProxyEvents[K]) => void): this;
   once<K extends keyof SymphonyProxyEvents>(event: K, listener: (...args: SymphonyProxyEvents[K]) => void): this;
