@@ -943,3 +943,139 @@ export function fingerprintClientHello(hello: Buffer): {
   ja4: string;
   ja4R: string;
 } | null;
+
+/** `SymphonyProxy#metrics()` breakdown entry: one reason and its count. */
+export interface SymphonyLabeledCount {
+  /** Symphony's reason name ('upstream_connect', 'tls_handshake', ...; docs/symphony.md lists the mapping). */
+  reason: string;
+  count: number;
+}
+
+/** `SymphonyProxy#metrics().listeners[i]`, in config order. */
+export interface SymphonyListenerMetrics {
+  /** 'host:port' of the listener. */
+  address: string;
+  /** The listener's `mode` ('tls' when not set). */
+  mode: 'tls' | 'http';
+  activeConnections: number;
+  accepted: number;
+  blocked: number;
+  errors: number;
+  bytesReceived: number;
+  bytesSent: number;
+  /** Connections of this listener with one direction closed and the other open (0 until the engine reports the gauge). */
+  halfClosedConnections: number;
+  /** Every block reason, zeros included: Symphony's nine in its order, then Rampart's others. */
+  blockedByReason: SymphonyLabeledCount[];
+  /** Every error reason, zeros included: Symphony's in its order, then Rampart's others; sums to `errors`. */
+  errorsByReason: SymphonyLabeledCount[];
+}
+
+/** `SymphonyProxy#metrics().routeMetrics[i]`: one route of the live table. */
+export interface SymphonyRouteMetrics {
+  /** The route's `sni` ('' = default route). */
+  route: string;
+  /** Present when the route set `metricsGroup`. */
+  metricsGroup?: string;
+  activeConnections: number;
+  connections: number;
+  errors: number;
+  bytesReceived: number;
+  bytesSent: number;
+  /** Only the non-zero reasons, never the pre-route ones (`no_route`, `http_header`). */
+  errorsByReason: SymphonyLabeledCount[];
+}
+
+/** `SymphonyProxy#metrics()`: Symphony's `ProxyMetrics`. */
+export interface SymphonyMetrics {
+  activeConnections: number;
+  blockedConnections: number;
+  /** Connections held now by suspended routes. */
+  pendingSuspended: number;
+  /** Suspended connections resolved with a route since start. */
+  suspendedResolved: number;
+  /** Suspended connections rejected (`resolveConnection(id, null)`) or timed out since start. */
+  suspendedUnresolved: number;
+  /** Connections with one direction closed and the other still open (0 until the engine reports the gauge). */
+  halfClosedConnections: number;
+  /** Routes in the live table, the default route included. */
+  routes: number;
+  /** Routes dropped from the table because they failed to build (0 until the engine isolates routes). */
+  failingRoutes: number;
+  listeners: SymphonyListenerMetrics[];
+  routeMetrics: SymphonyRouteMetrics[];
+}
+
+/** `SymphonyProxy`'s `'blocked'` payload (Symphony's). */
+export interface SymphonyBlockedEvent {
+  ip: string;
+  reason: BlockReason;
+  /** 'host:port' of the listener. */
+  listener: string;
+  /** 32-hex MD5, '' when the ClientHello was not read. */
+  ja3: string;
+  /** JA4, '' when the ClientHello was not read. */
+  ja4: string;
+}
+
+/** `SymphonyProxy`'s `'connectionError'` payload: a per-connection failure (also counted in metrics()). */
+export interface SymphonyConnectionError {
+  /** Symphony's reason name ('upstream_connect', ...). */
+  reason: string;
+  message: string;
+  ip: string | null;
+  listener: string | null;
+}
+
+/** Events of `SymphonyProxy`. */
+export interface SymphonyProxyEvents {
+  blocked: [event: SymphonyBlockedEvent];
+  suspended: [event: SuspendedEvent];
+  /** A suspended connection's route that could not be built (the connection was closed), or a proxy-wide failure. */
+  error: [err: Error & { code?: string; errors?: ConfigErrorEntry[] }, ctx: { listener?: string }];
+  connectionError: [event: SymphonyConnectionError];
+  ready: [];
+  close: [];
+}
+
+/**
+ * Symphony's class (HarperFast/symphony `SymphonyProxy`) on Rampart's engine: Symphony's config,
+ * defaults, `metrics()` shape, reason names, events and `stop(ms)` (docs/symphony.md). The
+ * RampartProxy methods it does not redefine (explain, blockIp, prometheus, ...) work as there.
+ */
+export class SymphonyProxy extends EventEmitter {
+  /** Throws ConfigError; Symphony's route-identity limits carry Symphony's wording. */
+  constructor(config: ProxyConfig);
+  /** Binds every listener; a second call while running does nothing. */
+  start(): Promise<void>;
+  /** Stops accepting; closes what is still open after `timeoutMs` (default 100); emits 'close'. */
+  stop(timeoutMs?: number): Promise<void>;
+  /** All-or-nothing replacement of routes and/or per-port protection; throws ConfigError. */
+  updateConfig(u: {
+    routes?: RouteConfig[];
+    protection?: { port: number; protection: ProtectionConfig | null }[];
+  }): void;
+  metrics(): SymphonyMetrics;
+  /** RampartProxy's metrics() shape. */
+  rampartMetrics(): Metrics;
+  /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
+  blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
+  /**
+   * Proxies a held connection with `route`, or closes it (null or left out). A route that cannot
+   * be built closes the connection and emits 'error'. True when a held connection took it.
+   */
+  resolveConnection(id: string, route?: ResolveRoute | null): boolean;
+  blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
+  unblockIp(cidr: string, opts?: { port?: number }): boolean;
+  explain(ip: string): Explanation;
+  /** Prometheus text in Rampart's names (`rampart serve` renders Symphony's names for a symphony-server file). */
+  prometheus(): string;
+  dynamicBlocks(): DynamicBlock[];
+  attachXdp(opts: { interface: string; mode?: 'auto' | 'native' | 'generic' }): Promise<XdpStatus>;
+  detachXdp(): Promise<void>;
+  xdpStatus(): XdpStatus;
+
+  on<K extends keyof SymphonyProxyEvents>(event: K, listener: (...args: SymphonyProxyEvents[K]) => void): this;
+  once<K extends keyof SymphonyProxyEvents>(event: K, listener: (...args: SymphonyProxyEvents[K]) => void): this;
+  off<K extends keyof SymphonyProxyEvents>(event: K, listener: (...args: SymphonyProxyEvents[K]) => void): this;
+}

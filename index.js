@@ -187,6 +187,20 @@ class RampartProxy extends EventEmitter {
     this._loopDelay = config.overload && config.overload.eventLoopDelayMs != null ? { histogram: null, timer: null } : null;
   }
 
+  /**
+   * Replaces the native proxy (never started) by one built from `config` (validated in full;
+   * throws ConfigError and keeps the old one). For SymphonyProxy, which learns the ports of
+   * `port: 0` listeners only at start.
+   */
+  _replaceNative(config) {
+    if (this._running || this._stopping) throw new Error('rampart: _replaceNative on a running proxy');
+    try {
+      this._native = new NativeProxy(encode(config), dispatcher(new WeakRef(this)));
+    } catch (e) {
+      throw translate(e);
+    }
+  }
+
   /** Feeds this process's event-loop delay (the max of each 100 ms) to every route's capacity. */
   _watchLoopDelay(on) {
     const w = this._loopDelay;
@@ -396,3 +410,5 @@ function fingerprintClientHello(hello) {
 }
 
 module.exports = { RampartProxy, ConfigError, generateSelfSignedCert, fingerprintClientHello, MAX_CONFIG_DEPTH };
+// Symphony's class on this engine (symphony/proxy.js); required after the exports above, which it uses.
+module.exports.SymphonyProxy = require('./symphony/proxy').SymphonyProxy;

@@ -65,7 +65,7 @@ if [ ! -f "$tarball" ]; then
   exit 1
 fi
 listing=$(tar -tzf "$tarball")
-for f in package/index.js package/index.d.ts package/binding.js "package/${prebuilt[0]}" package/scripts/install.js package/src/lib.rs package/Cargo.toml package/benches/admission.rs package/benches/rescale.rs package/bin/rampart.js package/server/serve.js; do
+for f in package/index.js package/index.d.ts package/binding.js "package/${prebuilt[0]}" package/scripts/install.js package/src/lib.rs package/Cargo.toml package/benches/admission.rs package/benches/rescale.rs package/bin/rampart.js package/server/serve.js package/bin/symphony-server.js package/server/symphony-server.js package/symphony/proxy.js; do
   grep -qx "$f" <<<"$listing" || fail "the tarball lacks $f"
 done
 if grep -qE '^package/(__tests__|tests|target|\.ci)/' <<<"$listing"; then

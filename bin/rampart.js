@@ -11,8 +11,11 @@ const USAGE = `usage:
   rampart serve --config FILE [--log json|text]   run the proxy of FILE until SIGTERM/SIGINT
                                                   (SIGHUP, a change of FILE or of a file it names,
                                                   or POST /reload reloads it)
-  rampart check --config FILE                     validate FILE: prints "ok" (and any warning),
-                                                  or every problem (path: message) and exits 1
+  rampart serve --config FILE [--status PATH]     FILE a symphony-server config ({ proxies: [...] }):
+                                                  run it as symphony-server does (docs/symphony.md);
+                                                  status file default <config dir>/status.json
+  rampart check --config FILE                     validate FILE (either kind): prints "ok" (and any
+                                                  warning), or every problem (path: message), exit 1
   rampart version                                 print the version
 `;
 
@@ -24,7 +27,7 @@ function usage(message) {
 
 /** `{ command, config, log }` or `{ error }`. */
 function parseArgs(argv) {
-  const out = { command: argv[0], config: null, log: 'json' };
+  const out = { command: argv[0], config: null, log: 'json', status: null };
   for (let i = 1; i < argv.length; i++) {
     const a = argv[i];
     const eq = a.indexOf('=');
@@ -36,6 +39,7 @@ function parseArgs(argv) {
     };
     if (flag === '--config' || flag === '-c') out.config = value();
     else if (flag === '--log') out.log = value();
+    else if (flag === '--status' || flag === '-s') out.status = value();
     else throw new Error(`unknown option ${a}`);
   }
   return out;
@@ -64,6 +68,17 @@ async function main(argv) {
     case 'check': {
       if (!args.config) return usage('check needs --config FILE');
       const { loadConfigFile, formatErrors, configWarnings } = require('../server/config-file');
+      const symphony = require('../server/symphony-server');
+      if (symphony.fileIsSymphonyServerConfig(args.config)) {
+        const errors = symphony.checkSymphonyFile(args.config);
+        if (errors.length === 0) {
+          process.stdout.write('ok\n');
+          return 0;
+        }
+        process.stderr.write(`${args.config}: ${errors.length} problem${errors.length === 1 ? '' : 's'}\n`);
+        for (const line of formatErrors(errors)) process.stderr.write(`${line}\n`);
+        return 1;
+      }
       const loaded = loadConfigFile(args.config);
       if (loaded.errors.length === 0) {
         for (const w of configWarnings(loaded)) process.stderr.write(`warning: ${w.path}: ${w.message}\n`);
@@ -77,6 +92,9 @@ async function main(argv) {
     }
     case 'serve': {
       if (!args.config) return usage('serve needs --config FILE');
+      const symphony = require('../server/symphony-server');
+      if (symphony.fileIsSymphonyServerConfig(args.config)) return symphony.serveSymphony({ configPath: args.config, statusPath: args.status });
+      if (args.status) return usage('--status is for a symphony-server config file ({ proxies: [...] })');
       if (!['json', 'text'].includes(args.log)) return usage(`--log must be json or text, got ${JSON.stringify(args.log)}`);
       const { serve } = require('../server/serve');
       return serve({ configPath: args.config, logFormat: args.log });
