@@ -3,6 +3,7 @@
 
 pub mod answers;
 pub mod copy;
+pub mod cpu;
 pub mod forward_headers;
 pub mod head;
 pub mod keepalive;
