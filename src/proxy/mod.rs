@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod forward_headers;
 pub mod head;
 pub mod keepalive;
+pub mod protocol_check;
 pub mod proxy_protocol;
 pub mod routes;
 pub mod suspend;

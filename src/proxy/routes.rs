@@ -78,6 +78,13 @@ pub const AFFINITY_SWEEP_AT: usize = 65_536;
 #[derive(Debug)]
 pub struct UpstreamGuard(Arc<CompiledRoute>, usize);
 
+impl UpstreamGuard {
+    /// The upstream's index in its route's `upstreams`.
+    pub fn index(&self) -> usize {
+        self.1
+    }
+}
+
 impl Drop for UpstreamGuard {
     fn drop(&mut self) {
         self.0.upstream_active[self.1].fetch_sub(1, Ordering::Relaxed);
