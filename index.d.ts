@@ -483,8 +483,9 @@ export interface ProxyConfig {
    * Route isolation (default true): a route that fails to build — its certificate, key or mTLS CA
    * does not load or match, its fields conflict with each other or with the listeners, its `sni`
    * repeats an earlier route's — is dropped and reported (`'error'` `route_failed`,
-   * `metrics().failingRoutes`), and the other routes serve; a `routes` list in which every
-   * route fails still throws. A field's own problem (type, range, unknown name) always fails
+   * `metrics().failingRoutes`), and the other routes serve; on updateConfig a route whose
+   * certificate alone failed keeps the live route's last good certificate (`lastGoodCert`); a
+   * `routes` list in which no route serves still throws. A field's own problem (type, range, unknown name) always fails
    * the whole config. With false any failure throws, for the constructor and `updateConfig`.
    */
   isolateRoutes?: boolean;
@@ -626,6 +627,8 @@ export interface ErrorEvent {
   index?: number;
   /** `route_failed` only: every problem, paths under `routes[index]`. */
   errors?: ConfigErrorEntry[];
+  /** `route_failed` only: its certificate alone failed and it serves the live route's last good one (updateConfig). */
+  lastGoodCert?: boolean;
 }
 
 /** A connection of a suspended route, held until `resolveConnection(id, route | null)`. */
@@ -756,7 +759,7 @@ export interface Metrics {
   /** Configured routes left out because they failed to build (Symphony's `failingRoutes`). */
   failingRoutes: number;
   /** Those routes, with every problem. */
-  routeFailures: { route: string | null; index: number; errors: ConfigErrorEntry[] }[];
+  routeFailures: { route: string | null; index: number; errors: ConfigErrorEntry[]; lastGoodCert: boolean }[];
   /** Routes that failed to build since the proxy was created (once per constructor or updateConfig that gave them). */
   routeFailuresTotal: number;
   xdp?: XdpStatus;

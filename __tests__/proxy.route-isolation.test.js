@@ -60,6 +60,7 @@ test('a tenant with a mismatched certificate is dropped and reported; its neighb
     route: 'bad.test',
     index: 0,
     errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }],
+    lastGoodCert: false,
   });
   const m = proxy.metrics();
   assert.deepEqual(
@@ -67,7 +68,7 @@ test('a tenant with a mismatched certificate is dropped and reported; its neighb
     { routes: 1, failingRoutes: 1, routeFailuresTotal: 1 },
   );
   assert.deepEqual(m.routeFailures.map((f) => ({ ...f, errors: withoutKeyMessage(f.errors) })), [
-    { route: 'bad.test', index: 0, errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }] },
+    { route: 'bad.test', index: 0, errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }], lastGoodCert: false },
   ]);
   assert.deepEqual(m.routeMetrics.map((r) => r.route), ['good.test']);
   const prom = proxy.prometheus();
@@ -103,12 +104,13 @@ test('updateConfig: all routes broken throws and changes nothing; a fix serves; 
   const roundTrip = async (sni, ca) => (await h.tlsRoundTrip({ port, servername: sni, payload: Buffer.from('x'), expect: 2, ca })).data.toString();
   assert.equal(await roundTrip('a.test', a.certChain), 'Ax');
 
-  // Every route broken: a mismatched key, and a route that needs a certificate it does not have.
+  // Every route broken: a new tenant with a mismatched key (no live certificate to keep), and a
+  // route that needs a certificate it does not have.
   let err;
   try {
     proxy.updateConfig({
       routes: [
-        { sni: 'a.test', upstreams: upA, cert: { certChain: a.certChain, privateKey: b.privateKey } },
+        { sni: 'c.test', upstreams: upA, cert: { certChain: a.certChain, privateKey: b.privateKey } },
         { sni: 'b.test', upstreams: upB },
       ],
     });
@@ -147,6 +149,7 @@ test('updateConfig: all routes broken throws and changes nothing; a fix serves; 
     route: 'B.test.',
     index: 2,
     errors: [{ path: 'routes[2].sni', message: 'duplicates the sni of routes[1]' }],
+    lastGoodCert: false,
   });
   assert.deepEqual(
     [proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailuresTotal],
@@ -160,6 +163,38 @@ test('updateConfig: all routes broken throws and changes nothing; a fix serves; 
     [2, 0, [], 1],
   );
   assert.equal(await roundTrip('a.test', a.certChain), 'Ax');
+});
+
+test('a renewal caught between its chain and its key keeps serving the last good certificate, with the new settings', async (t) => {
+  const one = await h.echoServer({ tag: '1' });
+  const two = await h.echoServer({ tag: '2' });
+  const port = await h.freePort();
+  const old = h.selfSigned(['t.test']);
+  const renewed = h.selfSigned(['t.test']);
+  const route = (cert, srv) => ({ sni: 't.test', cert, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: srv.address().port }] });
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [route(old, one)] });
+  const errors = [];
+  proxy.on('error', (e) => errors.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(one);
+    await h.closeServer(two);
+  });
+  const trip = async (ca) => (await h.tlsRoundTrip({ port, servername: 't.test', payload: Buffer.from('x'), expect: 2, ca })).data.toString();
+  assert.equal(await trip(old.certChain), '1x');
+  // The new chain is written, its key not yet: the tenant keeps its old certificate, and the
+  // update's other settings (a new upstream) apply.
+  proxy.updateConfig({ routes: [route({ certChain: renewed.certChain, privateKey: old.privateKey }, two)] });
+  assert.equal(await trip(old.certChain), '2x');
+  await h.waitFor(() => errors.length === 1, { what: "the route's 'error'" });
+  assert.equal(errors[0].lastGoodCert, true);
+  assert.match(errors[0].message, /^route "t\.test" \(routes\[0\]\) failed to build and serves its last good certificate: routes\[0\]\.cert: privateKey does not match/);
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailures[0].lastGoodCert], [1, 1, true]);
+  // The key arrives: the renewed certificate serves, nothing fails.
+  proxy.updateConfig({ routes: [route(renewed, two)] });
+  assert.equal(await trip(renewed.certChain), '2x');
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes], [1, 0]);
 });
 
 test('a conflicting setting is a build failure; a field of the wrong type fails the whole config', () => {
@@ -176,6 +211,7 @@ test('a conflicting setting is a build failure; a field of the wrong type fails 
     route: 'x.test',
     index: 1,
     errors: [{ path: 'routes[1].http2', message: "is false but upstreams[1] has protocol 'h2' (leave http2 out: an 'h2' upstream offers h2 in ALPN)" }],
+    lastGoodCert: false,
   }]);
   assert.deepEqual(h.errorsOf(() => new RampartProxy({
     listeners: [{ port: 9, defaultCert: cert }],

@@ -46,7 +46,7 @@ test('a Symphony config with every field is accepted but for real errors, each n
     ],
   });
   assert.deepEqual(proxy.metrics().routeFailures, [
-    { route: 'b.test', index: 1, errors: [{ path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' }] },
+    { route: 'b.test', index: 1, errors: [{ path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' }], lastGoodCert: false },
   ]);
   // ... a field's own problem fails the config.
   let errs;

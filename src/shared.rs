@@ -182,6 +182,7 @@ impl Shared {
                 route: f.route.as_deref(),
                 index: f.index,
                 errors,
+                last_good_cert: f.last_good_cert,
             });
         }
     }

@@ -7,9 +7,7 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{
-    parse_routes, FailingRoute, ListenerConfig, ParsedRoutes, RouteConfig, NEEDS_CLUSTER,
-};
+use super::proxy::{parse_routes, ListenerConfig, ParsedRoutes, NEEDS_CLUSTER};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -23,11 +21,9 @@ pub const MAX_REASON_CHARS: usize = 200;
 /// A validated `updateConfig` argument.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigUpdate {
-    /// The new route table, if `routes` was given (replaces the whole table).
-    pub routes: Option<Vec<RouteConfig>>,
-    /// The given routes that failed to build (`isolateRoutes`): left out of the new table and
-    /// reported.
-    pub failing_routes: Vec<FailingRoute>,
+    /// The new route table, if `routes` was given (replaces the whole table), with the given
+    /// routes that failed to build (`isolateRoutes`): left out of the new table and reported.
+    pub routes: Option<ParsedRoutes>,
     /// New protection per port, in the order given; each port appears once. `None` removes
     /// protection from that port's listeners.
     pub protection: Vec<PortProtection>,
@@ -99,12 +95,8 @@ pub fn parse_update(
         return Err(ConfigError::new(issues.0));
     };
     v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
-    let parsed = field(obj, "routes")
-        .and_then(|r| parse_routes(r, "routes", listeners, isolate, &mut issues));
-    let (routes, failing_routes) = match parsed {
-        Some(ParsedRoutes { routes, failing }) => (Some(routes), failing),
-        None => (None, Vec::new()),
-    };
+    let routes = field(obj, "routes")
+        .and_then(|r| parse_routes(r, "routes", listeners, isolate, true, &mut issues));
     let mut protection: Vec<PortProtection> = Vec::new();
     if let Some(arr) = field(obj, "protection").and_then(|p| v::array(p, "protection", &mut issues))
     {
@@ -151,11 +143,7 @@ pub fn parse_update(
             }
         }
     }
-    issues.finish(ConfigUpdate {
-        routes,
-        failing_routes,
-        protection,
-    })
+    issues.finish(ConfigUpdate { routes, protection })
 }
 
 /// The `cidr` argument, parsed once with the CIDR rules.

@@ -133,6 +133,9 @@ pub struct RouteFailedEvent<'a> {
     pub index: usize,
     /// Every problem: `{ path, message }`, paths under `routes[index]`.
     pub errors: Vec<IssueJson<'a>>,
+    /// Only its certificate failed and it serves the live route's last good one (`updateConfig`).
+    #[serde(rename = "lastGoodCert")]
+    pub last_good_cert: bool,
 }
 
 /// One `{ path, message }` of [`RouteFailedEvent::errors`].

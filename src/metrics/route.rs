@@ -138,6 +138,9 @@ pub struct RouteFailure {
     pub index: usize,
     /// Every problem: `{ path, message }`.
     pub errors: Vec<IssueSnapshot>,
+    /// Only its certificate failed and it serves the last good one.
+    #[serde(rename = "lastGoodCert")]
+    pub last_good_cert: bool,
 }
 
 /// One `{ path, message }` of [`RouteFailure::errors`].
@@ -155,6 +158,7 @@ impl RouteFailure {
         RouteFailure {
             route: f.route.clone(),
             index: f.index,
+            last_good_cert: f.last_good_cert,
             errors: (f.issues.iter())
                 .map(|i| IssueSnapshot {
                     path: i.path.clone(),

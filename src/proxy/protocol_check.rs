@@ -188,14 +188,20 @@ mod tests {
     #[tokio::test]
     async fn first_upstream_bytes_decide() {
         let mut c = ProtocolCheck::new(Pass, Expect::H2);
-        assert_eq!(c.inspect(Dir::ToUpstream, &mut *b"PRI * HTTP/2.0".to_vec()), Flow::All);
+        assert_eq!(
+            c.inspect(Dir::ToUpstream, &mut b"PRI * HTTP/2.0".to_vec()),
+            Flow::All
+        );
         let settings = &mut [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
         assert_eq!(c.inspect(Dir::ToClient, settings), Flow::All);
-        assert_eq!(c.inspect(Dir::ToClient, &mut *b"HTTP/1.1".to_vec()), Flow::All);
+        assert_eq!(
+            c.inspect(Dir::ToClient, &mut b"HTTP/1.1".to_vec()),
+            Flow::All
+        );
         assert!(c.mismatch().is_none());
 
         let mut c = ProtocolCheck::new(Pass, Expect::H2);
-        let reply = &mut *b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec();
+        let reply = &mut b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec();
         assert_eq!(c.inspect(Dir::ToClient, reply), Flow::Stop(0));
         assert!(c.stopped(Dir::ToUpstream));
         let m = c.mismatch().unwrap();
@@ -216,6 +222,9 @@ mod tests {
         let n = c.farewell(Dir::ToClient, &mut out);
         assert_eq!(&out[..n], HTTP1_BAD_GATEWAY);
         let mut c = ProtocolCheck::new(Pass, Expect::Http1);
-        assert_eq!(c.inspect(Dir::ToClient, &mut *b"HTTP/1.1 200".to_vec()), Flow::All);
+        assert_eq!(
+            c.inspect(Dir::ToClient, &mut b"HTTP/1.1 200".to_vec()),
+            Flow::All
+        );
     }
 }

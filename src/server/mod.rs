@@ -369,7 +369,19 @@ impl Proxy {
     /// With XDP attached the kernel's policy is staged into the idle map set and flipped first;
     /// if either fails the update throws and nothing changes. Then the routes and each
     /// listener's policy are swapped (pointer stores, which cannot fail).
-    pub fn update_config(&self, u: ConfigUpdate) -> Result<(), ConfigError> {
+    pub fn update_config(&self, mut u: ConfigUpdate) -> Result<(), ConfigError> {
+        // A route whose certificate alone failed keeps the live one; routes given of which none
+        // serves change nothing.
+        if let Some(r) = u.routes.as_mut() {
+            let live = self.shared.routes.load();
+            r.carry_last_good(|sni| {
+                let live = live.routes().iter().find(|l| l.config.sni == *sni)?;
+                live.config.cert.clone()
+            });
+            if let Some(e) = r.all_failed() {
+                return Err(e);
+            }
+        }
         let xdp = self.xdp();
         if let Some(mgr) = xdp.as_ref() {
             let mut live = self.live_policies();
@@ -396,16 +408,16 @@ impl Proxy {
                 .map(|l| l.config.clone())
                 .collect();
             let table = RouteTable::build(
-                &r,
+                &r.routes,
                 &listener_cfgs,
                 &self.shared.route_metrics,
                 &self.shared.tls_sessions,
                 &self.shared.capacities,
             );
+            self.shared.report_failing_routes(&r.failing);
             self.shared
                 .routes
-                .store(Arc::new(table.with_failing(u.failing_routes.clone())));
-            self.shared.report_failing_routes(&u.failing_routes);
+                .store(Arc::new(table.with_failing(r.failing)));
         }
         let now = clock::now_ns();
         for p in u.protection {

@@ -118,7 +118,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         .and_then(|b| v::boolean(b, "isolateRoutes", &mut issues))
         .unwrap_or(true);
     let routes = match field(obj, "routes") {
-        Some(r) => parse_routes(r, "routes", &listeners, isolate_routes, &mut issues),
+        Some(r) => parse_routes(r, "routes", &listeners, isolate_routes, false, &mut issues),
         None => {
             issues.push("routes", "is required");
             None
@@ -147,7 +147,9 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     let overload = field(obj, "overload")
         .and_then(|o| parse_overload(o, "overload", &mut issues))
         .unwrap_or_default();
-    let ParsedRoutes { routes, failing } = routes.unwrap_or_default();
+    let ParsedRoutes {
+        routes, failing, ..
+    } = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
         overload,
         listeners,

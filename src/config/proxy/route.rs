@@ -299,7 +299,9 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
 /// Parses one route. Problems of a field's own value (type, range, enumeration, unknown names)
 /// go to `issues`; what fails when the route is built — its certificate, key or CA does not load
 /// or match, its fields conflict with each other or with the listeners — goes to `build` (the
-/// route alone is dropped when route isolation is on). `None` when either got a problem.
+/// route alone is dropped when route isolation is on). `None` when either got a problem, except
+/// when the route's `cert` alone failed to build: then the route without it (`cert: None`),
+/// which must not be served as it is (the caller checks `build`).
 pub(super) fn parse_route(
     val: &Value,
     path: &str,
@@ -449,7 +451,9 @@ pub(super) fn parse_route(
         None => Some(true),
     };
     let terminate_tls = terminate_tls_field.unwrap_or(true);
+    let cert_before = build.len();
     let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues, build));
+    let cert_failures = build.len() - cert_before;
     let http2_field = field(obj, "http2").and_then(|b| v::boolean(b, &join(path, "http2"), issues));
     let folded: FoldedUpstreams = upstreams
         .as_ref()
@@ -631,7 +635,10 @@ pub(super) fn parse_route(
     let http = protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
     let cc = field(obj, "concurrency").filter(|_| table);
     let concurrency = route_concurrency(cc, path, http, issues);
-    if issues.len() != before || build.len() != build_before {
+    // Only the certificate failed: the route as configured but for it, which `updateConfig` may
+    // serve with the live route's last good certificate (README: Route isolation).
+    let cert_only = cert_failures > 0 && build.len() - build_before == cert_failures;
+    if issues.len() != before || (build.len() != build_before && !cert_only) {
         return None;
     }
     let (upstreams, _, _) = upstreams?;

@@ -17,8 +17,10 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 /// A route that failed to build: left out of the route table and reported (`'error'` with code
-/// `route_failed`, `metrics().failingRoutes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `route_failed`, `metrics().failingRoutes`) — or, when only its certificate failed and the live
+/// table serves the same `sni` with a certificate of its own, served with that last good
+/// certificate ([`ParsedRoutes::carry_last_good`], `updateConfig` only).
+#[derive(Debug, Clone)]
 pub struct FailingRoute {
     /// Its index in `routes`.
     pub index: usize,
@@ -27,6 +29,10 @@ pub struct FailingRoute {
     pub route: Option<String>,
     /// Why, one entry per problem, with paths under `routes[index]`.
     pub issues: Vec<ConfigIssue>,
+    /// The route as configured but for its certificate, when that alone failed.
+    pub without_cert: Option<Box<RouteConfig>>,
+    /// Served with the live route's last good certificate.
+    pub last_good_cert: bool,
 }
 
 impl FailingRoute {
@@ -39,8 +45,13 @@ impl FailingRoute {
         let why: Vec<String> = (self.issues.iter())
             .map(|i| format!("{}: {}", i.path, i.message))
             .collect();
+        let outcome = if self.last_good_cert {
+            "serves its last good certificate"
+        } else {
+            "is not served; the other routes are"
+        };
         format!(
-            "{name} (routes[{}]) failed to build and is not served; the other routes are: {}",
+            "{name} (routes[{}]) failed to build and {outcome}: {}",
             self.index,
             why.join("; ")
         )
@@ -52,20 +63,68 @@ impl FailingRoute {
 pub struct ParsedRoutes {
     /// Routes that built.
     pub routes: Vec<RouteConfig>,
+    /// Each route's index in `routes` as given.
+    pub indices: Vec<usize>,
     /// Routes that failed to build (empty when `isolateRoutes` is off: then any failure fails the
     /// whole config).
     pub failing: Vec<FailingRoute>,
 }
 
+impl ParsedRoutes {
+    /// When routes were given and none will serve: the error listing every route's problems (the
+    /// update then changes nothing).
+    pub fn all_failed(&self) -> Option<ConfigError> {
+        if !self.routes.is_empty() || self.failing.is_empty() {
+            return None;
+        }
+        let issues = self.failing.iter().flat_map(|f| f.issues.iter().cloned());
+        Some(ConfigError::new(issues.collect()))
+    }
+
+    /// For `updateConfig`: a route whose certificate alone failed to build (a renewal caught
+    /// between its chain and its key) keeps serving, with its new settings and the certificate
+    /// `live_cert` gives for its `sni` (the live route's own, if it has one), in its place in
+    /// config order; it stays listed as failing (`last_good_cert`). Not when another route
+    /// already serves that `sni`.
+    pub fn carry_last_good(
+        &mut self,
+        live_cert: impl Fn(
+            &super::route::SniPattern,
+        ) -> Option<std::sync::Arc<crate::tls::certs::CertifiedKey>>,
+    ) {
+        for f in &mut self.failing {
+            let Some(route) = f.without_cert.take() else {
+                continue;
+            };
+            if self.routes.iter().any(|r| r.sni == route.sni) {
+                continue;
+            }
+            let Some(cert) = live_cert(&route.sni) else {
+                continue;
+            };
+            let mut route = *route;
+            route.cert = Some(cert);
+            let at = self.indices.partition_point(|&i| i < f.index);
+            self.routes.insert(at, route);
+            self.indices.insert(at, f.index);
+            f.last_good_cert = true;
+        }
+    }
+}
+
 /// Parses `routes` (at `path`) against the listeners' default certificates. With `isolate`, a
 /// route that fails to build is set apart in [`ParsedRoutes::failing`] unless every route fails;
 /// otherwise (and for every problem of a field's own value) the problems go to `issues` and the
-/// result is `None`. Issues are listed route by route, in document order.
+/// result is `None`. Issues are listed route by route, in document order. `may_carry`
+/// (`updateConfig`): a route whose certificate alone failed does not count as failed yet, since
+/// it may keep its last good certificate ([`ParsedRoutes::carry_last_good`], after which the
+/// caller checks [`ParsedRoutes::all_failed`]).
 pub fn parse_routes(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
     isolate: bool,
+    may_carry: bool,
     issues: &mut Issues,
 ) -> Option<ParsedRoutes> {
     let arr = v::array(val, path, issues)?;
@@ -76,29 +135,40 @@ pub fn parse_routes(
         let p = v::index(path, i);
         let (mut shape, mut build) = (Issues::default(), Issues::default());
         let route = parse_route(r, &p, listeners, RouteKind::Table, &mut shape, &mut build);
-        if let Some(route) = route {
-            match seen.get(&route.sni) {
-                Some(prev) => build.push(
-                    join(&p, "sni"),
-                    format!("duplicates the sni of {}", v::index(path, *prev)),
-                ),
-                None => {
-                    seen.insert(route.sni.clone(), i);
-                    out.routes.push(route);
+        let without_cert = match route {
+            // Only its certificate failed (`build` holds why).
+            Some(route) if !build.is_empty() => Some(Box::new(route)),
+            Some(route) => {
+                match seen.get(&route.sni) {
+                    Some(prev) => build.push(
+                        join(&p, "sni"),
+                        format!("duplicates the sni of {}", v::index(path, *prev)),
+                    ),
+                    None => {
+                        seen.insert(route.sni.clone(), i);
+                        out.routes.push(route);
+                        out.indices.push(i);
+                    }
                 }
+                None
             }
-        }
+            None => None,
+        };
         if !build.is_empty() && shape.is_empty() {
             out.failing.push(FailingRoute {
                 index: i,
                 route: r.get("sni").and_then(Value::as_str).map(str::to_string),
                 issues: build.0.clone(),
+                without_cert,
+                last_good_cert: false,
             });
         }
         per_route.push((shape, build));
     }
     let shape_problems = per_route.iter().any(|(s, _)| !s.is_empty());
-    let whole = shape_problems || (!out.failing.is_empty() && (!isolate || out.routes.is_empty()));
+    let carriable = may_carry && out.failing.iter().any(|f| f.without_cert.is_some());
+    let all_failed = out.routes.is_empty() && !carriable;
+    let whole = shape_problems || (!out.failing.is_empty() && (!isolate || all_failed));
     if whole {
         for (shape, build) in per_route {
             issues.0.extend(shape.0);
@@ -215,6 +285,51 @@ mod tests {
                 "routes[4].cert"
             ]
         );
+    }
+
+    #[test]
+    fn a_route_whose_certificate_alone_failed_may_keep_the_last_good_one() {
+        let (a_c, a_k) = cert(&["a.test"]);
+        let (b_c, b_k) = cert(&["b.test"]);
+        let (_, x_k) = cert(&["x.test"]);
+        let routes = json!([
+            { "sni": "b.test", "upstreams": up(), "cert": { "certChain": b_c, "privateKey": x_k } },
+            { "sni": "a.test", "upstreams": up(), "cert": { "certChain": a_c, "privateKey": a_k } },
+            { "sni": "c.test", "upstreams": up(), "http2": false, "cert": { "certChain": b_c, "privateKey": x_k },
+              "tunnels": {}, "terminateTls": false },
+        ]);
+        let c = parse(routes.clone(), json!({})).unwrap();
+        // At construction nothing is live: dropped (and `without_cert` kept for nothing).
+        assert_eq!(c.routes.len(), 1);
+        assert!(c.failing_routes[0].without_cert.is_some());
+        assert!(
+            c.failing_routes[1].without_cert.is_none(),
+            "another problem beside the certificate"
+        );
+        let mut parsed = super::parse_routes(
+            &routes,
+            "routes",
+            &c.listeners,
+            true,
+            true,
+            &mut crate::config::error::Issues::default(),
+        )
+        .unwrap();
+        let last_good =
+            crate::tls::certs::load_certified_key(b_c.as_bytes(), b_k.as_bytes()).unwrap();
+        parsed.carry_last_good(|sni| (sni.name() == "b.test").then(|| last_good.clone()));
+        let names: Vec<String> = parsed.routes.iter().map(|r| r.sni.name()).collect();
+        assert_eq!(names, ["b.test", "a.test"], "in config order");
+        assert_eq!(parsed.indices, [0, 1]);
+        assert!(std::sync::Arc::ptr_eq(
+            parsed.routes[0].cert.as_ref().unwrap(),
+            &last_good
+        ));
+        let carried: Vec<bool> = parsed.failing.iter().map(|f| f.last_good_cert).collect();
+        assert_eq!(carried, [true, false]);
+        assert!(parsed.failing[0]
+            .message()
+            .starts_with("route \"b.test\" (routes[0]) failed to build and serves its last good certificate: routes[0].cert: privateKey does not match"));
     }
 
     #[test]

@@ -153,7 +153,8 @@ impl Conn<'_> {
         match mismatch {
             Some(m) => {
                 let i = self.upstream_guard.as_ref().map_or(0, |g| g.index());
-                let up = (route.config.upstreams.get(i)).map_or_else(String::new, upstream::describe);
+                let up =
+                    (route.config.upstreams.get(i)).map_or_else(String::new, upstream::describe);
                 Err(Refusal::Failed(
                     ErrorReason::UpstreamProtocolMismatch,
                     Some(m.message(&up)),
