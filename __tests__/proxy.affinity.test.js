@@ -13,9 +13,16 @@ const { spawn } = require('node:child_process');
 const { RampartProxy } = require('..');
 const h = require('./helpers');
 
-/** A fresh unix socket path. */
+const dirs = [];
+test.after(() => {
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+/** A fresh unix socket path (its directory removed after the file's tests). */
 function sockPath(name) {
-  return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-aff-')), `${name}.sock`);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-aff-'));
+  dirs.push(dir);
+  return path.join(dir, `${name}.sock`);
 }
 
 /** One TLS round trip through the proxy from `localAddress`: the tag of the worker that served it. */
