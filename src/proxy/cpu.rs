@@ -49,6 +49,13 @@ impl CpuSlot {
         self.permille.load(Ordering::Relaxed)
     }
 
+    /// Sets the CPU use as if measured (tests).
+    #[cfg(test)]
+    pub fn set_measured(&self, permille: u32) {
+        self.permille.store(permille, Ordering::Relaxed);
+        self.measured.store(1, Ordering::Relaxed);
+    }
+
     /// The measured CPU use, `None` before two samples were taken or without a source.
     pub fn measured(&self) -> Option<u32> {
         (self.measured.load(Ordering::Relaxed) != 0).then(|| self.permille())

@@ -556,6 +556,51 @@ mod tests {
     }
 
     #[test]
+    fn cpu_use_breaks_least_connection_ties_and_connections_dominate() {
+        use crate::config::proxy::CpuSource;
+        let mut r = route("", 1);
+        r.upstreams = (1..=3)
+            .map(|p| Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port: p,
+            })
+            .collect();
+        r.upstream_protocols = vec![None; 3];
+        r.upstream_cpu = (1..=3)
+            .map(|pid| Some(CpuSource { pid, tid: None }))
+            .collect();
+        r.balance = Balance::LeastConnections;
+        let t = table(&[r]);
+        let cr = t.lookup(None).unwrap();
+        let cpu = |v: [u32; 3]| {
+            for (c, p) in cr.upstream_cpu.iter().zip(v) {
+                c.set_measured(p);
+            }
+        };
+        // All idle: the least busy CPU wins, whatever the turn.
+        cpu([900, 40, 300]);
+        assert_eq!(
+            (0..3).map(|_| cr.pick(H1).unwrap()).collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+        // One open connection weighs a whole core: a busy worker with none beats an idle one
+        // holding one.
+        let _held = cr.hold_upstream(1);
+        assert_eq!(cr.pick(H1), Some(2));
+        cpu([999, 40, 1000]);
+        assert_eq!(cr.pick(H1), Some(0), "scores 999, 1040, 1000");
+        let s = cr.upstream_snapshots();
+        assert_eq!(
+            (
+                s[1].upstream.as_str(),
+                s[1].active_connections,
+                s[1].cpu_permille
+            ),
+            ("127.0.0.1:2", 1, Some(40))
+        );
+    }
+
+    #[test]
     fn no_default_means_no_route() {
         let t = table(&[route("*.Example.com.", 2)]);
         assert_eq!(port_of(t.lookup(Some("x.example.com"))), Some(2));
