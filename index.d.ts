@@ -83,15 +83,40 @@ export interface CertConfig {
 
 /**
  * What an upstream speaks (`upstreams[].protocol`): a client goes only to upstreams that speak
- * the protocol it negotiated in ALPN (no ALPN counts as 'http/1.1'); an upstream without it
- * serves any. An 'h2' upstream makes the route offer h2 (see `http2`); 'h2' upstreams get
+ * the protocol it negotiated in ALPN (no ALPN counts as 'http/1.1'). An upstream without it is
+ * 'http/1.1' beside upstreams that have one (Symphony's split: h2 clients go to the 'h2' ones
+ * only); in a set where none has one it serves what the route offers (`http2`). 'any' serves
+ * both in any set. An 'h2' upstream makes the route offer h2 (see `http2`); 'h2' upstreams get
  * HTTP/2 with prior knowledge (h2c) on terminated routes.
  */
-export type UpstreamProtocol = 'h2' | 'http/1.1';
+export type UpstreamProtocol = 'h2' | 'http/1.1' | 'any';
+
+/** What any upstream may carry beside its address (Symphony's upstream-level fields). */
+export interface UpstreamCommon {
+  protocol?: UpstreamProtocol;
+  /**
+   * Symphony's upstream-level affinity: a client IP goes back to the upstream it last used while
+   * it reconnects within `ipAffinityTtlMs`. It applies to the whole set: every upstream that
+   * gives it must give the same (else the route fails to build). Not beside the route's own
+   * `ipAffinity`.
+   */
+  ipAffinity?: boolean;
+  /** ms an upstream-level affinity entry lives after the client's last connection (needs ipAffinity). Default 300000. */
+  ipAffinityTtlMs?: number;
+  /**
+   * Linux pid of the worker serving this upstream: its CPU use (`/proc/<pid>/task/<tid>/stat`,
+   * or `/proc/<pid>/stat` without `tid`, sampled every ~250 ms off the connection path) breaks
+   * ties of least-connections balancing (score = open connections × 1000 + CPU ‰). Makes
+   * `balance` default to 'leastConnections'.
+   */
+  pid?: number;
+  /** Linux thread id of the worker within `pid` (needs pid). */
+  tid?: number;
+}
 
 export type UpstreamConfig =
-  | { kind: 'tcp'; host: string; port: number; protocol?: UpstreamProtocol }
-  | { kind: 'uds'; path: string; protocol?: UpstreamProtocol };
+  | ({ kind: 'tcp'; host: string; port: number } & UpstreamCommon)
+  | ({ kind: 'uds'; path: string } & UpstreamCommon);
 
 export interface RouteConfig {
   /** 'a.example.com' exact, '*.example.com' one more label, '' default. Case-insensitive. */
@@ -462,6 +487,16 @@ export interface ConcurrencyConfig {
 export interface ProxyConfig {
   listeners: ListenerConfig[];
   routes: RouteConfig[];
+  /**
+   * Route isolation (default true): a route that fails to build — its certificate, key or mTLS CA
+   * does not load or match, its fields conflict with each other or with the listeners, its `sni`
+   * repeats an earlier route's — is dropped and reported (`'error'` `route_failed`,
+   * `metrics().failingRoutes`), and the other routes serve; on updateConfig a route whose
+   * certificate alone failed keeps the live route's last good certificate (`lastGoodCert`); a
+   * `routes` list in which no route serves still throws. A field's own problem (type, range, unknown name) always fails
+   * the whole config. With false any failure throws, for the constructor and `updateConfig`.
+   */
+  isolateRoutes?: boolean;
   /** Tokio worker threads = SO_REUSEPORT sockets per listener. Default: CPU count. */
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
@@ -586,7 +621,7 @@ export interface OverloadEvent {
 }
 
 export interface ErrorEvent {
-  /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply), or `cluster_message_rejected` (ban messages or keys from Redis failed validation: at most once a second, the message starting with the count since the previous one). */
+  /** `upstream_connect_failed`, `handshake_failed`, ..., `upstream_protocol_mismatch` (the upstream answered in another protocol than the connection speaks), `resolve_route_invalid` (resolveConnection gave a route that is not valid: the connection was closed), `route_failed` (a route failed to build and is not served: `route`, `index`, `errors` are set), `xdp_sync_failed` (a kernel-map write failed), `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply), or `cluster_message_rejected` (ban messages or keys from Redis failed validation: at most once a second, the message starting with the count since the previous one). */
   code: string;
   message: string;
   ip: string | null;
@@ -594,6 +629,14 @@ export interface ErrorEvent {
   port: number | null;
   /** 'host:port' of the listener; null for proxy-wide errors. */
   listener: string | null;
+  /** `route_failed` only: the route's `sni` as written (null when it was not a string). */
+  route?: string | null;
+  /** `route_failed` only: the route's index in `routes`. */
+  index?: number;
+  /** `route_failed` only: every problem, paths under `routes[index]`. */
+  errors?: ConfigErrorEntry[];
+  /** `route_failed` only: its certificate alone failed and it serves the live route's last good one (updateConfig). */
+  lastGoodCert?: boolean;
 }
 
 /** A connection of a suspended route, held until `resolveConnection(id, route | null)`. */
@@ -719,6 +762,14 @@ export interface Metrics {
   listeners: ListenerMetrics[];
   /** Per route of the live table, in config order. */
   routeMetrics: RouteMetrics[];
+  /** Routes in the live table (Symphony's `routes`). */
+  routes: number;
+  /** Configured routes left out because they failed to build (Symphony's `failingRoutes`). */
+  failingRoutes: number;
+  /** Those routes, with every problem. */
+  routeFailures: { route: string | null; index: number; errors: ConfigErrorEntry[]; lastGoodCert: boolean }[];
+  /** Routes that failed to build since the proxy was created (once per constructor or updateConfig that gave them). */
+  routeFailuresTotal: number;
   xdp?: XdpStatus;
   /** With `cluster`. */
   cluster?: ClusterMetrics;
@@ -767,6 +818,8 @@ export interface RouteMetrics {
   errorsByReason: Record<string, number>;
   /** Upstream capacity (docs/protection.md: Upstream capacity). */
   upstream: UpstreamCapacity;
+  /** Each upstream, in config order: `'host:port'` or `'unix:/path'`, this route's open connections on it, and the CPU use of its `pid`/`tid` at the last sample (‰ of one core; null when not sampled). */
+  upstreams: { upstream: string; activeConnections: number; cpuPermille: number | null }[];
 }
 
 /** `routeMetrics[].upstream`: what the route's upstream capacity measured. */
@@ -900,10 +953,12 @@ export class RampartProxy extends EventEmitter {
   /** Removes a blockIp entry; true when one was removed. */
   unblockIp(cidr: string, opts?: { port?: number }): boolean;
   /**
-   * Decides for a suspended connection: `route` serves it as if that route had matched (validated
-   * in full; a ConfigError names each `route.*` problem and the connection stays held), `null`
-   * closes it (`suspend_rejected`). True when a held connection took it; false (a no-op) when
-   * `id` is unknown, expired or already resolved.
+   * Decides for a suspended connection: `route` serves it as if that route had matched, `null`
+   * closes it (`suspend_rejected`). Never throws for the route's content (it is usually called in
+   * an async 'suspended' listener): a route that is not valid closes the connection, which emits
+   * `'error'` `resolve_route_invalid` naming each `route.*` problem. True when a held connection
+   * took the decision; false (a no-op, nothing validated) when `id` is unknown, expired or
+   * already resolved.
    */
   resolveConnection(id: string, route: ResolveRoute | null): boolean;
   metrics(): Metrics;

@@ -346,10 +346,12 @@ class RampartProxy extends EventEmitter {
 
   /**
    * Decides for a connection held by a suspended route (the `id` of its `'suspended'` event):
-   * `route` (a `routes[]`-shaped object with `upstream` or `upstreams`, validated in full: a
-   * ConfigError names each `route.*` problem and the connection stays held) serves it as if that
-   * route had matched; `null` closes it. Returns true when a held connection took the decision,
-   * false when `id` is unknown, expired or already resolved (nothing happens).
+   * `route` (a `routes[]`-shaped object with `upstream` or `upstreams`) serves it as if that
+   * route had matched; `null` closes it. A route that is not valid never throws (this is called
+   * in async 'suspended' listeners): the connection is closed and emits `'error'`
+   * (`resolve_route_invalid`, each `route.*` problem in the message). Returns true when a held
+   * connection took the decision, false when `id` is unknown, expired or already resolved
+   * (nothing happens). Only a non-string `id` or a missing `route` argument throws.
    */
   resolveConnection(id, route) {
     if (typeof id !== 'string') {
@@ -358,7 +360,7 @@ class RampartProxy extends EventEmitter {
     if (route === undefined) {
       throw new ConfigError([{ path: 'route', message: 'is required: a route object, or null to close the connection' }]);
     }
-    return call(() => this._native.resolveConnection(id, encode(route)));
+    return this._native.resolveConnection(id, encode(route));
   }
 
   /** Counters: connections, bytes, blocks and errors per reason, per listener. */

@@ -6,12 +6,20 @@ const assert = require('node:assert/strict');
 const tls = require('node:tls');
 const crypto = require('node:crypto');
 const http = require('node:http');
+const net = require('node:net');
 const { RampartProxy } = require('..');
 const h = require('./helpers');
 
 test('TLS termination round trips', async (t) => {
   const echo = await h.echoServer();
   const web = await h.listen(http.createServer((req, res) => res.end(`hello via rampart ${req.url}`)));
+  // An h2c upstream as far as the first bytes go: its SETTINGS (empty), then an echo.
+  const EMPTY_SETTINGS = Buffer.from('000000040000000000', 'hex');
+  const h2echo = await h.listen(net.createServer((s) => {
+    s.on('error', () => {});
+    s.write(EMPTY_SETTINGS);
+    s.pipe(s);
+  }));
   const port = await h.freePort();
   const chainRsa = h.opensslChain('rsa.example.com', 'rsa');
   const chainEc = h.opensslChain('ec.example.com', 'ec');
@@ -20,7 +28,7 @@ test('TLS termination round trips', async (t) => {
     routes: [
       { sni: 'localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
       { sni: 'web.localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: web.address().port }], terminateTls: true },
-      { sni: 'h2.localhost', http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
+      { sni: 'h2.localhost', http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: h2echo.address().port }], terminateTls: true },
       { sni: 'rsa.example.com', cert: { certChain: Buffer.from(chainRsa.certChain), privateKey: chainRsa.privateKey }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
       { sni: 'ec.example.com', cert: { certChain: chainEc.certChain, privateKey: chainEc.privateKey }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
     ],
@@ -30,6 +38,7 @@ test('TLS termination round trips', async (t) => {
     await proxy.stop();
     await h.closeServer(echo);
     await h.closeServer(web);
+    await h.closeServer(h2echo);
   });
 
   await t.test('node:tls bytes come back unchanged', async () => {
@@ -50,12 +59,12 @@ test('TLS termination round trips', async (t) => {
     const a = await h.tlsRoundTrip({ port, servername: 'localhost', ALPNProtocols: ['h2', 'http/1.1'] });
     assert.equal(a.alpn, 'http/1.1');
     // An h2 connection gets Rampart's SETTINGS (MAX_CONCURRENT_STREAMS 100) first and goes
-    // through the HTTP/2 guard, which wants the client preface first.
+    // through the HTTP/2 guard, which wants the client preface first; then the upstream's.
     const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
     const settings = Buffer.from('000006040000000000000300000064', 'hex');
-    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'], payload: preface, expect: 39 });
+    const b = await h.tlsRoundTrip({ port, servername: 'h2.localhost', ALPNProtocols: ['h2', 'http/1.1'], payload: preface, expect: 48 });
     assert.equal(b.alpn, 'h2');
-    assert.equal(b.data.toString('hex'), Buffer.concat([settings, preface]).toString('hex'));
+    assert.equal(b.data.toString('hex'), Buffer.concat([settings, EMPTY_SETTINGS, preface]).toString('hex'));
   });
 
   await t.test('route certificates with intermediates verify against the root (RSA and ECDSA)', async () => {

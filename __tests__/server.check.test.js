@@ -107,6 +107,21 @@ test('certChain and certChainFile together is an error; a route cert may name fi
   ]);
 });
 
+test('a route that fails to build is a warning (the others serve), naming its cert files', async () => {
+  const dir = configDir();
+  s.writeCert(dir, { cert: 'b.pem', key: 'b.key', hosts: ['b.test'] });
+  const doc = valid();
+  // b.test's new chain beside the listener's key: a mismatch, that route alone is dropped.
+  doc.proxy.routes.unshift({ sni: 'b.test', cert: { certChainFile: 'b.pem', privateKeyFile: 'key.pem' }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 9926 }] });
+  const r = await check(dir, doc);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout, 'ok\n');
+  const lines = r.stderr.split('\n').filter(Boolean);
+  assert.equal(lines.length, 1, r.stderr);
+  assert.ok(lines[0].startsWith('warning: proxy.routes[0].cert: privateKey does not match the first certificate of certChain'), lines[0]);
+  assert.ok(lines[0].endsWith(`(from certChainFile ${path.join(dir, 'b.pem')}, privateKeyFile ${path.join(dir, 'key.pem')}): this route fails to build and is not served (the other routes are; see Route isolation)`), lines[0]);
+});
+
 test('admin: port and/or socketPath, a token of 16+ characters, token or tokenFile, an IP host', async () => {
   const dir = configDir();
   const cases = [

@@ -37,13 +37,25 @@ test('a Symphony-shaped config with every supported field runs unchanged', async
 });
 
 test('a Symphony config with every field is accepted but for real errors, each named by its path', () => {
+  // A conflict inside one route drops that route (route isolation) ...
+  const proxy = new RampartProxy({
+    listeners: [{ port: 9, defaultCert: h.selfSigned(['localhost']) }],
+    routes: [
+      { sni: 'a.test', upstreams: [{ kind: 'uds', path: '/tmp/a.sock', protocol: 'h2' }] },
+      { sni: 'b.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], ipAffinityTtlMs: 1000 },
+    ],
+  });
+  assert.deepEqual(proxy.metrics().routeFailures, [
+    { route: 'b.test', index: 1, errors: [{ path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' }], lastGoodCert: false },
+  ]);
+  // ... a field's own problem fails the config.
   let errs;
   try {
     new RampartProxy({
       listeners: [{ port: 9, defaultCert: h.selfSigned(['localhost']) }],
       routes: [
         { sni: 'a.test', upstreams: [{ kind: 'uds', path: '/tmp/a.sock', protocol: 'h2' }] },
-        { sni: 'b.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], ipAffinityTtlMs: 1000 },
+        { sni: 'b.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1, ipAffinity: 'yes' }] },
       ],
     });
   } catch (e) {
@@ -51,6 +63,6 @@ test('a Symphony config with every field is accepted but for real errors, each n
     errs = e.errors;
   }
   assert.deepEqual(errs, [
-    { path: 'routes[1].ipAffinityTtlMs', message: 'needs ipAffinity: true' },
+    { path: 'routes[1].upstreams[0].ipAffinity', message: 'must be a boolean, got "yes"' },
   ]);
 });

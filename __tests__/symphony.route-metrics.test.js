@@ -46,6 +46,7 @@ test('routeMetrics: exact per-route counts, route_rate_limited without a blocked
   const m = byRoute();
   const zero = Object.fromEntries(Object.keys(m['a.test'].errorsByReason).map((k) => [k, 0]));
   const upstream = IDLE_OFF; // opaque routes: concurrency off by default, still measured
+  const upstreams = (active) => [{ upstream: `127.0.0.1:${echo.address().port}`, activeConnections: active, cpuPermille: null }];
   // The mean upstream connect time of the routes that connected: measured, so only its sign is exact.
   for (const r of ['a.test', 'b.test']) {
     assert.ok(m[r].upstream.connectMs > 0, `${r} connectMs ${m[r].upstream.connectMs}`);
@@ -53,14 +54,14 @@ test('routeMetrics: exact per-route counts, route_rate_limited without a blocked
   }
   assert.deepEqual(m['a.test'], {
     route: 'a.test', metricsGroup: 'tenant1', activeConnections: 0, connections: 2, errors: 1,
-    bytesReceived: 10, bytesSent: 10, errorsByReason: { ...zero, route_rate_limited: 1 }, upstream,
+    bytesReceived: 10, bytesSent: 10, errorsByReason: { ...zero, route_rate_limited: 1 }, upstream, upstreams: upstreams(0),
   });
   assert.deepEqual(m['b.test'], {
     route: 'b.test', metricsGroup: 'tenant1', activeConnections: 1, connections: 2, errors: 0,
-    bytesReceived: 4, bytesSent: 4, errorsByReason: zero, upstream,
+    bytesReceived: 4, bytesSent: 4, errorsByReason: zero, upstream, upstreams: upstreams(1),
   });
   assert.deepEqual(m[''], {
-    route: '', metricsGroup: '', activeConnections: 0, connections: 0, errors: 0, bytesReceived: 0, bytesSent: 0, errorsByReason: zero, upstream,
+    route: '', metricsGroup: '', activeConnections: 0, connections: 0, errors: 0, bytesReceived: 0, bytesSent: 0, errorsByReason: zero, upstream, upstreams: upstreams(0),
   });
   assert.deepEqual(proxy.metrics().routeMetrics.map((r) => r.route), ['a.test', 'b.test', '']);
   assert.deepEqual(blocked, [], 'a route-limit refusal is not the client\'s fault: no blocked event');

@@ -204,50 +204,54 @@ test('beyond maxPendingSuspended a connection is refused at once (suspend_queue_
   assert.equal(s.proxy.metrics().pendingSuspended, 0);
 });
 
-test('an invalid route in resolveConnection is a ConfigError naming each field; the connection stays held', async (t) => {
-  const echo = await h.echoServer();
+test('an invalid route in resolveConnection closes the connection and emits an error naming each field (never throws)', async (t) => {
   const s = await suspendedProxy();
+  const errors = [];
+  s.proxy.on('error', (e) => errors.push(e));
+  let rejections = 0;
+  const onRejection = () => rejections++;
+  process.on('unhandledRejection', onRejection);
   t.after(async () => {
+    process.off('unhandledRejection', onRejection);
     await s.close();
-    await h.closeServer(echo);
+  });
+  // Decided in an async 'suspended' listener, as Harper does: nothing may reject.
+  s.proxy.on('suspended', async (e) => {
+    await new Promise((r) => setImmediate(r));
+    const route = e.sni === 'bad.hold.test'
+      ? { upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }], sourceAddressHeader: 'bogus', connectTimeoutMs: NaN, suspended: true, metricsGroup: 'x' }
+      : { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, upstreams: [], terminateTls: false };
+    assert.equal(s.proxy.resolveConnection(e.id, route), true);
   });
   const c = client(s.port, 'bad.hold.test');
   const ev = await eventFor(s.events, 'bad.hold.test');
-  let err;
-  try {
-    s.proxy.resolveConnection(ev.id, {
-      upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }],
-      sourceAddressHeader: 'bogus',
-      connectTimeoutMs: NaN,
-      suspended: true,
-      metricsGroup: 'x',
-    });
-  } catch (e) {
-    err = e;
-  }
-  assert.ok(err instanceof ConfigError);
-  assert.deepEqual(err.errors.map((e) => e.path), [
-    'route.suspended',
-    'route.metricsGroup',
-    'route.upstreams[0].port',
-    'route.sourceAddressHeader',
-    'route.connectTimeoutMs',
-    'route.cert',
-  ]);
-  assert.equal(err.errors[0].message, 'is a route-table field: a resolved connection cannot be suspended again');
-  assert.match(err.errors[5].message, /is required when terminateTls is true and a listener has no defaultCert/);
-  let both;
-  try {
-    s.proxy.resolveConnection(ev.id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, upstreams: [], terminateTls: false });
-  } catch (e) {
-    both = e;
-  }
-  assert.deepEqual(both.errors, [{ path: 'route.upstream', message: 'give either upstream (one) or upstreams, not both' }]);
-  assert.equal(c.closedAt, null, 'still held');
-  assert.equal(s.proxy.resolveConnection(ev.id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port }, terminateTls: false }), true);
-  // Passthrough to an echo: the client's own ClientHello comes back to it (not TLS from a server).
-  await h.waitFor(() => c.closedAt || c.error, { what: 'client gives up on the echoed hello' });
+  await h.waitFor(() => errors.length === 1 && c.closedAt, { what: "the 'error' event and the close" });
+  assert.deepEqual(errors[0], {
+    code: 'resolve_route_invalid',
+    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ` + [
+      'route.suspended: is a route-table field: a resolved connection cannot be suspended again',
+      'route.metricsGroup: is a route-table field: the connection counts in the suspended route\'s routeMetrics',
+      'route.upstreams[0].port: must be an integer in [1, 65535], got 70000',
+      "route.sourceAddressHeader: must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"",
+      'route.connectTimeoutMs: must be an integer in [1, 2^53-1], got NaN',
+      'route.cert: is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:' + s.port + ')',
+    ].join('; '),
+    ip: '127.0.0.1',
+    port: s.port,
+    listener: `127.0.0.1:${s.port}`,
+  });
   assert.equal(c.secure, false);
+  const c2 = client(s.port, 'both.hold.test');
+  await h.waitFor(() => errors.length === 2 && c2.closedAt, { what: 'the second error' });
+  assert.equal(errors[1].message.split(': the route is not valid, the connection is closed: ')[1], 'route.upstream: give either upstream (one) or upstreams, not both');
+  assert.equal(s.errors().resolve_route_invalid, 2);
+  assert.equal(s.proxy.metrics().routeMetrics[0].errorsByReason.resolve_route_invalid, 2);
+  // An id that is not held is a no-op: false, nothing validated, no event.
+  assert.equal(s.proxy.resolveConnection(ev.id, { upstreams: 'nonsense' }), false);
+  assert.equal(s.proxy.resolveConnection('not-an-id', { upstreams: 'nonsense' }), false);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(errors.length, 2);
+  assert.equal(rejections, 0);
 });
 
 test('config: suspended routes may leave out upstreams; bad values are ConfigErrors', () => {

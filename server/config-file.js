@@ -310,11 +310,22 @@ function inlineCertFiles(node, p, dir, errors, read, found) {
   return found;
 }
 
-/** Validates `proxy` the way the addon does; returns its errors with paths from the file's top. */
-function proxyErrors(proxy, certs) {
+/**
+ * Validates `proxy` the way the addon does; returns its errors with paths from the file's top.
+ * Routes that fail to build (isolated: the others serve) are pushed to `failures` as
+ * `{ path, message }` instead.
+ */
+function proxyErrors(proxy, certs, failures = []) {
   const { RampartProxy } = require('..');
+  const fromFiles = (full) => {
+    const cert = certs.find((c) => full === c.path || full.startsWith(`${c.path}.`));
+    return cert ? ` (from ${Object.entries(cert.files).map(([k, f]) => `${k} ${f}`).join(', ')})` : '';
+  };
   try {
-    new RampartProxy(proxy); // eslint-disable-line no-new -- validation only, never started
+    const p = new RampartProxy(proxy); // validation only, never started
+    for (const f of p.metrics().routeFailures) {
+      for (const err of f.errors) failures.push({ path: `proxy.${err.path}`, message: `${err.message}${fromFiles(`proxy.${err.path}`)}` });
+    }
     return [];
   } catch (e) {
     if (!e || !Array.isArray(e.errors)) return [{ path: 'proxy', message: String(e && e.message ? e.message : e) }];
@@ -386,6 +397,7 @@ function loadConfigFile(file) {
   const xdp = doc.xdp === undefined || doc.xdp === null ? null : validateXdp(doc.xdp, errors);
 
   let proxy = null;
+  const routeFailures = [];
   if (doc.proxy === undefined || doc.proxy === null) {
     errors.push({ path: 'proxy', message: 'required: the ProxyConfig { listeners, routes, ... }' });
   } else if (!isPlainObject(doc.proxy)) {
@@ -393,11 +405,11 @@ function loadConfigFile(file) {
   } else {
     proxy = structuredClone(doc.proxy);
     const certs = inlineCertFiles(proxy, 'proxy', dir, errors, read, []);
-    errors.push(...proxyErrors(proxy, certs));
+    errors.push(...proxyErrors(proxy, certs, routeFailures));
   }
   if (errors.length) return done();
   const files = inputs.slice(1).map((i) => i.path);
-  return { errors, path: abs, dir, proxy, admin, xdp, drainMs, files, inputs, hash: hashInputs(inputs) };
+  return { errors, path: abs, dir, proxy, admin, xdp, drainMs, files, inputs, hash: hashInputs(inputs), routeFailures };
 }
 
 /** An IP address as a BigInt and its family (4 or 6), or null. */
@@ -469,6 +481,13 @@ function configWarnings(loaded) {
       code: 'token_file_world_readable',
       path: 'admin.tokenFile',
       message: `${a.tokenFile} is readable by every user (mode ${mode}): anyone on this host can take the admin token; chmod 600 it (or 640 with the service's group)`,
+    });
+  }
+  for (const f of loaded.routeFailures || []) {
+    out.push({
+      code: 'route_failed',
+      path: f.path,
+      message: `${f.message}: this route fails to build and is not served (the other routes are; see Route isolation)`,
     });
   }
   const listeners = loaded.proxy && Array.isArray(loaded.proxy.listeners) ? loaded.proxy.listeners : [];

@@ -20,6 +20,9 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Code of the `'error'` event of a route that failed to build.
+pub const ROUTE_FAILED: &str = "route_failed";
+
 /// Runtime state of one listener.
 pub struct ListenerRt {
     /// Config (the protection field is only the initial policy; the engine holds the live one).
@@ -56,6 +59,11 @@ pub struct Shared {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Connections of suspended routes waiting for `resolveConnection`.
     pub suspensions: crate::proxy::suspend::Suspensions,
+    /// `isolateRoutes`: a route that fails to build is dropped and reported, not the config.
+    pub isolate_routes: bool,
+    /// Routes that failed to build since the proxy was created, each counted once per build
+    /// (`rampart_route_failures_total`).
+    pub route_failures: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -151,6 +159,32 @@ impl Shared {
             listener: None,
         };
         self.events.error(&ev, clock::now_ns());
+    }
+
+    /// Counts and emits (`'error'`, code `route_failed`) each route of a new route table that
+    /// failed to build (README: Route isolation).
+    pub fn report_failing_routes(&self, failing: &[crate::config::proxy::FailingRoute]) {
+        use crate::events::{IssueJson, RouteFailedEvent};
+        for f in failing {
+            self.route_failures.fetch_add(1, Ordering::Relaxed);
+            let errors = (f.issues.iter())
+                .map(|i| IssueJson {
+                    path: &i.path,
+                    message: &i.message,
+                })
+                .collect();
+            self.events.route_failed(&RouteFailedEvent {
+                code: ROUTE_FAILED,
+                message: f.message(),
+                ip: None,
+                port: None,
+                listener: None,
+                route: f.route.as_deref(),
+                index: f.index,
+                errors,
+                last_good_cert: f.last_good_cert,
+            });
+        }
     }
 
     /// Indexes of the listeners on `port` (a port names every listener bound to it).

@@ -27,6 +27,22 @@ pub fn parse_mtls(
     required_default: bool,
     issues: &mut Issues,
 ) -> Option<Mtls> {
+    let mut build = Issues::default();
+    let m = parse_mtls_split(val, path, required_default, issues, &mut build);
+    issues.0.extend(build.0);
+    m
+}
+
+/// [`parse_mtls`] with a CA that does not load (not PEM, no certificate, not a usable CA) in
+/// `build` (a route's build failure, README: Route isolation) and the field's own problems in
+/// `issues`.
+pub fn parse_mtls_split(
+    val: &Value,
+    path: &str,
+    required_default: bool,
+    issues: &mut Issues,
+    build: &mut Issues,
+) -> Option<Mtls> {
     let obj = v::object(val, path, issues)?;
     v::reject_unknown(obj, &["clientCaCert", "requireClientCert"], path, issues);
     let required = field(obj, "requireClientCert")
@@ -53,7 +69,7 @@ pub fn parse_mtls(
             })
         }
         Err(e) => {
-            issues.push(ca_path, e);
+            build.push(ca_path, e);
             None
         }
     }

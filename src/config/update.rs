@@ -7,7 +7,7 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{parse_routes, ListenerConfig, RouteConfig, NEEDS_CLUSTER};
+use super::proxy::{parse_routes, ListenerConfig, ParsedRoutes, NEEDS_CLUSTER};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -21,8 +21,9 @@ pub const MAX_REASON_CHARS: usize = 200;
 /// A validated `updateConfig` argument.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigUpdate {
-    /// The new route table, if `routes` was given (replaces the whole table).
-    pub routes: Option<Vec<RouteConfig>>,
+    /// The new route table, if `routes` was given (replaces the whole table), with the given
+    /// routes that failed to build (`isolateRoutes`): left out of the new table and reported.
+    pub routes: Option<ParsedRoutes>,
     /// New protection per port, in the order given; each port appears once. `None` removes
     /// protection from that port's listeners.
     pub protection: Vec<PortProtection>,
@@ -81,19 +82,21 @@ fn listener_port(
     }
 }
 
-/// Validates an `updateConfig` argument against the running `listeners`.
+/// Validates an `updateConfig` argument against the running `listeners`; `isolate` is the
+/// proxy's `isolateRoutes` (a route that fails to build is set apart, unless all do).
 pub fn parse_update(
     u: &Value,
     listeners: &[ListenerConfig],
     has_cluster: bool,
+    isolate: bool,
 ) -> Result<ConfigUpdate, ConfigError> {
     let mut issues = Issues::default();
     let Some(obj) = v::object(u, "update", &mut issues) else {
         return Err(ConfigError::new(issues.0));
     };
     v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
-    let routes =
-        field(obj, "routes").and_then(|r| parse_routes(r, "routes", listeners, &mut issues));
+    let routes = field(obj, "routes")
+        .and_then(|r| parse_routes(r, "routes", listeners, isolate, true, &mut issues));
     let mut protection: Vec<PortProtection> = Vec::new();
     if let Some(arr) = field(obj, "protection").and_then(|p| v::array(p, "protection", &mut issues))
     {
@@ -258,7 +261,7 @@ mod tests {
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 },
                                             "rateLimit": { "connectionsPerSecond": -1 } } },
         ] });
-        let got: Vec<String> = parse_update(&u, &listeners(), false)
+        let got: Vec<String> = parse_update(&u, &listeners(), false, true)
             .unwrap_err()
             .issues
             .iter()
@@ -275,7 +278,7 @@ mod tests {
         let u = json!({ "protection": [
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } },
         ] });
-        let e = parse_update(&u, &listeners(), false).unwrap_err();
+        let e = parse_update(&u, &listeners(), false, true).unwrap_err();
         let got: Vec<(&str, &str)> = e
             .issues
             .iter()
@@ -285,7 +288,7 @@ mod tests {
             got,
             [("protection[0].protection.clusterRateLimit", NEEDS_CLUSTER)]
         );
-        let ok = parse_update(&u, &listeners(), true).unwrap();
+        let ok = parse_update(&u, &listeners(), true, true).unwrap();
         assert!(ok.protection[0]
             .policy
             .as_ref()

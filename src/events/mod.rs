@@ -113,6 +113,40 @@ pub struct ErrorEvent<'a> {
     pub listener: Option<&'a str>,
 }
 
+/// Payload of the `'error'` event of a route that failed to build (code `route_failed`, README:
+/// Route isolation): the fields of [`ErrorEvent`] (no client, no listener) and the route's.
+#[derive(Debug, Serialize)]
+pub struct RouteFailedEvent<'a> {
+    /// `route_failed`.
+    pub code: &'static str,
+    /// The route and every problem, in one line.
+    pub message: String,
+    /// Always `null` (no client).
+    pub ip: Option<String>,
+    /// Always `null` (routes serve every listener).
+    pub port: Option<u16>,
+    /// Always `null`.
+    pub listener: Option<&'a str>,
+    /// The route's `sni` as written (`null` when it was not a string).
+    pub route: Option<&'a str>,
+    /// Its index in `routes`.
+    pub index: usize,
+    /// Every problem: `{ path, message }`, paths under `routes[index]`.
+    pub errors: Vec<IssueJson<'a>>,
+    /// Only its certificate failed and it serves the live route's last good one (`updateConfig`).
+    #[serde(rename = "lastGoodCert")]
+    pub last_good_cert: bool,
+}
+
+/// One `{ path, message }` of [`RouteFailedEvent::errors`].
+#[derive(Debug, Serialize)]
+pub struct IssueJson<'a> {
+    /// The field's path.
+    pub path: &'a str,
+    /// What is wrong.
+    pub message: &'a str,
+}
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Summary {
@@ -223,6 +257,14 @@ impl EventHub {
             if let Ok(json) = serde_json::to_string(ev) {
                 (self.sink)("error", json);
             }
+        }
+    }
+
+    /// Emits one `'error'` of a route that failed to build. Never capped: each is a tenant not
+    /// served, emitted once per constructor or `updateConfig`.
+    pub fn route_failed(&self, ev: &RouteFailedEvent<'_>) {
+        if let Ok(json) = serde_json::to_string(ev) {
+            (self.sink)("error", json);
         }
     }
 

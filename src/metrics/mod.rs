@@ -56,11 +56,18 @@ pub enum ErrorReason {
     /// A connection of a suspended route closed at once because its listener already held
     /// `maxPendingSuspended` suspended connections (no `'suspended'` event).
     SuspendQueueFull,
+    /// A connection of a suspended route closed because `resolveConnection` gave it a route
+    /// that is not valid (reported as `'error'` with every problem).
+    ResolveRouteInvalid,
+    /// The upstream answered in another application protocol than the connection speaks (an
+    /// HTTP/1.x reply to an HTTP/2 connection, HTTP/2 frames to an HTTP/1.1 request): closed,
+    /// the upstream's bytes not forwarded, reported as `'error'`.
+    UpstreamProtocolMismatch,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 17] = [
+    pub const ALL: [ErrorReason; 19] = [
         ErrorReason::NoRoute,
         ErrorReason::BadClientHello,
         ErrorReason::ClientClosed,
@@ -78,6 +85,8 @@ impl ErrorReason {
         ErrorReason::SuspendRejected,
         ErrorReason::SuspendTimeout,
         ErrorReason::SuspendQueueFull,
+        ErrorReason::ResolveRouteInvalid,
+        ErrorReason::UpstreamProtocolMismatch,
     ];
     /// Label (`no_route`, ...).
     pub fn as_str(self) -> &'static str {
@@ -99,6 +108,8 @@ impl ErrorReason {
             ErrorReason::SuspendRejected => "suspend_rejected",
             ErrorReason::SuspendTimeout => "suspend_timeout",
             ErrorReason::SuspendQueueFull => "suspend_queue_full",
+            ErrorReason::ResolveRouteInvalid => "resolve_route_invalid",
+            ErrorReason::UpstreamProtocolMismatch => "upstream_protocol_mismatch",
         }
     }
     /// Position in [`ErrorReason::ALL`] (the discriminant).
@@ -301,6 +312,16 @@ pub struct MetricsSnapshot {
     pub listeners: Vec<ListenerSnapshot>,
     /// Per route of the live table, in config order.
     pub route_metrics: Vec<route::RouteSnapshot>,
+    /// Routes in the live table (Symphony's `routes`).
+    pub routes: u64,
+    /// Configured routes left out because they failed to build (Symphony's `failingRoutes`;
+    /// README: Route isolation).
+    pub failing_routes: u64,
+    /// Those routes, each with its problems.
+    pub route_failures: Vec<route::RouteFailure>,
+    /// Routes that failed to build since the proxy was created, counted once per constructor or
+    /// `updateConfig` that gave them.
+    pub route_failures_total: u64,
     /// XDP status when attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp: Option<XdpStatus>,
@@ -321,6 +342,10 @@ impl MetricsSnapshot {
             tracked_ips: listeners.iter().map(|l| l.tracked_ips).sum(),
             listeners,
             route_metrics: Vec::new(),
+            routes: 0,
+            failing_routes: 0,
+            route_failures: Vec::new(),
+            route_failures_total: 0,
             xdp: None,
             cluster: None,
         }
@@ -514,6 +539,11 @@ impl MetricsSnapshot {
             }
         }
         self.route_prometheus(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP rampart_routes Routes in the live route table.\n# TYPE rampart_routes gauge\nrampart_routes {}\n# HELP rampart_failing_routes Configured routes left out because they failed to build.\n# TYPE rampart_failing_routes gauge\nrampart_failing_routes {}\n# HELP rampart_route_failures_total Routes that failed to build, once per constructor or updateConfig that gave them.\n# TYPE rampart_route_failures_total counter\nrampart_route_failures_total {}",
+            self.routes, self.failing_routes, self.route_failures_total
+        );
         let _ = writeln!(
             out,
             "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",

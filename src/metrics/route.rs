@@ -74,6 +74,7 @@ impl RouteMetrics {
             bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
             errors_by_reason,
             upstream,
+            upstreams: Vec::new(),
         }
     }
 }
@@ -110,6 +111,62 @@ pub struct RouteSnapshot {
     pub errors_by_reason: BTreeMap<&'static str, u64>,
     /// Upstream capacity: in flight, limit, latency, refusals (README: Upstream capacity).
     pub upstream: CapacitySnapshot,
+    /// Each upstream of the route, in config order.
+    pub upstreams: Vec<UpstreamSnapshot>,
+}
+
+/// `routeMetrics[].upstreams[i]`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamSnapshot {
+    /// `host:port` or `unix:/path`.
+    pub upstream: String,
+    /// This route's open connections on it.
+    pub active_connections: u64,
+    /// CPU use of its `pid` / `tid` at the last sample, ‰ of one core (`null`: not sampled, or
+    /// not measured yet).
+    pub cpu_permille: Option<u32>,
+}
+
+/// `metrics().routeFailures[i]`: a configured route that failed to build (README: Route
+/// isolation).
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteFailure {
+    /// Its `sni` as written (`null` when not a string).
+    pub route: Option<String>,
+    /// Its index in `routes`.
+    pub index: usize,
+    /// Every problem: `{ path, message }`.
+    pub errors: Vec<IssueSnapshot>,
+    /// Only its certificate failed and it serves the last good one.
+    #[serde(rename = "lastGoodCert")]
+    pub last_good_cert: bool,
+}
+
+/// One `{ path, message }` of [`RouteFailure::errors`].
+#[derive(Debug, Clone, Serialize)]
+pub struct IssueSnapshot {
+    /// The field's path.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl RouteFailure {
+    /// The snapshot of `f`.
+    pub fn of(f: &crate::config::proxy::FailingRoute) -> Self {
+        RouteFailure {
+            route: f.route.clone(),
+            index: f.index,
+            last_good_cert: f.last_good_cert,
+            errors: (f.issues.iter())
+                .map(|i| IssueSnapshot {
+                    path: i.path.clone(),
+                    message: i.message.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The counters of every route by `(name, group)`, kept across route-table swaps.

@@ -257,6 +257,7 @@ impl NativeProxy {
             &v,
             &self.inner.listener_configs(),
             self.inner.cluster().is_some(),
+            self.inner.isolate_routes(),
         )
         .map_err(config_error)?;
         self.inner.update_config(u).map_err(config_error)
@@ -335,19 +336,43 @@ impl NativeProxy {
     }
 
     /// `resolveConnection(id, routeJson)` (README: Suspended routes): `routeJson` is `null`
-    /// (close the held connection) or a route, validated in full (throws a config error naming
-    /// `route.*` fields; the connection stays held). Returns whether a held connection took
-    /// it: false for an unknown, expired or already resolved id (a no-op).
+    /// (close the held connection) or a route, validated in full against the connection's
+    /// listener. Never throws: a route that is not valid closes the connection, which reports
+    /// it as `'error'` (`resolve_route_invalid`, every problem in the message; inside an async
+    /// `'suspended'` listener a throw would be an unhandled rejection). Returns whether a held
+    /// connection took the decision: false for an unknown, expired or already resolved id (a
+    /// no-op: nothing is validated).
     #[napi]
-    pub fn resolve_connection(&self, id: String, route_json: String) -> Result<bool, String> {
-        let v = parse_json(&route_json, "route")?;
-        let id = id.parse::<u64>().ok();
-        let listener = id.and_then(|i| self.inner.suspended_listener(i));
-        let route = match v {
-            Value::Null => None,
-            v => Some(parse_resolve_route(&v, listener.as_ref()).map_err(config_error)?),
+    pub fn resolve_connection(&self, id: String, route_json: String) -> bool {
+        use crate::proxy::suspend::Resolution;
+        let Ok(id) = id.parse::<u64>() else {
+            return false;
         };
-        Ok(id.is_some_and(|i| self.inner.resolve_connection(i, route)))
+        let Some(listener) = self.inner.suspended_listener(id) else {
+            return false;
+        };
+        let invalid = |issues: &[crate::config::ConfigIssue]| {
+            let why: Vec<String> = (issues.iter())
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect();
+            Resolution::Invalid(format!(
+                "resolveConnection({id}): the route is not valid, the connection is closed: {}",
+                why.join("; ")
+            ))
+        };
+        let resolution = match parse_bounded(&route_json, "route") {
+            Ok(Value::Null) => Resolution::Close,
+            Ok(v) => match parse_resolve_route(&v, Some(&listener)) {
+                Ok(r) => Resolution::Route(Box::new(r)),
+                Err(e) => invalid(&e.issues),
+            },
+            Err(ParseError::TooDeep(e)) => invalid(&e.issues),
+            Err(ParseError::Json(e)) => invalid(&[crate::config::ConfigIssue {
+                path: "route".into(),
+                message: format!("bad JSON: {e}"),
+            }]),
+        };
+        self.inner.resolve_connection(id, resolution)
     }
 
     /// This process's event-loop delay (ms, the max of the last 100 ms; index.js samples it when

@@ -11,6 +11,7 @@ use crate::capacity::{Capacity, CapacityRegistry};
 use crate::config::proxy::{AppProtocol, Balance, ListenerConfig, RouteConfig, SniPattern};
 use crate::gcra::Gcra;
 use crate::metrics::route::{RouteMetrics, RouteRegistry};
+use crate::proxy::cpu::{CpuSlot, CONNECTION_WEIGHT};
 use crate::tls::certs::server_config;
 use crate::tls::sessions::{Generation, SessionKey, TlsCache};
 use rustls::ServerConfig;
@@ -42,6 +43,8 @@ pub struct CompiledRoute {
     pub capacity: Arc<Capacity>,
     /// Open connections of this route per upstream (for `balance: 'leastConnections'`).
     pub upstream_active: Vec<AtomicUsize>,
+    /// CPU use per upstream (`upstreams[].pid` / `tid`), sampled by the background task.
+    pub upstream_cpu: Vec<CpuSlot>,
     /// `ipAffinity`: client IP → (upstream index, deadline ns), and the TTL in ns.
     pub affinity: Option<(AffinityMap, u64)>,
 }
@@ -74,6 +77,13 @@ pub const AFFINITY_SWEEP_AT: usize = 65_536;
 /// One open connection on upstream `i` of a route (its `upstream_active` count).
 #[derive(Debug)]
 pub struct UpstreamGuard(Arc<CompiledRoute>, usize);
+
+impl UpstreamGuard {
+    /// The upstream's index in its route's `upstreams`.
+    pub fn index(&self) -> usize {
+        self.1
+    }
+}
 
 impl Drop for UpstreamGuard {
     fn drop(&mut self) {
@@ -136,6 +146,9 @@ impl CompiledRoute {
             }),
             mtls,
             upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
+            upstream_cpu: (0..r.upstreams.len())
+                .map(|i| CpuSlot::new(r.upstream_cpu.get(i).copied().flatten()))
+                .collect(),
             affinity: r.ip_affinity_ttl_ms.map(|ms| {
                 (
                     AffinityMap::new(),
@@ -180,8 +193,9 @@ impl CompiledRoute {
     }
 
     /// Index of the upstream to try first for a new connection speaking `p`, among those that
-    /// serve it: the next in turn, or with least connections the one with the fewest open
-    /// connections (ties: the first from the next in turn). `None` when no upstream serves `p`.
+    /// serve it: the next in turn, or with least connections the one with the lowest score —
+    /// open connections × 1000 + CPU use in ‰ for an upstream with `pid` ([`crate::proxy::cpu`];
+    /// 0 without) — ties: the first from the next in turn. `None` when no upstream serves `p`.
     pub fn pick(&self, p: AppProtocol) -> Option<usize> {
         let set = self.set(p);
         let m = &set.members;
@@ -193,12 +207,13 @@ impl CompiledRoute {
             return Some(m[start]);
         }
         let mut best = m[start];
-        let mut least = usize::MAX;
+        let mut least = u64::MAX;
         for k in 0..m.len() {
             let i = m[(start + k) % m.len()];
-            let a = self.upstream_active[i].load(Ordering::Relaxed);
-            if a < least {
-                (best, least) = (i, a);
+            let a = self.upstream_active[i].load(Ordering::Relaxed) as u64;
+            let score = a * CONNECTION_WEIGHT + u64::from(self.upstream_cpu[i].permille());
+            if score < least {
+                (best, least) = (i, score);
             }
         }
         Some(best)
@@ -210,6 +225,31 @@ impl CompiledRoute {
         let m = &self.set(p).members;
         let at = m.iter().position(|&i| i == first).unwrap_or(0);
         (0..m.len()).map(move |k| m[(at + k) % m.len()])
+    }
+
+    /// Whether an upstream of this route is CPU-sampled (`pid`).
+    pub fn cpu_sampled(&self) -> bool {
+        self.upstream_cpu.iter().any(|c| c.source.is_some())
+    }
+
+    /// Samples the CPU use of every upstream with `pid` at `now_ns` (the background task, every
+    /// [`crate::proxy::cpu::SAMPLE_PERIOD_MS`]).
+    pub fn sample_cpu(&self, now_ns: u64) {
+        for c in &self.upstream_cpu {
+            c.sample(now_ns);
+        }
+    }
+
+    /// `routeMetrics[].upstreams`: each upstream's address, open connections and measured CPU
+    /// use.
+    pub fn upstream_snapshots(&self) -> Vec<crate::metrics::route::UpstreamSnapshot> {
+        (self.config.upstreams.iter().enumerate())
+            .map(|(i, u)| crate::metrics::route::UpstreamSnapshot {
+                upstream: crate::proxy::upstream::describe(u),
+                active_connections: self.upstream_active[i].load(Ordering::Relaxed) as u64,
+                cpu_permille: self.upstream_cpu[i].measured(),
+            })
+            .collect()
     }
 
     /// Counts a connection open on upstream `i` until the guard drops.
@@ -247,6 +287,9 @@ pub struct RouteTable {
     default: Option<Arc<CompiledRoute>>,
     /// Every route, in config order (for `routeMetrics`).
     all: Vec<Arc<CompiledRoute>>,
+    /// The configured routes that failed to build and are not in the table (README: Route
+    /// isolation).
+    failing: Vec<crate::config::proxy::FailingRoute>,
 }
 
 impl RouteTable {
@@ -293,6 +336,17 @@ impl RouteTable {
     /// Every route, in config order.
     pub fn routes(&self) -> &[Arc<CompiledRoute>] {
         &self.all
+    }
+
+    /// The table with `failing`, the configured routes that failed to build, recorded beside it.
+    pub fn with_failing(mut self, failing: Vec<crate::config::proxy::FailingRoute>) -> Self {
+        self.failing = failing;
+        self
+    }
+
+    /// The configured routes that failed to build (not in the table).
+    pub fn failing(&self) -> &[crate::config::proxy::FailingRoute] {
+        &self.failing
     }
 
     /// Finds the route for a ClientHello's server_name (`None` when the hello had no SNI).
@@ -353,6 +407,7 @@ mod tests {
                 port,
             }],
             upstream_protocols: vec![None],
+            upstream_cpu: vec![None],
             terminate_tls: false,
             cert: None,
             http2: false,
@@ -498,6 +553,51 @@ mod tests {
         let t = table(&[r]);
         let cr = t.lookup(None).unwrap();
         assert_eq!((cr.pick(H2), cr.pick(H1)), (Some(0), None));
+    }
+
+    #[test]
+    fn cpu_use_breaks_least_connection_ties_and_connections_dominate() {
+        use crate::config::proxy::CpuSource;
+        let mut r = route("", 1);
+        r.upstreams = (1..=3)
+            .map(|p| Upstream::Tcp {
+                host: "127.0.0.1".into(),
+                port: p,
+            })
+            .collect();
+        r.upstream_protocols = vec![None; 3];
+        r.upstream_cpu = (1..=3)
+            .map(|pid| Some(CpuSource { pid, tid: None }))
+            .collect();
+        r.balance = Balance::LeastConnections;
+        let t = table(&[r]);
+        let cr = t.lookup(None).unwrap();
+        let cpu = |v: [u32; 3]| {
+            for (c, p) in cr.upstream_cpu.iter().zip(v) {
+                c.set_measured(p);
+            }
+        };
+        // All idle: the least busy CPU wins, whatever the turn.
+        cpu([900, 40, 300]);
+        assert_eq!(
+            (0..3).map(|_| cr.pick(H1).unwrap()).collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+        // One open connection weighs a whole core: a busy worker with none beats an idle one
+        // holding one.
+        let _held = cr.hold_upstream(1);
+        assert_eq!(cr.pick(H1), Some(2));
+        cpu([999, 40, 1000]);
+        assert_eq!(cr.pick(H1), Some(0), "scores 999, 1040, 1000");
+        let s = cr.upstream_snapshots();
+        assert_eq!(
+            (
+                s[1].upstream.as_str(),
+                s[1].active_connections,
+                s[1].cpu_permille
+            ),
+            ("127.0.0.1:2", 1, Some(40))
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum Resolution {
     Route(Box<RouteConfig>),
     /// `null`: close it (`errorsByReason.suspend_rejected`).
     Close,
+    /// A route that is not valid: close it and report this message as `'error'`
+    /// (`errorsByReason.resolve_route_invalid`).
+    Invalid(String),
 }
 
 /// One held connection in the registry.

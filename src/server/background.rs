@@ -119,6 +119,21 @@ pub(super) fn tick_capacities(shared: &Shared, now: u64) -> bool {
     any
 }
 
+/// Samples the CPU use of every upstream with `pid` / `tid` of the live routes
+/// ([`crate::proxy::cpu`]) when `*next` (CLOCK_MONOTONIC ns) has come, then sets the next time
+/// [`crate::proxy::cpu::SAMPLE_PERIOD_MS`] later. Runs on the 100 ms tick, never on a connection.
+pub(super) fn sample_cpu(shared: &Shared, now: u64, next: &mut u64) {
+    if now < *next {
+        return;
+    }
+    *next = now + crate::proxy::cpu::SAMPLE_PERIOD_MS * crate::clock::NS_PER_MS;
+    for r in shared.routes.load().routes() {
+        if r.cpu_sampled() {
+            r.sample_cpu(now);
+        }
+    }
+}
+
 /// Writes penalty boxes as kernel bans (a boxed prefix into the prefix-ban trie); each failure
 /// is counted and reported.
 pub(super) fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient]) {

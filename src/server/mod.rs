@@ -29,7 +29,8 @@ use crate::xdp::sync::{build_policy, map_sizes, BoxedClient, KnownGoodClient, Xd
 use crate::xdp::{BanReason, XdpError, XdpManager, XdpMode, XdpStatus};
 use arc_swap::ArcSwap;
 use background::{
-    push_bans, push_known_good, share_kernel_bans, sync_dynamic, tick_capacities, ClusterPeer,
+    push_bans, push_known_good, sample_cpu, share_kernel_bans, sync_dynamic, tick_capacities,
+    ClusterPeer,
 };
 pub use background::{KERNEL_EXTENDED_NOTE, KERNEL_SYN_BAN_NOTE};
 use std::net::{IpAddr, SocketAddr};
@@ -166,7 +167,8 @@ impl Proxy {
             &route_metrics,
             &tls_sessions,
             &capacities,
-        );
+        )
+        .with_failing(cfg.failing_routes.clone());
         let shared = Arc::new(Shared {
             listeners,
             routes: ArcSwap::from_pointee(routes),
@@ -179,7 +181,12 @@ impl Proxy {
             capacities,
             cluster,
             suspensions: crate::proxy::suspend::Suspensions::new(cfg.listeners.len()),
+            isolate_routes: cfg.isolate_routes,
+            route_failures: Default::default(),
         });
+        // Queued for JS: delivered after the constructor returns, so a listener attached right
+        // after `new RampartProxy()` hears them.
+        shared.report_failing_routes(&cfg.failing_routes);
         Ok(Proxy {
             rt: Some(rt),
             shared,
@@ -286,12 +293,14 @@ impl Proxy {
         self.rt().spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             let mut n = 0u64;
+            let mut next_cpu_sample = 0u64;
             loop {
                 tokio::select! {
                     _ = stop1.cancelled() => break,
                     _ = tick.tick() => {}
                 }
                 let now = clock::now_ns();
+                sample_cpu(&shared, now, &mut next_cpu_sample);
                 let overloaded = tick_capacities(&shared, now);
                 for l in &shared.listeners {
                     l.engine.set_upstream_overloaded(overloaded);
@@ -360,7 +369,19 @@ impl Proxy {
     /// With XDP attached the kernel's policy is staged into the idle map set and flipped first;
     /// if either fails the update throws and nothing changes. Then the routes and each
     /// listener's policy are swapped (pointer stores, which cannot fail).
-    pub fn update_config(&self, u: ConfigUpdate) -> Result<(), ConfigError> {
+    pub fn update_config(&self, mut u: ConfigUpdate) -> Result<(), ConfigError> {
+        // A route whose certificate alone failed keeps the live one; routes given of which none
+        // serves change nothing.
+        if let Some(r) = u.routes.as_mut() {
+            let live = self.shared.routes.load();
+            r.carry_last_good(|sni| {
+                let live = live.routes().iter().find(|l| l.config.sni == *sni)?;
+                live.config.cert.clone()
+            });
+            if let Some(e) = r.all_failed() {
+                return Err(e);
+            }
+        }
         let xdp = self.xdp();
         if let Some(mgr) = xdp.as_ref() {
             let mut live = self.live_policies();
@@ -386,13 +407,17 @@ impl Proxy {
                 .iter()
                 .map(|l| l.config.clone())
                 .collect();
-            self.shared.routes.store(Arc::new(RouteTable::build(
-                &r,
+            let table = RouteTable::build(
+                &r.routes,
                 &listener_cfgs,
                 &self.shared.route_metrics,
                 &self.shared.tls_sessions,
                 &self.shared.capacities,
-            )));
+            );
+            self.shared.report_failing_routes(&r.failing);
+            self.shared
+                .routes
+                .store(Arc::new(table.with_failing(r.failing)));
         }
         let now = clock::now_ns();
         for p in u.protection {
@@ -404,6 +429,11 @@ impl Proxy {
             }
         }
         Ok(())
+    }
+
+    /// `isolateRoutes` (what `updateConfig`'s routes are parsed with).
+    pub fn isolate_routes(&self) -> bool {
+        self.shared.isolate_routes
     }
 
     /// The running listeners' configs (what `updateConfig`, `blockIp` and `unblockIp` are
@@ -639,14 +669,20 @@ impl Proxy {
             })
             .collect();
         let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
-        m.route_metrics = self
-            .shared
-            .routes
-            .load()
-            .routes()
-            .iter()
-            .map(|r| r.metrics.snapshot(r.capacity.snapshot(now)))
+        let table = self.shared.routes.load();
+        m.route_metrics = (table.routes().iter())
+            .map(|r| {
+                let mut s = r.metrics.snapshot(r.capacity.snapshot(now));
+                s.upstreams = r.upstream_snapshots();
+                s
+            })
             .collect();
+        m.routes = table.routes().len() as u64;
+        m.failing_routes = table.failing().len() as u64;
+        m.route_failures = (table.failing().iter())
+            .map(crate::metrics::route::RouteFailure::of)
+            .collect();
+        m.route_failures_total = self.shared.route_failures.load(Ordering::Relaxed);
         m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
         m.cluster = self.shared.cluster.as_ref().map(|c| c.snapshot());
         m
@@ -659,15 +695,9 @@ impl Proxy {
         Some(self.shared.listener(li).config.clone())
     }
 
-    /// `resolveConnection(id, route | null)` with the route validated: hands it (`None`: close)
-    /// to the held connection `id`; false when `id` is not held (then nothing happens).
-    pub fn resolve_connection(
-        &self,
-        id: u64,
-        route: Option<crate::config::proxy::RouteConfig>,
-    ) -> bool {
-        use crate::proxy::suspend::Resolution;
-        let r = route.map_or(Resolution::Close, |rc| Resolution::Route(Box::new(rc)));
+    /// `resolveConnection(id, route | null)` with the route validated: hands the decision to
+    /// the held connection `id`; false when `id` is not held (then nothing happens).
+    pub fn resolve_connection(&self, id: u64, r: crate::proxy::suspend::Resolution) -> bool {
         self.shared.suspensions.resolve(id, r)
     }
 

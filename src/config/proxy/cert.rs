@@ -7,7 +7,15 @@ use crate::tls::certs::{load_certified_key, CertifiedKey};
 use serde_json::Value;
 use std::sync::Arc;
 
-pub(super) fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<Arc<CertifiedKey>> {
+/// Parses a `{ certChain, privateKey }` object: the field's own problems go to `issues`; a chain
+/// or key that does not load, or a key that does not match the leaf, goes to `build` (a route's
+/// build failure, README: Route isolation; a listener passes its `issues` twice over).
+pub(super) fn parse_cert(
+    v: &Value,
+    path: &str,
+    issues: &mut Issues,
+    build: &mut Issues,
+) -> Option<Arc<CertifiedKey>> {
     let obj = v::object(v, path, issues)?;
     v::reject_unknown(obj, &["certChain", "privateKey"], path, issues);
     let chain = match field(obj, "certChain") {
@@ -28,7 +36,7 @@ pub(super) fn parse_cert(v: &Value, path: &str, issues: &mut Issues) -> Option<A
     match load_certified_key(&chain, &key) {
         Ok(ck) => Some(ck),
         Err(e) => {
-            issues.push(path, e);
+            build.push(path, e);
             None
         }
     }

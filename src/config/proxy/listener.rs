@@ -216,8 +216,12 @@ pub(super) fn parse_listener(
         },
         None => ListenerMode::Tls,
     };
-    let default_cert =
-        field(obj, "defaultCert").and_then(|c| parse_cert(c, &join(path, "defaultCert"), issues));
+    let default_cert = field(obj, "defaultCert").and_then(|c| {
+        let mut build = Issues::default();
+        let k = parse_cert(c, &join(path, "defaultCert"), issues, &mut build);
+        issues.0.extend(build.0);
+        k
+    });
     if mode == ListenerMode::Http && field(obj, "defaultCert").is_some() {
         issues.push(
             join(path, "defaultCert"),

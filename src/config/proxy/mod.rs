@@ -7,12 +7,14 @@ mod capacity;
 mod cert;
 mod listener;
 mod route;
+mod table;
 mod tunnels;
 mod upstream;
 
 pub use capacity::*;
 pub use listener::*;
 pub use route::*;
+pub use table::*;
 pub use tunnels::Tunnels;
 pub use upstream::*;
 
@@ -29,8 +31,13 @@ use std::net::SocketAddr;
 pub struct ProxyConfig {
     /// Listeners, in the order given.
     pub listeners: Vec<ListenerConfig>,
-    /// Routes, compiled.
+    /// Routes, compiled (those that failed to build are in `failing_routes`).
     pub routes: Vec<RouteConfig>,
+    /// Routes left out because they failed to build (`isolateRoutes`, README: Route isolation).
+    pub failing_routes: Vec<FailingRoute>,
+    /// `isolateRoutes` (default true): a route that fails to build is dropped and reported
+    /// instead of failing the whole config (the constructor's and every `updateConfig`'s).
+    pub isolate_routes: bool,
     /// Tokio worker threads, also the number of SO_REUSEPORT sockets per listener.
     pub worker_threads: usize,
     /// `'blocked'` events per second before they are only counted.
@@ -75,6 +82,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         "blockedEvents",
         "cluster",
         "overload",
+        "isolateRoutes",
     ];
     known.extend(SOCKET_FIELDS);
     v::reject_unknown(obj, &known, "", &mut issues);
@@ -106,8 +114,11 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         }
         None => issues.push("listeners", "is required"),
     }
+    let isolate_routes = field(obj, "isolateRoutes")
+        .and_then(|b| v::boolean(b, "isolateRoutes", &mut issues))
+        .unwrap_or(true);
     let routes = match field(obj, "routes") {
-        Some(r) => parse_routes(r, "routes", &listeners, &mut issues),
+        Some(r) => parse_routes(r, "routes", &listeners, isolate_routes, false, &mut issues),
         None => {
             issues.push("routes", "is required");
             None
@@ -136,11 +147,15 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     let overload = field(obj, "overload")
         .and_then(|o| parse_overload(o, "overload", &mut issues))
         .unwrap_or_default();
-    let routes = routes.unwrap_or_default();
+    let ParsedRoutes {
+        routes, failing, ..
+    } = routes.unwrap_or_default();
     issues.finish(ProxyConfig {
         overload,
         listeners,
         routes,
+        failing_routes: failing,
+        isolate_routes,
         worker_threads,
         blocked_events_per_second,
         socket,
@@ -253,11 +268,20 @@ mod tests {
     #[test]
     fn upstream_protocols_pick_the_alpn_offered() {
         let up = |p: Value| json!({ "kind": "tcp", "host": "127.0.0.1", "port": 1, "protocol": p });
-        let any = json!({ "kind": "uds", "path": "/tmp/x.sock" });
+        let unmarked = json!({ "kind": "uds", "path": "/tmp/x.sock" });
+        let any = json!({ "kind": "uds", "path": "/tmp/x.sock", "protocol": "any" });
+        use AppProtocol::{Http1, H2};
+        // Symphony's split: beside marked upstreams, one without `protocol` is the HTTP/1 worker.
+        let r = route_of(json!({ "sni": "", "terminateTls": false,
+                                 "upstreams": [unmarked, up(json!("h2"))] }))
+        .unwrap();
+        assert_eq!(r.upstream_protocols, [Some(Http1), Some(H2)]);
+        assert_eq!(r.alpn_offered(), [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert_eq!((r.serves(0, H2), r.serves(0, Http1)), (false, true));
+        // `'any'` serves both in any set.
         let r = route_of(json!({ "sni": "", "terminateTls": false,
                                  "upstreams": [up(json!("h2")), up(json!("http/1.1")), any] }))
         .unwrap();
-        use AppProtocol::{Http1, H2};
         assert_eq!(r.upstream_protocols, [Some(H2), Some(Http1), None]);
         assert!(r.http2 && r.carries_http());
         assert_eq!(r.alpn_offered(), [b"h2".to_vec(), b"http/1.1".to_vec()]);
@@ -282,17 +306,16 @@ mod tests {
         .unwrap();
         assert!(!r.http2);
         assert_eq!(r.alpn_offered(), [b"http/1.1".to_vec()]);
-        // Without protocols nothing changes: http2 decides.
+        // Without protocols http2 decides: http/1.1 alone by default, h2 too with http2: true.
         let r = route_of(
-            json!({ "sni": "", "terminateTls": false, "http2": true, "upstreams": [any] }),
+            json!({ "sni": "", "terminateTls": false, "http2": true, "upstreams": [unmarked] }),
         )
         .unwrap();
         assert_eq!(r.alpn_offered(), [b"h2".to_vec(), b"http/1.1".to_vec()]);
-        assert!(
-            !route_of(json!({ "sni": "", "terminateTls": false, "upstreams": [any] }))
-                .unwrap()
-                .carries_http()
-        );
+        let r =
+            route_of(json!({ "sni": "", "terminateTls": false, "upstreams": [unmarked] })).unwrap();
+        assert_eq!(r.alpn_offered(), [b"http/1.1".to_vec()]);
+        assert!(!r.carries_http());
     }
 
     #[test]
@@ -308,19 +331,19 @@ mod tests {
             vec![
                 (
                     "routes[0].upstreams[0].protocol".into(),
-                    "must be one of 'h2', 'http/1.1', got \"h2c\"".into()
+                    "must be one of 'h2', 'http/1.1', 'any', got \"h2c\"".into()
                 ),
                 (
                     "routes[0].upstreams[1].protocol".into(),
-                    "must be one of 'h2', 'http/1.1', got \"HTTP/1.1\"".into()
+                    "must be one of 'h2', 'http/1.1', 'any', got \"HTTP/1.1\"".into()
                 ),
                 (
                     "routes[0].upstreams[2].protocol".into(),
-                    "must be one of 'h2', 'http/1.1', got 2".into()
+                    "must be one of 'h2', 'http/1.1', 'any', got 2".into()
                 ),
                 (
                     "routes[0].upstreams[4].protocol".into(),
-                    "must be one of 'h2', 'http/1.1', got \"h3\"".into()
+                    "must be one of 'h2', 'http/1.1', 'any', got \"h3\"".into()
                 ),
                 (
                     "routes[0].upstreams[4].path".into(),

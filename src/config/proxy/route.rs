@@ -6,11 +6,11 @@ use super::cert::parse_cert;
 use super::listener::{ListenerConfig, ListenerMode};
 use super::tunnels::{parse_tunnels, Tunnels};
 use super::upstream::{
-    default_balance, parse_upstream, AppProtocol, Balance, Upstream, DEFAULT_CONNECT_TIMEOUT_MS,
-    DEFAULT_IP_AFFINITY_TTL_MS,
+    default_balance, fold_upstreams, parse_upstream, AppProtocol, Balance, CpuSource,
+    FoldedUpstreams, Upstream, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IP_AFFINITY_TTL_MS,
 };
-use crate::config::error::{ConfigError, Issues};
-use crate::config::mtls::{parse_mtls, Mtls};
+use crate::config::error::Issues;
+use crate::config::mtls::{parse_mtls_split, Mtls};
 use crate::config::tls::parse_tls;
 use crate::config::value::{self as v, field, join};
 use crate::tls::certs::CertifiedKey;
@@ -109,8 +109,12 @@ pub struct RouteConfig {
     pub sni: SniPattern,
     /// Upstreams, tried round-robin, falling over to the next on connect failure.
     pub upstreams: Vec<Upstream>,
-    /// `upstreams[].protocol`, one per upstream in the same order (`None`: serves any protocol).
+    /// What each upstream serves, in the same order (`None`: any protocol): its `protocol`, or
+    /// without one `'http/1.1'` beside marked upstreams ([`super::upstream`]'s fold).
     pub upstream_protocols: Vec<Option<AppProtocol>>,
+    /// `upstreams[].pid` / `tid`, one per upstream: the worker whose CPU time weights
+    /// least-connections balancing (`None`: not sampled).
+    pub upstream_cpu: Vec<Option<CpuSource>>,
     /// Terminate TLS here (true) or pass the raw bytes through (false).
     pub terminate_tls: bool,
     /// Route certificate (else the listener's `defaultCert`).
@@ -245,36 +249,10 @@ pub fn parse_sni(s: &str) -> Result<SniPattern, String> {
     })
 }
 
-/// Parses and validates `routes` against the listeners' default certificates.
-pub fn parse_routes(
-    val: &Value,
-    path: &str,
-    listeners: &[ListenerConfig],
-    issues: &mut Issues,
-) -> Option<Vec<RouteConfig>> {
-    let arr = v::array(val, path, issues)?;
-    let before = issues.len();
-    let mut out = Vec::with_capacity(arr.len());
-    let mut seen = std::collections::HashMap::new();
-    for (i, r) in arr.iter().enumerate() {
-        let p = v::index(path, i);
-        if let Some(route) = parse_route(r, &p, listeners, RouteKind::Table, issues) {
-            if let Some(prev) = seen.insert(route.sni.clone(), i) {
-                issues.push(
-                    join(&p, "sni"),
-                    format!("duplicates the sni of {}", v::index(path, prev)),
-                );
-            }
-            out.push(route);
-        }
-    }
-    (issues.len() == before).then_some(out)
-}
-
 /// Which route is parsed: a `routes[]` entry, or the route `resolveConnection` gives a suspended
 /// connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RouteKind {
+pub(super) enum RouteKind {
     /// A `routes[]` entry of the route table.
     Table,
     /// `resolveConnection(id, route)`: no `sni` needed, `upstream` (one, Symphony's shape) or
@@ -318,32 +296,23 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
     ),
 ];
 
-/// Parses `resolveConnection`'s `route` (README: Suspended routes): a `routes[]`-shaped object
-/// without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional and
-/// not used (the connection's SNI is the client's). `listener` is the suspended connection's
-/// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
-/// then only the shape is checked). Errors name fields under `route`.
-pub fn parse_resolve_route(
-    val: &Value,
-    listener: Option<&ListenerConfig>,
-) -> Result<RouteConfig, ConfigError> {
-    let mut issues = Issues::default();
-    let listeners: Vec<ListenerConfig> = listener.into_iter().cloned().collect();
-    match parse_route(val, "route", &listeners, RouteKind::Resolve, &mut issues) {
-        Some(r) if issues.is_empty() => Ok(r),
-        _ => Err(ConfigError::new(issues.0)),
-    }
-}
-
-fn parse_route(
+/// Parses one route. Problems of a field's own value (type, range, enumeration, unknown names)
+/// go to `issues`; what fails when the route is built — its certificate, key or CA does not load
+/// or match, its fields conflict with each other or with the listeners — goes to `build` (the
+/// route alone is dropped when route isolation is on). `None` when either got a problem, except
+/// when the route's `cert` alone failed to build: then the route without it (`cert: None`),
+/// which must not be served as it is (the caller checks `build`).
+pub(super) fn parse_route(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
     kind: RouteKind,
     issues: &mut Issues,
+    build: &mut Issues,
 ) -> Option<RouteConfig> {
     let obj = v::object(val, path, issues)?;
     let before = issues.len();
+    let build_before = build.len();
     let mut known = vec![
         "sni",
         "upstreams",
@@ -409,7 +378,7 @@ fn parse_route(
         .filter(|_| table)
         .and_then(|n| v::count(n, &join(path, "burst"), 1, issues));
     if burst.is_some() && field(obj, "maxConnectionsPerSecond").is_none() {
-        issues.push(join(path, "burst"), "needs maxConnectionsPerSecond");
+        build.push(join(path, "burst"), "needs maxConnectionsPerSecond");
     }
     let rate_limit = rate.map(|r| (r, burst.unwrap_or_else(|| r.ceil().max(1.0) as u64)));
     let sni = match obj.get("sni") {
@@ -442,27 +411,32 @@ fn parse_route(
             None
         }
         (None, Some(u)) if kind == RouteKind::Resolve => {
-            parse_upstream(u, &join(path, "upstream"), issues).map(|(u, p)| (vec![u], vec![p]))
+            let p = join(path, "upstream");
+            parse_upstream(u, &p, issues, build).map(|(u, x)| (vec![u], vec![x], vec![p]))
         }
         (Some(u), _) => {
             let up = join(path, "upstreams");
             v::array(u, &up, issues).and_then(|a| {
                 if a.is_empty() && suspended {
-                    return Some((Vec::new(), Vec::new()));
+                    return Some(Default::default());
                 }
                 if a.is_empty() {
                     issues.push(&up, "must hold at least one upstream");
                     return None;
                 }
+                let paths: Vec<String> = (0..a.len()).map(|i| v::index(&up, i)).collect();
                 let list: Vec<_> = a
                     .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| parse_upstream(x, &v::index(&up, i), issues))
+                    .zip(&paths)
+                    .filter_map(|(x, p)| parse_upstream(x, p, issues, build))
                     .collect();
-                (list.len() == a.len()).then(|| list.into_iter().unzip::<_, _, Vec<_>, Vec<_>>())
+                (list.len() == a.len()).then(|| {
+                    let (ups, extras) = list.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+                    (ups, extras, paths)
+                })
             })
         }
-        (None, _) if suspended => Some((Vec::new(), Vec::new())),
+        (None, _) if suspended => Some(Default::default()),
         (None, _) => {
             let msg = match kind {
                 RouteKind::Table => "is required (it may be left out on a suspended route)",
@@ -477,10 +451,19 @@ fn parse_route(
         None => Some(true),
     };
     let terminate_tls = terminate_tls_field.unwrap_or(true);
-    let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues));
+    let cert_before = build.len();
+    let cert = field(obj, "cert").and_then(|c| parse_cert(c, &join(path, "cert"), issues, build));
+    let cert_failures = build.len() - cert_before;
     let http2_field = field(obj, "http2").and_then(|b| v::boolean(b, &join(path, "http2"), issues));
-    let protocols = upstreams.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
-    let http2 = check_http2(http2_field, protocols, path, issues);
+    let folded: FoldedUpstreams = upstreams
+        .as_ref()
+        .map(|(_, x, p)| fold_upstreams(x, p, build))
+        .unwrap_or_default();
+    let protocols = folded.protocols.as_slice();
+    let marked = upstreams
+        .as_ref()
+        .is_some_and(|(_, x, _)| x.iter().all(|e| e.protocol.is_some_and(|p| p.is_some())));
+    let http2 = check_http2(http2_field, protocols, marked, path, build);
     let sah = field(obj, "sourceAddressHeader")
         .and_then(|s| {
             v::one_of(
@@ -520,19 +503,19 @@ fn parse_route(
             ""
         };
         if terminate_tls_field == Some(false) {
-            issues.push(
+            build.push(
                 join(path, key),
                 format!("sets HTTP request headers: needs terminateTls: true{why}"),
             );
         }
         if protocol == RouteProtocol::Opaque && !http2 {
-            issues.push(
+            build.push(
                 join(path, key),
                 format!("sets HTTP request headers: needs protocol: 'http'{why}"),
             );
         }
         if let Some(i) = protocols.iter().position(|p| *p == Some(AppProtocol::H2)) {
-            issues.push(
+            build.push(
                 join(path, key),
                 format!(
                     "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[{i}] has protocol 'h2' and would never be used{why}"
@@ -544,7 +527,7 @@ fn parse_route(
         let p = join(path, "tunnels");
         let tunnels = parse_tunnels(t, &p, issues);
         if terminate_tls_field == Some(false) {
-            issues.push(
+            build.push(
                 &p,
                 "needs terminateTls: true (the bytes of a passthrough route are encrypted)",
             );
@@ -552,23 +535,24 @@ fn parse_route(
             && !http2
             && protocols.iter().all(Option::is_none)
         {
-            issues.push(
+            build.push(
                 &p,
                 "needs protocol: 'http' (only an HTTP route's requests are followed)",
             );
         }
         tunnels
     });
-    let mtls = field(obj, "mtls").and_then(|m| parse_mtls(m, &join(path, "mtls"), false, issues));
+    let mtls = field(obj, "mtls")
+        .and_then(|m| parse_mtls_split(m, &join(path, "mtls"), false, issues, build));
     if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
-        issues.push(
+        build.push(
             join(path, "mtls"),
             "needs terminateTls: true (client certificates are verified where TLS is terminated)",
         );
     }
     let tls = field(obj, "tls").and_then(|t| parse_tls(t, &join(path, "tls"), issues));
     if field(obj, "tls").is_some() && terminate_tls_field == Some(false) {
-        issues.push(
+        build.push(
             join(path, "tls"),
             "needs terminateTls: true (a passthrough route's TLS is the upstream's)",
         );
@@ -604,9 +588,26 @@ fn parse_route(
         .filter(|_| table)
         .and_then(|n| v::duration_ms(n, &join(path, "ipAffinityTtlMs"), 1, issues));
     if affinity_ttl.is_some() && !affinity {
-        issues.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
+        build.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
     }
-    let ip_affinity_ttl_ms = affinity.then(|| affinity_ttl.unwrap_or(DEFAULT_IP_AFFINITY_TTL_MS));
+    let route_affinity =
+        field(obj, "ipAffinity").is_some() || field(obj, "ipAffinityTtlMs").is_some();
+    if let (Some(i), true, true) = (folded.affinity_at, route_affinity, table) {
+        build.push(
+            join(path, "ipAffinity"),
+            format!("and upstreams[{i}].ipAffinity are both given: give the affinity once, on the route or on the upstreams"),
+        );
+    }
+    let ip_affinity_ttl_ms = match folded.affinity {
+        Some(upstream_level) if table => upstream_level,
+        _ => affinity.then(|| affinity_ttl.unwrap_or(DEFAULT_IP_AFFINITY_TTL_MS)),
+    };
+    if balance == Some(Balance::RoundRobin) && folded.cpu.iter().any(Option::is_some) {
+        build.push(
+            join(path, "balance"),
+            "is 'roundRobin' but an upstream gives pid: CPU time weights least-connections balancing (leave balance out)",
+        );
+    }
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
@@ -622,7 +623,7 @@ fn parse_route(
             .map(|l| l.label())
             .collect();
         if !missing.is_empty() {
-            issues.push(
+            build.push(
                 join(path, "cert"),
                 format!(
                     "is required when terminateTls is true and a listener has no defaultCert ({})",
@@ -634,10 +635,14 @@ fn parse_route(
     let http = protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
     let cc = field(obj, "concurrency").filter(|_| table);
     let concurrency = route_concurrency(cc, path, http, issues);
-    if issues.len() != before {
+    // Only the certificate failed: the route as configured but for it, which `updateConfig` may
+    // serve with the live route's last good certificate (README: Route isolation).
+    let cert_only = cert_failures > 0 && build.len() - build_before == cert_failures;
+    if issues.len() != before || (build.len() != build_before && !cert_only) {
         return None;
     }
-    let (upstreams, upstream_protocols) = upstreams?;
+    let (upstreams, _, _) = upstreams?;
+    let cpu_weighted = folded.cpu.iter().any(Option::is_some);
     Some(RouteConfig {
         sni: sni?,
         terminate_tls,
@@ -655,9 +660,16 @@ fn parse_route(
         ip_affinity_ttl_ms,
         suspend_timeout_ms: suspended.then_some(suspend_timeout_ms),
         concurrency: concurrency?,
-        balance: balance.unwrap_or_else(|| default_balance(&upstreams)),
+        balance: balance.unwrap_or_else(|| {
+            if cpu_weighted {
+                Balance::LeastConnections
+            } else {
+                default_balance(&upstreams)
+            }
+        }),
         upstreams,
-        upstream_protocols,
+        upstream_protocols: folded.protocols,
+        upstream_cpu: folded.cpu,
     })
 }
 
@@ -712,12 +724,18 @@ fn parse_forward_fingerprint(
 fn check_http2(
     http2_field: Option<bool>,
     protocols: &[Option<AppProtocol>],
+    all_marked: bool,
     path: &str,
     issues: &mut Issues,
 ) -> bool {
     let h2_at = protocols.iter().position(|p| *p == Some(AppProtocol::H2));
     let all_http1 =
         !protocols.is_empty() && protocols.iter().all(|p| *p == Some(AppProtocol::Http1));
+    let why = if all_marked {
+        "every upstream has protocol 'http/1.1'"
+    } else {
+        "every upstream speaks 'http/1.1': one without protocol beside marked ones is an HTTP/1 worker; mark an h2c upstream protocol: 'h2' or 'any'"
+    };
     match (http2_field, h2_at) {
         (Some(false), Some(i)) => issues.push(
             join(path, "http2"),
@@ -727,7 +745,7 @@ fn check_http2(
         ),
         (Some(true), _) if all_http1 => issues.push(
             join(path, "http2"),
-            "offers h2 but no upstream serves it (every upstream has protocol 'http/1.1')",
+            format!("offers h2 but no upstream serves it ({why})"),
         ),
         _ => {}
     }

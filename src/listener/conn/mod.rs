@@ -396,6 +396,9 @@ impl Conn<'_> {
             Outcome::Resolved(Resolution::Close) => {
                 Err(Refusal::Failed(ErrorReason::SuspendRejected, None))
             }
+            Outcome::Resolved(Resolution::Invalid(why)) => {
+                Err(Refusal::Failed(ErrorReason::ResolveRouteInvalid, Some(why)))
+            }
             Outcome::TimedOut => Err(Refusal::Failed(ErrorReason::SuspendTimeout, None)),
             Outcome::ClientClosed => Err(Refusal::Failed(ErrorReason::ClientClosed, None)),
         }

@@ -2,6 +2,7 @@
 //! server preface (phase 3c), as methods of [`Conn`].
 
 use super::*;
+use crate::proxy::protocol_check::{Expect, Mismatch, ProtocolCheck};
 
 impl Conn<'_> {
     /// Phase 5: the byte copy until both sides close or the idle timeout. A terminated
@@ -65,7 +66,7 @@ impl Conn<'_> {
             let mut up = HeaderWriter::with_hooks(up, rw, hooks, limits);
             let refused = up.refused_flag();
             let end = self
-                .copy(route, client, &mut up, &head, Some(&refused))
+                .copy(route, client, &mut up, &head, Some(&refused), true)
                 .await;
             if up.observed() {
                 let reason = BlockReason::SlowRequest;
@@ -87,12 +88,14 @@ impl Conn<'_> {
                 _ => end,
             };
         }
-        self.copy(route, client, up, &head, None).await
+        self.copy(route, client, up, &head, None, false).await
     }
 
     /// Phase 5 without a guard: the buffered `head`, then the byte copy to `up` (the upstream
     /// stream, or it through the request follower). A client whose bytes the follower refused
-    /// (`refused` set) is not marked known-good, even if bytes went both ways (a `405`).
+    /// (`refused` set) is not marked known-good, even if bytes went both ways (a `405`). With
+    /// `http1` (a followed HTTP/1.x connection) the upstream's first bytes must not be an HTTP/2
+    /// frame ([`ProtocolCheck`]).
     async fn copy<U>(
         &self,
         route: &Route,
@@ -100,6 +103,7 @@ impl Conn<'_> {
         mut up: U,
         head: &[u8],
         refused: Option<&AtomicBool>,
+        http1: bool,
     ) -> Result<(), Refusal>
     where
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -128,11 +132,42 @@ impl Conn<'_> {
             }
         });
         let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
+        if http1 {
+            let mut checked = ProtocolCheck::new(inspector, Expect::Http1);
+            let end = match client {
+                Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut checked).await,
+                Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut checked).await,
+            };
+            return self.checked_end(route, checked.mismatch(), end);
+        }
         let end = match client {
             Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
             Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,
         };
         copy_end(end)
+    }
+
+    /// How a copy loop behind a [`ProtocolCheck`] ended: a mismatch is
+    /// `upstream_protocol_mismatch` with its message (an `'error'` event), else as
+    /// [`copy_end`].
+    fn checked_end(
+        &self,
+        route: &Route,
+        mismatch: Option<&Mismatch>,
+        end: CopyEnd,
+    ) -> Result<(), Refusal> {
+        match mismatch {
+            Some(m) => {
+                let i = self.upstream_guard.as_ref().map_or(0, |g| g.index());
+                let up =
+                    (route.config.upstreams.get(i)).map_or_else(String::new, upstream::describe);
+                Err(Refusal::Failed(
+                    ErrorReason::UpstreamProtocolMismatch,
+                    Some(m.message(&up)),
+                ))
+            }
+            None => copy_end(end),
+        }
     }
 
     /// The copy loop's timeouts and buffers: the listener's `idleTimeoutMs`, the proxy's
@@ -203,9 +238,10 @@ impl Conn<'_> {
                     Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
                 })?;
             }
-            let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
+            let inspector = KnownGood::new(Pass, !head.is_empty(), hook);
+            let mut inspector = ProtocolCheck::new(inspector, Expect::H2);
             let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut inspector).await;
-            return copy_end(end);
+            return self.checked_end(route, inspector.mismatch(), end);
         };
         let hello = self.hello.as_deref();
         let on_violation = move |v: Violation| {
@@ -222,16 +258,19 @@ impl Conn<'_> {
                 shared.report_block(li, ip, v2, Some(v), (ja3, ja4));
             }
         };
-        let mut inspector = Box::new(KnownGood::new(
-            H2Inspector::with(
-                &config,
-                observe,
-                on_violation,
-                requests::StreamGate::new(shared, li, ip, &route.capacity),
-                l.engine.h2_client_budget(ip),
+        let mut inspector = Box::new(ProtocolCheck::new(
+            KnownGood::new(
+                H2Inspector::with(
+                    &config,
+                    observe,
+                    on_violation,
+                    requests::StreamGate::new(shared, li, ip, &route.capacity),
+                    l.engine.h2_client_budget(ip),
+                ),
+                !head.is_empty(),
+                hook,
             ),
-            !head.is_empty(),
-            hook,
+            Expect::H2,
         ));
         // The head phase read the preface and first header block: the guard sees them first.
         // A stream held there (waiting for room) and what follows it are read again by the
@@ -254,7 +293,10 @@ impl Conn<'_> {
             })?;
         }
         let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut *inspector).await;
-        match inspector.inner().ended() {
+        if inspector.mismatch().is_some() {
+            return self.checked_end(route, inspector.mismatch(), end);
+        }
+        match inspector.inner().inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
             Some(H2End::Shed(ShedReason::RequestRateLimited)) => {
