@@ -22,12 +22,15 @@ const CALM_MS = 11000;
 /** Per-client limits the flood stays far under (each source: 1 connection, ≤ 10 requests/s). */
 const PROTECTION = { rateLimit: { connectionsPerSecond: 20, burst: 40 }, maxConcurrentPerIp: 64 };
 
-/** Rampart on a free port, one terminated `protocol: 'http'` route to `upPort`; stopped after `t`. */
-async function proxyTo(t, upPort) {
+/**
+ * Rampart on a free port, one terminated `protocol: 'http'` route to `upPort` (with the route
+ * fields of `route`, e.g. its `concurrency`); stopped after `t`.
+ */
+async function proxyTo(t, upPort, route = {}) {
   const port = await h.freePort();
   const proxy = new RampartProxy({
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
-    routes: [{ sni: '', terminateTls: true, protocol: 'http', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upPort }] }],
+    routes: [{ sni: '', terminateTls: true, protocol: 'http', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upPort }], ...route }],
   });
   await proxy.start();
   t.after(() => proxy.stop());
@@ -172,25 +175,11 @@ const GET = (path) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: cl
 test('HTTP/1.1 at a fixed limit: the request past it is answered 503 with Retry-After, exactly, and never reaches the upstream; new clients are then refused before TLS until the overload ends', { timeout: 30000 }, async (t) => {
   const up = await capacityUpstream({ concurrency: 10, serviceMs: 1500 });
   t.after(() => up.close());
-  const port = await h.freePort();
-  const proxy = new RampartProxy({
-    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
-    routes: [
-      {
-        sni: '',
-        terminateTls: true,
-        protocol: 'http',
-        concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, retryAfterS: 3 },
-        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }],
-      },
-    ],
-  });
+  const { proxy, port } = await proxyTo(t, up.port, { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, retryAfterS: 3 } });
   const blocked = [];
   const overload = [];
   proxy.on('blocked', (e) => blocked.push([e.ip, e.reason]));
   proxy.on('overload', (e) => overload.push([e.route, e.on, e.limit]));
-  await proxy.start();
-  t.after(() => proxy.stop());
 
   const held = [exchange(port, GET('/a'), '127.0.3.1'), exchange(port, GET('/b'), '127.0.3.2')];
   await h.waitFor(() => up.inFlight === 2, { what: 'two requests at the upstream' });
@@ -275,23 +264,9 @@ test('overload.eventLoopDelayMs: a blocked event loop overloads every route, and
 test('HTTP/1.1 past a fixed limit waits in the queue (HAProxy maxqueue): every request is served, the upstream never holds more than the limit, nothing is refused', { timeout: 30000 }, async (t) => {
   const up = await capacityUpstream({ concurrency: 10, serviceMs: 150 });
   t.after(() => up.close());
-  const port = await h.freePort();
-  const proxy = new RampartProxy({
-    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']), protection: PROTECTION }],
-    routes: [
-      {
-        sni: '',
-        terminateTls: true,
-        protocol: 'http',
-        concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 },
-        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: up.port }],
-      },
-    ],
-  });
+  const { proxy, port } = await proxyTo(t, up.port, { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 } });
   const blocked = [];
   proxy.on('blocked', (e) => blocked.push([e.ip, e.reason]));
-  await proxy.start();
-  t.after(() => proxy.stop());
 
   // Six clients, connected first (a queue longer than the limit makes the route overloaded, and
   // new unknown clients are then refused at accept), then six requests at once.

@@ -141,11 +141,9 @@ pub trait Inspector {
     fn interject(&mut self, _dir: Dir, _out: &mut [u8; FAREWELL_MAX]) -> usize {
         0
     }
-    /// Ready once a direction held by [`Flow::Hold`] may go on (registers `cx`). Default: ready.
-    #[inline(always)]
-    fn poll_resume(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        Poll::Ready(())
-    }
+    /// Ready once a direction held by [`Flow::Hold`] may go on (registers `cx`). No default: a
+    /// wrapper that did not pass it on would spin on a held chunk.
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()>;
     /// Ready once an ending pair has waited long enough for its directions to finish: the pair
     /// is then dropped with whatever is still pending.
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()>;
@@ -166,6 +164,10 @@ impl Inspector for Pass {
     #[inline(always)]
     fn farewell(&self, _: Dir, _: &mut [u8; FAREWELL_MAX]) -> usize {
         0
+    }
+    #[inline(always)]
+    fn poll_resume(&mut self, _: &mut Context<'_>) -> Poll<()> {
+        Poll::Ready(())
     }
     #[inline(always)]
     fn poll_give_up(&mut self, _: &mut Context<'_>) -> Poll<()> {

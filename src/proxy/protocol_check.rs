@@ -162,6 +162,11 @@ impl<I: Inspector> Inspector for ProtocolCheck<I> {
         self.inner.interject(dir, out)
     }
 
+    #[inline]
+    fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_resume(cx)
+    }
+
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match self.give_up.as_mut() {
             Some(s) => s.as_mut().poll(cx),
