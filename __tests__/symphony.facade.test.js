@@ -381,6 +381,27 @@ test('port: 0 takes a port the kernel picks at start; the routes and protection 
   assert.deepEqual(proxy.blockedIps().cidrBlocklist, ['198.51.100.0/24']);
 });
 
+test("port: 0 with a route that fails to build: one 'error' route_failed (the engine rebuilt at start does not report it again)", async (t) => {
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port: 0, defaultCert: h.selfSigned(['a.test']), protection: { blocklist: ['127.0.0.0/8'] } }],
+    routes: [
+      { sni: 'a.test', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] },
+      { sni: 'b.test', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] },
+    ],
+  });
+  const seen = [];
+  proxy.on('error', (err) => seen.push(`${err.code} ${err.route}`));
+  proxy.on('blocked', (e) => seen.push(`blocked ${e.reason}`));
+  await proxy.start();
+  t.after(() => proxy.stop());
+  // A 'blocked' from the started engine comes after anything its rebuild reported.
+  const port = Number(proxy.metrics().listeners[0].address.split(':')[1]);
+  await assert.rejects(h.tlsRoundTrip({ port, servername: 'a.test' }));
+  await h.waitFor(() => seen.includes('blocked cidr_blocked'), { what: "'blocked'" });
+  assert.deepEqual(seen, ['route_failed b.test', 'blocked cidr_blocked']);
+  assert.equal(proxy.metrics().failingRoutes, 1);
+});
+
 test("fingerprint blocklist entries: Symphony's 'invalid ja3Blocklist/ja4Blocklist entry' words", () => {
   const build = (protection) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 0, protection }], routes: [] });
   assert.deepEqual(h.errorsOf(() => build({ ja3Blocklist: ['deadbeef'] })), [

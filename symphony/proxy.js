@@ -285,6 +285,7 @@ class SymphonyProxy extends RampartProxy {
     this._groups = groupsOf(config.routes);
     this._resolved = 0;
     this._suspendedAt = new Map();
+    this._repeatedRouteFailures = 0;
     this._started = false;
   }
 
@@ -303,6 +304,11 @@ class SymphonyProxy extends RampartProxy {
       if (this._suspendedAt.size > MAX_REMEMBERED_SUSPENDED) this._suspendedAt.delete(this._suspendedAt.keys().next().value);
       this._safeEmit('suspended', p);
     } else if (name === 'error') {
+      if (p.code === 'route_failed' && this._repeatedRouteFailures > 0) {
+        // The rebuild at start (port: 0) reporting again what was reported for this config.
+        this._repeatedRouteFailures -= 1;
+        return;
+      }
       if (SYMPHONY_ERRORS.has(p.code)) {
         this._emitError(symphonyError(p), p.listener ? { listener: p.listener } : {});
       } else {
@@ -351,6 +357,9 @@ class SymphonyProxy extends RampartProxy {
     }
     const config = { ...this._config, listeners };
     this._replaceNative(config);
+    // Its route failures were reported when this config was given (constructor, updateConfig):
+    // the rebuilt engine's own reports of them are dropped (_dispatch).
+    this._repeatedRouteFailures += super.metrics().routeFailures.length;
     this._config = config;
     this._zero = [];
   }
