@@ -1047,15 +1047,15 @@ export interface SymphonyMetrics {
   blockedConnections: number;
   /** Connections held now by suspended routes. */
   pendingSuspended: number;
-  /** Suspended connections resolved with a route since start. */
+  /** Suspended connections resolved with a route since start (a route refused as not valid is unresolved). */
   suspendedResolved: number;
-  /** Suspended connections rejected (`resolveConnection(id, null)`) or timed out since start. */
+  /** Suspended connections rejected (`resolveConnection(id, null)`), given a route that is not valid, or timed out since start. */
   suspendedUnresolved: number;
   /** Connections with one direction closed and the other still open (0 until the engine reports the gauge). */
   halfClosedConnections: number;
   /** Routes in the live table, the default route included. */
   routes: number;
-  /** Routes dropped from the table because they failed to build (0 until the engine isolates routes). */
+  /** Routes that failed to build (route isolation): left out of the table, or serving their last good certificate. Which and why: `rampartMetrics().routeFailures`. */
   failingRoutes: number;
   listeners: SymphonyListenerMetrics[];
   routeMetrics: SymphonyRouteMetrics[];
@@ -1086,8 +1086,17 @@ export interface SymphonyConnectionError {
 export interface SymphonyProxyEvents {
   blocked: [event: SymphonyBlockedEvent];
   suspended: [event: SuspendedEvent];
-  /** A suspended connection's route that could not be built (the connection was closed), or a proxy-wide failure. */
-  error: [err: Error & { code?: string; errors?: ConfigErrorEntry[] }, ctx: { listener?: string }];
+  /**
+   * `err.code`: `route_failed` (a route left out, or serving its last good certificate: `route`,
+   * `index`, `errors`, `lastGoodCert`), `resolve_route_invalid` (a resolveConnection route that
+   * is not valid; the connection was closed: `errors` names each `route.*` problem; both are
+   * ConfigErrors, in Symphony's words), `upstream_protocol_mismatch`, or a proxy-wide failure
+   * (`xdp_sync_failed`, `cluster_unavailable`, `cluster_message_rejected`).
+   */
+  error: [
+    err: Error & { code?: string; errors?: ConfigErrorEntry[]; route?: string | null; index?: number; lastGoodCert?: boolean },
+    ctx: { listener?: string },
+  ];
   connectionError: [event: SymphonyConnectionError];
   ready: [];
   close: [];
@@ -1116,8 +1125,9 @@ export class SymphonyProxy extends EventEmitter {
   /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
   blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
   /**
-   * Proxies a held connection with `route`, or closes it (null or left out). A route that cannot
-   * be built closes the connection and emits 'error'. True when a held connection took it.
+   * Proxies a held connection with `route`, or closes it (null or left out). A route that is not
+   * valid closes the connection and emits 'error' (`resolve_route_invalid`); never a throw. True
+   * when a held connection took the decision; false (a no-op) for an unknown, expired or resolved id.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;

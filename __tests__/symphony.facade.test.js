@@ -25,6 +25,7 @@ const ERROR_REASONS = [
   'idle_timeout', 'stream', 'http_header', 'half_closed',
   // Rampart's others
   'accept_failed', 'client_closed', 'h2_protocol_error', 'no_upstream_for_alpn', 'proxy_header_invalid', 'suspend_queue_full',
+  'upstream_protocol_mismatch',
 ];
 const zeros = (names, counts = {}) => names.map((reason) => ({ reason, count: counts[reason] || 0 }));
 
@@ -175,16 +176,21 @@ test("resolveConnection: a route that cannot be built closes the connection and 
     await h.closeServer(echo);
   });
 
-  // A bad route (port 0): the connection is closed, 'error' names the problem and the listener.
+  // A bad route (port 0): the held connection takes the decision (true: the engine closes it),
+  // 'error' names the problem and the listener. Never a throw.
   const bad = holdOpen(port, 'a.hold.test');
   await h.waitFor(() => suspended.length === 1, { what: "first 'suspended'" });
   assert.deepEqual(Object.keys(suspended[0]).sort(), ['id', 'listener', 'peerIp', 'peerPort', 'sni']);
-  assert.equal(proxy.resolveConnection(suspended[0].id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: 0 }, terminateTls: true, cert }), false);
+  assert.equal(proxy.resolveConnection(suspended[0].id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: 0 }, terminateTls: true, cert }), true);
   await bad.closed;
-  assert.equal(errors.length, 1);
+  await h.waitFor(() => errors.length === 1, { what: "one 'error'" });
   assert.ok(errors[0].err instanceof ConfigError);
+  assert.equal(errors[0].err.code, 'resolve_route_invalid');
   assert.deepEqual(errors[0].err.errors.map((e) => e.path), ['route.upstream.port']);
+  assert.match(errors[0].err.message, new RegExp(`^resolveConnection\\(${suspended[0].id}\\): .*route\\.upstream\\.port: `));
   assert.deepEqual(errors[0].ctx, { listener: `127.0.0.1:${port}` });
+  // A decided id is gone: a second decision is a no-op.
+  assert.equal(proxy.resolveConnection(suspended[0].id, null), false);
 
   // Left out: rejected (Symphony's resolveConnection(id) closes).
   const rejected = holdOpen(port, 'b.hold.test');
@@ -274,22 +280,49 @@ test('a route whose upstreams are all UDS sends a PROXY v1 header (Symphony defa
   assert.equal(tcp.captured[0].data.toString(), 'plain');
 });
 
-test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Symphony\'s words ("no carrier")', async () => {
-  const config = {
-    listeners: [{ host: '127.0.0.1', port: 443 }],
-    routes: [{ sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }],
-  };
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy(config)), [
-    { path: 'routes[0].forwardFingerprint', message: "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)" },
+test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Symphony\'s words ("no carrier")', async (t) => {
+  const upstream = { kind: 'tcp', host: '127.0.0.1', port: 1 };
+  const passthrough = { sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [upstream] };
+  const noCarrier = "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
+  // The only route: nothing would serve, the constructor throws.
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [passthrough] })), [
+    { path: 'routes[0].forwardFingerprint', message: noCarrier },
   ]);
-  // In resolveConnection: no throw, an 'error' event with the same words (the id is unknown here).
-  const proxy = new SymphonyProxy({ ...config, routes: [] });
+  // Beside a good route (route isolation): left out, 'error' route_failed with the same words.
+  const port = await h.freePort();
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port }],
+    routes: [{ sni: 'held.test', terminateTls: false, suspended: true, upstreams: [] }, passthrough],
+  });
   const errors = [];
-  proxy.on('error', (err, ctx) => errors.push([err.errors, ctx]));
-  assert.equal(proxy.resolveConnection('1', { upstream: config.routes[0].upstreams[0], terminateTls: false, forwardFingerprint: 'ja3' }), false);
-  assert.equal(errors.length, 1);
-  assert.match(errors[0][0][0].message, /^no carrier/);
-  assert.deepEqual(errors[0][1], {});
+  const suspended = [];
+  proxy.on('error', (err, ctx) => errors.push({ err, ctx }));
+  proxy.on('suspended', (e) => suspended.push(e));
+  await proxy.start();
+  t.after(() => proxy.stop());
+  await h.waitFor(() => errors.length === 1, { what: "'error' route_failed" });
+  assert.ok(errors[0].err instanceof ConfigError);
+  assert.deepEqual([errors[0].err.code, errors[0].err.route, errors[0].err.index, errors[0].err.lastGoodCert], ['route_failed', 'localhost', 1, false]);
+  assert.deepEqual(errors[0].err.errors, [{ path: 'routes[1].forwardFingerprint', message: noCarrier }]);
+  assert.ok(errors[0].err.message.endsWith(`routes[1].forwardFingerprint: ${noCarrier}`), errors[0].err.message);
+  assert.deepEqual(errors[0].ctx, {});
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes], [1, 1]);
+  // In resolveConnection: no throw; the held connection is closed and 'error' has the same words.
+  const held = holdOpen(port, 'held.test');
+  await h.waitFor(() => suspended.length === 1, { what: "'suspended'" });
+  assert.equal(proxy.resolveConnection(suspended[0].id, { upstream, terminateTls: false, forwardFingerprint: 'ja3' }), true);
+  await held.closed;
+  await h.waitFor(() => errors.length === 2, { what: "'error' resolve_route_invalid" });
+  assert.equal(errors[1].err.code, 'resolve_route_invalid');
+  assert.deepEqual(errors[1].err.errors, [{ path: 'route.forwardFingerprint', message: noCarrier }]);
+  assert.ok(errors[1].err.message.endsWith(`route.forwardFingerprint: ${noCarrier}`), errors[1].err.message);
+  assert.deepEqual(errors[1].ctx, { listener: `127.0.0.1:${port}` });
+  await h.waitFor(() => proxy.metrics().suspendedUnresolved === 1, { what: 'one unresolved' });
+  assert.deepEqual([proxy.metrics().suspendedResolved, proxy.metrics().pendingSuspended], [0, 0]);
+  // An id no connection holds (expired, or never issued): a no-op, nothing validated (the route
+  // is validated against the held connection's listener).
+  assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false, forwardFingerprint: 'ja3' }), false);
+  assert.equal(errors.length, 2);
 });
 
 test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
@@ -346,6 +379,27 @@ test('port: 0 takes a port the kernel picks at start; the routes and protection 
   // Protection by port 0 still names that listener after start.
   proxy.updateConfig({ protection: [{ port: 0, protection: { blocklist: ['198.51.100.0/24'] } }] });
   assert.deepEqual(proxy.blockedIps().cidrBlocklist, ['198.51.100.0/24']);
+});
+
+test("port: 0 with a route that fails to build: one 'error' route_failed (the engine rebuilt at start does not report it again)", async (t) => {
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port: 0, defaultCert: h.selfSigned(['a.test']), protection: { blocklist: ['127.0.0.0/8'] } }],
+    routes: [
+      { sni: 'a.test', terminateTls: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] },
+      { sni: 'b.test', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] },
+    ],
+  });
+  const seen = [];
+  proxy.on('error', (err) => seen.push(`${err.code} ${err.route}`));
+  proxy.on('blocked', (e) => seen.push(`blocked ${e.reason}`));
+  await proxy.start();
+  t.after(() => proxy.stop());
+  // A 'blocked' from the started engine comes after anything its rebuild reported.
+  const port = Number(proxy.metrics().listeners[0].address.split(':')[1]);
+  await assert.rejects(h.tlsRoundTrip({ port, servername: 'a.test' }));
+  await h.waitFor(() => seen.includes('blocked cidr_blocked'), { what: "'blocked'" });
+  assert.deepEqual(seen, ['route_failed b.test', 'blocked cidr_blocked']);
+  assert.equal(proxy.metrics().failingRoutes, 1);
 });
 
 test("fingerprint blocklist entries: Symphony's 'invalid ja3Blocklist/ja4Blocklist entry' words", () => {

@@ -51,6 +51,8 @@ const ERROR_NAMES = {
   route_rate_limited: 'route_rate_limited',
   suspend_rejected: 'suspend_unresolved',
   suspend_timeout: 'suspend_unresolved',
+  // A resolveConnection route that is not valid: Symphony closes the connection unresolved.
+  resolve_route_invalid: 'suspend_unresolved',
   handshake_failed: 'tls_handshake',
   bad_client_hello: 'tls_handshake',
   upstream_connect_failed: 'upstream_connect',
@@ -120,25 +122,34 @@ function routeMetrics(r, hasGroup) {
  * Symphony's `ProxyMetrics` from RampartProxy's `metrics()`.
  * @param {object} m the engine's metrics
  * @param {{ modes: string[], groups: Map<string, boolean>, resolved: number }} ctx listener modes
- *   in config order; per route name, whether the route set `metricsGroup`; suspended connections
- *   resolved with a route (counted by the facade).
+ *   in config order; per route name, whether the route set `metricsGroup`; resolveConnection
+ *   calls with a route that a held connection took (counted by the facade; those the engine then
+ *   refused as not valid are subtracted here).
  */
 function symphonyMetrics(m, ctx) {
   let unresolved = 0;
-  for (const l of m.listeners) unresolved += (l.errorsByReason.suspend_rejected || 0) + (l.errorsByReason.suspend_timeout || 0);
+  let invalid = 0;
+  for (const l of m.listeners) {
+    const r = l.errorsByReason;
+    unresolved += (r.suspend_rejected || 0) + (r.suspend_timeout || 0) + (r.resolve_route_invalid || 0);
+    invalid += r.resolve_route_invalid || 0;
+  }
   return {
     activeConnections: m.activeConnections,
     blockedConnections: m.blockedConnections,
     pendingSuspended: m.pendingSuspended,
-    suspendedResolved: ctx.resolved,
+    // A route the engine refused was taken by resolveConnection (counted in ctx.resolved), then
+    // closed: unresolved, as in Symphony.
+    suspendedResolved: ctx.resolved - invalid,
     suspendedUnresolved: unresolved,
     // TODO(tlv): the engine's `halfClosedConnections` gauge (top level and per listener); until it
     // lands no connection is reported half-closed.
     halfClosedConnections: m.halfClosedConnections ?? 0,
-    routes: m.routeMetrics.length,
-    // TODO(iso): the engine's `failingRoutes` (routes left out because they failed to build, with
-    // `isolateRoutes`); until route isolation lands a failing route fails the whole config.
-    failingRoutes: m.failingRoutes ?? 0,
+    routes: m.routes,
+    // Route isolation: routes left out because they failed to build, and routes serving their
+    // last good certificate (which routes and why: rampartMetrics().routeFailures, and each
+    // failure's 'error' route_failed).
+    failingRoutes: m.failingRoutes,
     listeners: m.listeners.map((l, i) => listenerMetrics(l, ctx.modes[i] || 'tls')),
     routeMetrics: m.routeMetrics.map((r) => routeMetrics(r, ctx.groups.get(r.route.toLowerCase()) === true)),
   };

@@ -20,8 +20,14 @@
  *   dropped silently). An `'error'` nobody listens to becomes a process warning rather than a throw
  *   (never a crash from a background event).
  * - `port: 0` listeners: a kernel-picked port at `start()` (standInPorts, _bindZeroPorts).
- * - `resolveConnection(id, route?)`: a missing route rejects; a route that cannot be built drops
- *   the connection and emits `'error'` (Symphony), instead of throwing.
+ * - `resolveConnection(id, route?)`: a missing route rejects; otherwise it calls through. The
+ *   engine closes a held connection whose route is not valid and emits `'error'`
+ *   `resolve_route_invalid`, which arrives here as Symphony's `'error'` (a ConfigError whose
+ *   `errors` are the message's `route.*` problems, in Symphony's words; ctx `{ listener }`).
+ *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id.
+ * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
+ *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
+ *   Symphony's words) and `err.lastGoodCert`; `metrics().failingRoutes` is the engine's count.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
  */
 const net = require('node:net');
@@ -156,6 +162,42 @@ function symphonyWording(e) {
   return changed ? new ConfigError(errors) : e;
 }
 
+/**
+ * The `route.*` problems of a `resolve_route_invalid` message (src/napi/mod.rs writes `...: the
+ * connection is closed: <path>: <message>; <path>: <message>`), as `[{ path, message }]`; empty
+ * when the message has none.
+ */
+function resolveProblems(message) {
+  const start = /(?:: |; )(route(?:\.[A-Za-z_$][\w$]*|\[\d+\])*): /g;
+  const marks = [];
+  for (let m = start.exec(message); m; m = start.exec(message)) marks.push({ at: m.index, path: m[1], body: m.index + m[0].length });
+  return marks.map((k, i) => ({ path: k.path, message: message.slice(k.body, i + 1 < marks.length ? marks[i + 1].at : message.length) }));
+}
+
+/**
+ * An engine `'error'` payload Symphony reports as `'error'`, as the Error it emits: `code` the
+ * engine's. `route_failed` and `resolve_route_invalid` are ConfigErrors whose `errors` (and the
+ * message) carry Symphony's wording; `route_failed` also has `route`, `index`, `lastGoodCert`.
+ */
+function symphonyError(p) {
+  const problems = Array.isArray(p.errors) ? p.errors : p.code === 'resolve_route_invalid' ? resolveProblems(p.message) : [];
+  let err;
+  if (problems.length === 0) {
+    err = new Error(p.message);
+  } else {
+    err = symphonyWording(new ConfigError(problems));
+    let message = p.message;
+    problems.forEach((x, i) => {
+      const worded = err.errors[i];
+      if (worded.message !== x.message) message = message.replace(`${x.path}: ${x.message}`, `${worded.path}: ${worded.message}`);
+    });
+    err.message = message;
+  }
+  err.code = p.code;
+  for (const field of ['route', 'index', 'lastGoodCert']) if (p[field] !== undefined) err[field] = p[field];
+  return err;
+}
+
 /** A TCP port free on `host` now (the kernel's pick; the socket is closed before it resolves). */
 function freePort(host) {
   return new Promise((resolve, reject) => {
@@ -243,6 +285,7 @@ class SymphonyProxy extends RampartProxy {
     this._groups = groupsOf(config.routes);
     this._resolved = 0;
     this._suspendedAt = new Map();
+    this._repeatedRouteFailures = 0;
     this._started = false;
   }
 
@@ -261,12 +304,13 @@ class SymphonyProxy extends RampartProxy {
       if (this._suspendedAt.size > MAX_REMEMBERED_SUSPENDED) this._suspendedAt.delete(this._suspendedAt.keys().next().value);
       this._safeEmit('suspended', p);
     } else if (name === 'error') {
+      if (p.code === 'route_failed' && this._repeatedRouteFailures > 0) {
+        // The rebuild at start (port: 0) reporting again what was reported for this config.
+        this._repeatedRouteFailures -= 1;
+        return;
+      }
       if (SYMPHONY_ERRORS.has(p.code)) {
-        const err = new Error(p.message);
-        err.code = p.code;
-        if (p.route !== undefined) err.route = p.route;
-        if (p.errors !== undefined) err.errors = p.errors;
-        this._emitError(err, p.listener ? { listener: p.listener } : {});
+        this._emitError(symphonyError(p), p.listener ? { listener: p.listener } : {});
       } else {
         this._safeEmit('connectionError', { reason: errorName(p.code), message: p.message, ip: p.ip, listener: p.listener });
       }
@@ -313,6 +357,9 @@ class SymphonyProxy extends RampartProxy {
     }
     const config = { ...this._config, listeners };
     this._replaceNative(config);
+    // Its route failures were reported when this config was given (constructor, updateConfig):
+    // the rebuilt engine's own reports of them are dropped (_dispatch).
+    this._repeatedRouteFailures += super.metrics().routeFailures.length;
     this._config = config;
     this._zero = [];
   }
@@ -366,26 +413,30 @@ class SymphonyProxy extends RampartProxy {
 
   /**
    * Proxies a held connection with `route` (Symphony's `{ upstream, terminateTls, cert?, mtls?,
-   * ... }`), or closes it when `route` is null or left out. A route that cannot be built closes
-   * the connection and emits `'error'` (err with `errors`, ctx `{ listener }`); nothing throws
-   * for it. Returns true when a held connection took the decision.
+   * ... }`), or closes it when `route` is null or left out. A route that is not valid closes
+   * the connection and emits `'error'` (a ConfigError, `code` 'resolve_route_invalid', `errors`
+   * naming each `route.*` problem; ctx `{ listener }`); nothing throws for it. Returns true when
+   * a held connection took the decision (closing it for a route that is not valid included),
+   * false for an unknown, expired or resolved id (then only Symphony's own protocol rules are
+   * checked).
    */
   resolveConnection(id, route) {
     const listener = this._suspendedAt.get(id);
     this._suspendedAt.delete(id);
     if (route === undefined || route === null) return super.resolveConnection(id, null);
-    let took;
-    try {
-      const own = protocolErrors(route, 'route');
-      if (own.length) throw new ConfigError(own);
-      // TODO(iso): when the engine drops the connection and emits 'error' itself, call through.
-      took = super.resolveConnection(id, withDefaults(route));
-    } catch (e) {
-      if (!(e instanceof ConfigError)) throw e;
-      super.resolveConnection(id, null);
-      this._emitError(symphonyWording(e), listener ? { listener } : {});
-      return false;
+    const own = protocolErrors(route, 'route');
+    if (own.length) {
+      // Symphony's own rules, which the engine does not have: closed here, as the engine closes
+      // a route it refuses (Symphony counts both as suspend_unresolved).
+      const took = super.resolveConnection(id, null);
+      const err = new ConfigError(own);
+      err.code = 'resolve_route_invalid';
+      this._emitError(err, listener ? { listener } : {});
+      return took;
     }
+    // A route the engine refuses closes the connection and comes back as 'error'
+    // resolve_route_invalid (_dispatch); metrics() then counts it unresolved, not resolved.
+    const took = super.resolveConnection(id, withDefaults(route));
     if (took) this._resolved += 1;
     return took;
   }
