@@ -434,7 +434,17 @@ impl HttpConn<'_> {
             // The challenge head is Rampart's own (`upstream_head`): no client header to replace.
             SourceAddressHeader::None | SourceAddressHeader::XForwardedFor => Vec::new(),
             SourceAddressHeader::ProxyV1 => v1_header(self.origin.client, local),
-            SourceAddressHeader::ProxyV2 => v2_header(self.origin.client, local, &[]),
+            SourceAddressHeader::ProxyV2 => match v2_header(self.origin.client, local, &[]) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.route_error(
+                        &route,
+                        ErrorReason::UpstreamWriteFailed,
+                        Some(e.to_string()),
+                    );
+                    return;
+                }
+            },
         };
         first.extend_from_slice(&head);
         if let Err(e) = up.write_all(&first).await {
