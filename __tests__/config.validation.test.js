@@ -28,7 +28,7 @@ test('the constructor names every offending listener and route field', () => {
     { path: 'listeners[0].host', message: 'must be an IP address to bind (\'0.0.0.0\', \'::\', \'127.0.0.1\'), got "nope"' },
     { path: 'listeners[0].port', message: 'must be an integer in [1, 65535], got 70000' },
     { path: 'listeners[0].maxConnections', message: 'must be an integer in [0, 2^53-1], got -1' },
-    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [1, 2^53-1], got Infinity' },
+    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got Infinity' },
     { path: 'listeners[2].port', message: '0.0.0.0:8443 is already bound by listeners[1] (the same host and port twice)' },
     { path: 'routes[0].sni', message: 'must be \'\', a host name or \'*.\' followed by a host name, got "a b"' },
     { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got NaN' },

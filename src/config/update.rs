@@ -7,7 +7,7 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{parse_routes, ListenerConfig, RouteConfig, NEEDS_CLUSTER};
+use super::proxy::{parse_routes, ListenerConfig, RouteConfig, RouteDefaults, NEEDS_CLUSTER};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -81,10 +81,12 @@ fn listener_port(
     }
 }
 
-/// Validates an `updateConfig` argument against the running `listeners`.
+/// Validates an `updateConfig` argument against the running `listeners`, its routes with the
+/// proxy's `defaults`.
 pub fn parse_update(
     u: &Value,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     has_cluster: bool,
 ) -> Result<ConfigUpdate, ConfigError> {
     let mut issues = Issues::default();
@@ -92,8 +94,8 @@ pub fn parse_update(
         return Err(ConfigError::new(issues.0));
     };
     v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
-    let routes =
-        field(obj, "routes").and_then(|r| parse_routes(r, "routes", listeners, &mut issues));
+    let routes = field(obj, "routes")
+        .and_then(|r| parse_routes(r, "routes", listeners, defaults, &mut issues));
     let mut protection: Vec<PortProtection> = Vec::new();
     if let Some(arr) = field(obj, "protection").and_then(|p| v::array(p, "protection", &mut issues))
     {
@@ -258,7 +260,7 @@ mod tests {
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 },
                                             "rateLimit": { "connectionsPerSecond": -1 } } },
         ] });
-        let got: Vec<String> = parse_update(&u, &listeners(), false)
+        let got: Vec<String> = parse_update(&u, &listeners(), RouteDefaults::default(), false)
             .unwrap_err()
             .issues
             .iter()
@@ -275,7 +277,7 @@ mod tests {
         let u = json!({ "protection": [
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } },
         ] });
-        let e = parse_update(&u, &listeners(), false).unwrap_err();
+        let e = parse_update(&u, &listeners(), RouteDefaults::default(), false).unwrap_err();
         let got: Vec<(&str, &str)> = e
             .issues
             .iter()
@@ -285,7 +287,7 @@ mod tests {
             got,
             [("protection[0].protection.clusterRateLimit", NEEDS_CLUSTER)]
         );
-        let ok = parse_update(&u, &listeners(), true).unwrap();
+        let ok = parse_update(&u, &listeners(), RouteDefaults::default(), true).unwrap();
         assert!(ok.protection[0]
             .policy
             .as_ref()

@@ -256,6 +256,7 @@ impl NativeProxy {
         let u = parse_update(
             &v,
             &self.inner.listener_configs(),
+            self.inner.route_defaults(),
             self.inner.cluster().is_some(),
         )
         .map_err(config_error)?;
@@ -345,7 +346,10 @@ impl NativeProxy {
         let listener = id.and_then(|i| self.inner.suspended_listener(i));
         let route = match v {
             Value::Null => None,
-            v => Some(parse_resolve_route(&v, listener.as_ref()).map_err(config_error)?),
+            v => {
+                let defaults = self.inner.route_defaults();
+                Some(parse_resolve_route(&v, listener.as_ref(), defaults).map_err(config_error)?)
+            }
         };
         Ok(id.is_some_and(|i| self.inner.resolve_connection(i, route)))
     }

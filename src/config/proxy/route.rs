@@ -36,6 +36,48 @@ pub enum SourceAddressHeader {
     XForwardedFor,
 }
 
+/// What a route that leaves a field out gets, set once for the proxy (README: Config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDefaults {
+    /// `udsSourceAddressHeader`: the `sourceAddressHeader` of a route with a unix-socket upstream
+    /// that sets none (`None` unless set; Symphony's default is `'proxyProtocol'`, v1). A route
+    /// with only TCP upstreams that sets none sends nothing.
+    pub uds_source_address_header: SourceAddressHeader,
+}
+
+impl Default for RouteDefaults {
+    fn default() -> Self {
+        RouteDefaults {
+            uds_source_address_header: SourceAddressHeader::None,
+        }
+    }
+}
+
+/// `udsSourceAddressHeader` (top level of the config): `'none'` (default), `'proxyProtocol'` or
+/// `'proxyProtocolV2'`.
+pub fn parse_route_defaults(
+    obj: &serde_json::Map<String, Value>,
+    issues: &mut Issues,
+) -> RouteDefaults {
+    let uds = field(obj, "udsSourceAddressHeader")
+        .and_then(|s| {
+            v::one_of(
+                s,
+                "udsSourceAddressHeader",
+                &["none", "proxyProtocol", "proxyProtocolV2"],
+                issues,
+            )
+        })
+        .map_or(SourceAddressHeader::None, |s| match s {
+            "proxyProtocol" => SourceAddressHeader::ProxyV1,
+            "proxyProtocolV2" => SourceAddressHeader::ProxyV2,
+            _ => SourceAddressHeader::None,
+        });
+    RouteDefaults {
+        uds_source_address_header: uds,
+    }
+}
+
 /// Which TLS fingerprints the upstream gets (`forwardFingerprint`): in PROXY v2 TLVs with
 /// `sourceAddressHeader: 'proxyProtocolV2'`, else as `X-JA3` / `X-JA4` request headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -245,11 +287,13 @@ pub fn parse_sni(s: &str) -> Result<SniPattern, String> {
     })
 }
 
-/// Parses and validates `routes` against the listeners' default certificates.
+/// Parses and validates `routes` against the listeners' default certificates, with the proxy's
+/// `defaults` for the fields a route leaves out.
 pub fn parse_routes(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     issues: &mut Issues,
 ) -> Option<Vec<RouteConfig>> {
     let arr = v::array(val, path, issues)?;
@@ -258,7 +302,7 @@ pub fn parse_routes(
     let mut seen = std::collections::HashMap::new();
     for (i, r) in arr.iter().enumerate() {
         let p = v::index(path, i);
-        if let Some(route) = parse_route(r, &p, listeners, RouteKind::Table, issues) {
+        if let Some(route) = parse_route(r, &p, listeners, defaults, RouteKind::Table, issues) {
             if let Some(prev) = seen.insert(route.sni.clone(), i) {
                 issues.push(
                     join(&p, "sni"),
@@ -322,14 +366,16 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
 /// without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional and
 /// not used (the connection's SNI is the client's). `listener` is the suspended connection's
 /// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
-/// then only the shape is checked). Errors name fields under `route`.
+/// then only the shape is checked); `defaults` the proxy's. Errors name fields under `route`.
 pub fn parse_resolve_route(
     val: &Value,
     listener: Option<&ListenerConfig>,
+    defaults: RouteDefaults,
 ) -> Result<RouteConfig, ConfigError> {
     let mut issues = Issues::default();
     let listeners: Vec<ListenerConfig> = listener.into_iter().cloned().collect();
-    match parse_route(val, "route", &listeners, RouteKind::Resolve, &mut issues) {
+    let kind = RouteKind::Resolve;
+    match parse_route(val, "route", &listeners, defaults, kind, &mut issues) {
         Some(r) if issues.is_empty() => Ok(r),
         _ => Err(ConfigError::new(issues.0)),
     }
@@ -339,6 +385,7 @@ fn parse_route(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     kind: RouteKind,
     issues: &mut Issues,
 ) -> Option<RouteConfig> {
@@ -496,7 +543,16 @@ fn parse_route(
             "xForwardedFor" => SourceAddressHeader::XForwardedFor,
             _ => SourceAddressHeader::None,
         })
-        .unwrap_or(SourceAddressHeader::None);
+        .unwrap_or_else(|| {
+            let uds = upstreams
+                .as_ref()
+                .is_some_and(|(u, _)| u.iter().any(|u| matches!(u, Upstream::Uds { .. })));
+            if uds {
+                defaults.uds_source_address_header
+            } else {
+                SourceAddressHeader::None
+            }
+        });
     let ff = field(obj, "forwardFingerprint")
         .and_then(|f| parse_forward_fingerprint(f, &join(path, "forwardFingerprint"), issues))
         .unwrap_or(ForwardFingerprint::NONE);

@@ -43,7 +43,7 @@ use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
 use crate::proxy::copy::{
-    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
+    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, PairCounters, Pass,
 };
 use crate::proxy::forward_headers::{self, AnswerReason, Ended, HeaderWriter, Rewriter};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
@@ -738,7 +738,8 @@ async fn client_gone(sock: &TcpStream) {
 }
 
 /// How a copy loop that ran to its end is counted: an idle or half-close timeout is an error
-/// of the listener (`idle_timeout`, `half_close_timeout`), a close is not.
+/// of the listener (`idle_timeout`, `half_close_timeout`: the upstream ended and the client then
+/// stayed silent for `halfCloseTimeoutMs`), a close is not.
 fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
     match end {
         CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),

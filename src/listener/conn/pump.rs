@@ -104,16 +104,13 @@ impl Conn<'_> {
     where
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        let l = &self.shared.listener(self.li);
         if !head.is_empty() {
             up.write_all(head).await.map_err(|e| {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
         let opts = self.copy_options();
-        let rm = &route.metrics;
-        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
-        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        let counters = self.pair_counters(route);
         let hook = self.known_good_hook(&client).map(|mark| {
             move || {
                 if !refused.is_some_and(|r| r.load(Ordering::Relaxed)) {
@@ -123,8 +120,8 @@ impl Conn<'_> {
         });
         let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
         let end = match client {
-            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
-            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,
+            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, counters, &mut inspector).await,
+            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, counters, &mut inspector).await,
         };
         copy_end(end)
     }
@@ -134,12 +131,22 @@ impl Conn<'_> {
     fn copy_options(&self) -> CopyOptions {
         let s = &self.shared.socket;
         CopyOptions {
-            idle_timeout: Duration::from_millis(
-                self.shared.listener(self.li).config.idle_timeout_ms,
-            ),
+            idle_timeout: self.shared.listener(self.li).config.idle_timeout(),
             half_close_timeout: s.half_close_timeout,
             client_buf: s.client_read_buffer,
             upstream_buf: s.upstream_read_buffer,
+        }
+    }
+
+    /// The counters the copy loop updates: the listener's and `route`'s bytes, the listener's
+    /// `halfClosedConnections`.
+    fn pair_counters<'r>(&'r self, route: &'r Route) -> PairCounters<'r> {
+        let l = &self.shared.listener(self.li).metrics;
+        let rm = &route.metrics;
+        PairCounters {
+            client_bytes: [&l.bytes_received, &rm.bytes_received],
+            upstream_bytes: [&l.bytes_sent, &rm.bytes_sent],
+            half_closed: &l.half_closed,
         }
     }
 
@@ -179,13 +186,11 @@ impl Conn<'_> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listener(li);
         let opts = self.copy_options();
-        let rm = &route.metrics;
-        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
-        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        let counters = self.pair_counters(route);
         let mut walk = FirstSettingsAck::new();
         let decided = walk.filter(&mut head);
         let held = head.split_off(decided);
-        for c in rx {
+        for c in counters.client_bytes {
             // The head phase counted them; the filter delivers them again.
             c.fetch_sub(held.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
@@ -198,7 +203,7 @@ impl Conn<'_> {
                 })?;
             }
             let mut inspector = KnownGood::new(Pass, !head.is_empty(), hook);
-            let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut inspector).await;
+            let end = proxy_pair_inspected(client, up, &opts, counters, &mut inspector).await;
             return copy_end(end);
         };
         let hello = self.hello.as_deref();
@@ -237,7 +242,7 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut *inspector).await;
+        let end = proxy_pair_inspected(client, up, &opts, counters, &mut *inspector).await;
         match inspector.inner().ended() {
             Some(H2End::Violation(v)) => Err(Refusal::Flood(v)),
             Some(H2End::Protocol(_)) => Err(Refusal::Failed(ErrorReason::H2ProtocolError, None)),
