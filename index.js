@@ -255,7 +255,9 @@ class RampartProxy extends EventEmitter {
    * resolves at once and emits nothing.
    */
   async stop(opts = {}) {
-    const drainMs = typeof opts === 'number' ? opts : opts && opts.drainMs !== undefined ? opts.drainMs : 0;
+    // A number is the drain itself; anything else but an options object (or nothing) is refused as one.
+    const isOpts = opts === undefined || opts === null || (typeof opts === 'object' && !Array.isArray(opts));
+    const drainMs = !isOpts ? opts : opts && opts.drainMs !== undefined ? opts.drainMs : 0;
     if (typeof drainMs !== 'number' || !Number.isFinite(drainMs) || drainMs < 0) {
       const shown = typeof drainMs === 'string' ? JSON.stringify(drainMs) : String(drainMs);
       throw new ConfigError([{ path: 'drainMs', message: `must be a finite number >= 0, got ${shown}` }]);

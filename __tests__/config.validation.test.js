@@ -107,3 +107,20 @@ test('lone surrogates, a zero event cap and unknown blockedIps ports are ConfigE
   assert.deepEqual(errorsOf(() => proxy.blockedIps({ port: 1 })), [{ path: 'opts.port', message: 'no listener on port 1' }]);
   assert.deepEqual(proxy.blockedIps({ port }).dynamicBlocklist, []);
 });
+
+test("Symphony's zero values: idleTimeoutMs 0 (no idle timeout), tlsHandshakeTimeoutMs 0 (the default), halfCloseTimeoutMs 0 (no bound); negatives, NaN and fractions stay errors", () => {
+  const config = (listener, extra = {}) => ({ listeners: [{ port: 9, ...listener }], routes: [], ...extra });
+  assert.doesNotThrow(() => new RampartProxy(config({ idleTimeoutMs: 0, protection: { tlsHandshakeTimeoutMs: 0 } }, { halfCloseTimeoutMs: 0 })));
+  assert.deepEqual(
+    errorsOf(() => new RampartProxy(config({ idleTimeoutMs: -1, protection: { tlsHandshakeTimeoutMs: -1 } }, { halfCloseTimeoutMs: NaN }))),
+    [
+      { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got NaN' },
+      { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got -1' },
+      { path: 'listeners[0].protection.tlsHandshakeTimeoutMs', message: 'must be a finite number >= 0 (0: the default, 10000), got -1' },
+    ],
+  );
+  assert.deepEqual(errorsOf(() => new RampartProxy(config({ idleTimeoutMs: 0.5 }, { halfCloseTimeoutMs: 0.5 }))), [
+    { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+  ]);
+});

@@ -6,6 +6,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const tls = require('node:tls');
 const { RampartProxy } = require('..');
 const h = require('./helpers');
 
@@ -94,7 +95,6 @@ test('UDS upstream and PROXY protocol headers', async (t) => {
 
   // A client from a known source port, so the expected header is exact.
   async function sendFrom(port, host, localAddress, servername) {
-    const tls = require('node:tls');
     const before = cap.captured.length;
     const s = tls.connect({ port, host, servername, rejectUnauthorized: false, localAddress });
     s.on('error', () => {});
@@ -133,4 +133,60 @@ test('UDS upstream and PROXY protocol headers', async (t) => {
     const want = Buffer.concat([v2Expected('::1', srcPort, '::1', p6, 6, tlsTlvs('v2.test', cipher)), Buffer.from('DATA')]);
     assert.equal(data.toString('hex'), want.toString('hex'));
   });
+});
+
+test("udsSourceAddressHeader: a route with a Unix-socket upstream that sets no sourceAddressHeader gets it (Symphony's 'proxyProtocol'), in updateConfig and resolveConnection routes too", async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-uds-'));
+  const uds = await h.captureServer({ reply: 'ok', path: path.join(dir, 'cap.sock') });
+  const tcp = await h.captureServer({ reply: 'ok' });
+  const port = await h.freePort();
+  const udsUp = [{ kind: 'uds', path: path.join(dir, 'cap.sock') }];
+  const tcpUp = [{ kind: 'tcp', host: '127.0.0.1', port: tcp.address().port }];
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['localhost']) }],
+    routes: [
+      { sni: 'uds.test', upstreams: udsUp },
+      { sni: 'none.test', upstreams: udsUp, sourceAddressHeader: 'none' },
+      { sni: 'tcp.test', upstreams: tcpUp },
+      { sni: '*.held.test', suspended: true },
+    ],
+    udsSourceAddressHeader: 'proxyProtocol',
+  });
+  proxy.on('suspended', (e) => proxy.resolveConnection(e.id, { upstream: udsUp[0] }));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(uds);
+    await h.closeServer(tcp);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  /** What the upstream `cap` got from a client to `servername` that sent 'DATA'. */
+  async function sent(cap, servername) {
+    const before = cap.captured.length;
+    const s = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false });
+    s.on('error', () => {});
+    await new Promise((r) => s.once('secureConnect', r));
+    const src = s.localPort;
+    s.write('DATA');
+    await h.waitFor(() => cap.captured.length > before && cap.captured[before].data.includes('DATA'), { what: `${servername} at its upstream` });
+    s.destroy();
+    return { data: cap.captured[before].data.toString(), src };
+  }
+  const v1 = (src) => `PROXY TCP4 127.0.0.1 127.0.0.1 ${src} ${port}\r\nDATA`;
+  let r = await sent(uds, 'uds.test');
+  assert.equal(r.data, v1(r.src));
+  assert.equal((await sent(uds, 'none.test')).data, 'DATA', "an explicit 'none' stays none");
+  assert.equal((await sent(tcp, 'tcp.test')).data, 'DATA', 'a route with TCP upstreams only is not concerned');
+  r = await sent(uds, 'app.held.test');
+  assert.equal(r.data, v1(r.src), 'a resolveConnection route gets the default');
+  proxy.updateConfig({ routes: [{ sni: 'uds.test', upstreams: udsUp }] });
+  r = await sent(uds, 'uds.test');
+  assert.equal(r.data, v1(r.src), 'an updateConfig route gets the default');
+});
+
+test('udsSourceAddressHeader is validated', () => {
+  const base = { listeners: [{ port: 9 }], routes: [] };
+  assert.deepEqual(h.errorsOf(() => new RampartProxy({ ...base, udsSourceAddressHeader: 'xForwardedFor' })), [
+    { path: 'udsSourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', got \"xForwardedFor\"" },
+  ]);
 });

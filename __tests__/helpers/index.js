@@ -156,9 +156,10 @@ async function echoServer({ tag, host = '127.0.0.1', path: udsPath } = {}) {
 
 /**
  * Upstream that records everything each connection sends: `server.captured` is a list of
- * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits.
+ * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits. On 127.0.0.1, or on the
+ * Unix socket `path`.
  */
-async function captureServer({ reply } = {}) {
+async function captureServer({ reply, path: udsPath } = {}) {
   const captured = [];
   const server = net.createServer((s) => {
     const entry = { data: Buffer.alloc(0), closed: false, socket: s };
@@ -171,6 +172,15 @@ async function captureServer({ reply } = {}) {
     s.on('close', () => (entry.closed = true));
   });
   server.captured = captured;
+  if (udsPath) {
+    server.sockets = new Set();
+    server.on('connection', (c) => {
+      server.sockets.add(c);
+      c.on('close', () => server.sockets.delete(c));
+    });
+    await new Promise((resolve) => server.listen(udsPath, resolve));
+    return server;
+  }
   return listen(server);
 }
 
