@@ -108,7 +108,8 @@ export interface RouteConfig {
    */
   http2?: boolean;
   /**
-   * Header sent to the upstream before any byte (PROXY v1/v2). Default 'none'. 'xForwardedFor':
+   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of README: PROXY
+   * v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader). 'xForwardedFor':
    * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
    * client copies removed (README: Forwarded request headers; the route is HTTP/1.1 only).
    */
@@ -476,6 +477,11 @@ export interface ProxyConfig {
    * 300000.
    */
   halfCloseTimeoutMs?: number;
+  /**
+   * The sourceAddressHeader of a route (also of updateConfig and resolveConnection) that sets none
+   * and has a Unix-socket upstream. Default 'none'; Symphony sends 'proxyProtocol' there.
+   */
+  udsSourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2';
   /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
   readBufferSize?: number;
   /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
