@@ -74,6 +74,22 @@ pub fn ssl_tlv_value(
     v
 }
 
+/// The `PP2_TYPE_SSL` value of a connection terminated here ([`ssl_tlv_value`]): its TLS
+/// version, cipher suite and, with a (verified) client certificate, that certificate's subject CN.
+pub fn ssl_tlv_of(tls: &rustls::ServerConnection) -> Vec<u8> {
+    let version = match tls.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
+        Some(rustls::ProtocolVersion::TLSv1_3) => Some("TLSv1.3"),
+        _ => None,
+    };
+    let cipher = tls
+        .negotiated_cipher_suite()
+        .and_then(|c| c.suite().as_str());
+    let leaf = tls.peer_certificates().and_then(|c| c.first());
+    let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
+    ssl_tlv_value(leaf.is_some(), version, cipher, cn.as_deref())
+}
+
 /// The TLS facts of a connection terminated here that its PROXY v2 header carries.
 #[derive(Debug, Clone, Copy)]
 pub struct TlsFacts<'a> {
@@ -84,6 +100,18 @@ pub struct TlsFacts<'a> {
     /// The client's certificate chain as it presented it and the route verified it, DER, leaf
     /// first (one [`TLV_CLIENT_CERT`] each); empty without a client certificate.
     pub chain: &'a [rustls::pki_types::CertificateDer<'a>],
+}
+
+impl<'a> TlsFacts<'a> {
+    /// The facts of `tls` (its negotiated ALPN, its client's chain) with its `ssl` value
+    /// ([`ssl_tlv_of`]).
+    pub fn of(tls: &'a rustls::ServerConnection, ssl: &'a [u8]) -> Self {
+        TlsFacts {
+            alpn: tls.alpn_protocol(),
+            ssl,
+            chain: tls.peer_certificates().unwrap_or(&[]),
+        }
+    }
 }
 
 /// What a PROXY v2 header carries beyond the addresses, in the order it is written: the

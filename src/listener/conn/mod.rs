@@ -48,7 +48,7 @@ use crate::proxy::copy::{
 use crate::proxy::forward_headers::{self, AnswerReason, Ended, HeaderWriter, Rewriter};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::keepalive;
-use crate::proxy::proxy_protocol::{ssl_tlv_value, v1_header, v2_header, TlsFacts, V2Tlvs};
+use crate::proxy::proxy_protocol::{ssl_tlv_of, v1_header, v2_header, TlsFacts, V2Tlvs};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::suspend::{Outcome, Resolution};
 use crate::proxy::upstream::{self, UpstreamStream};
@@ -552,23 +552,7 @@ impl Conn<'_> {
         let Client::Tls(s) = client else {
             return None;
         };
-        let tls = s.get_ref().1;
-        let version = match tls.protocol_version() {
-            Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
-            Some(rustls::ProtocolVersion::TLSv1_3) => Some("TLSv1.3"),
-            _ => None,
-        };
-        let cipher = tls
-            .negotiated_cipher_suite()
-            .and_then(|c| c.suite().as_str());
-        let leaf = tls.peer_certificates().and_then(|c| c.first());
-        let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
-        Some(ssl_tlv_value(
-            leaf.is_some(),
-            version,
-            cipher,
-            cn.as_deref(),
-        ))
+        Some(ssl_tlv_of(s.get_ref().1))
     }
 
     /// The protocol the client speaks, which picks the upstreams it may go to
@@ -635,14 +619,7 @@ impl Conn<'_> {
                 let ja4 = prints.filter(|_| fp.ja4).map(|p| p.1.as_str());
                 let sni = self.hello.as_ref().and_then(|h| h.sni.as_deref());
                 let tls = match (client, ssl.as_deref()) {
-                    (Client::Tls(s), Some(ssl)) => {
-                        let c = s.get_ref().1;
-                        Some(TlsFacts {
-                            alpn: c.alpn_protocol(),
-                            ssl,
-                            chain: c.peer_certificates().unwrap_or(&[]),
-                        })
-                    }
+                    (Client::Tls(s), Some(ssl)) => Some(TlsFacts::of(s.get_ref().1, ssl)),
                     _ => None,
                 };
                 let tlvs = V2Tlvs {
