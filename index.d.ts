@@ -133,7 +133,8 @@ export interface RouteConfig {
    */
   http2?: boolean;
   /**
-   * Header sent to the upstream before any byte (PROXY v1/v2). Default 'none'. 'xForwardedFor':
+   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of README: PROXY
+   * v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader). 'xForwardedFor':
    * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
    * client copies removed (docs/proxy.md: Forwarded request headers; the route is HTTP/1.1 only).
    */
@@ -276,7 +277,7 @@ export interface ProtectionConfig {
   ja3Blocklist?: string[];
   /** 36-char JA4 strings, case-insensitive. */
   ja4Blocklist?: string[];
-  /** Whole TLS handshake from accept, ms. Default 10000. */
+  /** Whole TLS handshake from accept, ms. Default 10000; 0 = the default (as in Symphony). */
   tlsHandshakeTimeoutMs?: number;
   /** Refuse ClientHellos without server_name. Default false. */
   requireSni?: boolean;
@@ -427,7 +428,7 @@ export interface ListenerConfig {
   defaultCert?: CertConfig;
   /** Concurrent connections on this listener; 0 = unlimited (default). */
   maxConnections?: number;
-  /** Close after this many ms with no byte either way. Default 60000. */
+  /** Close after this many ms with no byte either way; 0 = no idle timeout (as in Symphony). Default 60000. */
   idleTimeoutMs?: number;
   protection?: ProtectionConfig;
   /** Client certificates on this listener's terminated routes (`requireClientCert` default true). */
@@ -512,8 +513,18 @@ export interface ProxyConfig {
    * (1000..32767000), `retries` 1..127.
    */
   tcpKeepalive?: { enabled?: boolean; idleMs?: number; intervalMs?: number; retries?: number };
-  /** ms a half-closed pair may stay open after its first EOF; 0 = off. Default 300000. */
+  /**
+   * Once the upstream ended its side and the client has not, close the connection after this
+   * many ms without a byte from the client (each byte restarts the wait); 0 = no bound. A client
+   * that ended its side first is not bounded (its response may be slow). As in Symphony. Default
+   * 300000.
+   */
   halfCloseTimeoutMs?: number;
+  /**
+   * The sourceAddressHeader of a route (also of updateConfig and resolveConnection) that sets none
+   * and has a Unix-socket upstream. Default 'none'; Symphony sends 'proxyProtocol' there.
+   */
+  udsSourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2';
   /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
   readBufferSize?: number;
   /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
@@ -689,6 +700,8 @@ export interface ListenerMetrics {
   address: string;
   port: number;
   activeConnections: number;
+  /** Connections half-closed now: the upstream ended its side, the client has not (halfCloseTimeoutMs). */
+  halfClosedConnections: number;
   accepted: number;
   blocked: number;
   blockedByReason: Record<BlockReason, number>;
@@ -753,6 +766,8 @@ export interface XdpStatus {
 
 export interface Metrics {
   activeConnections: number;
+  /** listeners[].halfClosedConnections summed. */
+  halfClosedConnections: number;
   acceptedConnections: number;
   blockedConnections: number;
   eventsDropped: number;
@@ -923,8 +938,11 @@ export class RampartProxy extends EventEmitter {
   constructor(config: ProxyConfig);
   /** Binds every listener; rejects with the OS error (code 'EADDRINUSE', ...), leaving nothing bound. */
   start(): Promise<void>;
-  /** Stops accepting; after drainMs (default 0) closes the rest; resolves when every socket is closed. */
-  stop(opts?: { drainMs?: number }): Promise<void>;
+  /**
+   * Stops accepting; after drainMs (ms, a finite number >= 0, default 0) closes the rest; resolves when
+   * every socket is closed. `stop(5000)` is `stop({ drainMs: 5000 })` (Symphony's stop(timeoutMs)).
+   */
+  stop(opts?: { drainMs?: number } | number): Promise<void>;
   /** All-or-nothing; `protection: null` removes a listener's protection. Throws ConfigError. */
   updateConfig(u: {
     routes?: RouteConfig[];

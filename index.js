@@ -264,11 +264,14 @@ class RampartProxy extends EventEmitter {
 
   /**
    * Stops accepting at once; after `drainMs` (ms, default 0) closes the connections still open;
-   * resolves when every socket is closed. Concurrent calls share one stop; on a proxy that is not
-   * running it resolves at once and emits nothing.
+   * resolves when every socket is closed. `stop(5000)` is `stop({ drainMs: 5000 })` (Symphony's
+   * `stop(timeoutMs)`). Concurrent calls share one stop; on a proxy that is not running it
+   * resolves at once and emits nothing.
    */
   async stop(opts = {}) {
-    const drainMs = opts && opts.drainMs !== undefined ? opts.drainMs : 0;
+    // A number is the drain itself; anything else but an options object (or nothing) is refused as one.
+    const isOpts = opts === undefined || opts === null || (typeof opts === 'object' && !Array.isArray(opts));
+    const drainMs = !isOpts ? opts : opts && opts.drainMs !== undefined ? opts.drainMs : 0;
     if (typeof drainMs !== 'number' || !Number.isFinite(drainMs) || drainMs < 0) {
       const shown = typeof drainMs === 'string' ? JSON.stringify(drainMs) : String(drainMs);
       throw new ConfigError([{ path: 'drainMs', message: `must be a finite number >= 0, got ${shown}` }]);

@@ -28,7 +28,7 @@ test('the constructor names every offending listener and route field', () => {
     { path: 'listeners[0].host', message: 'must be an IP address to bind (\'0.0.0.0\', \'::\', \'127.0.0.1\'), got "nope"' },
     { path: 'listeners[0].port', message: 'must be an integer in [1, 65535], got 70000' },
     { path: 'listeners[0].maxConnections', message: 'must be an integer in [0, 2^53-1], got -1' },
-    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [1, 2^53-1], got Infinity' },
+    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got Infinity' },
     { path: 'listeners[2].port', message: '0.0.0.0:8443 is already bound by listeners[1] (the same host and port twice)' },
     { path: 'routes[0].sni', message: 'must be \'\', a host name or \'*.\' followed by a host name, got "a b"' },
     { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got NaN' },
@@ -106,4 +106,21 @@ test('lone surrogates, a zero event cap and unknown blockedIps ports are ConfigE
   assert.deepEqual(errorsOf(() => proxy.blockIp('127.0.0.9', { reason: 'x\ud800' })).map((e) => e.path), ['opts.reason']);
   assert.deepEqual(errorsOf(() => proxy.blockedIps({ port: 1 })), [{ path: 'opts.port', message: 'no listener on port 1' }]);
   assert.deepEqual(proxy.blockedIps({ port }).dynamicBlocklist, []);
+});
+
+test("Symphony's zero values: idleTimeoutMs 0 (no idle timeout), tlsHandshakeTimeoutMs 0 (the default), halfCloseTimeoutMs 0 (no bound); negatives, NaN and fractions stay errors", () => {
+  const config = (listener, extra = {}) => ({ listeners: [{ port: 9, ...listener }], routes: [], ...extra });
+  assert.doesNotThrow(() => new RampartProxy(config({ idleTimeoutMs: 0, protection: { tlsHandshakeTimeoutMs: 0 } }, { halfCloseTimeoutMs: 0 })));
+  assert.deepEqual(
+    errorsOf(() => new RampartProxy(config({ idleTimeoutMs: -1, protection: { tlsHandshakeTimeoutMs: -1 } }, { halfCloseTimeoutMs: NaN }))),
+    [
+      { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got NaN' },
+      { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got -1' },
+      { path: 'listeners[0].protection.tlsHandshakeTimeoutMs', message: 'must be a finite number >= 0 (0: the default, 10000), got -1' },
+    ],
+  );
+  assert.deepEqual(errorsOf(() => new RampartProxy(config({ idleTimeoutMs: 0.5 }, { halfCloseTimeoutMs: 0.5 }))), [
+    { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+  ]);
 });

@@ -244,6 +244,41 @@ test('concurrent stop() calls share one stop; start() waits for a draining stop'
   await h.closeServer(echo);
 });
 
+test("stop(1500), Symphony's stop(timeoutMs): new connections refused at once, one in flight works 1 s into the drain and is closed by its end", async () => {
+  const echo = await h.echoServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(echo), terminateTls: true }],
+  });
+  for (const [bad, shown] of [[-1, '-1'], [NaN, 'NaN'], ['5000', '"5000"']]) {
+    await assert.rejects(proxy.stop(bad), (e) => {
+      assert.ok(e instanceof ConfigError);
+      assert.deepEqual(e.errors, [{ path: 'drainMs', message: `must be a finite number >= 0, got ${shown}` }]);
+      return true;
+    });
+  }
+  await proxy.start();
+  const c = tls.connect({ port, host: '127.0.0.1', servername: 'x', rejectUnauthorized: false });
+  c.on('error', () => {});
+  await new Promise((r) => c.once('secureConnect', r));
+  const clientClosed = new Promise((r) => c.once('close', () => r(Date.now())));
+  const t0 = Date.now();
+  const stopping = proxy.stop(1500);
+  await h.waitFor(async () => (await h.tcpProbe({ port })) === 'refused', { what: 'the listener to close' });
+  await new Promise((r) => setTimeout(r, t0 + 1000 - Date.now()));
+  const echoed = new Promise((r) => c.once('data', (d) => r(d.toString())));
+  c.write('in-the-drain');
+  assert.equal(await echoed, 'in-the-drain');
+  assert.ok(Date.now() - t0 >= 1000, 'the reply came 1 s into the drain');
+  await stopping;
+  const took = Date.now() - t0;
+  assert.ok(took >= 1450 && took < 3000, `stop(1500) resolved after ${took} ms`);
+  const closedAt = await clientClosed;
+  assert.ok(closedAt - t0 >= 1450, `the client was closed ${closedAt - t0} ms into the drain`);
+  await h.closeServer(echo);
+});
+
 test("a throwing 'ready' or 'close' listener neither rejects start()/stop() nor crashes", async () => {
   const port = await h.freePort();
   const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [] });

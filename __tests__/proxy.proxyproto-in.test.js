@@ -82,10 +82,21 @@ test('PROXY headers from a trusted load balancer name the client; others are not
   });
   const m = () => proxy.metrics().listeners[0];
 
-  /** The upstream's next connection: its PROXY v2 header must be `want`, then 'DATA'. */
+  /**
+   * The upstream's next connection, its PROXY v2 header's TLVs taken out (after checking they are
+   * the SNI and the SSL TLV of a terminated connection, laid out in proxy.proxy-v2-tlvs.test.js):
+   * the header as it is without TLVs, then 'DATA'.
+   */
   async function upstreamSaw(before) {
     await h.waitFor(() => cap.captured.length > before && cap.captured[before].data.includes('DATA'), { what: 'upstream data' });
-    return cap.captured[before].data;
+    const d = cap.captured[before].data;
+    const v2h = h.parseProxyV2(d);
+    assert.deepEqual(v2h.tlvs.map((x) => x.type), [0x02, 0x20]);
+    assert.equal(v2h.tlvs[0].value.toString(), 'app.test');
+    const addrEnd = v2h.family === 0x11 ? 28 : 52;
+    const head = Buffer.from(d.subarray(0, addrEnd));
+    head.writeUInt16BE(addrEnd - 16, 14);
+    return Buffer.concat([head, v2h.rest]);
   }
 
   await t.test('v1 header: the upstream PROXY v2 header carries the header client and destination', async () => {

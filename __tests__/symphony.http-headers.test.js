@@ -121,17 +121,11 @@ test("with sourceAddressHeader 'proxyProtocolV2' both fingerprints ride TLVs and
   const req = `GET / HTTP/1.1\r\nHost: ${SNI}\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n`;
   s.write(req);
   await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].data.toString().endsWith(req), { what: 'the request at the origin' });
-  const d = cap.captured[0].data;
-  const len = d.readUInt16BE(14);
-  let tlvs = d.subarray(16 + 12, 16 + len);
-  const got = [];
-  while (tlvs.length) {
-    const n = tlvs.readUInt16BE(1);
-    got.push([tlvs[0], tlvs.subarray(3, 3 + n).toString()]);
-    tlvs = tlvs.subarray(3 + n);
-  }
-  assert.deepEqual(got, [[0xe0, fp.ja3], [0xe1, fp.ja4]]);
-  assert.equal(d.subarray(16 + len).toString(), req);
+  const v2 = h.parseProxyV2(cap.captured[0].data);
+  // The fingerprints first, then the SNI, the ALPN and the SSL TLV (proxy.proxy-v2-tlvs.test.js).
+  const got = v2.tlvs.map((x) => [x.type, x.type === 0x20 ? 'ssl' : x.value.toString()]);
+  assert.deepEqual(got, [[0xe0, fp.ja3], [0xe1, fp.ja4], [0x02, SNI], [0x01, 'http/1.1'], [0x20, 'ssl']]);
+  assert.equal(v2.rest.toString(), req);
   s.destroy();
 });
 

@@ -9,23 +9,11 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const tls = require('node:tls');
-const { execFileSync } = require('node:child_process');
+const crypto = require('node:crypto');
 const { RampartProxy, ConfigError } = require('..');
 const h = require('./helpers');
 
 const SIG = Buffer.from('0d0a0d0a000d0a515549540a', 'hex');
-
-/** A CA and a client certificate it signed (`cn`), made with openssl in a temp dir. */
-function clientPki(dir, name, cn) {
-  const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  run('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}-ca.key`, '-out', `${name}-ca.pem`,
-    '-days', '2', '-subj', `/CN=${name} client CA`, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-  run('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}-client.key`, '-out', `${name}-client.csr`, '-subj', `/O=Harper/CN=${cn}`);
-  fs.writeFileSync(path.join(dir, 'client.ext'), 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
-  run('x509', '-req', '-in', `${name}-client.csr`, '-CA', `${name}-ca.pem`, '-CAkey', `${name}-ca.key`, '-CAcreateserial', '-out', `${name}-client.pem`, '-days', '2', '-extfile', 'client.ext');
-  const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8');
-  return { ca: read(`${name}-ca.pem`), cert: read(`${name}-client.pem`), key: read(`${name}-client.key`) };
-}
 
 /** The PROXY v2 header a 127.0.0.1 client gets, with `tlvs` (already encoded) after the addresses. */
 function v2(srcPort, dstPort, tlvs = Buffer.alloc(0)) {
@@ -47,17 +35,28 @@ function tlv(type, value) {
   return Buffer.concat([head, value]);
 }
 
-/** PP2_TYPE_SSL as the PROXY protocol spec lays it out, written independently of the addon. */
-function sslTlv({ certPresented, cn }) {
-  const fixed = Buffer.alloc(5);
-  fixed.writeUInt8(certPresented ? 0x03 : 0x01, 0); // PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN
-  fixed.writeUInt32BE(certPresented ? 0 : 1, 1); // 0 = verified
-  const subs = [tlv(0x21, Buffer.from('TLSv1.3'))];
-  if (cn) subs.push(tlv(0x22, Buffer.from(cn)));
-  return tlv(0x20, Buffer.concat([fixed, ...subs]));
+/** rustls' name of the TLS 1.3 suite node calls `standardName` (TLS 1.2 names are the same). */
+function rustlsSuite(standardName) {
+  return standardName.replace(/^TLS_(AES|CHACHA20)/, 'TLS13_$1');
 }
 
-/** A TLS round trip with an optional client certificate; resolves the local port used. */
+/**
+ * The TLVs of a terminated connection as the PROXY protocol spec and Symphony lay them out,
+ * written independently of the addon: PP2_TYPE_AUTHORITY (the SNI), PP2_TYPE_SSL (client flags,
+ * verify, version, cipher, then the CN when a certificate was presented), one 0xE2 per
+ * certificate the client presented (DER, leaf first).
+ */
+function tlsTlvs({ sni, cipher, cn, certs = [] }) {
+  const fixed = Buffer.alloc(5);
+  fixed.writeUInt8(cn ? 0x03 : 0x01, 0); // PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN
+  fixed.writeUInt32BE(cn ? 0 : 1, 1); // 0 = verified
+  const subs = [tlv(0x21, Buffer.from('TLSv1.3')), tlv(0x23, Buffer.from(rustlsSuite(cipher)))];
+  if (cn) subs.push(tlv(0x22, Buffer.from(cn)));
+  const der = certs.map((pem) => tlv(0xe2, new crypto.X509Certificate(pem).raw));
+  return Buffer.concat([tlv(0x02, Buffer.from(sni)), tlv(0x20, Buffer.concat([fixed, ...subs])), ...der]);
+}
+
+/** A TLS round trip with an optional client certificate; resolves `{ src, cipher }` (local port, suite). */
 function roundTrip(port, servername, client = {}) {
   return new Promise((resolve, reject) => {
     const s = tls.connect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false, ...client });
@@ -67,7 +66,7 @@ function roundTrip(port, servername, client = {}) {
     }, 5000);
     let local;
     s.once('secureConnect', () => {
-      local = s.localPort;
+      local = { src: s.localPort, cipher: s.getCipher().standardName };
       s.write('ping');
     });
     s.once('data', (d) => {
@@ -87,11 +86,11 @@ function roundTrip(port, servername, client = {}) {
   });
 }
 
-test('mtls: required on a listener, optional on a route; facts in PP2_TYPE_SSL byte-exact', async (t) => {
+test('mtls: required on a listener, optional on a route; facts in the PROXY v2 TLVs byte-exact', async (t) => {
   if (!h.needTool(t, 'openssl')) return;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-mtls-'));
-  const good = clientPki(dir, 'good', 'alice.harper.test');
-  const rogue = clientPki(dir, 'rogue', 'mallory');
+  const good = h.clientPki(dir, 'good', 'alice.harper.test');
+  const rogue = h.clientPki(dir, 'rogue', 'mallory');
   const cap = await h.captureServer({ reply: 'ok' });
   const [pA, pB] = await h.freePorts(2);
   const up = [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }];
@@ -119,8 +118,9 @@ test('mtls: required on a listener, optional on a route; facts in PP2_TYPE_SSL b
   const withCert = { cert: good.cert, key: good.key };
 
   // Listener A requires a certificate from the good CA.
-  let src = await roundTrip(pA, 'localhost', withCert);
-  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pA, sslTlv({ certPresented: true, cn: 'alice.harper.test' })), Buffer.from('ping')]));
+  const alice = { cn: 'alice.harper.test', certs: [good.cert] };
+  let c = await roundTrip(pA, 'localhost', withCert);
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(c.src, pA, tlsTlvs({ sni: 'localhost', cipher: c.cipher, ...alice })), Buffer.from('ping')]));
   const before = cap.captured.length;
   await assert.rejects(roundTrip(pA, 'localhost'), 'no certificate: refused');
   await assert.rejects(roundTrip(pA, 'localhost', { cert: rogue.cert, key: rogue.key }), 'a certificate of another CA: refused');
@@ -128,17 +128,17 @@ test('mtls: required on a listener, optional on a route; facts in PP2_TYPE_SSL b
   assert.equal(cap.captured.length, before, 'a refused client never reached the upstream');
 
   // The route's optional mtls on listener B: with and without a certificate.
-  src = await roundTrip(pB, 'opt.test');
-  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB, sslTlv({ certPresented: false })), Buffer.from('ping')]));
-  src = await roundTrip(pB, 'opt.test', withCert);
-  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB, sslTlv({ certPresented: true, cn: 'alice.harper.test' })), Buffer.from('ping')]));
+  c = await roundTrip(pB, 'opt.test');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(c.src, pB, tlsTlvs({ sni: 'opt.test', cipher: c.cipher })), Buffer.from('ping')]));
+  c = await roundTrip(pB, 'opt.test', withCert);
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(c.src, pB, tlsTlvs({ sni: 'opt.test', cipher: c.cipher, ...alice })), Buffer.from('ping')]));
   await assert.rejects(roundTrip(pB, 'opt.test', { cert: rogue.cert, key: rogue.key }), 'a certificate that does not verify is refused even when optional');
   // ... and it replaces listener A's required mtls for that route.
-  src = await roundTrip(pA, 'opt.test');
-  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pA, sslTlv({ certPresented: false })), Buffer.from('ping')]));
-  // No mtls at all (listener B, default route): the header carries no SSL TLV.
-  src = await roundTrip(pB, 'localhost');
-  assert.deepEqual(await lastCapture(), Buffer.concat([v2(src, pB), Buffer.from('ping')]));
+  c = await roundTrip(pA, 'opt.test');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(c.src, pA, tlsTlvs({ sni: 'opt.test', cipher: c.cipher })), Buffer.from('ping')]));
+  // No mtls at all (listener B, default route): the SSL TLV says so (no certificate, verify 1).
+  c = await roundTrip(pB, 'localhost');
+  assert.deepEqual(await lastCapture(), Buffer.concat([v2(c.src, pB, tlsTlvs({ sni: 'localhost', cipher: c.cipher })), Buffer.from('ping')]));
 });
 
 test('mtls config errors name every field', () => {

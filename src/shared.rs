@@ -49,6 +49,9 @@ pub struct Shared {
     pub xdp: XdpSlot,
     /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).
     pub socket: SocketOptions,
+    /// `udsSourceAddressHeader` (fixed for the proxy's life): what `updateConfig` and
+    /// `resolveConnection` routes get when they leave a field out.
+    pub route_defaults: crate::config::proxy::RouteDefaults,
     /// Per-route counters by name and group, kept across route-table swaps.
     pub route_metrics: crate::metrics::route::RouteRegistry,
     /// TLS resumption state (session caches, ticket keys) kept across route-table swaps.

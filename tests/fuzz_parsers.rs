@@ -134,7 +134,7 @@ proptest! {
         c in addr(), l in addr(), v2 in any::<bool>(),
         tail in prop::collection::vec(any::<u8>(), 0..16),
     ) {
-        let mut buf = if v2 { v2_header(c, l, &[(0xE1, b"t13d")]) } else { v1_header(c, l) };
+        let mut buf = if v2 { v2_header(c, l, &[(0xE1, b"t13d")]).expect("a short header fits") } else { v1_header(c, l) };
         let len = buf.len();
         buf.extend_from_slice(&tail);
         let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
@@ -174,6 +174,7 @@ fn proxy_mutated() -> impl Strategy<Value = Vec<u8>> {
         .prop_map(|(c, l, v2, at, byte, how)| {
             let mut h = if v2 {
                 v2_header(c, l, &[(0xE0, b"0123456789abcdef0123456789abcdef")])
+                    .expect("a short header fits")
             } else {
                 v1_header(c, l)
             };

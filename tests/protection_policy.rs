@@ -50,6 +50,7 @@ fn ok(v: Value) -> ProtectionPolicy {
 }
 
 const POSITIVE: &str = "must be a finite number > 0";
+const HANDSHAKE_TIMEOUT: &str = "must be a finite number >= 0 (0: the default, 10000)";
 
 #[test]
 fn defaults() {
@@ -218,17 +219,14 @@ fn bursts_are_integers_of_at_least_one() {
 fn durations() {
     for field in ["tlsHandshakeTimeoutMs"] {
         let at = format!("{PATH}.{field}");
-        for (v, shown) in [
-            (nan(), "NaN"),
-            (inf(), "Infinity"),
-            (json!(-5), "-5"),
-            (json!(0), "0"),
-        ] {
+        for (v, shown) in [(nan(), "NaN"), (inf(), "Infinity"), (json!(-5), "-5")] {
             assert_eq!(
                 one(json!({field: v})),
-                format!("{at}: {POSITIVE}, got {shown}")
+                format!("{at}: {HANDSHAKE_TIMEOUT}, got {shown}")
             );
         }
+        // 0 is Symphony's "the default".
+        assert_eq!(ok(json!({field: 0})).tls_handshake_timeout_ms(), 10_000);
         assert_eq!(
             one(json!({field: 9007199254740992.0_f64})),
             format!("{at}: must be at most 9007199254740991, got 9007199254740992.0")
@@ -612,7 +610,7 @@ fn every_issue_is_reported_at_once() {
             format!("{PATH}.maxConcurrentPerIp: must be an integer in [0, 1000000], got 2.5"),
             format!("{PATH}.blocklist[0]: prefix length 33 is out of range for IPv4 (0-32), got \"10.0.0.0/33\""),
             format!("{PATH}.blocklist[1]: must not contain spaces, got \" 1.2.3.4\""),
-            format!("{PATH}.tlsHandshakeTimeoutMs: {POSITIVE}, got Infinity"),
+            format!("{PATH}.tlsHandshakeTimeoutMs: {HANDSHAKE_TIMEOUT}, got Infinity"),
             format!("{PATH}.ipv6PrefixLength: must be an integer in [1, 128], got 0"),
             format!("{PATH}.mode: must be one of 'enforce', 'observe', got \"off\""),
         ]

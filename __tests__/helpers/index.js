@@ -39,6 +39,77 @@ function opensslChain(cn, keyType = 'rsa') {
   return out;
 }
 
+/**
+ * A client-certificate PKI made with openssl in `dir`: a CA and a client certificate for `cn`
+ * (subject `/O=Harper/CN=<cn>`) it signed, or with `intermediate` one signed by an intermediate
+ * CA the root signed. Returns `{ ca, cert, key, chain }` (PEM; `chain` is the client's leaf then
+ * its intermediate when there is one, what a client presents).
+ */
+function clientPki(dir, name, cn, { intermediate = false } = {}) {
+  const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+  run('req', '-x509', ...ec, '-keyout', `${name}-ca.key`, '-out', `${name}-ca.pem`,
+    '-days', '2', '-subj', `/CN=${name} client CA`, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  let signer = `${name}-ca`;
+  if (intermediate) {
+    run('req', ...ec, '-keyout', `${name}-int.key`, '-out', `${name}-int.csr`, '-subj', `/CN=${name} client intermediate`);
+    fs.writeFileSync(path.join(dir, `${name}-int.ext`), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
+    run('x509', '-req', '-in', `${name}-int.csr`, '-CA', `${name}-ca.pem`, '-CAkey', `${name}-ca.key`, '-CAcreateserial', '-out', `${name}-int.pem`, '-days', '2', '-extfile', `${name}-int.ext`);
+    signer = `${name}-int`;
+  }
+  run('req', ...ec, '-keyout', `${name}-client.key`, '-out', `${name}-client.csr`, '-subj', `/O=Harper/CN=${cn}`);
+  fs.writeFileSync(path.join(dir, 'client.ext'), 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
+  run('x509', '-req', '-in', `${name}-client.csr`, '-CA', `${signer}.pem`, '-CAkey', `${signer}.key`, '-CAcreateserial', '-out', `${name}-client.pem`, '-days', '2', '-extfile', 'client.ext');
+  const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8');
+  const cert = read(`${name}-client.pem`);
+  const chain = intermediate ? cert + read(`${name}-int.pem`) : cert;
+  return { ca: read(`${name}-ca.pem`), cert, key: read(`${name}-client.key`), chain };
+}
+
+/** `type(1) length(2, big-endian) value` items filling `buf` exactly (PROXY v2 TLVs, SSL sub-TLVs). */
+function parseTlvs(buf) {
+  const out = [];
+  let off = 0;
+  while (off < buf.length) {
+    assert.ok(off + 3 <= buf.length, `a TLV head cut short at byte ${off}`);
+    const len = buf.readUInt16BE(off + 1);
+    assert.ok(off + 3 + len <= buf.length, `TLV 0x${buf[off].toString(16)} says ${len} bytes, has ${buf.length - off - 3}`);
+    out.push({ type: buf[off], value: buf.subarray(off + 3, off + 3 + len) });
+    off += 3 + len;
+  }
+  return out;
+}
+
+/**
+ * A PROXY v2 header at the start of `buf`, parsed by hand after HAProxy's spec (§2.2), independent
+ * of the addon: `{ command, family, source, destination, tlvs, length, rest }`. `command` is the
+ * version/command byte (0x21 PROXY), `family` the family/protocol byte (0x11 TCP4, 0x21 TCP6),
+ * `source`/`destination` `{ ip, port }` (IPv6 as eight 4-digit hex groups), `tlvs` `[{ type, value }]` in order, `length` the header's
+ * bytes, `rest` what follows. Fails unless a whole header with whole TLVs is there.
+ */
+function parseProxyV2(buf) {
+  assert.ok(buf.length >= 16, `a PROXY v2 header needs 16 bytes, got ${buf.length}`);
+  assert.deepEqual(buf.subarray(0, 12), Buffer.from('0d0a0d0a000d0a515549540a', 'hex'), 'PROXY v2 signature');
+  const command = buf[12];
+  const family = buf[13];
+  const length = 16 + buf.readUInt16BE(14);
+  assert.ok(buf.length >= length, `header says ${length} bytes, have ${buf.length}`);
+  const addrLen = { 0x11: 12, 0x21: 36 }[family];
+  assert.ok(addrLen !== undefined, `family 0x${family.toString(16)}`);
+  const ipLen = addrLen === 12 ? 4 : 16;
+  const ip = (b) => (ipLen === 4 ? [...b].join('.') : b.toString('hex').match(/..../g).join(':'));
+  const at = 16 + 2 * ipLen;
+  return {
+    command,
+    family,
+    source: { ip: ip(buf.subarray(16, 16 + ipLen)), port: buf.readUInt16BE(at) },
+    destination: { ip: ip(buf.subarray(16 + ipLen, at)), port: buf.readUInt16BE(at + 2) },
+    tlvs: parseTlvs(buf.subarray(16 + addrLen, length)),
+    length,
+    rest: buf.subarray(length),
+  };
+}
+
 /** A TCP port free on 127.0.0.1 right now. */
 
 /** Several distinct free ports. */
@@ -85,9 +156,10 @@ async function echoServer({ tag, host = '127.0.0.1', path: udsPath } = {}) {
 
 /**
  * Upstream that records everything each connection sends: `server.captured` is a list of
- * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits.
+ * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits. On 127.0.0.1, or on the
+ * Unix socket `path`.
  */
-async function captureServer({ reply } = {}) {
+async function captureServer({ reply, path: udsPath } = {}) {
   const captured = [];
   const server = net.createServer((s) => {
     const entry = { data: Buffer.alloc(0), closed: false, socket: s };
@@ -100,6 +172,15 @@ async function captureServer({ reply } = {}) {
     s.on('close', () => (entry.closed = true));
   });
   server.captured = captured;
+  if (udsPath) {
+    server.sockets = new Set();
+    server.on('connection', (c) => {
+      server.sockets.add(c);
+      c.on('close', () => server.sockets.delete(c));
+    });
+    await new Promise((resolve) => server.listen(udsPath, resolve));
+    return server;
+  }
   return listen(server);
 }
 
@@ -276,6 +357,9 @@ module.exports = {
   underCi,
   selfSigned,
   opensslChain,
+  clientPki,
+  parseProxyV2,
+  parseTlvs,
   freePort,
   freePorts,
   listen,

@@ -6,7 +6,7 @@
 //! - rates (`connectionsPerSecond`, `connectionsPerMinute`): finite, > 0, fractional allowed
 //!   (0.5/s = one every 2 s), at most 1e9/s (6e10/min) so the emission interval is ≥ 1 ns;
 //! - durations (`durationMs`, `tlsHandshakeTimeoutMs`): finite ms > 0, fractional allowed, at most
-//!   2^53−1;
+//!   2^53−1; `tlsHandshakeTimeoutMs: 0` is Symphony's "the default" (10 s);
 //! - counts (`burst`, `maxConcurrentPerIp`, `maxTrackedIps`, `ipv6PrefixLength`,
 //!   `maxPendingPerIp`, `minBytesPerSecond`, `synPerSecond`, `synBurst`): integers in a stated
 //!   range; a burst defaults to its rate rounded up;
@@ -30,8 +30,8 @@ use crate::protection::entry::MAX_PENDING;
 use crate::protection::policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, FingerprintSet, Http2Policy, ListenerLimit,
     Mode, PrefixLimit, ProtectionPolicy, RateLimit, XdpSyn, CLIENT_V6_LENGTHS, DEFAULT_PENALTY_MS,
-    DEFAULT_PREFIX_V4, DEFAULT_PREFIX_V6, MAX_RATE_PER_SEC, PREFIX_V4_LENGTHS, PREFIX_V6_LENGTHS,
-    XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
+    DEFAULT_PREFIX_V4, DEFAULT_PREFIX_V6, DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS, MAX_RATE_PER_SEC,
+    PREFIX_V4_LENGTHS, PREFIX_V6_LENGTHS, XDP_MAX_BANS_MAX, XDP_MAX_BANS_MIN,
 };
 use ipnet::IpNet;
 use serde_json::{Map, Value};
@@ -156,8 +156,21 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         }));
     }
     if let Some(v) = field(obj, "tlsHandshakeTimeoutMs") {
-        if let Some(ns) = duration_ns(v, &f("tlsHandshakeTimeoutMs"), issues) {
-            p.tls_handshake_timeout_ns = ns;
+        // 0 keeps the default, as Symphony reads it.
+        match as_number(v) {
+            Some(0.0) => {}
+            Some(n) if n.is_finite() && n > 0.0 => {
+                if let Some(ns) = duration_ns(v, &f("tlsHandshakeTimeoutMs"), issues) {
+                    p.tls_handshake_timeout_ns = ns;
+                }
+            }
+            _ => issues.push(
+                f("tlsHandshakeTimeoutMs"),
+                format!(
+                    "must be a finite number >= 0 (0: the default, {DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS}), got {}",
+                    describe(v)
+                ),
+            ),
         }
     }
     if let Some(v) = field(obj, "requireSni") {

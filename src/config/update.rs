@@ -7,7 +7,7 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{parse_routes, ListenerConfig, ParsedRoutes, NEEDS_CLUSTER};
+use super::proxy::{parse_routes, ListenerConfig, ParsedRoutes, RouteDefaults, NEEDS_CLUSTER};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -82,11 +82,13 @@ fn listener_port(
     }
 }
 
-/// Validates an `updateConfig` argument against the running `listeners`; `isolate` is the
-/// proxy's `isolateRoutes` (a route that fails to build is set apart, unless all do).
+/// Validates an `updateConfig` argument against the running `listeners`, its routes with the
+/// proxy's `defaults`; `isolate` is the proxy's `isolateRoutes` (a route that fails to build is
+/// set apart, unless all do).
 pub fn parse_update(
     u: &Value,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     has_cluster: bool,
     isolate: bool,
 ) -> Result<ConfigUpdate, ConfigError> {
@@ -96,7 +98,7 @@ pub fn parse_update(
     };
     v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
     let routes = field(obj, "routes")
-        .and_then(|r| parse_routes(r, "routes", listeners, isolate, true, &mut issues));
+        .and_then(|r| parse_routes(r, "routes", listeners, defaults, isolate, true, &mut issues));
     let mut protection: Vec<PortProtection> = Vec::new();
     if let Some(arr) = field(obj, "protection").and_then(|p| v::array(p, "protection", &mut issues))
     {
@@ -261,7 +263,7 @@ mod tests {
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 },
                                             "rateLimit": { "connectionsPerSecond": -1 } } },
         ] });
-        let got: Vec<String> = parse_update(&u, &listeners(), false, true)
+        let got: Vec<String> = parse_update(&u, &listeners(), RouteDefaults::default(), false, true)
             .unwrap_err()
             .issues
             .iter()
@@ -278,7 +280,7 @@ mod tests {
         let u = json!({ "protection": [
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 } } },
         ] });
-        let e = parse_update(&u, &listeners(), false, true).unwrap_err();
+        let e = parse_update(&u, &listeners(), RouteDefaults::default(), false, true).unwrap_err();
         let got: Vec<(&str, &str)> = e
             .issues
             .iter()
@@ -288,7 +290,7 @@ mod tests {
             got,
             [("protection[0].protection.clusterRateLimit", NEEDS_CLUSTER)]
         );
-        let ok = parse_update(&u, &listeners(), true, true).unwrap();
+        let ok = parse_update(&u, &listeners(), RouteDefaults::default(), true, true).unwrap();
         assert!(ok.protection[0]
             .policy
             .as_ref()

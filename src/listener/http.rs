@@ -61,6 +61,10 @@ pub const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 /// (instead of a reset), at most.
 const LINGER: Duration = Duration::from_millis(500);
 
+/// The wait that stands for "no idle timeout" (`idleTimeoutMs: 0`) where a deadline is needed:
+/// about 30 years, never reached, and far from `Instant`'s overflow.
+const NO_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 365 * 86_400);
+
 /// What the listener needs of one request head.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
@@ -322,7 +326,7 @@ impl HttpConn<'_> {
     /// pipelined answers) is closed as `idle_timeout` instead of holding the connection.
     async fn send(&mut self, bytes: &[u8]) -> bool {
         let l = &self.shared.listener(self.li);
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let idle = l.config.idle_timeout().unwrap_or(NO_IDLE_TIMEOUT);
         match tokio::time::timeout(idle, self.sock.write_all(bytes)).await {
             Ok(Ok(())) => {
                 l.metrics
@@ -434,7 +438,17 @@ impl HttpConn<'_> {
             // The challenge head is Rampart's own (`upstream_head`): no client header to replace.
             SourceAddressHeader::None | SourceAddressHeader::XForwardedFor => Vec::new(),
             SourceAddressHeader::ProxyV1 => v1_header(self.origin.client, local),
-            SourceAddressHeader::ProxyV2 => v2_header(self.origin.client, local, &[]),
+            SourceAddressHeader::ProxyV2 => match v2_header(self.origin.client, local, &[]) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.route_error(
+                        &route,
+                        ErrorReason::UpstreamWriteFailed,
+                        Some(e.to_string()),
+                    );
+                    return;
+                }
+            },
         };
         first.extend_from_slice(&head);
         if let Err(e) = up.write_all(&first).await {
@@ -444,7 +458,7 @@ impl HttpConn<'_> {
         }
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listener(li);
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let idle = l.config.idle_timeout().unwrap_or(NO_IDLE_TIMEOUT);
         // The upstream's answer to the client until the upstream ends it. Nothing more of the
         // client's goes upstream: what it pipelines after the challenge is read and dropped, so
         // the challenge path carries exactly one bodiless GET (no smuggled second request).
@@ -511,7 +525,7 @@ impl HttpConn<'_> {
             None => (crate::clock::ms_to_ns(DEFAULT_HEAD_TIMEOUT_MS), false),
         };
         let head_timeout = Duration::from_nanos(head_ns);
-        let idle = Duration::from_millis(l.config.idle_timeout_ms);
+        let idle = l.config.idle_timeout().unwrap_or(NO_IDLE_TIMEOUT);
         let mut deadline = Instant::now() + head_timeout;
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let mut first = true;

@@ -123,6 +123,9 @@ impl ErrorReason {
 pub struct ListenerMetrics {
     /// Connections currently open (admitted, not yet closed).
     pub active: AtomicI64,
+    /// Connections half-closed now: the upstream ended its side, the client has not
+    /// (`halfCloseTimeoutMs` bounds them).
+    pub half_closed: AtomicI64,
     /// Connections admitted.
     pub accepted: AtomicU64,
     /// Connections refused, per [`BlockReason`] index.
@@ -176,6 +179,8 @@ pub struct ListenerSnapshot {
     pub port: u16,
     /// Open connections.
     pub active_connections: i64,
+    /// Connections half-closed now (the upstream ended its side, the client has not).
+    pub half_closed_connections: i64,
     /// Admitted connections.
     pub accepted: u64,
     /// Refused connections.
@@ -259,6 +264,7 @@ impl ListenerSnapshot {
             address,
             port,
             active_connections: m.active.load(Ordering::Relaxed).max(0),
+            half_closed_connections: m.half_closed.load(Ordering::Relaxed).max(0),
             accepted: m.accepted.load(Ordering::Relaxed),
             blocked: m.blocked_total(),
             blocked_by_reason,
@@ -298,6 +304,8 @@ type Section = (
 pub struct MetricsSnapshot {
     /// Sum of listeners' open connections.
     pub active_connections: i64,
+    /// Sum of listeners' half-closed connections.
+    pub half_closed_connections: i64,
     /// Sum of admitted connections.
     pub accepted_connections: u64,
     /// Sum of refused connections.
@@ -335,6 +343,7 @@ impl MetricsSnapshot {
     pub fn from_listeners(listeners: Vec<ListenerSnapshot>, events_dropped: u64) -> Self {
         MetricsSnapshot {
             active_connections: listeners.iter().map(|l| l.active_connections).sum(),
+            half_closed_connections: listeners.iter().map(|l| l.half_closed_connections).sum(),
             accepted_connections: listeners.iter().map(|l| l.accepted).sum(),
             blocked_connections: listeners.iter().map(|l| l.blocked).sum(),
             pending_suspended: listeners.iter().map(|l| l.pending_suspended).sum(),
@@ -429,7 +438,13 @@ impl MetricsSnapshot {
                 l.address, l.active_connections
             );
         }
-        let sections: [Section; 9] = [
+        let sections: [Section; 10] = [
+            (
+                "half_closed_connections",
+                "gauge",
+                "Connections half-closed now: the upstream ended its side, the client has not.",
+                |l| l.half_closed_connections as u64,
+            ),
             (
                 "accepted_connections_total",
                 "counter",

@@ -256,6 +256,7 @@ impl NativeProxy {
         let u = parse_update(
             &v,
             &self.inner.listener_configs(),
+            self.inner.route_defaults(),
             self.inner.cluster().is_some(),
             self.inner.isolate_routes(),
         )
@@ -362,7 +363,7 @@ impl NativeProxy {
         };
         let resolution = match parse_bounded(&route_json, "route") {
             Ok(Value::Null) => Resolution::Close,
-            Ok(v) => match parse_resolve_route(&v, Some(&listener)) {
+            Ok(v) => match parse_resolve_route(&v, Some(&listener), self.inner.route_defaults()) {
                 Ok(r) => Resolution::Route(Box::new(r)),
                 Err(e) => invalid(&e.issues),
             },

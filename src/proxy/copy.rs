@@ -8,9 +8,15 @@
 //! holds no copy buffer at all. Each side is
 //! wrapped in [`Metered`], which stamps the last-activity time (CLOCK_MONOTONIC ms) and adds the
 //! bytes to the listener counters; a watchdog closes the pair once no byte moved in either
-//! direction for `idle_timeout`. The buffer sizes are `clientReadBufferSize` /
-//! `upstreamReadBufferSize` ([`CopyOptions`]); once one direction ended, the other has
-//! `halfCloseTimeoutMs` to finish before the pair is closed ([`CopyEnd::HalfClosed`]).
+//! direction for `idle_timeout` (none: `idleTimeoutMs: 0`). The buffer sizes are
+//! `clientReadBufferSize` / `upstreamReadBufferSize` ([`CopyOptions`]).
+//!
+//! Half-close, as Symphony bounds it: once the upstream ended its side (its EOF passed on to the
+//! client as a shutdown) while the client's side is still open, the pair is half-closed (counted
+//! in `halfClosedConnections` while it lasts) and is closed ([`CopyEnd::HalfClosed`]) once the
+//! client sent nothing for `halfCloseTimeoutMs` (each byte from the client restarts the wait; 0:
+//! no bound). A client that ended its side first is not bounded: what survives then is the
+//! upstream's response, which may rightly be slow to start; the idle timeout still applies.
 //!
 //! An [`Inspector`] may look at every chunk on its way (the HTTP/2 guard, see
 //! `crate::listener::h2`): it can rewrite a chunk in place, forward only its head and stop that
@@ -24,7 +30,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -284,6 +290,10 @@ struct Pump {
     need_flush: bool,
     /// No more reads: EOF, or the inspector stopped this direction.
     read_done: bool,
+    /// The read side ended with an EOF (not an inspector's stop).
+    eof: bool,
+    /// Bytes read so far (what tells a half-closed pair its client is still sending).
+    moved: u64,
     /// The inspector's farewell bytes (asked for once reads ended) and how many are written.
     tail: Option<([u8; FAREWELL_MAX], u8)>,
     tail_pos: u8,
@@ -301,6 +311,8 @@ impl Pump {
             hold: None,
             need_flush: false,
             read_done: false,
+            eof: false,
+            moved: 0,
             tail: None,
             tail_pos: 0,
             done: false,
@@ -432,7 +444,9 @@ impl Pump {
                     let n = rb.filled().len();
                     if n == 0 {
                         self.read_done = true;
+                        self.eof = true;
                     } else {
+                        self.moved += n as u64;
                         self.pos = 0;
                         self.cap = match inspector.inspect(self.dir, &mut buf[..n]) {
                             Flow::All => n,
@@ -472,12 +486,38 @@ impl Drop for Pump {
     }
 }
 
+/// Holds a pair in its listener's `halfClosedConnections` while it is half-closed.
+struct HalfClosedGauge<'a>(&'a AtomicI64);
+
+impl<'a> HalfClosedGauge<'a> {
+    fn hold(g: &'a AtomicI64) -> Self {
+        g.fetch_add(1, Ordering::Relaxed);
+        HalfClosedGauge(g)
+    }
+}
+
+impl Drop for HalfClosedGauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A pair whose upstream ended while its client's side is open: the gauge, the client's bytes
+/// read when last seen, and the wait for `halfCloseTimeoutMs` of silence from the client.
+struct HalfClosed<'a> {
+    _gauge: HalfClosedGauge<'a>,
+    seen: u64,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
 /// Copies both ways until both directions ended (EOF, shutdown, stopped by `inspector`), one
-/// failed, or the inspector gave up on an ending pair.
+/// failed, the inspector gave up on an ending pair, or a half-closed pair's client stayed silent
+/// for `halfCloseTimeoutMs` (module docs).
 async fn copy_pair<C, U, I>(
     c: &mut C,
     u: &mut U,
     opts: &CopyOptions,
+    half_closed: &AtomicI64,
     inspector: &mut I,
 ) -> io::Result<CopyEnd>
 where
@@ -487,7 +527,7 @@ where
 {
     let mut up = Pump::new(Dir::ToUpstream, opts.client_buf);
     let mut down = Pump::new(Dir::ToClient, opts.upstream_buf);
-    let mut half_close: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut half: Option<HalfClosed<'_>> = None;
     std::future::poll_fn(|cx| {
         let mut a = up.poll_pump(cx, c, u, inspector);
         let b = down.poll_pump(cx, u, c, inspector);
@@ -502,13 +542,23 @@ where
         match (a, b) {
             (Poll::Ready(Err(e)), _) | (_, Poll::Ready(Err(e))) => Poll::Ready(Err(e)),
             (Poll::Ready(Ok(())), Poll::Ready(Ok(()))) => Poll::Ready(Ok(CopyEnd::Closed)),
-            (Poll::Ready(Ok(())), _) | (_, Poll::Ready(Ok(()))) => {
-                // One direction ended (its EOF passed on as a shutdown): the other has
-                // `halfCloseTimeoutMs` from now to finish.
+            (Poll::Pending, Poll::Ready(Ok(()))) if down.eof => {
+                // The upstream ended (its EOF passed on as a shutdown), the client has not.
+                let h = half.get_or_insert_with(|| HalfClosed {
+                    _gauge: HalfClosedGauge::hold(half_closed),
+                    seen: up.moved,
+                    timer: None,
+                });
                 let Some(limit) = opts.half_close_timeout else {
                     return Poll::Pending;
                 };
-                let timer = half_close.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                let timer = h
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if h.seen != up.moved {
+                    h.seen = up.moved;
+                    timer.as_mut().reset(tokio::time::Instant::now() + limit);
+                }
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Ok(CopyEnd::HalfClosed)),
                     Poll::Pending => Poll::Pending,
@@ -523,9 +573,11 @@ where
 /// How a pair copies: timeouts and buffer sizes (README: Config, "Socket behaviour").
 #[derive(Debug, Clone, Copy)]
 pub struct CopyOptions {
-    /// No byte in either direction for this long closes the pair (`idleTimeoutMs`).
-    pub idle_timeout: Duration,
-    /// After one direction ended, the other has this long (`halfCloseTimeoutMs`; `None` = off).
+    /// No byte in either direction for this long closes the pair (`idleTimeoutMs`; `None`:
+    /// `idleTimeoutMs: 0`, no idle bound).
+    pub idle_timeout: Option<Duration>,
+    /// A half-closed pair (the upstream ended, the client has not) whose client sent nothing for
+    /// this long is closed (`halfCloseTimeoutMs`; `None` = no bound).
     pub half_close_timeout: Option<Duration>,
     /// Bytes read from the client per read (`clientReadBufferSize`).
     pub client_buf: usize,
@@ -535,7 +587,7 @@ pub struct CopyOptions {
 
 impl CopyOptions {
     /// The default buffers and no half-close limit, with `idle_timeout`.
-    pub fn idle(idle_timeout: Duration) -> CopyOptions {
+    pub fn idle(idle_timeout: Option<Duration>) -> CopyOptions {
         CopyOptions {
             idle_timeout,
             half_close_timeout: None,
@@ -552,19 +604,28 @@ pub enum CopyEnd {
     Closed,
     /// No byte either way for the idle timeout.
     Idle,
-    /// One direction ended and the other did not within `halfCloseTimeoutMs`.
+    /// The upstream ended and the client then sent nothing for `halfCloseTimeoutMs`.
     HalfClosed,
 }
 
-/// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`.
-/// `client_bytes` count bytes read from the client (listener and route `bytesReceived`),
-/// `upstream_bytes` bytes read from the upstream and sent to the client (`bytesSent`).
+/// The counters a pair updates.
+#[derive(Clone, Copy)]
+pub struct PairCounters<'a> {
+    /// Bytes read from the client (listener and route `bytesReceived`).
+    pub client_bytes: [&'a AtomicU64; 2],
+    /// Bytes read from the upstream and sent to the client (listener and route `bytesSent`).
+    pub upstream_bytes: [&'a AtomicU64; 2],
+    /// The listener's `halfClosedConnections` gauge.
+    pub half_closed: &'a AtomicI64,
+}
+
+/// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`
+/// (`None`: never idle-closed), updating `counters`.
 pub async fn proxy_pair<C, U>(
     client: C,
     upstream: U,
-    idle_timeout: Duration,
-    client_bytes: [&AtomicU64; 2],
-    upstream_bytes: [&AtomicU64; 2],
+    idle_timeout: Option<Duration>,
+    counters: PairCounters<'_>,
 ) -> CopyEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -574,21 +635,19 @@ where
         client,
         upstream,
         &CopyOptions::idle(idle_timeout),
-        client_bytes,
-        upstream_bytes,
+        counters,
         &mut Pass,
     )
     .await
 }
 
 /// [`proxy_pair`] with every chunk shown to `inspector` on its way, with `opts`' buffers and
-/// half-close limit.
+/// half-close bound.
 pub async fn proxy_pair_inspected<C, U, I>(
     client: C,
     upstream: U,
     opts: &CopyOptions,
-    client_bytes: [&AtomicU64; 2],
-    upstream_bytes: [&AtomicU64; 2],
+    counters: PairCounters<'_>,
     inspector: &mut I,
 ) -> CopyEnd
 where
@@ -601,18 +660,21 @@ where
         client,
         Meter {
             last_active_ms: &last,
-            read_bytes: client_bytes,
+            read_bytes: counters.client_bytes,
         },
     );
     let mut u = Metered::new(
         upstream,
         Meter {
             last_active_ms: &last,
-            read_bytes: upstream_bytes,
+            read_bytes: counters.upstream_bytes,
         },
     );
-    let idle_ms = opts.idle_timeout.as_millis() as u64;
     let watchdog = async {
+        let Some(idle) = opts.idle_timeout else {
+            return std::future::pending().await;
+        };
+        let idle_ms = idle.as_millis() as u64;
         loop {
             let since = now_ms().saturating_sub(last.load(Ordering::Relaxed));
             if since >= idle_ms {
@@ -621,8 +683,9 @@ where
             tokio::time::sleep(Duration::from_millis(idle_ms - since)).await;
         }
     };
+    let pair = copy_pair(&mut c, &mut u, opts, counters.half_closed, inspector);
     tokio::select! {
-        r = copy_pair(&mut c, &mut u, opts, inspector) => r.unwrap_or(CopyEnd::Closed),
+        r = pair => r.unwrap_or(CopyEnd::Closed),
         _ = watchdog => CopyEnd::Idle,
     }
 }

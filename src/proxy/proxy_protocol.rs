@@ -5,19 +5,32 @@
 //!
 //! v1 is the text line `PROXY TCP4 <src> <dst> <sport> <dport>\r\n`; v2 is the binary header
 //! (12-byte signature, version/command 0x21, family/protocol 0x11 or 0x21, addresses) followed by
-//! TLVs. Rampart adds two private-range TLVs (0xE0..=0xEF are reserved for custom use by the
-//! spec): 0xE0 carries the client's JA3 (32 ASCII hex), 0xE1 its JA4 (ASCII).
+//! TLVs, in Symphony's order and layout ([`V2Tlvs`]): the forwarded fingerprints in private-range
+//! TLVs (0xE0..=0xEF are reserved for custom use by the spec: 0xE0 the client's JA3, 32 ASCII
+//! hex, 0xE1 its JA4), `PP2_TYPE_AUTHORITY` (the SNI), and on a connection terminated here
+//! `PP2_TYPE_ALPN`, `PP2_TYPE_SSL` ([`ssl_tlv_value`]) and the verified client chain (0xE2, one
+//! TLV per certificate, leaf first).
 
 use ppp::v2::{Builder, Command, Protocol, Version};
 use ppp::{HeaderResult, PartialResult};
 use std::net::{IpAddr, SocketAddr};
 
+/// PROXY v2 `PP2_TYPE_ALPN`: the application protocol the client negotiated (ALPN id bytes).
+pub const TLV_ALPN: u8 = 0x01;
+/// PROXY v2 `PP2_TYPE_AUTHORITY`: the host name the client asked for (its SNI, UTF-8).
+pub const TLV_AUTHORITY: u8 = 0x02;
 /// PROXY v2 `PP2_TYPE_SSL`: the client's TLS facts (client flags, verify result, sub-TLVs).
 pub const TLV_SSL: u8 = 0x20;
 /// `PP2_SUBTYPE_SSL_VERSION` inside `PP2_TYPE_SSL`: the TLS version (`TLSv1.3`).
 pub const SUBTLV_SSL_VERSION: u8 = 0x21;
 /// `PP2_SUBTYPE_SSL_CN` inside `PP2_TYPE_SSL`: the client certificate's subject CN (UTF-8).
 pub const SUBTLV_SSL_CN: u8 = 0x22;
+/// `PP2_SUBTYPE_SSL_CIPHER` inside `PP2_TYPE_SSL`: the negotiated cipher suite's IANA name
+/// (`TLS13_AES_128_GCM_SHA256`, as rustls names it).
+pub const SUBTLV_SSL_CIPHER: u8 = 0x23;
+/// Private-range TLV (0xE0..=0xEF) carrying one certificate of the client's verified chain, DER;
+/// one TLV per certificate, leaf first (the type Symphony uses).
+pub const TLV_CLIENT_CERT: u8 = 0xE2;
 /// `PP2_CLIENT_SSL`: the client connected over TLS.
 pub const PP2_CLIENT_SSL: u8 = 0x01;
 /// `PP2_CLIENT_CERT_CONN`: the client presented a certificate on this connection.
@@ -26,10 +39,22 @@ pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
 /// The value of a `PP2_TYPE_SSL` TLV (HAProxy PROXY protocol §2.2.5): `client` flags
 /// (`PP2_CLIENT_SSL`, plus `PP2_CLIENT_CERT_CONN` when a certificate was presented), `verify`
 /// (u32 big-endian: 0 when a client certificate was presented and verified, 1 when none was
-/// presented), then the `PP2_SUBTYPE_SSL_VERSION` and, with a certificate that has one, the
-/// `PP2_SUBTYPE_SSL_CN` sub-TLVs.
-pub fn ssl_tlv_value(cert_verified: bool, version: &str, cn: Option<&str>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(5 + 3 + version.len() + cn.map_or(0, |c| 3 + c.len()));
+/// presented), then the sub-TLVs `PP2_SUBTYPE_SSL_VERSION` and `PP2_SUBTYPE_SSL_CIPHER` (each
+/// when known), then, with a certificate that has one, `PP2_SUBTYPE_SSL_CN`. Without a CN the
+/// bytes are Symphony's.
+pub fn ssl_tlv_value(
+    cert_verified: bool,
+    version: Option<&str>,
+    cipher: Option<&str>,
+    cn: Option<&str>,
+) -> Vec<u8> {
+    let subs = [
+        (SUBTLV_SSL_VERSION, version),
+        (SUBTLV_SSL_CIPHER, cipher),
+        (SUBTLV_SSL_CN, cn),
+    ];
+    let len: usize = subs.iter().map(|(_, x)| x.map_or(0, |x| 3 + x.len())).sum();
+    let mut v = Vec::with_capacity(5 + len);
     let flags = PP2_CLIENT_SSL
         | if cert_verified {
             PP2_CLIENT_CERT_CONN
@@ -38,16 +63,110 @@ pub fn ssl_tlv_value(cert_verified: bool, version: &str, cn: Option<&str>) -> Ve
         };
     v.push(flags);
     v.extend_from_slice(&u32::from(!cert_verified).to_be_bytes());
-    let mut sub = |kind: u8, value: &[u8]| {
-        v.push(kind);
-        v.extend_from_slice(&(value.len().min(u16::MAX as usize) as u16).to_be_bytes());
-        v.extend_from_slice(&value[..value.len().min(u16::MAX as usize)]);
-    };
-    sub(SUBTLV_SSL_VERSION, version.as_bytes());
-    if let Some(cn) = cn {
-        sub(SUBTLV_SSL_CN, cn.as_bytes());
+    for (kind, value) in subs {
+        if let Some(value) = value {
+            let value = &value.as_bytes()[..value.len().min(u16::MAX as usize)];
+            v.push(kind);
+            v.extend_from_slice(&(value.len() as u16).to_be_bytes());
+            v.extend_from_slice(value);
+        }
     }
     v
+}
+
+/// The `PP2_TYPE_SSL` value of a connection terminated here ([`ssl_tlv_value`]): its TLS
+/// version, cipher suite and, with a (verified) client certificate, that certificate's subject CN.
+pub fn ssl_tlv_of(tls: &rustls::ServerConnection) -> Vec<u8> {
+    let version = match tls.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
+        Some(rustls::ProtocolVersion::TLSv1_3) => Some("TLSv1.3"),
+        _ => None,
+    };
+    let cipher = tls
+        .negotiated_cipher_suite()
+        .and_then(|c| c.suite().as_str());
+    let leaf = tls.peer_certificates().and_then(|c| c.first());
+    let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
+    ssl_tlv_value(leaf.is_some(), version, cipher, cn.as_deref())
+}
+
+/// The TLS facts of a connection terminated here that its PROXY v2 header carries.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsFacts<'a> {
+    /// The negotiated ALPN id (`PP2_TYPE_ALPN`), if any.
+    pub alpn: Option<&'a [u8]>,
+    /// The `PP2_TYPE_SSL` value ([`ssl_tlv_value`]).
+    pub ssl: &'a [u8],
+    /// The client's certificate chain as it presented it and the route verified it, DER, leaf
+    /// first (one [`TLV_CLIENT_CERT`] each); empty without a client certificate.
+    pub chain: &'a [rustls::pki_types::CertificateDer<'a>],
+}
+
+impl<'a> TlsFacts<'a> {
+    /// The facts of `tls` (its negotiated ALPN, its client's chain) with its `ssl` value
+    /// ([`ssl_tlv_of`]).
+    pub fn of(tls: &'a rustls::ServerConnection, ssl: &'a [u8]) -> Self {
+        TlsFacts {
+            alpn: tls.alpn_protocol(),
+            ssl,
+            chain: tls.peer_certificates().unwrap_or(&[]),
+        }
+    }
+}
+
+/// What a PROXY v2 header carries beyond the addresses, in the order it is written: the
+/// fingerprints (`forwardFingerprint`), the SNI, then on a terminated connection the ALPN, the
+/// SSL TLV and the client chain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct V2Tlvs<'a> {
+    /// JA3 ([`TLV_JA3`]) when forwarded.
+    pub ja3: Option<&'a str>,
+    /// JA4 ([`TLV_JA4`]) when forwarded.
+    pub ja4: Option<&'a str>,
+    /// The client's SNI ([`TLV_AUTHORITY`]).
+    pub authority: Option<&'a str>,
+    /// The TLS facts of a terminated connection.
+    pub tls: Option<TlsFacts<'a>>,
+}
+
+/// Largest address block of a v2 header (two IPv6 addresses and ports), bytes.
+const V2_MAX_ADDRESS_BYTES: usize = 36;
+
+impl V2Tlvs<'_> {
+    /// The `(type, value)` list, in order. A TLV whose value is empty is left out
+    /// ([`v2_header`]). The client chain is left out whole (the SSL TLV still says a verified
+    /// certificate was presented) when a certificate is over 65535 bytes or the header would
+    /// pass the 16-bit length: the other TLVs (each counted with its 3-byte head, an empty one
+    /// included), the chain's and the largest address block together must be at most 65535
+    /// bytes, as Symphony counts.
+    pub fn list(&self) -> Vec<(u8, &[u8])> {
+        let chain = self.tls.map_or(&[][..], |t| t.chain);
+        let mut out: Vec<(u8, &[u8])> = Vec::with_capacity(5 + chain.len());
+        if let Some(ja3) = self.ja3 {
+            out.push((TLV_JA3, ja3.as_bytes()));
+        }
+        if let Some(ja4) = self.ja4 {
+            out.push((TLV_JA4, ja4.as_bytes()));
+        }
+        if let Some(sni) = self.authority {
+            out.push((TLV_AUTHORITY, sni.as_bytes()));
+        }
+        let Some(tls) = self.tls else {
+            return out;
+        };
+        if let Some(alpn) = tls.alpn {
+            out.push((TLV_ALPN, alpn));
+        }
+        out.push((TLV_SSL, tls.ssl));
+        let head: usize = out.iter().map(|(_, v)| 3 + v.len()).sum();
+        let chain_bytes: usize = chain.iter().map(|c| 3 + c.len()).sum();
+        let fits = head + chain_bytes + V2_MAX_ADDRESS_BYTES <= u16::MAX as usize
+            && chain.iter().all(|c| c.len() <= u16::MAX as usize);
+        if fits {
+            out.extend(chain.iter().map(|c| (TLV_CLIENT_CERT, c.as_ref())));
+        }
+        out
+    }
 }
 
 /// Most bytes an inbound PROXY header may take (v1 is at most 107; a v2 header with its TLVs
@@ -212,17 +331,21 @@ pub fn v1_header(client: SocketAddr, local: SocketAddr) -> Vec<u8> {
     addrs.to_string().into_bytes()
 }
 
-/// PROXY v2 header (command PROXY, TCP over IPv4/IPv6) with the given extra TLVs `(type, value)`.
-pub fn v2_header(client: SocketAddr, local: SocketAddr, tlvs: &[(u8, &[u8])]) -> Vec<u8> {
+/// PROXY v2 header (command PROXY, TCP over IPv4/IPv6) with the given extra TLVs `(type,
+/// value)`, in order; a TLV with an empty value is left out (as Symphony does). Errors
+/// (`WriteZero`) when a value is over 65535 bytes or the header over its 16-bit length
+/// ([`V2Tlvs::list`] keeps within both).
+pub fn v2_header(
+    client: SocketAddr,
+    local: SocketAddr,
+    tlvs: &[(u8, &[u8])],
+) -> std::io::Result<Vec<u8>> {
     let (c, l) = unify(client, local);
     let mut b = Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, (c, l));
-    for (kind, value) in tlvs {
-        b = b
-            .write_tlv(*kind, value)
-            .expect("writing to an in-memory header cannot fail");
+    for (kind, value) in tlvs.iter().filter(|(_, v)| !v.is_empty()) {
+        b = b.write_tlv(*kind, value)?;
     }
     b.build()
-        .expect("a header with two addresses and short TLVs always fits")
 }
 
 #[cfg(test)]
@@ -271,7 +394,8 @@ mod tests {
             "192.0.2.9:4000".parse().unwrap(),
             "10.0.0.1:443".parse().unwrap(),
             &[(TLV_JA4, b"t13d")],
-        );
+        )
+        .unwrap();
         let len = h.len();
         h.extend(b"\x16\x03\x01");
         let want = Inbound::Proxy {
@@ -287,7 +411,8 @@ mod tests {
             "[2001:db8::5]:1".parse().unwrap(),
             "[::1]:2".parse().unwrap(),
             &[],
-        );
+        )
+        .unwrap();
         assert_eq!(
             parse_inbound(&v6),
             Inbound::Proxy {
@@ -313,7 +438,8 @@ mod tests {
             "192.0.2.9:4000".parse().unwrap(),
             "10.0.0.1:443".parse().unwrap(),
             &[],
-        );
+        )
+        .unwrap();
         tlv[15] += 4;
         tlv.extend([0x04, 0x00, 0x09, 0x00]);
         assert_eq!(parse_inbound(&tlv), Inbound::Invalid);
@@ -322,7 +448,8 @@ mod tests {
             "192.0.2.9:4000".parse().unwrap(),
             "10.0.0.1:443".parse().unwrap(),
             &[],
-        );
+        )
+        .unwrap();
         udp[13] = 0x12;
         assert_eq!(parse_inbound(&udp), Inbound::Local { len: 28 });
     }
@@ -351,7 +478,8 @@ mod tests {
             "127.0.0.2:4000".parse().unwrap(),
             "127.0.0.1:8443".parse().unwrap(),
             &[(TLV_JA4, b"t13d")],
-        );
+        )
+        .unwrap();
         let mut want = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
         want.extend([0x21, 0x11, 0, 12 + 3 + 4]);
         want.extend([127, 0, 0, 2, 127, 0, 0, 1, 0x0f, 0xa0, 0x20, 0xfb]);
@@ -362,25 +490,124 @@ mod tests {
 
     #[test]
     fn ssl_tlv_is_byte_exact() {
+        let cipher = "TLS13_AES_128_GCM_SHA256";
         assert_eq!(
-            ssl_tlv_value(true, "TLSv1.3", Some("alice")),
+            ssl_tlv_value(true, Some("TLSv1.3"), Some(cipher), Some("alice")),
             [
                 &[0x03, 0, 0, 0, 0, 0x21, 0, 7][..],
                 b"TLSv1.3",
+                &[0x23, 0, 24],
+                cipher.as_bytes(),
                 &[0x22, 0, 5],
                 b"alice"
             ]
             .concat()
         );
+        // No client certificate: Symphony's bytes (flags SSL, verify 1, version, cipher).
         assert_eq!(
-            ssl_tlv_value(false, "TLSv1.2", None),
-            [&[0x01, 0, 0, 0, 1, 0x21, 0, 7][..], b"TLSv1.2"].concat()
+            ssl_tlv_value(false, Some("TLSv1.2"), Some(cipher), None),
+            [
+                &[0x01, 0, 0, 0, 1, 0x21, 0, 7][..],
+                b"TLSv1.2",
+                &[0x23, 0, 24],
+                cipher.as_bytes()
+            ]
+            .concat()
         );
     }
 
     #[test]
+    fn v2_tlvs_in_symphonys_order_empty_ones_left_out() {
+        use rustls::pki_types::CertificateDer;
+        let chain = [
+            CertificateDer::from(vec![1u8, 2, 3]),
+            CertificateDer::from(vec![4u8]),
+        ];
+        let ssl = ssl_tlv_value(true, Some("TLSv1.3"), None, None);
+        let t = V2Tlvs {
+            ja3: Some(""),
+            ja4: Some("t13d"),
+            authority: Some("a.example"),
+            tls: Some(TlsFacts {
+                alpn: Some(b"h2"),
+                ssl: &ssl,
+                chain: &chain,
+            }),
+        };
+        let kinds: Vec<u8> = t.list().iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, [0xE0, 0xE1, 0x02, 0x01, 0x20, 0xE2, 0xE2]);
+        let h = v2_header(
+            "127.0.0.2:4000".parse().unwrap(),
+            "127.0.0.1:8443".parse().unwrap(),
+            &t.list(),
+        )
+        .unwrap();
+        let mut want = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        let tlvs = [
+            &[0xE1, 0, 4][..],
+            b"t13d",
+            &[0x02, 0, 9],
+            b"a.example",
+            &[0x01, 0, 2],
+            b"h2",
+            &[0x20, 0, ssl.len() as u8],
+            &ssl,
+            &[0xE2, 0, 3, 1, 2, 3],
+            &[0xE2, 0, 1, 4],
+        ]
+        .concat();
+        want.extend([0x21, 0x11, 0, 12 + tlvs.len() as u8]);
+        want.extend([127, 0, 0, 2, 127, 0, 0, 1, 0x0f, 0xa0, 0x20, 0xfb]);
+        want.extend(tlvs);
+        assert_eq!(h, want);
+        // Passthrough: no TLS facts, so only the fingerprints and the SNI.
+        let plain = V2Tlvs {
+            authority: Some("a.example"),
+            ..V2Tlvs::default()
+        };
+        assert_eq!(plain.list(), [(0x02, &b"a.example"[..])]);
+    }
+
+    #[test]
+    fn v2_chain_left_out_whole_past_the_length_limit() {
+        use rustls::pki_types::CertificateDer;
+        let ssl = ssl_tlv_value(true, Some("TLSv1.3"), None, None);
+        let facts = |chain| TlsFacts {
+            alpn: None,
+            ssl: &ssl,
+            chain,
+        };
+        // ssl TLV (3 + 14) + two certs (3 + n each) + 36: the limit is 65535.
+        let room = 65535 - 36 - (3 + ssl.len()) - 6;
+        let fit = [
+            CertificateDer::from(vec![7u8; room - 100]),
+            CertificateDer::from(vec![8u8; 100]),
+        ];
+        let t = V2Tlvs {
+            tls: Some(facts(&fit)),
+            ..V2Tlvs::default()
+        };
+        assert_eq!(t.list().len(), 3);
+        assert!(v2_header(
+            "[::1]:1".parse().unwrap(),
+            "[::1]:2".parse().unwrap(),
+            &t.list()
+        )
+        .is_ok());
+        let over = [
+            CertificateDer::from(vec![7u8; room - 100]),
+            CertificateDer::from(vec![8u8; 101]),
+        ];
+        let t = V2Tlvs {
+            tls: Some(facts(&over)),
+            ..V2Tlvs::default()
+        };
+        assert_eq!(t.list(), [(TLV_SSL, &ssl[..])]);
+    }
+
+    #[test]
     fn v2_ipv6() {
-        let h = v2_header("[::1]:1".parse().unwrap(), "[::1]:2".parse().unwrap(), &[]);
+        let h = v2_header("[::1]:1".parse().unwrap(), "[::1]:2".parse().unwrap(), &[]).unwrap();
         assert_eq!(&h[12..16], &[0x21, 0x21, 0, 36]);
         assert_eq!(h.len(), 16 + 36);
     }

@@ -176,6 +176,7 @@ impl Proxy {
             events: EventHub::new(sink, cfg.blocked_events_per_second),
             xdp,
             socket: cfg.socket,
+            route_defaults: cfg.route_defaults,
             route_metrics,
             tls_sessions,
             capacities,
@@ -434,6 +435,12 @@ impl Proxy {
     /// `isolateRoutes` (what `updateConfig`'s routes are parsed with).
     pub fn isolate_routes(&self) -> bool {
         self.shared.isolate_routes
+    }
+
+    /// The proxy's defaults for a route's left-out fields (`udsSourceAddressHeader`), for the
+    /// routes of `updateConfig` and `resolveConnection`.
+    pub fn route_defaults(&self) -> crate::config::proxy::RouteDefaults {
+        self.shared.route_defaults
     }
 
     /// The running listeners' configs (what `updateConfig`, `blockIp` and `unblockIp` are

@@ -42,7 +42,8 @@ pub struct ListenerConfig {
     pub default_cert: Option<Arc<CertifiedKey>>,
     /// Maximum simultaneous connections on this listener; 0 = unlimited.
     pub max_connections: u64,
-    /// Close a proxied connection after this many ms without a byte in either direction.
+    /// Close a proxied connection after this many ms without a byte in either direction; 0: no
+    /// idle timeout (`idleTimeoutMs: 0`, as in Symphony). Read it through [`Self::idle_timeout`].
     pub idle_timeout_ms: u64,
     /// Protection policy, if any.
     pub protection: Option<Arc<ProtectionPolicy>>,
@@ -135,6 +136,11 @@ impl ListenerConfig {
     /// `host:port` label used in events and metrics (`[::]:8443` for IPv6).
     pub fn label(&self) -> String {
         std::net::SocketAddr::new(self.host, self.port).to_string()
+    }
+
+    /// `idleTimeoutMs` as a duration; `None` for 0 (no idle timeout).
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        (self.idle_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.idle_timeout_ms))
     }
 }
 
@@ -234,7 +240,7 @@ pub(super) fn parse_listener(
         .and_then(|n| v::count(n, &join(path, "maxConnections"), 0, issues))
         .unwrap_or(0);
     let idle_timeout_ms = field(obj, "idleTimeoutMs")
-        .and_then(|n| v::duration_ms(n, &join(path, "idleTimeoutMs"), 1, issues))
+        .and_then(|n| v::duration_ms(n, &join(path, "idleTimeoutMs"), 0, issues))
         .unwrap_or(DEFAULT_IDLE_TIMEOUT_MS);
     let protection = field(obj, "protection")
         .and_then(|p| parse_protection(p, &join(path, "protection"), issues))

@@ -48,6 +48,9 @@ pub struct ProxyConfig {
     pub cluster: Option<super::cluster::ClusterConfig>,
     /// `overload`: signals of the embedding process that count as upstream overload.
     pub overload: OverloadConfig,
+    /// What a route that leaves a field out gets (`udsSourceAddressHeader`), for the routes of
+    /// `updateConfig` and `resolveConnection` too.
+    pub route_defaults: RouteDefaults,
 }
 
 /// The message of a `clusterRateLimit` given to a proxy without `cluster` (constructor and
@@ -83,10 +86,12 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         "cluster",
         "overload",
         "isolateRoutes",
+        "udsSourceAddressHeader",
     ];
     known.extend(SOCKET_FIELDS);
     v::reject_unknown(obj, &known, "", &mut issues);
     let socket = parse_socket_options(obj, &mut issues);
+    let route_defaults = parse_route_defaults(obj, &mut issues);
     let mut listeners = Vec::new();
     match field(obj, "listeners") {
         Some(l) => {
@@ -118,7 +123,10 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         .and_then(|b| v::boolean(b, "isolateRoutes", &mut issues))
         .unwrap_or(true);
     let routes = match field(obj, "routes") {
-        Some(r) => parse_routes(r, "routes", &listeners, isolate_routes, false, &mut issues),
+        Some(r) => {
+            let d = route_defaults;
+            parse_routes(r, "routes", &listeners, d, isolate_routes, false, &mut issues)
+        }
         None => {
             issues.push("routes", "is required");
             None
@@ -160,6 +168,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         blocked_events_per_second,
         socket,
         cluster,
+        route_defaults,
     })
 }
 
@@ -391,7 +400,12 @@ mod tests {
 
         let l = &c.listeners[0];
         let up = json!({ "kind": "tcp", "host": "127.0.0.1", "port": 8080 });
-        let r = parse_resolve_route(&json!({ "upstream": up, "terminateTls": false }), Some(l));
+        let d = RouteDefaults::default();
+        let r = parse_resolve_route(
+            &json!({ "upstream": up, "terminateTls": false }),
+            Some(l),
+            d,
+        );
         let r = r.unwrap();
         assert_eq!(r.upstreams.len(), 1);
         assert_eq!(
@@ -399,7 +413,7 @@ mod tests {
             (SniPattern::Default, None)
         );
         let paths = |v: Value, l: Option<&ListenerConfig>| -> Vec<String> {
-            match parse_resolve_route(&v, l) {
+            match parse_resolve_route(&v, l, d) {
                 Ok(_) => vec![],
                 Err(e) => e.issues.into_iter().map(|i| i.path).collect(),
             }

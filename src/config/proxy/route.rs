@@ -36,6 +36,48 @@ pub enum SourceAddressHeader {
     XForwardedFor,
 }
 
+/// What a route that leaves a field out gets, set once for the proxy (README: Config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDefaults {
+    /// `udsSourceAddressHeader`: the `sourceAddressHeader` of a route with a unix-socket upstream
+    /// that sets none (`None` unless set; Symphony's default is `'proxyProtocol'`, v1). A route
+    /// with only TCP upstreams that sets none sends nothing.
+    pub uds_source_address_header: SourceAddressHeader,
+}
+
+impl Default for RouteDefaults {
+    fn default() -> Self {
+        RouteDefaults {
+            uds_source_address_header: SourceAddressHeader::None,
+        }
+    }
+}
+
+/// `udsSourceAddressHeader` (top level of the config): `'none'` (default), `'proxyProtocol'` or
+/// `'proxyProtocolV2'`.
+pub fn parse_route_defaults(
+    obj: &serde_json::Map<String, Value>,
+    issues: &mut Issues,
+) -> RouteDefaults {
+    let uds = field(obj, "udsSourceAddressHeader")
+        .and_then(|s| {
+            v::one_of(
+                s,
+                "udsSourceAddressHeader",
+                &["none", "proxyProtocol", "proxyProtocolV2"],
+                issues,
+            )
+        })
+        .map_or(SourceAddressHeader::None, |s| match s {
+            "proxyProtocol" => SourceAddressHeader::ProxyV1,
+            "proxyProtocolV2" => SourceAddressHeader::ProxyV2,
+            _ => SourceAddressHeader::None,
+        });
+    RouteDefaults {
+        uds_source_address_header: uds,
+    }
+}
+
 /// Which TLS fingerprints the upstream gets (`forwardFingerprint`): in PROXY v2 TLVs with
 /// `sourceAddressHeader: 'proxyProtocolV2'`, else as `X-JA3` / `X-JA4` request headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -306,6 +348,7 @@ pub(super) fn parse_route(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     kind: RouteKind,
     issues: &mut Issues,
     build: &mut Issues,
@@ -479,7 +522,16 @@ pub(super) fn parse_route(
             "xForwardedFor" => SourceAddressHeader::XForwardedFor,
             _ => SourceAddressHeader::None,
         })
-        .unwrap_or(SourceAddressHeader::None);
+        .unwrap_or_else(|| {
+            let uds = upstreams
+                .as_ref()
+                .is_some_and(|(u, _, _)| u.iter().any(|u| matches!(u, Upstream::Uds { .. })));
+            if uds {
+                defaults.uds_source_address_header
+            } else {
+                SourceAddressHeader::None
+            }
+        });
     let ff = field(obj, "forwardFingerprint")
         .and_then(|f| parse_forward_fingerprint(f, &join(path, "forwardFingerprint"), issues))
         .unwrap_or(ForwardFingerprint::NONE);

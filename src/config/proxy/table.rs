@@ -10,7 +10,7 @@
 //! `routes` list in which every route fails still fails as a whole.
 
 use super::listener::ListenerConfig;
-use super::route::{parse_route, RouteConfig, RouteKind};
+use super::route::{parse_route, RouteConfig, RouteDefaults, RouteKind};
 use crate::config::error::{ConfigError, ConfigIssue, Issues};
 use crate::config::value::{self as v, join};
 use serde_json::Value;
@@ -118,11 +118,13 @@ impl ParsedRoutes {
 /// result is `None`. Issues are listed route by route, in document order. `may_carry`
 /// (`updateConfig`): a route whose certificate alone failed does not count as failed yet, since
 /// it may keep its last good certificate ([`ParsedRoutes::carry_last_good`], after which the
-/// caller checks [`ParsedRoutes::all_failed`]).
+/// caller checks [`ParsedRoutes::all_failed`]). `defaults` are the proxy's for the fields a
+/// route leaves out.
 pub fn parse_routes(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
+    defaults: RouteDefaults,
     isolate: bool,
     may_carry: bool,
     issues: &mut Issues,
@@ -134,7 +136,8 @@ pub fn parse_routes(
     for (i, r) in arr.iter().enumerate() {
         let p = v::index(path, i);
         let (mut shape, mut build) = (Issues::default(), Issues::default());
-        let route = parse_route(r, &p, listeners, RouteKind::Table, &mut shape, &mut build);
+        let kind = RouteKind::Table;
+        let route = parse_route(r, &p, listeners, defaults, kind, &mut shape, &mut build);
         let without_cert = match route {
             // Only its certificate failed (`build` holds why).
             Some(route) if !build.is_empty() => Some(Box::new(route)),
@@ -183,11 +186,12 @@ pub fn parse_routes(
 /// without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional and
 /// not used (the connection's SNI is the client's). `listener` is the suspended connection's
 /// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
-/// then only the shape is checked). Errors name fields under `route`; a resolved route is one
-/// connection's, so a problem of either kind is an error.
+/// then only the shape is checked); `defaults` the proxy's. Errors name fields under `route`; a
+/// resolved route is one connection's, so a problem of either kind is an error.
 pub fn parse_resolve_route(
     val: &Value,
     listener: Option<&ListenerConfig>,
+    defaults: RouteDefaults,
 ) -> Result<RouteConfig, ConfigError> {
     let (mut issues, mut build) = (Issues::default(), Issues::default());
     let listeners: Vec<ListenerConfig> = listener.into_iter().cloned().collect();
@@ -195,6 +199,7 @@ pub fn parse_resolve_route(
         val,
         "route",
         &listeners,
+        defaults,
         RouteKind::Resolve,
         &mut issues,
         &mut build,

@@ -43,14 +43,12 @@ use crate::metrics::ErrorReason;
 use crate::protection::policy::Http2Policy;
 use crate::protection::{BlockReason, HelloFacts, Mode, PendingGuard, Verdict};
 use crate::proxy::copy::{
-    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, Pass,
+    proxy_pair_inspected, CopyEnd, CopyOptions, Dir, Flow, Inspector, KnownGood, PairCounters, Pass,
 };
 use crate::proxy::forward_headers::{self, AnswerReason, Ended, HeaderWriter, Rewriter};
 use crate::proxy::head::{self, Head, MAX_HEAD_BYTES};
 use crate::proxy::keepalive;
-use crate::proxy::proxy_protocol::{
-    ssl_tlv_value, v1_header, v2_header, TLV_JA3, TLV_JA4, TLV_SSL,
-};
+use crate::proxy::proxy_protocol::{ssl_tlv_of, v1_header, v2_header, TlsFacts, V2Tlvs};
 use crate::proxy::routes::CompiledRoute as Route;
 use crate::proxy::suspend::{Outcome, Resolution};
 use crate::proxy::upstream::{self, UpstreamStream};
@@ -547,27 +545,17 @@ impl Conn<'_> {
         }
     }
 
-    /// The `PP2_TYPE_SSL` TLV value of a terminated connection on a route where mTLS applies
-    /// and the upstream gets a PROXY v2 header: the verify result, TLS version and the client
-    /// certificate's subject CN (README: mTLS). `None` otherwise.
-    fn client_cert_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
-        let rc = &route.config;
-        if rc.source_address_header != SourceAddressHeader::ProxyV2
-            || !route.mtls.get(self.li.0).copied().unwrap_or(false)
-        {
+    /// The `PP2_TYPE_SSL` TLV value of a terminated connection whose upstream gets a PROXY v2
+    /// header: the verify result, TLS version, cipher suite and, with a client certificate, its
+    /// subject CN (README: mTLS). `None` otherwise (passthrough, or another header).
+    fn ssl_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
+        if route.config.source_address_header != SourceAddressHeader::ProxyV2 {
             return None;
         }
         let Client::Tls(s) = client else {
             return None;
         };
-        let tls = s.get_ref().1;
-        let version = match tls.protocol_version() {
-            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-            _ => "TLSv1.3",
-        };
-        let leaf = tls.peer_certificates().and_then(|c| c.first());
-        let cn = leaf.and_then(|c| crate::tls::certs::subject_cn(c));
-        Some(ssl_tlv_value(leaf.is_some(), version, cn.as_deref()))
+        Some(ssl_tlv_of(s.get_ref().1))
     }
 
     /// The protocol the client speaks, which picks the upstreams it may go to
@@ -585,13 +573,16 @@ impl Conn<'_> {
     }
 
     /// Phase 4: the upstream connection, among the route's upstreams that serve `proto`
-    /// (`no_upstream_for_alpn` when none does), and the route's source-address header (with
-    /// `ssl`, the client's TLS facts, as a `PP2_TYPE_SSL` TLV of a v2 header).
+    /// (`no_upstream_for_alpn` when none does), and the route's source-address header. A v2
+    /// header carries the forwarded fingerprints, the client's SNI and, on a terminated
+    /// connection (`ssl`: its [`Self::ssl_tlv`]), the ALPN, the SSL TLV and the client's
+    /// certificate chain ([`V2Tlvs`]).
     async fn connect(
         &mut self,
         route: &Arc<Route>,
         proto: AppProtocol,
         local: SocketAddr,
+        client: &Client,
         ssl: Option<Vec<u8>>,
     ) -> Result<UpstreamStream, Refusal> {
         let rc = &route.config;
@@ -623,18 +614,26 @@ impl Conn<'_> {
             SourceAddressHeader::ProxyV1 => Some(v1_header(self.peer, local)),
             SourceAddressHeader::ProxyV2 => {
                 let (fp, peer) = (rc.forward_fingerprint, self.peer);
-                let (ja3, ja4) = self.fingerprints();
-                let mut tlv: Vec<(u8, &[u8])> = Vec::with_capacity(3);
-                if fp.ja3 {
-                    tlv.push((TLV_JA3, ja3.as_bytes()));
+                if fp.ja3 || fp.ja4 {
+                    self.fingerprints();
                 }
-                if fp.ja4 {
-                    tlv.push((TLV_JA4, ja4.as_bytes()));
-                }
-                if let Some(ssl) = ssl.as_deref() {
-                    tlv.push((TLV_SSL, ssl));
-                }
-                Some(v2_header(peer, local, &tlv))
+                let prints = self.fingerprints.as_ref();
+                let ja3 = prints.filter(|_| fp.ja3).map(|p| p.0.as_str());
+                let ja4 = prints.filter(|_| fp.ja4).map(|p| p.1.as_str());
+                let sni = self.hello.as_ref().and_then(|h| h.sni.as_deref());
+                let tls = match (client, ssl.as_deref()) {
+                    (Client::Tls(s), Some(ssl)) => Some(TlsFacts::of(s.get_ref().1, ssl)),
+                    _ => None,
+                };
+                let tlvs = V2Tlvs {
+                    ja3,
+                    ja4,
+                    authority: sni,
+                    tls,
+                };
+                Some(v2_header(peer, local, &tlvs.list()).map_err(|e| {
+                    Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
+                })?)
             }
         };
         if let Some(h) = header {
@@ -683,9 +682,9 @@ impl Conn<'_> {
         Box::pin(self.h2_preface(&route, &mut client)).await?;
         let head = Box::pin(self.head(&route, &mut client)).await?;
         let _permit = self.connection_permit(&route, &client)?;
-        let ssl = self.client_cert_tlv(&route, &client);
+        let ssl = self.ssl_tlv(&route, &client);
         let proto = self.protocol(&route, &client);
-        let up = Box::pin(self.connect(&route, proto, local, ssl)).await?;
+        let up = Box::pin(self.connect(&route, proto, local, &client, ssl)).await?;
         Box::pin(self.pump(&route, client, up, head)).await
     }
 }
@@ -719,7 +718,8 @@ async fn client_gone(sock: &TcpStream) {
 }
 
 /// How a copy loop that ran to its end is counted: an idle or half-close timeout is an error
-/// of the listener (`idle_timeout`, `half_close_timeout`), a close is not.
+/// of the listener (`idle_timeout`, `half_close_timeout`: the upstream ended and the client then
+/// stayed silent for `halfCloseTimeoutMs`), a close is not.
 fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
     match end {
         CopyEnd::Idle => Err(Refusal::Failed(ErrorReason::IdleTimeout, None)),

@@ -108,7 +108,6 @@ impl Conn<'_> {
     where
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        let l = &self.shared.listener(self.li);
         if !head.is_empty() {
             // The flush also waits while the request waits for room at the upstream (its head
             // is held by the request follower until then).
@@ -121,9 +120,7 @@ impl Conn<'_> {
             })?;
         }
         let opts = self.copy_options();
-        let rm = &route.metrics;
-        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
-        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        let counters = self.pair_counters(route);
         let hook = self.known_good_hook(&client).map(|mark| {
             move || {
                 if !refused.is_some_and(|r| r.load(Ordering::Relaxed)) {
@@ -135,14 +132,14 @@ impl Conn<'_> {
         if http1 {
             let mut checked = ProtocolCheck::new(inspector, Expect::Http1);
             let end = match client {
-                Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut checked).await,
-                Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut checked).await,
+                Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, counters, &mut checked).await,
+                Client::Raw(s) => proxy_pair_inspected(s, up, &opts, counters, &mut checked).await,
             };
             return self.checked_end(route, checked.mismatch(), end);
         }
         let end = match client {
-            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, rx, tx, &mut inspector).await,
-            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, rx, tx, &mut inspector).await,
+            Client::Tls(s) => proxy_pair_inspected(*s, up, &opts, counters, &mut inspector).await,
+            Client::Raw(s) => proxy_pair_inspected(s, up, &opts, counters, &mut inspector).await,
         };
         copy_end(end)
     }
@@ -175,12 +172,22 @@ impl Conn<'_> {
     fn copy_options(&self) -> CopyOptions {
         let s = &self.shared.socket;
         CopyOptions {
-            idle_timeout: Duration::from_millis(
-                self.shared.listener(self.li).config.idle_timeout_ms,
-            ),
+            idle_timeout: self.shared.listener(self.li).config.idle_timeout(),
             half_close_timeout: s.half_close_timeout,
             client_buf: s.client_read_buffer,
             upstream_buf: s.upstream_read_buffer,
+        }
+    }
+
+    /// The counters the copy loop updates: the listener's and `route`'s bytes, the listener's
+    /// `halfClosedConnections`.
+    fn pair_counters<'r>(&'r self, route: &'r Route) -> PairCounters<'r> {
+        let l = &self.shared.listener(self.li).metrics;
+        let rm = &route.metrics;
+        PairCounters {
+            client_bytes: [&l.bytes_received, &rm.bytes_received],
+            upstream_bytes: [&l.bytes_sent, &rm.bytes_sent],
+            half_closed: &l.half_closed,
         }
     }
 
@@ -220,13 +227,11 @@ impl Conn<'_> {
         let (shared, li, ip) = (self.shared, self.li, self.ip);
         let l = &shared.listener(li);
         let opts = self.copy_options();
-        let rm = &route.metrics;
-        let rx = [&l.metrics.bytes_received, &rm.bytes_received];
-        let tx = [&l.metrics.bytes_sent, &rm.bytes_sent];
+        let counters = self.pair_counters(route);
         let mut walk = FirstSettingsAck::new();
         let decided = walk.filter(&mut head);
         let held = head.split_off(decided);
-        for c in rx {
+        for c in counters.client_bytes {
             // The head phase counted them; the filter delivers them again.
             c.fetch_sub(held.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
@@ -240,7 +245,7 @@ impl Conn<'_> {
             }
             let inspector = KnownGood::new(Pass, !head.is_empty(), hook);
             let mut inspector = ProtocolCheck::new(inspector, Expect::H2);
-            let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut inspector).await;
+            let end = proxy_pair_inspected(client, up, &opts, counters, &mut inspector).await;
             return self.checked_end(route, inspector.mismatch(), end);
         };
         let hello = self.hello.as_deref();
@@ -281,7 +286,7 @@ impl Conn<'_> {
                 Flow::Stop(n) => n,
                 Flow::Hold(n) => {
                     let rest = head.split_off(n.min(head.len()));
-                    for c in rx {
+                    for c in counters.client_bytes {
                         c.fetch_sub(rest.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     }
                     client.replay(rest);
@@ -292,7 +297,7 @@ impl Conn<'_> {
                 Refusal::Failed(ErrorReason::UpstreamWriteFailed, Some(e.to_string()))
             })?;
         }
-        let end = proxy_pair_inspected(client, up, &opts, rx, tx, &mut *inspector).await;
+        let end = proxy_pair_inspected(client, up, &opts, counters, &mut *inspector).await;
         if inspector.mismatch().is_some() {
             return self.checked_end(route, inspector.mismatch(), end);
         }
