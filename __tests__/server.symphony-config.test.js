@@ -221,7 +221,7 @@ test('rampart check with a symphony-server file: ok, or every problem with its p
       `${d.config}: 3 problems\n` +
         `proxies[0].routes: route '*.localhost': ENOENT: no such file or directory, open '${path.join(d.dir, 'missing.pem')}'\n` +
         'proxies[0].routes[0].metricsGroup: metricsGroup exceeds 128 UTF-8 bytes\n' +
-        'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [1, 2^53-1], got -1\n',
+        'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [0, 2^53-1], got -1\n',
     );
   } finally {
     await h.closeServer(echo);

@@ -96,8 +96,7 @@ function listenerMetrics(l, mode) {
     errors: l.errors,
     bytesReceived: l.bytesReceived,
     bytesSent: l.bytesSent,
-    // TODO(tlv): the engine's per-listener half-closed gauge; until it lands this reads 0.
-    halfClosedConnections: l.halfClosedConnections ?? 0,
+    halfClosedConnections: l.halfClosedConnections,
     blockedByReason: breakdown(l.blockedByReason, SYMPHONY_BLOCK_REASONS, same, all),
     errorsByReason: breakdown(l.errorsByReason, SYMPHONY_ERROR_REASONS, errorName, all),
   };
@@ -142,9 +141,7 @@ function symphonyMetrics(m, ctx) {
     // closed: unresolved, as in Symphony.
     suspendedResolved: ctx.resolved - invalid,
     suspendedUnresolved: unresolved,
-    // TODO(tlv): the engine's `halfClosedConnections` gauge (top level and per listener); until it
-    // lands no connection is reported half-closed.
-    halfClosedConnections: m.halfClosedConnections ?? 0,
+    halfClosedConnections: m.halfClosedConnections,
     routes: m.routes,
     // Route isolation: routes left out because they failed to build, and routes serving their
     // last good certificate (which routes and why: rampartMetrics().routeFailures, and each

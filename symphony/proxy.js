@@ -113,24 +113,6 @@ function protocolErrors(route, at) {
 }
 
 /**
- * A route (or resolve route) with Symphony's defaults applied: UDS upstreams get a PROXY v1
- * header unless `sourceAddressHeader` is given.
- * TODO(tlv): once the engine has the top-level `udsSourceAddressHeader` (the header of a route with
- * a unix-socket upstream that sets none), set `udsSourceAddressHeader: 'proxyProtocol'` in the
- * translated config (unless the caller set it) instead, so the engine applies Symphony's default,
- * also to a mixed TCP + UDS set, updateConfig and resolveConnection routes.
- */
-function withDefaults(route) {
-  if (!route || typeof route !== 'object' || Array.isArray(route)) return route;
-  let out = route;
-  const ups = Array.isArray(route.upstreams) ? route.upstreams : route.upstream ? [route.upstream] : [];
-  if (route.sourceAddressHeader === undefined && ups.length > 0 && ups.every((u) => u && u.kind === 'uds')) {
-    out = { ...out, sourceAddressHeader: 'proxyProtocol' };
-  }
-  return out;
-}
-
-/**
  * Engine messages reworded as Symphony words them (same path, same facts): `[path, message,
  * replacement]`, `path` null for any path.
  */
@@ -230,9 +212,6 @@ function standInPorts(listeners) {
   return { listeners: out, zero };
 }
 
-function translateRoutes(routes) {
-  return Array.isArray(routes) ? routes.map(withDefaults) : routes;
-}
 
 /** Per route name (lower case), whether the route set `metricsGroup`. */
 function groupsOf(routes) {
@@ -254,7 +233,12 @@ class SymphonyProxy extends RampartProxy {
     if (isObject) {
       const ports = standInPorts(config.listeners);
       zero = ports.zero;
-      translated = { ...config, listeners: ports.listeners, routes: translateRoutes(config.routes) };
+      translated = {
+        udsSourceAddressHeader: 'proxyProtocol',
+        ...config,
+        listeners: ports.listeners,
+        routes: config.routes,
+      };
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
         if (!Object.hasOwn(config, field)) continue;
         const problem = check(config[field]);
@@ -385,7 +369,7 @@ class SymphonyProxy extends RampartProxy {
     const u = update && typeof update === 'object' ? update : {};
     const errors = routeRuleErrors(u.routes, 'routes');
     if (errors.length) throw new ConfigError(errors);
-    let translated = u.routes === undefined ? u : { ...u, routes: translateRoutes(u.routes) };
+    let translated = u;
     if (Array.isArray(u.protection)) {
       translated = { ...translated, protection: u.protection.map((p) => (p && typeof p === 'object' ? { ...p, port: this._portOf(p.port) } : p)) };
     }
@@ -436,7 +420,7 @@ class SymphonyProxy extends RampartProxy {
     }
     // A route the engine refuses closes the connection and comes back as 'error'
     // resolve_route_invalid (_dispatch); metrics() then counts it unresolved, not resolved.
-    const took = super.resolveConnection(id, withDefaults(route));
+    const took = super.resolveConnection(id, route);
     if (took) this._resolved += 1;
     return took;
   }

@@ -263,12 +263,13 @@ mod tests {
             { "port": 9443, "protection": { "clusterRateLimit": { "connectionsPerSecond": 5 },
                                             "rateLimit": { "connectionsPerSecond": -1 } } },
         ] });
-        let got: Vec<String> = parse_update(&u, &listeners(), RouteDefaults::default(), false, true)
-            .unwrap_err()
-            .issues
-            .iter()
-            .map(|i| i.path.clone())
-            .collect();
+        let got: Vec<String> =
+            parse_update(&u, &listeners(), RouteDefaults::default(), false, true)
+                .unwrap_err()
+                .issues
+                .iter()
+                .map(|i| i.path.clone())
+                .collect();
         assert_eq!(
             got,
             [

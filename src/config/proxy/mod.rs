@@ -125,7 +125,15 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
     let routes = match field(obj, "routes") {
         Some(r) => {
             let d = route_defaults;
-            parse_routes(r, "routes", &listeners, d, isolate_routes, false, &mut issues)
+            parse_routes(
+                r,
+                "routes",
+                &listeners,
+                d,
+                isolate_routes,
+                false,
+                &mut issues,
+            )
         }
         None => {
             issues.push("routes", "is required");
