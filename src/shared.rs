@@ -42,6 +42,8 @@ pub struct Shared {
     pub dynamic: Arc<DynamicBlocks>,
     /// Events.
     pub events: EventHub,
+    /// Ban changes waiting for the background tick (`'ban'` events).
+    pub bans: Arc<crate::events::ban::BanQueue>,
     /// The XDP filter (when attached), its ban queue and its failure count.
     pub xdp: XdpSlot,
     /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).

@@ -22,6 +22,7 @@
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
 
+pub mod ban;
 pub mod blocked;
 pub mod cidr;
 pub mod defense;
@@ -39,6 +40,7 @@ pub mod reason;
 pub mod rescale;
 pub mod table;
 
+pub use ban::{BanNote, BanOrigin, BanSink};
 pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};
 pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;

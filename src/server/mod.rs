@@ -8,6 +8,7 @@
 //! windows, kernel ban and known-good sync) — is in [`background`].
 
 mod background;
+mod bans;
 
 use crate::capacity::CapacityRegistry;
 use crate::clock;
@@ -20,7 +21,7 @@ use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Explanation, Listed,
+    BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Explanation, Listed,
     ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
@@ -138,6 +139,7 @@ impl Proxy {
             None => None,
         };
         let now = clock::now_ns();
+        let ban_queue = Arc::new(crate::events::ban::BanQueue::default());
         let listeners = cfg
             .listeners
             .iter()
@@ -146,6 +148,7 @@ impl Proxy {
                 engine.set_policy(lc.protection.clone(), now);
                 xdp.bans.listen(&engine);
                 xdp.known_good.listen(&engine);
+                bans::listen(&ban_queue, &engine, lc.port);
                 if let Some(c) = &cluster {
                     c.listen(&engine);
                 }
@@ -172,6 +175,7 @@ impl Proxy {
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
+            bans: ban_queue,
             xdp,
             socket: cfg.socket,
             route_metrics,
@@ -286,6 +290,7 @@ impl Proxy {
         self.rt().spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             let mut n = 0u64;
+            let mut ban_tracker = crate::events::ban::BanTracker::default();
             loop {
                 tokio::select! {
                     _ = stop1.cancelled() => break,
@@ -306,6 +311,7 @@ impl Proxy {
                         });
                     }
                 }
+                bans::tick(&shared, &mut ban_tracker, now);
                 let boxed = shared.xdp.bans.drain();
                 let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
@@ -479,6 +485,15 @@ impl Proxy {
         if let Some(c) = &self.shared.cluster {
             c.blocked(req.net, req.port, req.ttl_ms, req.reason.clone());
         }
+        bans::block_changed(
+            &self.shared,
+            req.net,
+            req.port,
+            req.ttl_ms,
+            req.reason.as_deref(),
+            BanOrigin::Operator,
+            false,
+        );
         self.shared
             .dynamic
             .block(req.net, req.ttl_ms, req.reason, req.port, now);
@@ -525,6 +540,17 @@ impl Proxy {
     /// `unblockIp(cidr, { port })`, validated already: true when an entry was removed.
     pub fn unblock_ip(&self, req: UnblockRequest) -> bool {
         let removed = self.shared.dynamic.unblock(req.net, req.port);
+        if removed {
+            bans::block_changed(
+                &self.shared,
+                req.net,
+                req.port,
+                None,
+                None,
+                BanOrigin::Operator,
+                true,
+            );
+        }
         if let Some(c) = &self.shared.cluster {
             c.unblocked(req.net, req.port);
         }

@@ -166,6 +166,19 @@ impl Engine {
             if let Some(l) = self.box_listener.load().as_ref() {
                 (l.0)(key, deadline_ns, prefix);
             }
+            self.note_ban(|| crate::protection::BanNote {
+                key,
+                prefix,
+                deadline_ns,
+                level: fx.level,
+                started: fx.started,
+                reason: if prefix {
+                    BlockReason::PrefixRateLimited.as_str()
+                } else {
+                    BlockReason::RateLimited.as_str()
+                },
+                origin: crate::protection::BanOrigin::Local,
+            });
         }
     }
 
@@ -431,6 +444,10 @@ struct Effects {
     new_flags: u8,
     /// The box deadline moved to this (ns): tell the box listener.
     boxed_ns: Option<u64>,
+    /// The box started with this change (it was not running before).
+    started: bool,
+    /// The box's escalation level.
+    level: u8,
 }
 
 /// What the prefix tier decided.
@@ -493,8 +510,9 @@ fn exhausted(
         return;
     };
     let mut duration = base;
+    let started = !penalty::is_boxed(e.penalty, epoch, now);
     if let Some(esc) = p.escalation() {
-        if !penalty::is_boxed(e.penalty, epoch, now) {
+        if started {
             s.level = penalty::next_level(e.penalty, epoch, s.level, now, esc.memory_ns);
         }
         duration = penalty::escalated_ns(base, esc.factor, s.level, esc.max_duration_ns);
@@ -502,6 +520,8 @@ fn exhausted(
     let deadline = penalty::deadline_for(now, duration);
     if let Some(ns) = penalty::extend(&mut e.penalty, epoch, deadline) {
         fx.boxed_ns = Some(ns);
+        fx.started = started;
+        fx.level = s.level;
         set_flag(e, FLAG_BOX, fx);
         if s.marks & MARK_KNOWN_GOOD != 0 {
             s.marks &= !MARK_KNOWN_GOOD;

@@ -205,6 +205,8 @@ pub type BoxListener = dyn Fn(IpKey, u64, bool) + Send + Sync;
 
 struct ListenerCell(Arc<BoxListener>);
 
+struct BanSinkCell(Arc<crate::protection::BanSink>);
+
 /// Called with the client's key and a deadline (CLOCK_MONOTONIC ns) when a client is marked
 /// known-good, and again each time its mark moves into a new half-TTL window (so at most about
 /// twice per `knownGoodTtlMs` per client); the deadline is the mark's plus half the TTL, so a
@@ -226,6 +228,8 @@ pub struct Engine {
     /// The prefix tier (`prefixLimit`), keyed by network prefix.
     prefixes: Table,
     box_listener: ArcSwapOption<ListenerCell>,
+    /// Told of every box start and extension (`'ban'` events).
+    ban_sink: ArcSwapOption<BanSinkCell>,
     known_good_listener: ArcSwapOption<KnownGoodCell>,
     untracked: AtomicU64,
     offenders: Offenders,
@@ -279,6 +283,7 @@ impl Engine {
             table: Table::new(),
             prefixes: Table::new(),
             box_listener: ArcSwapOption::empty(),
+            ban_sink: ArcSwapOption::empty(),
             known_good_listener: ArcSwapOption::empty(),
             untracked: AtomicU64::new(0),
             offenders: Offenders::default(),
@@ -368,6 +373,19 @@ impl Engine {
     pub fn set_box_listener(&self, f: Option<Arc<BoxListener>>) {
         self.box_listener
             .store(f.map(|f| Arc::new(ListenerCell(f))));
+    }
+
+    /// Sets (or clears) the ban sink: told of every box that starts or moves forward, with its
+    /// origin, level and reason (`'ban'` events).
+    pub fn set_ban_sink(&self, f: Option<Arc<crate::protection::BanSink>>) {
+        self.ban_sink.store(f.map(|f| Arc::new(BanSinkCell(f))));
+    }
+
+    /// Tells the ban sink (if any) of `note`.
+    pub(super) fn note_ban(&self, note: impl FnOnce() -> crate::protection::BanNote) {
+        if let Some(s) = self.ban_sink.load().as_ref() {
+            (s.0)(&note());
+        }
     }
 
     /// Sets (or clears) the known-good listener.
