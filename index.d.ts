@@ -585,6 +585,48 @@ export interface OverloadEvent {
   baselineMs: number;
 }
 
+/**
+ * A ban's lifecycle: a penalty box, a kernel ban or a `blockIp` entry started, moved its deadline,
+ * rose a level, ended at its deadline or was lifted. Changes are coalesced per ban every 100 ms
+ * (a client knocking while boxed gives one 'extend' per 100 ms at most) and capped at
+ * `blockedEvents.maxPerSecond` 'ban' events a second (the excess counts in `eventsDropped`).
+ */
+export interface BanEvent {
+  /**
+   * 'start' (a new ban at level 0), 'extend' (its deadline moved forward), 'escalate' (a new ban
+   * at a level above 0: the previous one ended within `penaltyBox.escalation.memoryMs`),
+   * 'expire' (the deadline passed), 'lift' (`unblockIp` removed it).
+   */
+  action: 'start' | 'extend' | 'escalate' | 'expire' | 'lift';
+  /**
+   * 'local' (this node's engine: rate limit, prefix tier, HTTP/2 guard), 'kernel' (the penalty box
+   * was written to the XDP ban map), 'cluster' (a ban received from another node), 'operator'
+   * (`blockIp`, `unblockIp`, the admin API).
+   */
+  origin: 'local' | 'kernel' | 'cluster' | 'operator';
+  /** The `nodeId` of the node a 'cluster' box came from; null otherwise or when unknown (a `blockIp` of another node). */
+  node: string | null;
+  /** The address ('203.0.113.7') or, for a prefix, the CIDR ('203.0.113.0/24'). */
+  ip: string;
+  /** The listener's port; null for a `blockIp` entry of every listener. */
+  port: number | null;
+  /** 'host:port' of the listener; null when `port` is null. */
+  listener: string | null;
+  /**
+   * What earned it: 'rate_limited', 'prefix_rate_limited', 'h2_flood', 'penalty_boxed' (a box of
+   * another node, or the kernel's copy of a box), 'dynamic_blocked' (`blockIp`).
+   */
+  reason: string;
+  /** The `reason` given to `blockIp`; null otherwise. */
+  note: string | null;
+  /** Escalation level (0 without `penaltyBox.escalation`). */
+  level: number;
+  /** Ms until the deadline when the event was made (0 for 'expire'); null for a `blockIp` without `ttlMs`. */
+  remainingMs: number | null;
+  /** The deadline as Unix ms (compare with `Date.now()`); null for a `blockIp` without `ttlMs`. */
+  expiresAt: number | null;
+}
+
 export interface ErrorEvent {
   /** `upstream_connect_failed`, `handshake_failed`, ..., `xdp_sync_failed` (a kernel-map write failed), `cluster_unavailable` (Redis unreachable: once per outage, local limits alone apply), or `cluster_message_rejected` (ban messages or keys from Redis failed validation: at most once a second, the message starting with the count since the previous one). */
   code: string;
@@ -856,6 +898,8 @@ export interface RampartProxyEvents {
   suspended: [event: SuspendedEvent];
   /** A route's upstream capacity became overloaded or recovered. */
   overload: [event: OverloadEvent];
+  /** A ban started, was extended or escalated, expired or was lifted. */
+  ban: [event: BanEvent];
   /** After each successful start(). */
   ready: [];
   /** Once per stop() of a running proxy. */
@@ -927,6 +971,7 @@ export class RampartProxy extends EventEmitter {
   on(event: 'error', listener: (e: ErrorEvent) => void): this;
   on(event: 'defense', listener: (e: DefenseEvent) => void): this;
   on(event: 'overload', listener: (e: OverloadEvent) => void): this;
+  on(event: 'ban', listener: (e: BanEvent) => void): this;
   on(event: 'suspended', listener: (e: SuspendedEvent) => void): this;
   on(event: 'ready' | 'close', listener: () => void): this;
 }

@@ -48,7 +48,10 @@ fn a_box_starts_extends_escalates_and_expires() {
     assert_eq!(n[0].origin, BanOrigin::Local);
     assert_eq!(n[0].net.to_string(), "192.0.2.66/32");
     let got = tracker.tick(n, t);
-    assert_eq!(got.iter().map(|r| r.action).collect::<Vec<_>>(), [BanAction::Start]);
+    assert_eq!(
+        got.iter().map(|r| r.action).collect::<Vec<_>>(),
+        [BanAction::Start]
+    );
 
     // Knocking over the limit while boxed moves the deadline: extensions, coalesced per tick.
     for k in 1..=3 {
@@ -58,14 +61,20 @@ fn a_box_starts_extends_escalates_and_expires() {
     assert_eq!(n.len(), 3);
     assert!(n.iter().all(|c| !c.started && c.level == 0));
     let got = tracker.tick(n, t + 2 * S);
-    assert_eq!(got.iter().map(|r| r.action).collect::<Vec<_>>(), [BanAction::Extend]);
+    assert_eq!(
+        got.iter().map(|r| r.action).collect::<Vec<_>>(),
+        [BanAction::Extend]
+    );
     assert_eq!(got[0].change.deadline_ns, Some(t + 3 * S / 4 + 10_000 * MS));
 
     // Quiet: the tracker notices the expiry at the deadline.
     let end = t + 3 * S / 4 + 10_000 * MS;
     assert!(tracker.tick(take(&notes), end - MS).is_empty());
     let got = tracker.tick(take(&notes), end);
-    assert_eq!(got.iter().map(|r| r.action).collect::<Vec<_>>(), [BanAction::Expire]);
+    assert_eq!(
+        got.iter().map(|r| r.action).collect::<Vec<_>>(),
+        [BanAction::Expire]
+    );
 
     // Boxed again within the memory: level 1, twice the duration.
     let t2 = end + 5 * S;
@@ -76,7 +85,10 @@ fn a_box_starts_extends_escalates_and_expires() {
     assert!(n[0].started);
     assert_eq!((n[0].level, n[0].deadline_ns), (1, Some(t2 + 20_000 * MS)));
     let got = tracker.tick(n, t2);
-    assert_eq!(got.iter().map(|r| r.action).collect::<Vec<_>>(), [BanAction::Escalate]);
+    assert_eq!(
+        got.iter().map(|r| r.action).collect::<Vec<_>>(),
+        [BanAction::Escalate]
+    );
 }
 
 #[test]
@@ -89,7 +101,12 @@ fn boxes_received_from_another_node_carry_its_id_and_prefixes_their_cidr() {
     // The same deadline again is no change; a later one is an extension.
     e.box_client(a, 5 * S, T0, BanOrigin::Cluster(Some(node.clone())));
     e.box_client(a, 6 * S, T0, BanOrigin::Cluster(Some(node.clone())));
-    e.box_prefix("198.51.100.0/24".parse().unwrap(), 5 * S, T0, BanOrigin::Cluster(None));
+    e.box_prefix(
+        "198.51.100.0/24".parse().unwrap(),
+        5 * S,
+        T0,
+        BanOrigin::Cluster(None),
+    );
     let n = take(&notes);
     let got: Vec<_> = n
         .iter()
@@ -99,9 +116,19 @@ fn boxes_received_from_another_node_carry_its_id_and_prefixes_their_cidr() {
     assert_eq!(
         got,
         [
-            ("198.51.100.9/32".into(), true, "penalty_boxed", from_b.clone()),
+            (
+                "198.51.100.9/32".into(),
+                true,
+                "penalty_boxed",
+                from_b.clone()
+            ),
             ("198.51.100.9/32".into(), false, "penalty_boxed", from_b),
-            ("198.51.100.0/24".into(), true, "penalty_boxed", BanOrigin::Cluster(None)),
+            (
+                "198.51.100.0/24".into(),
+                true,
+                "penalty_boxed",
+                BanOrigin::Cluster(None)
+            ),
         ]
     );
     let mut tracker = BanTracker::default();

@@ -114,7 +114,14 @@ pub trait Node: Send + Sync + 'static {
     /// Puts `ip`'s client in the penalty box of the listeners on `port` (every listener when
     /// `None`) for `remaining_ns` from `now_ns`.
     /// `node` is the `nodeId` of the node the ban came from.
-    fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64, node: &Arc<str>);
+    fn apply_box(
+        &self,
+        ip: IpAddr,
+        port: Option<u16>,
+        remaining_ns: u64,
+        now_ns: u64,
+        node: &Arc<str>,
+    );
     /// Puts the prefix `net` in the penalty box of the listeners on `port` (every listener when
     /// `None`) for `remaining_ns` from `now_ns`, as a local prefix box.
     /// `node` is the `nodeId` of the node the ban came from.

@@ -199,7 +199,9 @@ impl BanTracker {
         }
         let mut out = Vec::new();
         for id in order {
-            let Some(c) = merged.remove(&id) else { continue };
+            let Some(c) = merged.remove(&id) else {
+                continue;
+            };
             self.fold(id, c, now_ns, &mut out);
         }
         let gone: Vec<BanId> = self
@@ -327,7 +329,12 @@ pub struct BanEvent<'a> {
 impl BanRecord {
     /// The payload at `now_ns` (CLOCK_MONOTONIC) and `unix_ms` (wall clock, the same instant);
     /// `listener` is the label of the record's port.
-    pub fn event<'a>(&'a self, listener: Option<&'a str>, now_ns: u64, unix_ms: u64) -> BanEvent<'a> {
+    pub fn event<'a>(
+        &'a self,
+        listener: Option<&'a str>,
+        now_ns: u64,
+        unix_ms: u64,
+    ) -> BanEvent<'a> {
         let c = &self.change;
         let remaining_ms = c
             .deadline_ns
@@ -403,7 +410,9 @@ mod tests {
         let got = t.tick(vec![change("10.0.0.1/32", 300, 0, false)], 110 * MS);
         assert_eq!(actions(&got), [(BanAction::Extend, "10.0.0.1/32".into())]);
         // An older deadline is no change.
-        assert!(t.tick(vec![change("10.0.0.1/32", 250, 0, false)], 120 * MS).is_empty());
+        assert!(t
+            .tick(vec![change("10.0.0.1/32", 250, 0, false)], 120 * MS)
+            .is_empty());
         assert!(t.tick(vec![], 299 * MS).is_empty());
         let got = t.tick(vec![], 300 * MS);
         assert_eq!(actions(&got), [(BanAction::Expire, "10.0.0.1/32".into())]);
@@ -451,7 +460,12 @@ mod tests {
         cluster.origin = BanOrigin::Cluster(Some("node-b".into()));
         cluster.reason = "penalty_boxed";
         let got = t.tick(
-            vec![change("10.0.0.3/32", 100, 0, true), kernel, block.clone(), cluster],
+            vec![
+                change("10.0.0.3/32", 100, 0, true),
+                kernel,
+                block.clone(),
+                cluster,
+            ],
             0,
         );
         assert_eq!(got.len(), 4);

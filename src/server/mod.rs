@@ -21,8 +21,8 @@ use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Explanation, Listed,
-    ProtectionPolicy,
+    BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine,
+    Explanation, Listed, ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
 use crate::shared::{ListenerRt, Shared};
