@@ -97,11 +97,11 @@ fn boxes_received_from_another_node_carry_its_id_and_prefixes_their_cidr() {
     let notes = collect(&e);
     let a: IpAddr = "198.51.100.9".parse().unwrap();
     let node: Arc<str> = Arc::from("node-b");
-    e.box_client(a, 5 * S, T0, BanOrigin::Cluster(Some(node.clone())));
+    e.box_client_from(a, 5 * S, T0, BanOrigin::Cluster(Some(node.clone())));
     // The same deadline again is no change; a later one is an extension.
-    e.box_client(a, 5 * S, T0, BanOrigin::Cluster(Some(node.clone())));
-    e.box_client(a, 6 * S, T0, BanOrigin::Cluster(Some(node.clone())));
-    e.box_prefix(
+    e.box_client_from(a, 5 * S, T0, BanOrigin::Cluster(Some(node.clone())));
+    e.box_client_from(a, 6 * S, T0, BanOrigin::Cluster(Some(node.clone())));
+    e.box_prefix_from(
         "198.51.100.0/24".parse().unwrap(),
         5 * S,
         T0,

@@ -33,7 +33,7 @@ impl crate::cluster::Node for ClusterPeer {
         for l in &self.0.listeners {
             if port.is_none_or(|p| p == l.config.port) {
                 let origin = BanOrigin::Cluster(Some(node.clone()));
-                l.engine.box_client(ip, remaining_ns, now_ns, origin);
+                l.engine.box_client_from(ip, remaining_ns, now_ns, origin);
             }
         }
     }
@@ -49,7 +49,7 @@ impl crate::cluster::Node for ClusterPeer {
         for l in &self.0.listeners {
             if port.is_none_or(|p| p == l.config.port) {
                 let origin = BanOrigin::Cluster(Some(node.clone()));
-                l.engine.box_prefix(net, remaining_ns, now_ns, origin);
+                l.engine.box_prefix_from(net, remaining_ns, now_ns, origin);
             }
         }
     }

@@ -49,9 +49,15 @@ impl Engine {
     /// (reported as observed in observe mode), listed in `blockedIps().penaltyBoxed`, and the
     /// box listener (the XDP ban queue) is told. Works with or without a policy, penalty box or
     /// rate limit; the box ends at its deadline. Returns the deadline in force, or `None` for an
-    /// allowlisted client. `origin` is reported with the `'ban'` event (a box of this node's
-    /// HTTP/2 budget, or one received from another node).
-    pub fn box_client(
+    /// allowlisted client. Reported as a `'ban'` of origin `local` (see
+    /// [`Engine::box_client_from`]).
+    pub fn box_client(&self, ip: IpAddr, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        self.box_client_from(ip, duration_ns, now_ns, BanOrigin::Local)
+    }
+
+    /// [`Engine::box_client`] with the `origin` its `'ban'` event reports (a box received from
+    /// another node: [`BanOrigin::Cluster`]).
+    pub fn box_client_from(
         &self,
         ip: IpAddr,
         duration_ns: u64,
@@ -94,9 +100,14 @@ impl Engine {
     /// mode), the prefix is listed in `blockedIps().penaltyBoxed` as a CIDR with the note
     /// [`PREFIX_NOTE`] as a local prefix box is, and the box listener is told (as a prefix: the
     /// XDP prefix-ban trie). Holds whatever the local policy (see `prefix_boxes`). Returns the
-    /// deadline in force, or `None` when the set is full. `origin` is reported with the
-    /// `'ban'` event.
-    pub fn box_prefix(
+    /// deadline in force, or `None` when the set is full. Reported as a `'ban'` of origin
+    /// `local` (see [`Engine::box_prefix_from`]).
+    pub fn box_prefix(&self, net: IpNet, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        self.box_prefix_from(net, duration_ns, now_ns, BanOrigin::Local)
+    }
+
+    /// [`Engine::box_prefix`] with the `origin` its `'ban'` event reports.
+    pub fn box_prefix_from(
         &self,
         net: IpNet,
         duration_ns: u64,

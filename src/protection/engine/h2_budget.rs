@@ -35,7 +35,7 @@ impl Engine {
             return self.record_h2_violation(ip, now_ns);
         }
         let (_, _, duration_ns) = self.offender_key(ip)?;
-        self.box_client(ip, duration_ns, now_ns, crate::protection::BanOrigin::Local)
+        self.box_client(ip, duration_ns, now_ns)
     }
 }
 
