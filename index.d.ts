@@ -600,7 +600,8 @@ export interface BanEvent {
   action: 'start' | 'extend' | 'escalate' | 'expire' | 'lift';
   /**
    * 'local' (this node's engine: rate limit, prefix tier, HTTP/2 guard), 'kernel' (the penalty box
-   * was written to the XDP ban map), 'cluster' (a ban received from another node), 'operator'
+   * was written to the XDP ban map, or the kernel extended it: the source kept sending SYNs over
+   * its rate), 'cluster' (a ban received from another node), 'operator'
    * (`blockIp`, `unblockIp`, the admin API).
    */
   origin: 'local' | 'kernel' | 'cluster' | 'operator';

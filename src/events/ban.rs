@@ -170,6 +170,19 @@ impl BanTracker {
         self.live.is_empty()
     }
 
+    /// The kernel-layer bans whose remembered deadline has passed at `now_ns`, as `(port, net)`:
+    /// the kernel may have extended them on its own (continued SYN excess); the caller reads
+    /// the ban map and queues an extension for those still there, before [`BanTracker::tick`].
+    pub fn kernel_due(&self, now_ns: u64) -> Vec<(Option<u16>, IpNet)> {
+        self.live
+            .iter()
+            .filter(|(id, l)| {
+                id.2 == BanLayer::Kernel && l.deadline_ns.is_some_and(|d| d <= now_ns)
+            })
+            .map(|(id, _)| (id.0, id.1))
+            .collect()
+    }
+
     /// Folds one tick's `changes` (in arrival order) at `now_ns` and returns the events: per
     /// ban at most one start/extend/escalate (an expiry of its previous ban first when a new
     /// one started after it), then the expiry of every remembered ban whose deadline passed.
@@ -485,6 +498,33 @@ mod tests {
         let got = t.tick(vec![], 100 * MS);
         assert_eq!(got.len(), 3);
         assert!(got.iter().all(|r| r.action == BanAction::Expire));
+    }
+
+    #[test]
+    fn kernel_bans_due_are_listed_for_a_recheck() {
+        let mut t = BanTracker::default();
+        let mut kernel = change("10.0.0.5/32", 100, 0, true);
+        kernel.layer = BanLayer::Kernel;
+        kernel.origin = BanOrigin::Kernel;
+        t.tick(vec![change("10.0.0.5/32", 100, 0, true), kernel.clone()], 0);
+        assert!(t.kernel_due(99 * MS).is_empty());
+        let due = t.kernel_due(100 * MS);
+        assert_eq!(due, [(Some(8443), "10.0.0.5/32".parse().unwrap())]);
+        // Still in the ban map with a later deadline: an extension instead of an expiry.
+        let ext = BanChange {
+            deadline_ns: Some(900 * MS),
+            started: false,
+            ..kernel
+        };
+        let got = t.tick(vec![ext], 100 * MS);
+        let got: Vec<_> = got.iter().map(|r| (r.action, r.change.layer)).collect();
+        assert_eq!(
+            got,
+            [
+                (BanAction::Extend, BanLayer::Kernel),
+                (BanAction::Expire, BanLayer::Box)
+            ]
+        );
     }
 
     #[test]

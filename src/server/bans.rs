@@ -5,6 +5,7 @@ use crate::clock;
 use crate::events::ban::{BanChange, BanLayer, BanQueue, BanTracker};
 use crate::protection::{BanOrigin, BlockReason, Engine};
 use crate::shared::Shared;
+use crate::xdp::XdpManager;
 use ipnet::IpNet;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,7 +47,11 @@ pub(super) fn block_changed(
 /// A penalty box was written to the kernel's ban map (`net` on listener `port` until
 /// `deadline_ns`).
 pub(super) fn kernel_written(shared: &Shared, net: IpNet, port: u16, deadline_ns: u64) {
-    shared.bans.push(BanChange {
+    shared.bans.push(kernel_change(net, port, deadline_ns));
+}
+
+fn kernel_change(net: IpNet, port: u16, deadline_ns: u64) -> BanChange {
+    BanChange {
         port: Some(port),
         net,
         layer: BanLayer::Kernel,
@@ -57,7 +62,29 @@ pub(super) fn kernel_written(shared: &Shared, net: IpNet, port: u16, deadline_ns
         reason: BlockReason::PenaltyBoxed.as_str(),
         origin: BanOrigin::Kernel,
         note: None,
-    });
+    }
+}
+
+/// The kernel may extend a ban past the deadline it was written with (a banned source keeps
+/// sending SYNs over its rate): for each kernel ban whose remembered deadline passed, reads the
+/// ban map once and queues an extension (reason `penalty_boxed`, origin `kernel`) for those still
+/// there with a later deadline; the others expire at this tick.
+pub(super) fn kernel_extensions(shared: &Shared, mgr: &XdpManager, tracker: &BanTracker, now: u64) {
+    let due = tracker.kernel_due(now);
+    if due.is_empty() {
+        return;
+    }
+    for b in mgr.bans() {
+        let Ok(net) = IpNet::new(b.ip, b.prefix_len).map(|n| n.trunc()) else {
+            continue;
+        };
+        if b.deadline_ns > now && due.contains(&(Some(b.port), net)) {
+            shared.bans.push(BanChange {
+                started: false,
+                ..kernel_change(net, b.port, b.deadline_ns)
+            });
+        }
+    }
 }
 
 /// Every background tick: folds the queued changes at `now` and emits the `'ban'` events (capped

@@ -311,7 +311,6 @@ impl Proxy {
                         });
                     }
                 }
-                bans::tick(&shared, &mut ban_tracker, now);
                 let boxed = shared.xdp.bans.drain();
                 let known_good = shared.xdp.known_good.drain();
                 if let Some(mgr) = shared.xdp.lock().as_ref() {
@@ -319,10 +318,12 @@ impl Proxy {
                     share_kernel_bans(&shared, mgr, now);
                     push_known_good(&shared, mgr, &known_good);
                     sync_dynamic(&shared, mgr, false);
+                    bans::kernel_extensions(&shared, mgr, &ban_tracker, now);
                     if n.is_multiple_of(10) {
                         mgr.sweep(now);
                     }
                 }
+                bans::tick(&shared, &mut ban_tracker, now);
                 n += 1;
                 if n.is_multiple_of(10) {
                     shared.events.flush_summary(1000);
