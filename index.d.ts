@@ -243,6 +243,18 @@ export interface ProtectionConfig {
   };
   /** Simultaneous connections per IP; 0 = off. */
   maxConcurrentPerIp?: number;
+  /**
+   * Shadow limits: evaluated on every connection beside the enforced ones and reported
+   * ('blocked' with `shadow: true`, `metrics().listeners[].shadowByReason`,
+   * `rampart_shadow_refusals_total`), never enforced — to try a tighter limit on live traffic
+   * before enforcing it. Each field as above; a shadow refusal is reported only for a connection
+   * the enforced policy admitted. Not given: no shadow.
+   */
+  shadow?: {
+    rateLimit?: { connectionsPerSecond: number; burst?: number };
+    sustained?: { connectionsPerMinute: number; burst?: number };
+    maxConcurrentPerIp?: number;
+  };
   /** CIDRs (a bare IP is /32 or /128) that skip every check. */
   allowlist?: string[];
   /** CIDRs refused at accept (reason cidr_blocked). */
@@ -546,10 +558,12 @@ export interface BlockedEvent {
   ja3: string;
   /** JA4, '' when the ClientHello was not read. */
   ja4: string;
-  /** True only in observe mode (the connection was admitted). */
+  /** True when the connection was admitted anyway: observe mode, or a shadow refusal. */
   observed: boolean;
   /** Which limit, for reason 'h2_flood'; '' for every other reason. */
   detail: H2FloodDetail | '';
+  /** Present (true) only on a refusal of `protection.shadow`: reported, never enforced (reason 'rate_limited' or 'too_many_connections'). */
+  shadow?: true;
 }
 
 export interface BlockedSummary {
@@ -694,6 +708,8 @@ export interface ListenerMetrics {
   blockedByReason: Record<BlockReason, number>;
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
+  /** Connections `protection.shadow` would have refused (all admitted), by reason. */
+  shadowByReason: { rate_limited: number; too_many_connections: number };
   errors: number;
   /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol), suspend_rejected, suspend_timeout, suspend_queue_full (suspended routes). */
   errorsByReason: Record<string, number>;

@@ -46,6 +46,10 @@ pub struct BlockedEvent<'a> {
     /// Which limit, for reasons that have several (`h2_flood`: `rapid_reset`, `continuation`,
     /// ...); `''` for every other reason. Always present, like `ja3`/`ja4`.
     pub detail: &'static str,
+    /// A refusal of `protection.shadow` (the connection was admitted); the field is present only
+    /// then (`true`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// Payload of `'defense'`: defense mode turned on or off on one listener.
@@ -305,6 +309,7 @@ mod tests {
             ja4: "",
             observed: false,
             detail: "",
+            shadow: false,
         };
         let t = 5_000_000_000;
         for _ in 0..5 {

@@ -38,6 +38,7 @@ pub mod policy;
 pub(crate) mod prefix_boxes;
 pub mod reason;
 pub mod rescale;
+pub mod shadow;
 pub mod table;
 
 pub use ban::{BanNote, BanOrigin, BanSink};
@@ -57,3 +58,4 @@ pub use policy::{
     ProtectionPolicy, RateLimit, RequestLimit, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;
+pub use shadow::ShadowPolicy;

@@ -341,6 +341,7 @@ pub struct ProtectionPolicy {
     pub(crate) request_limit: Option<RequestLimit>,
     pub(crate) escalation: Option<Escalation>,
     pub(crate) cluster_rate_limit: Option<ClusterRateLimit>,
+    pub(crate) shadow: Option<super::ShadowPolicy>,
 }
 
 impl Default for ProtectionPolicy {
@@ -376,6 +377,7 @@ impl Default for ProtectionPolicy {
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             request_limit: None,
             escalation: None,
+            shadow: None,
             cluster_rate_limit: None,
         }
     }
@@ -534,6 +536,10 @@ impl ProtectionPolicy {
                 DEFAULT_PREFIX_V6.min(self.ipv6_prefix_length),
             ),
         }
+    }
+    /// `shadow`: limits evaluated and reported, never enforced, if set.
+    pub fn shadow(&self) -> Option<&super::ShadowPolicy> {
+        self.shadow.as_ref()
     }
     /// `penaltyBox.escalation`, if set.
     pub fn escalation(&self) -> Option<&Escalation> {

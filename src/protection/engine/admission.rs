@@ -75,6 +75,7 @@ impl Engine {
             return Admission {
                 verdict: Some(observed(reason)),
                 guard,
+                shadow: None,
                 refill: false,
             };
         }
@@ -121,6 +122,7 @@ impl Engine {
                 observed: observe,
             }),
             guard: out.counted.then(|| slot.conn_guard_with(out.prefix.take())),
+            shadow: out.shadow.filter(|_| reason.is_none()),
             refill: out.refill,
         }
     }
@@ -221,6 +223,10 @@ impl Engine {
     ) -> Outcome {
         let p = d.p;
         let mut out = Outcome::default();
+        if let Some(sp) = p.shadow() {
+            let key = IpKey::new(d.ip, p.ipv6_prefix_length());
+            out.shadow = self.shadow.check(key, sp, e.active, now);
+        }
         // The mark only matters to the budget and to defense mode: without them the decision
         // does not read the standing (the sweep uncounts expired marks).
         let known_good = (d.defended || p.listener_limit().is_some()) && {
@@ -476,6 +482,8 @@ struct Outcome {
     prefix_effects: Effects,
     /// The client's cluster lease asks for a refill.
     refill: bool,
+    /// What `protection.shadow` would have refused (reported, never enforced).
+    shadow: Option<BlockReason>,
 }
 
 #[inline]
@@ -547,6 +555,7 @@ fn refused(reason: BlockReason) -> Admission {
             observed: false,
         }),
         guard: None,
+        shadow: None,
         refill: false,
     }
 }

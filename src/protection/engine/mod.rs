@@ -165,6 +165,10 @@ pub struct Admission {
     /// The per-IP connection count (none for allowlisted or untracked clients, or without a
     /// policy).
     pub guard: Option<ConnGuard>,
+    /// What `protection.shadow` would have refused this connection as (reported, never
+    /// enforced); `None` without a shadow policy, when it admits, or when the enforced policy
+    /// refused the connection already.
+    pub shadow: Option<BlockReason>,
     /// The client's cluster lease ran out: ask for a refill (`Cluster::refill_lease`, which
     /// builds the request with [`Engine::lease_request`] and says [`LeaseUpdate::NotSent`] if it
     /// cannot be queued). Only from [`Engine::admit_clustered`]. (A flag, not the request: the
@@ -193,6 +197,7 @@ impl Admission {
         Admission {
             verdict: None,
             guard,
+            shadow: None,
             refill: false,
         }
     }
@@ -249,6 +254,8 @@ pub struct Engine {
     upstream_overloaded: AtomicBool,
     /// Per-client HTTP/2 budgets (`http2.clientFactor`).
     h2_budgets: H2Budgets,
+    /// Shadow rate state (`protection.shadow`).
+    shadow: crate::protection::shadow::ShadowTable,
 }
 
 /// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.
@@ -296,6 +303,7 @@ impl Engine {
             defended: AtomicBool::new(false),
             upstream_overloaded: AtomicBool::new(false),
             h2_budgets: H2Budgets::default(),
+            shadow: Default::default(),
         }
     }
 
