@@ -55,7 +55,6 @@ pub use key::IpKey;
 pub use lease::{LeaseUpdate, LEASE_TTL_NS};
 pub use policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
-    ProtectionPolicy, RateLimit, RequestLimit, SlowHandshake, XdpKernel, XdpSyn,
+    ProtectionPolicy, RateLimit, RequestLimit, ShadowPolicy, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;
-pub use shadow::ShadowPolicy;

@@ -16,7 +16,7 @@
 //! decision.
 
 use super::key::IpKey;
-use super::policy::RateLimit;
+use super::policy::ShadowPolicy;
 use super::BlockReason;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -27,17 +27,6 @@ use std::sync::OnceLock;
 pub const SETS: usize = 8192;
 /// Ways per set.
 pub const WAYS: usize = 4;
-
-/// The compiled `protection.shadow` block.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ShadowPolicy {
-    /// `shadow.rateLimit`.
-    pub rate_limit: Option<RateLimit>,
-    /// `shadow.sustained`.
-    pub sustained: Option<RateLimit>,
-    /// `shadow.maxConcurrentPerIp` (0 = off).
-    pub max_concurrent_per_ip: u64,
-}
 
 #[derive(Debug, Default)]
 struct Way {
