@@ -269,6 +269,18 @@ export interface ProtectionConfig {
   };
   /** Simultaneous connections per IP; 0 = off. */
   maxConcurrentPerIp?: number;
+  /**
+   * Shadow limits: evaluated on every connection beside the enforced ones and reported
+   * ('blocked' with `shadow: true`, `metrics().listeners[].shadowByReason`,
+   * `rampart_shadow_refusals_total`), never enforced — to try a tighter limit on live traffic
+   * before enforcing it. Each field as above; a shadow refusal is reported only for a connection
+   * the enforced policy admitted. Not given: no shadow.
+   */
+  shadow?: {
+    rateLimit?: { connectionsPerSecond: number; burst?: number };
+    sustained?: { connectionsPerMinute: number; burst?: number };
+    maxConcurrentPerIp?: number;
+  };
   /** CIDRs (a bare IP is /32 or /128) that skip every check. */
   allowlist?: string[];
   /** CIDRs refused at accept (reason cidr_blocked). */
@@ -592,10 +604,12 @@ export interface BlockedEvent {
   ja3: string;
   /** JA4, '' when the ClientHello was not read. */
   ja4: string;
-  /** True only in observe mode (the connection was admitted). */
+  /** True when the connection was admitted anyway: observe mode, or a shadow refusal. */
   observed: boolean;
   /** Which limit, for reason 'h2_flood'; '' for every other reason. */
   detail: H2FloodDetail | '';
+  /** Present (true) only on a refusal of `protection.shadow`: reported, never enforced (reason 'rate_limited' or 'too_many_connections'). */
+  shadow?: true;
 }
 
 export interface BlockedSummary {
@@ -629,6 +643,49 @@ export interface OverloadEvent {
   latencyMs: number;
   /** No-load latency baseline, ms. */
   baselineMs: number;
+}
+
+/**
+ * A ban's lifecycle: a penalty box, a kernel ban or a `blockIp` entry started, moved its deadline,
+ * rose a level, ended at its deadline or was lifted. Changes are coalesced per ban every 100 ms
+ * (a client knocking while boxed gives one 'extend' per 100 ms at most) and capped at
+ * `blockedEvents.maxPerSecond` 'ban' events a second (the excess counts in `eventsDropped`).
+ */
+export interface BanEvent {
+  /**
+   * 'start' (a new ban at level 0), 'extend' (its deadline moved forward), 'escalate' (a new ban
+   * at a level above 0: the previous one ended within `penaltyBox.escalation.memoryMs`),
+   * 'expire' (the deadline passed), 'lift' (`unblockIp` removed it).
+   */
+  action: 'start' | 'extend' | 'escalate' | 'expire' | 'lift';
+  /**
+   * 'local' (this node's engine: rate limit, prefix tier, HTTP/2 guard), 'kernel' (the penalty box
+   * was written to the XDP ban map, or the kernel extended it: the source kept sending SYNs over
+   * its rate), 'cluster' (a ban received from another node), 'operator'
+   * (`blockIp`, `unblockIp`, the admin API).
+   */
+  origin: 'local' | 'kernel' | 'cluster' | 'operator';
+  /** The `nodeId` of the node a 'cluster' box came from; null otherwise or when unknown (a `blockIp` of another node). */
+  node: string | null;
+  /** The address ('203.0.113.7') or, for a prefix, the CIDR ('203.0.113.0/24'). */
+  ip: string;
+  /** The listener's port; null for a `blockIp` entry of every listener. */
+  port: number | null;
+  /** 'host:port' of the listener; null when `port` is null. */
+  listener: string | null;
+  /**
+   * What earned it: 'rate_limited', 'prefix_rate_limited', 'h2_flood', 'penalty_boxed' (a box of
+   * another node, or the kernel's copy of a box), 'dynamic_blocked' (`blockIp`).
+   */
+  reason: string;
+  /** The `reason` given to `blockIp`; null otherwise. */
+  note: string | null;
+  /** Escalation level (0 without `penaltyBox.escalation`). */
+  level: number;
+  /** Ms until the deadline when the event was made (0 for 'expire'); null for a `blockIp` without `ttlMs`. */
+  remainingMs: number | null;
+  /** The deadline as Unix ms (compare with `Date.now()`); null for a `blockIp` without `ttlMs`. */
+  expiresAt: number | null;
 }
 
 export interface ErrorEvent {
@@ -707,6 +764,8 @@ export interface ListenerMetrics {
   blockedByReason: Record<BlockReason, number>;
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
+  /** Connections `protection.shadow` would have refused (all admitted), by reason. */
+  shadowByReason: { rate_limited: number; too_many_connections: number };
   errors: number;
   /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol), suspend_rejected, suspend_timeout, suspend_queue_full (suspended routes). */
   errorsByReason: Record<string, number>;
@@ -924,6 +983,8 @@ export interface RampartProxyEvents {
   suspended: [event: SuspendedEvent];
   /** A route's upstream capacity became overloaded or recovered. */
   overload: [event: OverloadEvent];
+  /** A ban started, was extended or escalated, expired or was lifted. */
+  ban: [event: BanEvent];
   /** After each successful start(). */
   ready: [];
   /** Once per stop() of a running proxy. */
@@ -1000,6 +1061,7 @@ export class RampartProxy extends EventEmitter {
   on(event: 'error', listener: (e: ErrorEvent) => void): this;
   on(event: 'defense', listener: (e: DefenseEvent) => void): this;
   on(event: 'overload', listener: (e: OverloadEvent) => void): this;
+  on(event: 'ban', listener: (e: BanEvent) => void): this;
   on(event: 'suspended', listener: (e: SuspendedEvent) => void): this;
   on(event: 'ready' | 'close', listener: () => void): this;
 }

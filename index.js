@@ -162,7 +162,8 @@ const RUNNING = new Set();
  * The proxy. Events: `'blocked'` ({ ip, port, listener, reason, ja3, ja4, observed }),
  * `'blockedSummary'` ({ intervalMs, total, byReason, topIps }), `'error'` ({ code, message, ip,
  * port, listener }), `'suspended'` ({ id, sni, peerIp, peerPort, listener }: call
- * `resolveConnection(id, route | null)`), `'ready'` (after start), `'close'` (after stop). A listener that throws is
+ * `resolveConnection(id, route | null)`), `'ban'` ({ action, origin, node, ip, port, listener,
+ * reason, note, level, remainingMs, expiresAt }), `'ready'` (after start), `'close'` (after stop). A listener that throws is
  * caught and reported on stderr; it never crashes the process.
  */
 class RampartProxy extends EventEmitter {

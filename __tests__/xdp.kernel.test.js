@@ -76,6 +76,16 @@ test('a boxed client that keeps flooding stays banned in the kernel and is relea
   // The userspace box is over, the kernel ban is not: still banned, listed under its port.
   const mid = await p.call('status');
   assert.ok(mid.bannedIps.includes(BOXED), `banned: ${mid.bannedIps}`);
+  // 'ban' events: the box started (local), was written to the kernel (kernel) and expired in
+  // userspace; the kernel's ban was extended by the flood and has not expired.
+  const bansOf = async (origin, action) => (await p.call('bans')).filter((e) => e.ip === BOXED && e.origin === origin && e.action === action);
+  await h.waitFor(async () => (await bansOf('local', 'expire')).length === 1, { what: "the box's 'ban' expire" });
+  await h.waitFor(async () => (await bansOf('kernel', 'extend')).length > 0, { what: "a kernel 'ban' extend" });
+  const at = { ip: BOXED, port: PORT, listener: `0.0.0.0:${PORT}`, node: null, note: null, level: 0 };
+  const strip = ({ remainingMs, expiresAt, ...rest }) => rest;
+  assert.deepEqual((await bansOf('local', 'start')).map(strip), [{ action: 'start', origin: 'local', reason: 'rate_limited', ...at }]);
+  assert.deepEqual((await bansOf('kernel', 'start')).map(strip), [{ action: 'start', origin: 'kernel', reason: 'penalty_boxed', ...at }]);
+  assert.deepEqual(await bansOf('kernel', 'expire'), []);
   assert.deepEqual((await p.call('blocked')).penaltyBoxed, [BOXED]);
   const fr = await flood;
   // hping3 sends its last SYN (count - 1) intervals after it starts, then waits a second for
@@ -102,6 +112,7 @@ test('a boxed client that keeps flooding stays banned in the kernel and is relea
   assert.ok(released >= DURATION_MS - 300, `served again ${released} ms after the flood stopped (durationMs ${DURATION_MS})`);
   assert.ok(released <= DURATION_MS + 3000, `served again ${released} ms after the flood stopped (durationMs ${DURATION_MS})`);
   t.diagnostic(`boxed client served again ${released} ms after its flood stopped (durationMs ${DURATION_MS})`);
+  await h.waitFor(async () => (await bansOf('kernel', 'expire')).length === 1, { what: "the kernel ban's 'ban' expire" });
 
   // UDP: to the protected port dropped in XDP, to the unprotected one delivered. Exact counts.
   const before = (await p.call('status')).counters.dropped.nonTcp;

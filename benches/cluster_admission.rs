@@ -45,8 +45,8 @@ impl Node for Quiet {
     fn serves(&self, _: u16) -> bool {
         true
     }
-    fn apply_box(&self, _: IpAddr, _: Option<u16>, _: u64, _: u64) {}
-    fn apply_prefix_box(&self, _: ipnet::IpNet, _: Option<u16>, _: u64, _: u64) {}
+    fn apply_box(&self, _: IpAddr, _: Option<u16>, _: u64, _: u64, _: &Arc<str>) {}
+    fn apply_prefix_box(&self, _: ipnet::IpNet, _: Option<u16>, _: u64, _: u64, _: &Arc<str>) {}
     fn apply_block(
         &self,
         _: ipnet::IpNet,

@@ -20,7 +20,7 @@ const { RampartProxy } = require('..');
 const { loadConfigFile, configWarnings } = require('./config-file');
 const { runConfig, plan, ports, stable } = require('./plan');
 
-const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense', 'suspended'];
+const PROXY_EVENTS = ['blocked', 'blockedSummary', 'error', 'defense', 'ban', 'suspended'];
 /** How long a stop-first handover retries binding while the old proxy lets go of its ports. */
 const REBIND_MS = 2000;
 

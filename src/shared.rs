@@ -45,6 +45,8 @@ pub struct Shared {
     pub dynamic: Arc<DynamicBlocks>,
     /// Events.
     pub events: EventHub,
+    /// Ban changes waiting for the background tick (`'ban'` events).
+    pub bans: Arc<crate::events::ban::BanQueue>,
     /// The XDP filter (when attached), its ban queue and its failure count.
     pub xdp: XdpSlot,
     /// `tcpKeepalive`, `halfCloseTimeoutMs`, copy buffer sizes (fixed for the proxy's life).
@@ -100,8 +102,34 @@ impl Shared {
             ja4,
             observed: v.observed,
             detail: detail.map_or("", Violation::as_str),
+            shadow: false,
         };
         self.events.blocked(&ev, ip, v.reason, clock::now_ns());
+    }
+
+    /// Counts and reports one refusal of `protection.shadow` on listener `li` (the connection
+    /// was admitted): `shadowByReason`, and `'blocked'` with `shadow: true` (within the same
+    /// per-second cap as every `'blocked'`).
+    pub fn report_shadow(
+        &self,
+        li: ListenerId,
+        ip: IpAddr,
+        reason: crate::protection::BlockReason,
+    ) {
+        let l = &self.listener(li);
+        l.metrics.shadow(reason);
+        let ev = BlockedEvent {
+            ip,
+            port: l.config.port,
+            listener: &l.label,
+            reason: reason.as_str(),
+            ja3: "",
+            ja4: "",
+            observed: true,
+            detail: "",
+            shadow: true,
+        };
+        self.events.blocked(&ev, ip, reason, clock::now_ns());
     }
 
     /// Counts one runtime error on listener `li`; with a `message`, also emits it as `'error'`.

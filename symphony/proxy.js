@@ -282,6 +282,8 @@ class SymphonyProxy extends RampartProxy {
       return;
     }
     if (name === 'blocked') {
+      // A `protection.shadow` refusal admitted the connection: not a Symphony refusal.
+      if (p.shadow) return;
       this._safeEmit('blocked', { ip: p.ip, reason: p.reason, listener: p.listener, ja3: p.ja3, ja4: p.ja4 });
     } else if (name === 'suspended') {
       this._suspendedAt.set(p.id, p.listener);

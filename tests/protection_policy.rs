@@ -570,7 +570,7 @@ fn unknown_fields_and_non_objects() {
              maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
              tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, slowHandshake, \
              mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, defense, slowRequest, \
-             clusterRateLimit, requestLimit"
+             clusterRateLimit, requestLimit, shadow"
         )
     );
     assert_eq!(
@@ -601,7 +601,7 @@ fn every_issue_is_reported_at_once() {
                  maxConcurrentPerIp, allowlist, blocklist, ja3Blocklist, ja4Blocklist, \
                  tlsHandshakeTimeoutMs, requireSni, ipv6PrefixLength, maxTrackedIps, \
                  slowHandshake, mode, xdp, http2, prefixLimit, listenerLimit, knownGoodTtlMs, \
-                 defense, slowRequest, clusterRateLimit, requestLimit"
+                 defense, slowRequest, clusterRateLimit, requestLimit, shadow"
             ),
             format!("{PATH}.rateLimit.connectionsPerSecond: {POSITIVE}, got NaN"),
             format!("{PATH}.rateLimit.burst: must be an integer in [1, 1000000000], got 0"),

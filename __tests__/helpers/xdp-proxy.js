@@ -41,6 +41,8 @@ async function main() {
   });
   const events = [];
   proxy.on('blocked', (e) => events.push(e));
+  const bans = [];
+  proxy.on('ban', (e) => bans.push(e));
   await proxy.start();
   const commands = {
     attach: (a) => proxy.attachXdp(a),
@@ -48,6 +50,7 @@ async function main() {
     blocked: (a) => proxy.blockedIps(a),
     metrics: () => proxy.metrics(),
     events: () => events.splice(0),
+    bans: () => bans,
     blockIp: (a) => proxy.blockIp(a.cidr, a.opts),
     update: (a) => proxy.updateConfig(a),
     udp: () => Object.fromEntries(Object.entries(udp).map(([p, u]) => [p, { datagrams: u.datagrams, bytes: u.bytes }])),

@@ -113,10 +113,26 @@ pub trait Node: Send + Sync + 'static {
     fn serves(&self, port: u16) -> bool;
     /// Puts `ip`'s client in the penalty box of the listeners on `port` (every listener when
     /// `None`) for `remaining_ns` from `now_ns`.
-    fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64);
+    /// `node` is the `nodeId` of the node the ban came from.
+    fn apply_box(
+        &self,
+        ip: IpAddr,
+        port: Option<u16>,
+        remaining_ns: u64,
+        now_ns: u64,
+        node: &Arc<str>,
+    );
     /// Puts the prefix `net` in the penalty box of the listeners on `port` (every listener when
     /// `None`) for `remaining_ns` from `now_ns`, as a local prefix box.
-    fn apply_prefix_box(&self, net: IpNet, port: Option<u16>, remaining_ns: u64, now_ns: u64);
+    /// `node` is the `nodeId` of the node the ban came from.
+    fn apply_prefix_box(
+        &self,
+        net: IpNet,
+        port: Option<u16>,
+        remaining_ns: u64,
+        now_ns: u64,
+        node: &Arc<str>,
+    );
     /// Adds a `blockIp` entry (`ttl_ms` `None`: until `unblockIp`).
     fn apply_block(
         &self,

@@ -173,13 +173,13 @@ impl Cluster {
             (Op::Ban, BanKind::Box | BanKind::Syn) => {
                 let Some(ttl) = ttl_ms else { return };
                 REMOTE.with(|r| r.set(true));
-                node.apply_box(m.net.addr(), m.port, ms_to_ns(ttl), now);
+                node.apply_box(m.net.addr(), m.port, ms_to_ns(ttl), now, &origin.node);
                 REMOTE.with(|r| r.set(false));
             }
             (Op::Ban, BanKind::Prefix) => {
                 let Some(ttl) = ttl_ms else { return };
                 REMOTE.with(|r| r.set(true));
-                node.apply_prefix_box(m.net, m.port, ms_to_ns(ttl), now);
+                node.apply_prefix_box(m.net, m.port, ms_to_ns(ttl), now, &origin.node);
                 REMOTE.with(|r| r.set(false));
             }
             (Op::Ban, BanKind::Block) => match blocks {

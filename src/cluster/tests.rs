@@ -86,11 +86,18 @@ impl Node for Calls {
     fn serves(&self, port: u16) -> bool {
         port == 8443
     }
-    fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, _: u64) {
+    fn apply_box(&self, ip: IpAddr, port: Option<u16>, remaining_ns: u64, _: u64, _: &Arc<str>) {
         let muted = REMOTE.with(Cell::get);
         lock(&self.0).push(format!("box {ip} {port:?} {remaining_ns} muted={muted}"));
     }
-    fn apply_prefix_box(&self, net: IpNet, port: Option<u16>, remaining_ns: u64, _: u64) {
+    fn apply_prefix_box(
+        &self,
+        net: IpNet,
+        port: Option<u16>,
+        remaining_ns: u64,
+        _: u64,
+        _: &Arc<str>,
+    ) {
         let muted = REMOTE.with(Cell::get);
         lock(&self.0).push(format!(
             "prefix {net} {port:?} {remaining_ns} muted={muted}"

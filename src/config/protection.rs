@@ -80,6 +80,7 @@ const FIELDS: &[&str] = &[
     "slowRequest",
     "clusterRateLimit",
     "requestLimit",
+    "shadow",
 ];
 
 const HTTP2_FIELDS: &[&str] = &[
@@ -138,6 +139,9 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
             issues,
         );
         p.max_concurrent_per_ip = n.map_or(0, |n| n as u64);
+    }
+    if let Some(v) = field(obj, "shadow") {
+        p.shadow = shadow(v, &f("shadow"), issues);
     }
     if let Some(v) = field(obj, "allowlist") {
         p.allowlist = CidrSet::new(cidrs(v, &f("allowlist"), issues));
@@ -645,6 +649,37 @@ fn cluster_rate(v: &Value, path: &str, issues: &mut Issues) -> Option<ClusterRat
 }
 
 /// `rateLimit` / `sustained`: `{ <rate_field>, burst? }` per `period_s` seconds.
+/// `shadow: { rateLimit?, sustained?, maxConcurrentPerIp? }`, each field as in the enforced policy.
+fn shadow(v: &Value, path: &str, issues: &mut Issues) -> Option<crate::protection::ShadowPolicy> {
+    let obj = object(v, path, issues)?;
+    reject_unknown(
+        obj,
+        &["rateLimit", "sustained", "maxConcurrentPerIp"],
+        path,
+        issues,
+    );
+    let f = |k: &str| join(path, k);
+    let mut s = crate::protection::ShadowPolicy::default();
+    if let Some(v) = field(obj, "rateLimit") {
+        s.rate_limit = rate(v, &f("rateLimit"), "connectionsPerSecond", 1, issues);
+    }
+    if let Some(v) = field(obj, "sustained") {
+        s.sustained = rate(v, &f("sustained"), "connectionsPerMinute", 60, issues);
+    }
+    if let Some(v) = field(obj, "maxConcurrentPerIp") {
+        let n = number_in(
+            v,
+            &f("maxConcurrentPerIp"),
+            0.0,
+            MAX_CONCURRENT,
+            true,
+            issues,
+        );
+        s.max_concurrent_per_ip = n.map_or(0, |n| n as u64);
+    }
+    Some(s)
+}
+
 fn rate(
     v: &Value,
     path: &str,

@@ -1,12 +1,14 @@
-//! `'blocked'`, `'blockedSummary'`, `'error'`, `'defense'`, `'overload'` and `'suspended'`
-//! events; the first three capped per second.
+//! `'blocked'`, `'blockedSummary'`, `'error'`, `'ban'`, `'defense'`, `'overload'` and
+//! `'suspended'` events; `'blocked'`, `'error'` and `'ban'` capped per second.
 //!
 //! At most `blockedEvents.maxPerSecond` `'blocked'` events are emitted per wall second (a fixed
 //! one-second window on CLOCK_MONOTONIC, one atomic add per event); the excess is counted in
 //! `eventsDropped` and aggregated (total, per reason, per IP in a sharded map capped at
 //! [`MAX_SUMMARY_IPS`] distinct IPs) into a `'blockedSummary'` emitted by [`EventHub::flush_summary`]
 //! for each second in which any event was dropped. `'error'` events share the same cap, counted
-//! separately. The sink is the napi thread-safe function; nothing here blocks.
+//! separately, and so do `'ban'` events (see [`ban`]: coalesced per ban and tick first). The sink is the napi thread-safe function; nothing here blocks.
+
+pub mod ban;
 
 use crate::protection::BlockReason;
 use dashmap::DashMap;
@@ -44,6 +46,10 @@ pub struct BlockedEvent<'a> {
     /// Which limit, for reasons that have several (`h2_flood`: `rapid_reset`, `continuation`,
     /// ...); `''` for every other reason. Always present, like `ja3`/`ja4`.
     pub detail: &'static str,
+    /// A refusal of `protection.shadow` (the connection was admitted); the field is present only
+    /// then (`true`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// Payload of `'defense'`: defense mode turned on or off on one listener.
@@ -170,6 +176,8 @@ pub struct EventHub {
     window_count: AtomicU64,
     error_window_sec: AtomicU64,
     error_window_count: AtomicU64,
+    ban_window_sec: AtomicU64,
+    ban_window_count: AtomicU64,
     dropped_total: AtomicU64,
     pending_total: AtomicU64,
     pending_by_reason: [AtomicU64; BlockReason::ALL.len()],
@@ -186,6 +194,8 @@ impl EventHub {
             window_count: AtomicU64::new(0),
             error_window_sec: AtomicU64::new(0),
             error_window_count: AtomicU64::new(0),
+            ban_window_sec: AtomicU64::new(0),
+            ban_window_count: AtomicU64::new(0),
             dropped_total: AtomicU64::new(0),
             pending_total: AtomicU64::new(0),
             pending_by_reason: Default::default(),
@@ -226,6 +236,18 @@ impl EventHub {
             *c += 1;
         } else if self.pending_ips.len() < MAX_SUMMARY_IPS {
             *self.pending_ips.entry(ip).or_insert(0) += 1;
+        }
+    }
+
+    /// Emits one `'ban'` event, or counts it in `eventsDropped` past `blockedEvents.maxPerSecond`
+    /// `'ban'` events in this second.
+    pub fn ban(&self, ev: &ban::BanEvent<'_>, now_ns: u64) {
+        if self.take_slot(&self.ban_window_sec, &self.ban_window_count, now_ns) {
+            if let Ok(json) = serde_json::to_string(ev) {
+                (self.sink)("ban", json);
+            }
+        } else {
+            self.dropped_total.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -329,6 +351,7 @@ mod tests {
             ja4: "",
             observed: false,
             detail: "",
+            shadow: false,
         };
         let t = 5_000_000_000;
         for _ in 0..5 {

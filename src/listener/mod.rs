@@ -299,6 +299,9 @@ fn admit(
     if let Some(c) = cluster.filter(|_| adm.refill) {
         c.refill_lease(&l.engine, li, ip);
     }
+    if let Some(r) = adm.shadow {
+        shared.report_shadow(li, ip, r);
+    }
     if let Some(v) = adm.verdict {
         shared.report_block(li, ip, v, None, ("", ""));
         if !v.observed {

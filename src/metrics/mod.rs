@@ -138,12 +138,18 @@ pub struct ListenerMetrics {
     pub bytes_received: AtomicU64,
     /// Bytes written to clients (read from upstreams).
     pub bytes_sent: AtomicU64,
+    /// Refusals of `protection.shadow` (admitted connections), per [`BlockReason`] index.
+    pub shadow_by_reason: [AtomicU64; BlockReason::ALL.len()],
 }
 
 impl ListenerMetrics {
     /// Counts one refusal.
     pub fn blocked(&self, r: BlockReason) {
         self.blocked_by_reason[r.index()].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts one refusal of `protection.shadow`.
+    pub fn shadow(&self, r: BlockReason) {
+        self.shadow_by_reason[r.index()].fetch_add(1, Ordering::Relaxed);
     }
     /// Counts the detail of one `h2_flood` (the refusal itself is counted by [`Self::blocked`]).
     pub fn h2_flood(&self, v: Violation) {
@@ -189,6 +195,9 @@ pub struct ListenerSnapshot {
     pub blocked_by_reason: BTreeMap<&'static str, u64>,
     /// `h2_flood` refusals per detail (every detail present, zero included).
     pub h2_flood_by_detail: BTreeMap<&'static str, u64>,
+    /// Refusals of `protection.shadow` per reason (only the shadow's reasons,
+    /// `rate_limited` and `too_many_connections`, zero included); the connections were admitted.
+    pub shadow_by_reason: BTreeMap<&'static str, u64>,
     /// Errors.
     pub errors: u64,
     /// Errors per reason.
@@ -251,6 +260,15 @@ impl ListenerSnapshot {
                 )
             })
             .collect();
+        let shadow_by_reason = [BlockReason::RateLimited, BlockReason::TooManyConnections]
+            .iter()
+            .map(|r| {
+                (
+                    r.as_str(),
+                    m.shadow_by_reason[r.index()].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
         let errors_by_reason = ErrorReason::ALL
             .iter()
             .map(|r| {
@@ -269,6 +287,7 @@ impl ListenerSnapshot {
             blocked: m.blocked_total(),
             blocked_by_reason,
             h2_flood_by_detail,
+            shadow_by_reason,
             errors: m.errors_total(),
             errors_by_reason,
             bytes_received: m.bytes_received.load(Ordering::Relaxed),
@@ -523,6 +542,19 @@ impl MetricsSnapshot {
                 let _ = writeln!(
                     out,
                     "rampart_blocked_connections_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
+                    l.address
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rampart_shadow_refusals_total Connections protection.shadow would have refused (admitted: never enforced), by reason.\n# TYPE rampart_shadow_refusals_total counter"
+        );
+        for l in &self.listeners {
+            for (r, n) in &l.shadow_by_reason {
+                let _ = writeln!(
+                    out,
+                    "rampart_shadow_refusals_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
                     l.address
                 );
             }

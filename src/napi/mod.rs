@@ -207,7 +207,7 @@ impl NativeProxy {
     /// `new NativeProxy(configJson, onEvent)`: validates the whole config (throws a config
     /// error listing every problem) and builds the runtime; binds nothing yet.
     /// `onEvent(name, payloadJson)` receives `'blocked'`, `'blockedSummary'`, `'error'`,
-    /// `'defense'`, `'overload'` and `'suspended'`.
+    /// `'defense'`, `'overload'`, `'ban'` and `'suspended'`.
     #[napi(constructor)]
     pub fn new(config_json: String, on_event: EventFn) -> Result<Self, String> {
         let v = parse_json(&config_json, "")?;

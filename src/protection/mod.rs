@@ -22,6 +22,7 @@
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
 
+pub mod ban;
 pub mod blocked;
 pub mod cidr;
 pub mod defense;
@@ -37,8 +38,10 @@ pub mod policy;
 pub(crate) mod prefix_boxes;
 pub mod reason;
 pub mod rescale;
+pub mod shadow;
 pub mod table;
 
+pub use ban::{BanNote, BanOrigin, BanSink};
 pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};
 pub use cidr::{parse_cidr, CidrSet};
 pub use defense::DefenseChange;
@@ -52,6 +55,6 @@ pub use key::IpKey;
 pub use lease::{LeaseUpdate, LEASE_TTL_NS};
 pub use policy::{
     ClusterRateLimit, Defense, DefenseMode, Escalation, ListenerLimit, Mode, PrefixLimit,
-    ProtectionPolicy, RateLimit, RequestLimit, SlowHandshake, XdpKernel, XdpSyn,
+    ProtectionPolicy, RateLimit, RequestLimit, ShadowPolicy, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;

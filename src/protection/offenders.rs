@@ -93,6 +93,14 @@ impl Offenders {
         r.box_deadline_ns
     }
 
+    /// The box deadline (ns) recorded for `key`, if it has a record with one.
+    pub fn box_deadline(&self, key: IpKey) -> Option<u64> {
+        self.records
+            .get(&key)
+            .map(|r| r.box_deadline_ns)
+            .filter(|d| *d != 0)
+    }
+
     /// Whether `key` is boxed at `now_ns` (one relaxed load when nobody is boxed).
     #[inline]
     pub fn is_boxed(&self, key: IpKey, now_ns: u64) -> bool {

@@ -311,6 +311,17 @@ impl<const N: usize> FingerprintSet<N> {
     }
 }
 
+/// The compiled `protection.shadow` block (see [`crate::protection::shadow`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShadowPolicy {
+    /// `shadow.rateLimit`.
+    pub rate_limit: Option<RateLimit>,
+    /// `shadow.sustained`.
+    pub sustained: Option<RateLimit>,
+    /// `shadow.maxConcurrentPerIp` (0 = off).
+    pub max_concurrent_per_ip: u64,
+}
+
 /// A validated, compiled `ProtectionConfig`. Immutable; engines hold it in an `Arc`.
 #[derive(Debug, Clone)]
 pub struct ProtectionPolicy {
@@ -341,6 +352,7 @@ pub struct ProtectionPolicy {
     pub(crate) request_limit: Option<RequestLimit>,
     pub(crate) escalation: Option<Escalation>,
     pub(crate) cluster_rate_limit: Option<ClusterRateLimit>,
+    pub(crate) shadow: Option<ShadowPolicy>,
 }
 
 impl Default for ProtectionPolicy {
@@ -376,6 +388,7 @@ impl Default for ProtectionPolicy {
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             request_limit: None,
             escalation: None,
+            shadow: None,
             cluster_rate_limit: None,
         }
     }
@@ -534,6 +547,10 @@ impl ProtectionPolicy {
                 DEFAULT_PREFIX_V6.min(self.ipv6_prefix_length),
             ),
         }
+    }
+    /// `shadow`: limits evaluated and reported, never enforced, if set.
+    pub fn shadow(&self) -> Option<&ShadowPolicy> {
+        self.shadow.as_ref()
     }
     /// `penaltyBox.escalation`, if set.
     pub fn escalation(&self) -> Option<&Escalation> {

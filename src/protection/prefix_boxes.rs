@@ -66,6 +66,11 @@ impl PrefixBoxes {
         Some(d)
     }
 
+    /// Whether the prefix `key` itself is boxed at `now_ns`.
+    pub fn is_running(&self, key: IpKey, now_ns: u64) -> bool {
+        self.boxes.get(&key).is_some_and(|d| now_ns < *d)
+    }
+
     /// The running box holding `ip` at `now_ns`, if any (one relaxed load when none).
     #[inline]
     pub fn holding(&self, ip: IpAddr, now_ns: u64) -> Option<(IpKey, u64)> {

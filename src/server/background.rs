@@ -6,6 +6,7 @@
 use crate::clock;
 use crate::config::proxy::ListenerId;
 use crate::events::OverloadEvent;
+use crate::protection::BanOrigin;
 use crate::shared::Shared;
 use crate::xdp::sync::{BoxedClient, KnownGoodClient};
 use crate::xdp::{BanReason, XdpManager};
@@ -21,10 +22,18 @@ impl crate::cluster::Node for ClusterPeer {
         self.0.listeners_on(port).next().is_some()
     }
 
-    fn apply_box(&self, ip: std::net::IpAddr, port: Option<u16>, remaining_ns: u64, now_ns: u64) {
+    fn apply_box(
+        &self,
+        ip: std::net::IpAddr,
+        port: Option<u16>,
+        remaining_ns: u64,
+        now_ns: u64,
+        node: &Arc<str>,
+    ) {
         for l in &self.0.listeners {
             if port.is_none_or(|p| p == l.config.port) {
-                l.engine.box_client(ip, remaining_ns, now_ns);
+                let origin = BanOrigin::Cluster(Some(node.clone()));
+                l.engine.box_client_from(ip, remaining_ns, now_ns, origin);
             }
         }
     }
@@ -35,10 +44,12 @@ impl crate::cluster::Node for ClusterPeer {
         port: Option<u16>,
         remaining_ns: u64,
         now_ns: u64,
+        node: &Arc<str>,
     ) {
         for l in &self.0.listeners {
             if port.is_none_or(|p| p == l.config.port) {
-                l.engine.box_prefix(net, remaining_ns, now_ns);
+                let origin = BanOrigin::Cluster(Some(node.clone()));
+                l.engine.box_prefix_from(net, remaining_ns, now_ns, origin);
             }
         }
     }
@@ -51,6 +62,8 @@ impl crate::cluster::Node for ClusterPeer {
         note: Option<String>,
         now_ns: u64,
     ) {
+        let origin = BanOrigin::Cluster(None);
+        super::bans::block_changed(&self.0, net, port, ttl_ms, note.as_deref(), origin, false);
         self.0.dynamic.block(net, ttl_ms, note, port, now_ns);
     }
 
@@ -146,6 +159,7 @@ pub(super) fn push_bans(shared: &Shared, mgr: &XdpManager, bans: &[BoxedClient])
         };
         match written {
             Ok(()) => {
+                super::bans::kernel_written(shared, b.net, b.port, b.deadline_ns);
                 if let Some(c) = &shared.cluster {
                     c.kernel_written(b.net, b.port, b.deadline_ns);
                 }

@@ -8,6 +8,7 @@
 //! windows, kernel ban and known-good sync) — is in [`background`].
 
 mod background;
+mod bans;
 
 use crate::capacity::CapacityRegistry;
 use crate::clock;
@@ -20,8 +21,8 @@ use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
 use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
 use crate::protection::{
-    BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine, Explanation, Listed,
-    ProtectionPolicy,
+    BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine,
+    Explanation, Listed, ProtectionPolicy,
 };
 use crate::proxy::routes::RouteTable;
 use crate::shared::{ListenerRt, Shared};
@@ -139,6 +140,7 @@ impl Proxy {
             None => None,
         };
         let now = clock::now_ns();
+        let ban_queue = Arc::new(crate::events::ban::BanQueue::default());
         let listeners = cfg
             .listeners
             .iter()
@@ -147,6 +149,7 @@ impl Proxy {
                 engine.set_policy(lc.protection.clone(), now);
                 xdp.bans.listen(&engine);
                 xdp.known_good.listen(&engine);
+                bans::listen(&ban_queue, &engine, lc.port);
                 if let Some(c) = &cluster {
                     c.listen(&engine);
                 }
@@ -174,6 +177,7 @@ impl Proxy {
             routes: ArcSwap::from_pointee(routes),
             dynamic,
             events: EventHub::new(sink, cfg.blocked_events_per_second),
+            bans: ban_queue,
             xdp,
             socket: cfg.socket,
             route_defaults: cfg.route_defaults,
@@ -295,6 +299,7 @@ impl Proxy {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             let mut n = 0u64;
             let mut next_cpu_sample = 0u64;
+            let mut ban_tracker = crate::events::ban::BanTracker::default();
             loop {
                 tokio::select! {
                     _ = stop1.cancelled() => break,
@@ -323,10 +328,12 @@ impl Proxy {
                     share_kernel_bans(&shared, mgr, now);
                     push_known_good(&shared, mgr, &known_good);
                     sync_dynamic(&shared, mgr, false);
+                    bans::kernel_extensions(&shared, mgr, &ban_tracker, now);
                     if n.is_multiple_of(10) {
                         mgr.sweep(now);
                     }
                 }
+                bans::tick(&shared, &mut ban_tracker, now);
                 n += 1;
                 if n.is_multiple_of(10) {
                     shared.events.flush_summary(1000);
@@ -516,6 +523,15 @@ impl Proxy {
         if let Some(c) = &self.shared.cluster {
             c.blocked(req.net, req.port, req.ttl_ms, req.reason.clone());
         }
+        bans::block_changed(
+            &self.shared,
+            req.net,
+            req.port,
+            req.ttl_ms,
+            req.reason.as_deref(),
+            BanOrigin::Operator,
+            false,
+        );
         self.shared
             .dynamic
             .block(req.net, req.ttl_ms, req.reason, req.port, now);
@@ -562,6 +578,17 @@ impl Proxy {
     /// `unblockIp(cidr, { port })`, validated already: true when an entry was removed.
     pub fn unblock_ip(&self, req: UnblockRequest) -> bool {
         let removed = self.shared.dynamic.unblock(req.net, req.port);
+        if removed {
+            bans::block_changed(
+                &self.shared,
+                req.net,
+                req.port,
+                None,
+                None,
+                BanOrigin::Operator,
+                true,
+            );
+        }
         if let Some(c) = &self.shared.cluster {
             c.unblocked(req.net, req.port);
         }

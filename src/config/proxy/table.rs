@@ -10,7 +10,8 @@
 //! `routes` list in which every route fails still fails as a whole.
 
 use super::listener::ListenerConfig;
-use super::route::{parse_route, RouteConfig, RouteDefaults, RouteKind};
+use super::route::{parse_route, RouteConfig, RouteKind};
+use super::source_header::RouteDefaults;
 use crate::config::error::{ConfigError, ConfigIssue, Issues};
 use crate::config::value::{self as v, join};
 use serde_json::Value;
@@ -315,6 +316,7 @@ mod tests {
             &routes,
             "routes",
             &c.listeners,
+            super::RouteDefaults::default(),
             true,
             true,
             &mut crate::config::error::Issues::default(),

@@ -75,6 +75,7 @@ impl Engine {
             return Admission {
                 verdict: Some(observed(reason)),
                 guard,
+                shadow: None,
                 refill: false,
             };
         }
@@ -121,6 +122,7 @@ impl Engine {
                 observed: observe,
             }),
             guard: out.counted.then(|| slot.conn_guard_with(out.prefix.take())),
+            shadow: out.shadow.filter(|_| reason.is_none()),
             refill: out.refill,
         }
     }
@@ -166,6 +168,19 @@ impl Engine {
             if let Some(l) = self.box_listener.load().as_ref() {
                 (l.0)(key, deadline_ns, prefix);
             }
+            self.note_ban(|| crate::protection::BanNote {
+                key,
+                prefix,
+                deadline_ns,
+                level: fx.level,
+                started: fx.started,
+                reason: if prefix {
+                    BlockReason::PrefixRateLimited.as_str()
+                } else {
+                    BlockReason::RateLimited.as_str()
+                },
+                origin: crate::protection::BanOrigin::Local,
+            });
         }
     }
 
@@ -208,6 +223,10 @@ impl Engine {
     ) -> Outcome {
         let p = d.p;
         let mut out = Outcome::default();
+        if let Some(sp) = p.shadow() {
+            let key = IpKey::new(d.ip, p.ipv6_prefix_length());
+            out.shadow = self.shadow.check(key, sp, e.active, now);
+        }
         // The mark only matters to the budget and to defense mode: without them the decision
         // does not read the standing (the sweep uncounts expired marks).
         let known_good = (d.defended || p.listener_limit().is_some()) && {
@@ -431,6 +450,10 @@ struct Effects {
     new_flags: u8,
     /// The box deadline moved to this (ns): tell the box listener.
     boxed_ns: Option<u64>,
+    /// The box started with this change (it was not running before).
+    started: bool,
+    /// The box's escalation level.
+    level: u8,
 }
 
 /// What the prefix tier decided.
@@ -459,6 +482,8 @@ struct Outcome {
     prefix_effects: Effects,
     /// The client's cluster lease asks for a refill.
     refill: bool,
+    /// What `protection.shadow` would have refused (reported, never enforced).
+    shadow: Option<BlockReason>,
 }
 
 #[inline]
@@ -493,8 +518,9 @@ fn exhausted(
         return;
     };
     let mut duration = base;
+    let started = !penalty::is_boxed(e.penalty, epoch, now);
     if let Some(esc) = p.escalation() {
-        if !penalty::is_boxed(e.penalty, epoch, now) {
+        if started {
             s.level = penalty::next_level(e.penalty, epoch, s.level, now, esc.memory_ns);
         }
         duration = penalty::escalated_ns(base, esc.factor, s.level, esc.max_duration_ns);
@@ -502,6 +528,8 @@ fn exhausted(
     let deadline = penalty::deadline_for(now, duration);
     if let Some(ns) = penalty::extend(&mut e.penalty, epoch, deadline) {
         fx.boxed_ns = Some(ns);
+        fx.started = started;
+        fx.level = s.level;
         set_flag(e, FLAG_BOX, fx);
         if s.marks & MARK_KNOWN_GOOD != 0 {
             s.marks &= !MARK_KNOWN_GOOD;
@@ -527,6 +555,7 @@ fn refused(reason: BlockReason) -> Admission {
             observed: false,
         }),
         guard: None,
+        shadow: None,
         refill: false,
     }
 }

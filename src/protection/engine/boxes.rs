@@ -2,6 +2,7 @@
 //! prefix boxes received from another node: `offenders` and `prefix_boxes`, beside the table.
 
 use super::*;
+use crate::protection::{BanNote, BanOrigin};
 
 impl Engine {
     /// The key and box parameters of `ip` under the policy in force: `(key, threshold,
@@ -30,6 +31,7 @@ impl Engine {
     /// never counted.
     pub fn record_h2_violation(&self, ip: IpAddr, now_ns: u64) -> Option<u64> {
         let (key, threshold, duration_ns) = self.offender_key(ip)?;
+        let started = !self.offenders.is_boxed(key, now_ns);
         let deadline = self.offenders.violation(
             key,
             now_ns,
@@ -38,6 +40,7 @@ impl Engine {
             duration_ns,
         )?;
         self.notify_box(key, deadline);
+        self.note_client_box(key, deadline, started, BanOrigin::Local);
         Some(deadline)
     }
 
@@ -46,14 +49,49 @@ impl Engine {
     /// (reported as observed in observe mode), listed in `blockedIps().penaltyBoxed`, and the
     /// box listener (the XDP ban queue) is told. Works with or without a policy, penalty box or
     /// rate limit; the box ends at its deadline. Returns the deadline in force, or `None` for an
-    /// allowlisted client.
+    /// allowlisted client. Reported as a `'ban'` of origin `local` (see
+    /// [`Engine::box_client_from`]).
     pub fn box_client(&self, ip: IpAddr, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        self.box_client_from(ip, duration_ns, now_ns, BanOrigin::Local)
+    }
+
+    /// [`Engine::box_client`] with the `origin` its `'ban'` event reports (a box received from
+    /// another node: [`BanOrigin::Cluster`]).
+    pub fn box_client_from(
+        &self,
+        ip: IpAddr,
+        duration_ns: u64,
+        now_ns: u64,
+        origin: BanOrigin,
+    ) -> Option<u64> {
         let (key, _, _) = self.offender_key(ip)?;
+        let started = !self.offenders.is_boxed(key, now_ns);
+        let before = self.offenders.box_deadline(key);
         let deadline = self
             .offenders
             .put_in_box(key, now_ns.saturating_add(duration_ns));
         self.notify_box(key, deadline);
+        if started || before != Some(deadline) {
+            self.note_client_box(key, deadline, started, origin);
+        }
         Some(deadline)
+    }
+
+    /// Tells the ban sink of a box of the offenders' set (reason `h2_flood` when earned here,
+    /// `penalty_boxed` when received from another node).
+    fn note_client_box(&self, key: IpKey, deadline_ns: u64, started: bool, origin: BanOrigin) {
+        self.note_ban(|| BanNote {
+            key,
+            prefix: false,
+            deadline_ns,
+            level: 0,
+            started,
+            reason: match origin {
+                BanOrigin::Local => BlockReason::H2Flood.as_str(),
+                _ => BlockReason::PenaltyBoxed.as_str(),
+            },
+            origin,
+        });
     }
 
     /// Puts the prefix `net` (a boxed prefix of another node's prefix tier, as its box listener
@@ -62,17 +100,39 @@ impl Engine {
     /// mode), the prefix is listed in `blockedIps().penaltyBoxed` as a CIDR with the note
     /// [`PREFIX_NOTE`] as a local prefix box is, and the box listener is told (as a prefix: the
     /// XDP prefix-ban trie). Holds whatever the local policy (see `prefix_boxes`). Returns the
-    /// deadline in force, or `None` when the set is full.
+    /// deadline in force, or `None` when the set is full. Reported as a `'ban'` of origin
+    /// `local` (see [`Engine::box_prefix_from`]).
     pub fn box_prefix(&self, net: IpNet, duration_ns: u64, now_ns: u64) -> Option<u64> {
+        self.box_prefix_from(net, duration_ns, now_ns, BanOrigin::Local)
+    }
+
+    /// [`Engine::box_prefix`] with the `origin` its `'ban'` event reports.
+    pub fn box_prefix_from(
+        &self,
+        net: IpNet,
+        duration_ns: u64,
+        now_ns: u64,
+        origin: BanOrigin,
+    ) -> Option<u64> {
         let net = crate::protection::cidr::canonical_net(net);
         let len = net.prefix_len();
         let key = IpKey::prefix(net.network(), len, len);
+        let started = !self.prefix_boxes.is_running(key, now_ns);
         let deadline = self
             .prefix_boxes
             .put(key, now_ns.saturating_add(duration_ns))?;
         if let Some(l) = self.box_listener.load().as_ref() {
             (l.0)(key, deadline, true);
         }
+        self.note_ban(|| BanNote {
+            key,
+            prefix: true,
+            deadline_ns: deadline,
+            level: 0,
+            started,
+            reason: BlockReason::PenaltyBoxed.as_str(),
+            origin,
+        });
         Some(deadline)
     }
 

@@ -165,6 +165,10 @@ pub struct Admission {
     /// The per-IP connection count (none for allowlisted or untracked clients, or without a
     /// policy).
     pub guard: Option<ConnGuard>,
+    /// What `protection.shadow` would have refused this connection as (reported, never
+    /// enforced); `None` without a shadow policy, when it admits, or when the enforced policy
+    /// refused the connection already.
+    pub shadow: Option<BlockReason>,
     /// The client's cluster lease ran out: ask for a refill (`Cluster::refill_lease`, which
     /// builds the request with [`Engine::lease_request`] and says [`LeaseUpdate::NotSent`] if it
     /// cannot be queued). Only from [`Engine::admit_clustered`]. (A flag, not the request: the
@@ -193,6 +197,7 @@ impl Admission {
         Admission {
             verdict: None,
             guard,
+            shadow: None,
             refill: false,
         }
     }
@@ -204,6 +209,8 @@ impl Admission {
 pub type BoxListener = dyn Fn(IpKey, u64, bool) + Send + Sync;
 
 struct ListenerCell(Arc<BoxListener>);
+
+struct BanSinkCell(Arc<crate::protection::BanSink>);
 
 /// Called with the client's key and a deadline (CLOCK_MONOTONIC ns) when a client is marked
 /// known-good, and again each time its mark moves into a new half-TTL window (so at most about
@@ -226,6 +233,8 @@ pub struct Engine {
     /// The prefix tier (`prefixLimit`), keyed by network prefix.
     prefixes: Table,
     box_listener: ArcSwapOption<ListenerCell>,
+    /// Told of every box start and extension (`'ban'` events).
+    ban_sink: ArcSwapOption<BanSinkCell>,
     known_good_listener: ArcSwapOption<KnownGoodCell>,
     untracked: AtomicU64,
     offenders: Offenders,
@@ -245,6 +254,8 @@ pub struct Engine {
     upstream_overloaded: AtomicBool,
     /// Per-client HTTP/2 budgets (`http2.clientFactor`).
     h2_budgets: H2Budgets,
+    /// Shadow rate state (`protection.shadow`).
+    shadow: crate::protection::shadow::ShadowTable,
 }
 
 /// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.
@@ -279,6 +290,7 @@ impl Engine {
             table: Table::new(),
             prefixes: Table::new(),
             box_listener: ArcSwapOption::empty(),
+            ban_sink: ArcSwapOption::empty(),
             known_good_listener: ArcSwapOption::empty(),
             untracked: AtomicU64::new(0),
             offenders: Offenders::default(),
@@ -291,6 +303,7 @@ impl Engine {
             defended: AtomicBool::new(false),
             upstream_overloaded: AtomicBool::new(false),
             h2_budgets: H2Budgets::default(),
+            shadow: Default::default(),
         }
     }
 
@@ -368,6 +381,19 @@ impl Engine {
     pub fn set_box_listener(&self, f: Option<Arc<BoxListener>>) {
         self.box_listener
             .store(f.map(|f| Arc::new(ListenerCell(f))));
+    }
+
+    /// Sets (or clears) the ban sink: told of every box that starts or moves forward, with its
+    /// origin, level and reason (`'ban'` events).
+    pub fn set_ban_sink(&self, f: Option<Arc<crate::protection::BanSink>>) {
+        self.ban_sink.store(f.map(|f| Arc::new(BanSinkCell(f))));
+    }
+
+    /// Tells the ban sink (if any) of `note`.
+    pub(super) fn note_ban(&self, note: impl FnOnce() -> crate::protection::BanNote) {
+        if let Some(s) = self.ban_sink.load().as_ref() {
+            (s.0)(&note());
+        }
     }
 
     /// Sets (or clears) the known-good listener.
