@@ -130,15 +130,7 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         }
     }
     if let Some(v) = field(obj, "maxConcurrentPerIp") {
-        let n = number_in(
-            v,
-            &f("maxConcurrentPerIp"),
-            0.0,
-            MAX_CONCURRENT,
-            true,
-            issues,
-        );
-        p.max_concurrent_per_ip = n.map_or(0, |n| n as u64);
+        p.max_concurrent_per_ip = max_concurrent_per_ip(v, &f("maxConcurrentPerIp"), issues);
     }
     if let Some(v) = field(obj, "shadow") {
         p.shadow = shadow(v, &f("shadow"), issues);
@@ -649,6 +641,12 @@ fn cluster_rate(v: &Value, path: &str, issues: &mut Issues) -> Option<ClusterRat
 }
 
 /// `rateLimit` / `sustained`: `{ <rate_field>, burst? }` per `period_s` seconds.
+/// `maxConcurrentPerIp` (enforced or shadow): an integer in [0, MAX_CONCURRENT], 0 = off (also
+/// when invalid: the problem is in `issues`).
+fn max_concurrent_per_ip(v: &Value, path: &str, issues: &mut Issues) -> u64 {
+    number_in(v, path, 0.0, MAX_CONCURRENT, true, issues).map_or(0, |n| n as u64)
+}
+
 /// `shadow: { rateLimit?, sustained?, maxConcurrentPerIp? }`, each field as in the enforced policy.
 fn shadow(v: &Value, path: &str, issues: &mut Issues) -> Option<crate::protection::ShadowPolicy> {
     let obj = object(v, path, issues)?;
@@ -667,15 +665,7 @@ fn shadow(v: &Value, path: &str, issues: &mut Issues) -> Option<crate::protectio
         s.sustained = rate(v, &f("sustained"), "connectionsPerMinute", 60, issues);
     }
     if let Some(v) = field(obj, "maxConcurrentPerIp") {
-        let n = number_in(
-            v,
-            &f("maxConcurrentPerIp"),
-            0.0,
-            MAX_CONCURRENT,
-            true,
-            issues,
-        );
-        s.max_concurrent_per_ip = n.map_or(0, |n| n as u64);
+        s.max_concurrent_per_ip = max_concurrent_per_ip(v, &f("maxConcurrentPerIp"), issues);
     }
     Some(s)
 }

@@ -492,8 +492,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn ip_affinity_keeps_an_ip_on_its_upstream_until_the_ttl() {
+    /// The default route with three TCP upstreams (ports 1, 2, 3), no protocol marked.
+    fn three_upstreams() -> RouteConfig {
         let mut r = route("", 1);
         r.upstreams = (1..=3)
             .map(|p| Upstream::Tcp {
@@ -502,6 +502,12 @@ mod tests {
             })
             .collect();
         r.upstream_protocols = vec![None; 3];
+        r
+    }
+
+    #[test]
+    fn ip_affinity_keeps_an_ip_on_its_upstream_until_the_ttl() {
+        let mut r = three_upstreams();
         r.ip_affinity_ttl_ms = Some(1000);
         let t = table(&[r]);
         let cr = t.lookup(None).unwrap();
@@ -558,14 +564,7 @@ mod tests {
     #[test]
     fn cpu_use_breaks_least_connection_ties_and_connections_dominate() {
         use crate::config::proxy::CpuSource;
-        let mut r = route("", 1);
-        r.upstreams = (1..=3)
-            .map(|p| Upstream::Tcp {
-                host: "127.0.0.1".into(),
-                port: p,
-            })
-            .collect();
-        r.upstream_protocols = vec![None; 3];
+        let mut r = three_upstreams();
         r.upstream_cpu = (1..=3)
             .map(|pid| Some(CpuSource { pid, tid: None }))
             .collect();
