@@ -394,6 +394,8 @@ test('a prefix box received from another node is listed as a prefix box, with it
   assert.deepEqual(got.dynamicBlocklist, []);
   // Any client of the prefix is refused on B as penalty_boxed; another prefix is not.
   assert.equal(await admitted(b, '127.0.14.9'), false);
+  // The 'blocked' event reaches JS after the refusal (events are delivered asynchronously).
+  await h.waitFor(async () => (await b.call('events')).blocked.length > 0, { timeoutMs: 1000, intervalMs: 5, what: "B's 'blocked' event" });
   assert.deepEqual((await b.call('events')).blocked.map((e) => [e.ip, e.reason]), [['127.0.14.9', 'penalty_boxed']]);
   assert.equal(await admitted(b, '127.0.15.9'), true);
   assert.equal((await b.call('metrics')).cluster.bansPublished, 0, 'a received prefix box is not published again');
