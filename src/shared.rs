@@ -218,6 +218,12 @@ impl Shared {
         }
     }
 
+    /// The listeners on `port`, or every listener when `port` is `None` (the scope of a ban or a
+    /// listing that may name a port).
+    pub fn listeners_for(&self, port: Option<u16>) -> impl Iterator<Item = &ListenerRt> + '_ {
+        (self.listeners.iter()).filter(move |l| port.is_none_or(|p| p == l.config.port))
+    }
+
     /// Indexes of the listeners on `port` (a port names every listener bound to it).
     pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = ListenerId> + '_ {
         self.listeners

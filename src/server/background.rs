@@ -30,11 +30,9 @@ impl crate::cluster::Node for ClusterPeer {
         now_ns: u64,
         node: &Arc<str>,
     ) {
-        for l in &self.0.listeners {
-            if port.is_none_or(|p| p == l.config.port) {
-                let origin = BanOrigin::Cluster(Some(node.clone()));
-                l.engine.box_client_from(ip, remaining_ns, now_ns, origin);
-            }
+        for l in self.0.listeners_for(port) {
+            let origin = BanOrigin::Cluster(Some(node.clone()));
+            l.engine.box_client_from(ip, remaining_ns, now_ns, origin);
         }
     }
 
@@ -46,11 +44,9 @@ impl crate::cluster::Node for ClusterPeer {
         now_ns: u64,
         node: &Arc<str>,
     ) {
-        for l in &self.0.listeners {
-            if port.is_none_or(|p| p == l.config.port) {
-                let origin = BanOrigin::Cluster(Some(node.clone()));
-                l.engine.box_prefix_from(net, remaining_ns, now_ns, origin);
-            }
+        for l in self.0.listeners_for(port) {
+            let origin = BanOrigin::Cluster(Some(node.clone()));
+            l.engine.box_prefix_from(net, remaining_ns, now_ns, origin);
         }
     }
 

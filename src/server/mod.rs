@@ -470,10 +470,8 @@ impl Proxy {
         }
         let now = clock::now_ns();
         let mut out = BlockedIps::default();
-        for l in &self.shared.listeners {
-            if port.is_none_or(|p| p == l.config.port) {
-                out.add(l.config.port, l.engine.blocked(now));
-            }
+        for l in self.shared.listeners_for(port) {
+            out.add(l.config.port, l.engine.blocked(now));
         }
         if let Some(mgr) = self.xdp().as_ref() {
             for b in mgr.bans() {
