@@ -46,7 +46,7 @@ new_project() {
 # other command in .bin (npm's own .package-lock.json aside).
 only_rampart() {
   [ "$(ls -A "$1/node_modules" | grep -vx '\.package-lock\.json\|\.bin' | tr '\n' ' ')" = "rampart " ] &&
-    [ "$(ls -A "$1/node_modules/.bin" | tr '\n' ' ')" = "rampart " ]
+    [ "$(ls -A "$1/node_modules/.bin" | tr '\n' ' ')" = "rampart symphony-server " ]
 }
 
 # `node -e` in the consumer: require('rampart') and construct a RampartProxy.
