@@ -910,6 +910,12 @@ export interface UpstreamCapacity {
   otherLimit: number | null;
   /** Mean response-head latency of the last measured 100 ms window, ms (0 before any). */
   latencyMs: number;
+  /**
+   * The proxy's own run-queue delay in that window, ms: the part of `latencyMs` that is Rampart's
+   * load, not the upstream's (the limiter compares `latencyMs − proxyDelayMs`, at least half of
+   * `latencyMs`, with `baselineMs`).
+   */
+  proxyDelayMs: number;
   /** No-load latency baseline, ms (0 before any). */
   baselineMs: number;
   /** A request was refused for lack of capacity within the last 2 s (new other clients are refused). */

@@ -6,7 +6,9 @@
 //! [`WINDOW_NS`] the caller that notices the window is over takes a `try_lock` on the state and
 //! recomputes the limit; everybody else goes on (nobody waits, a sample costs a few atomics):
 //!
-//! - **current** = the window's mean latency;
+//! - **current** = the window's mean latency less the proxy's own run-queue delay in the window
+//!   ([`Window::proxy_delay_ns`], at most half of it): a busy proxy sees every response head late
+//!   by that much, and its own load is not the upstream's congestion;
 //! - **baseline** (the no-load latency) = the lowest window mean seen, rising towards later
 //!   windows without refusals by 1/[`BASELINE_RISE_WINDOWS`] of the difference per window (a
 //!   60 s time constant): a lasting change of the upstream is learned once the route serves
@@ -67,6 +69,16 @@ pub struct Window {
     pub connect_failures: u32,
     /// Gradient cap from the embedding process's event-loop delay (`None`: under threshold).
     pub external_gradient: Option<f64>,
+    /// The proxy's own mean run-queue delay in the window, ns ([`super::run_queue`]).
+    pub proxy_delay_ns: f64,
+}
+
+impl Window {
+    /// The latency the upstream added (ns): the mean less the proxy's own delay, at least half
+    /// the mean (a probe is a sample too: it never explains a latency away).
+    pub fn upstream_ns(&self) -> f64 {
+        (self.mean_ns - self.proxy_delay_ns.max(0.0)).max(self.mean_ns / 2.0)
+    }
 }
 
 /// The limiter's learned state (under its lock).
@@ -80,6 +92,8 @@ pub struct State {
     pub baseline_ns: f64,
     /// Mean latency of the last window with samples, ns (0 until the first sample).
     pub current_ns: f64,
+    /// The proxy's own run-queue delay in the last window with samples, ns.
+    pub proxy_delay_ns: f64,
     /// Whether the last window was at the baseline (fast growth needs two in a row: the window
     /// after a cut drains the upstream's queue and always looks calm).
     pub calm: bool,
@@ -93,15 +107,18 @@ impl State {
             limit: f64::from(cfg.initial_limit),
             baseline_ns: 0.0,
             current_ns: 0.0,
+            proxy_delay_ns: 0.0,
             calm: false,
         }
     }
 
     /// Applies one window (see the module doc); returns the new limit.
     pub fn update(&mut self, w: &Window) -> f64 {
+        let upstream_ns = w.upstream_ns();
         if w.samples > 0 {
-            let cur = w.mean_ns;
-            self.current_ns = cur;
+            let cur = upstream_ns;
+            self.current_ns = w.mean_ns;
+            self.proxy_delay_ns = w.proxy_delay_ns;
             if self.baseline_ns == 0.0 || cur < self.baseline_ns {
                 self.baseline_ns = cur;
             } else if w.refused == 0 {
@@ -114,7 +131,7 @@ impl State {
         let mut gradient: f64 = 1.0;
         if w.samples > 0 && w.mean_ns > 0.0 {
             let allowed = self.baseline_ns * self.cfg.tolerance + NOISE_FLOOR_NS;
-            gradient = (allowed / w.mean_ns).clamp(MIN_GRADIENT, 1.0);
+            gradient = (allowed / upstream_ns).clamp(MIN_GRADIENT, 1.0);
         }
         if w.connect_failures > 0 {
             gradient = gradient.min(CONNECT_FAILURE_GRADIENT);
@@ -137,7 +154,7 @@ impl State {
             if !binds || w.samples == 0 {
                 return self.limit;
             }
-            let at_baseline = w.mean_ns <= self.baseline_ns * AT_BASELINE;
+            let at_baseline = upstream_ns <= self.baseline_ns * AT_BASELINE;
             let calm = std::mem::replace(&mut self.calm, at_baseline);
             let queue = if w.refused > 0 && at_baseline && calm {
                 self.limit
@@ -211,9 +228,16 @@ impl Limiter {
 
     /// Closes the window and recomputes the limit when it is over at `now_ns` and nobody else is
     /// doing it; `current` is the in-flight count now (the next window starts from it).
-    /// `external` is the event-loop gradient cap. Returns the state after the update, `None`
-    /// when nothing was done.
-    pub fn roll(&self, now_ns: u64, current: u32, external: Option<f64>) -> Option<State> {
+    /// `external` is the event-loop gradient cap; `proxy_delay_ns` gives the proxy's run-queue
+    /// delay over the window (called only when the window closes). Returns the state after the
+    /// update, `None` when nothing was done.
+    pub fn roll(
+        &self,
+        now_ns: u64,
+        current: u32,
+        external: Option<f64>,
+        proxy_delay_ns: impl FnOnce() -> f64,
+    ) -> Option<State> {
         if !self.due(now_ns) {
             return None;
         }
@@ -235,6 +259,7 @@ impl Limiter {
             refused: self.refused.swap(0, Ordering::Relaxed),
             connect_failures: self.connect_failures.swap(0, Ordering::Relaxed),
             external_gradient: external,
+            proxy_delay_ns: proxy_delay_ns(),
         };
         st.update(&w);
         Some(*st)

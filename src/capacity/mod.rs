@@ -26,6 +26,7 @@
 pub mod limiter;
 pub mod queue;
 pub mod registry;
+pub mod run_queue;
 #[cfg(test)]
 mod tests;
 
@@ -35,8 +36,9 @@ pub use registry::CapacityRegistry;
 
 use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
 use limiter::{Limiter, State};
+use run_queue::RunQueueDelay;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A route stays overloaded until this long (ns, 2 s) passed without a refusal or an event-loop
 /// delay over its threshold.
@@ -140,11 +142,22 @@ pub struct Capacity {
     limiter: Limiter,
     /// [`Capacity::reset_hold_ns`], published with each window.
     latency_hint_ns: AtomicU64,
+    /// The proxy's run-queue delay probe, and its totals when the last window closed.
+    run_queue: Arc<RunQueueDelay>,
+    run_queue_seen: Mutex<(u64, u64)>,
 }
 
 impl Capacity {
-    /// A route's capacity at `cfg`'s initial limit.
+    /// A route's capacity at `cfg`'s initial limit, with no run-queue probe (its latency samples
+    /// are taken as the upstream's).
     pub fn new(cfg: CapacityConfig) -> Capacity {
+        Capacity::with_run_queue(cfg, Arc::default())
+    }
+
+    /// A route's capacity at `cfg`'s initial limit whose limiter discounts the proxy's own
+    /// run-queue delay measured by `run_queue` ([`run_queue`]).
+    pub fn with_run_queue(cfg: CapacityConfig, run_queue: Arc<RunQueueDelay>) -> Capacity {
+        let seen = run_queue.totals();
         let c = Capacity {
             mode: AtomicU8::new(mode_code(cfg.mode)),
             limit: AtomicU32::new(0),
@@ -169,6 +182,8 @@ impl Capacity {
             delay_threshold: AtomicU64::new(0),
             limiter: Limiter::new(cfg, 0),
             latency_hint_ns: AtomicU64::new(0),
+            run_queue,
+            run_queue_seen: Mutex::new(seen),
         };
         c.publish(&State::new(cfg));
         c
@@ -417,19 +432,25 @@ impl Capacity {
     /// Closes the limiter's window when it is over (see [`limiter::Limiter::roll`]).
     fn roll(&self, now_ns: u64) {
         let ext = self.external_gradient(now_ns);
-        if let Some(st) = self.limiter.roll(now_ns, self.in_flight(), ext) {
+        let proxy_delay = || {
+            let now = self.run_queue.totals();
+            let mut seen = self
+                .run_queue_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            run_queue::mean_between(std::mem::replace(&mut seen, now), now)
+        };
+        if let Some(st) = self
+            .limiter
+            .roll(now_ns, self.in_flight(), ext, proxy_delay)
+        {
             self.publish(&st);
         }
     }
 
-    /// Every ~100 ms: closes the limiter's window if nobody did, wakes the queue's waiters to
-    /// check their deadlines, and reports an overload on/off transition since the last call.
+    /// Every ~100 ms: closes the limiter's window if nobody did, and reports an overload on/off transition since the last call.
     pub fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
         self.roll(now_ns);
-        if !self.waiters.is_empty() {
-            // Waiters hold no timer: each checks its `queueTimeoutMs` now.
-            self.wake_all();
-        }
         let on = self.refuses_new(now_ns);
         if self.reported_on.swap(on, Ordering::Relaxed) == on {
             return None;
@@ -465,6 +486,7 @@ impl Capacity {
             limit: (!off).then(|| self.limit()),
             other_limit: (!off).then(|| self.other_cap.load(Ordering::Relaxed)),
             latency_ms: ns_to_ms(st.current_ns),
+            proxy_delay_ms: ns_to_ms(st.proxy_delay_ns),
             baseline_ms: ns_to_ms(st.baseline_ns),
             overloaded: self.refuses_new(now_ns),
             refused: self.refused.load(Ordering::Relaxed),

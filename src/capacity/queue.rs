@@ -5,14 +5,16 @@
 //! of a higher one), so the wait is first come, first served within a class.
 //!
 //! Each released permit wakes one waiter ([`Capacity::wake`]) through a `tokio::sync::Notify`
-//! per class; a woken waiter that finds no room (the limit was cut meanwhile) waits again. A
-//! waiter holds no timer: [`Capacity::tick`] (every 100 ms) wakes every waiter while any waits,
-//! and each checks its own deadline, so `queueTimeoutMs` ends a wait up to 100 ms late and a
-//! wait costs no timer-wheel insert (the queue is the hot path of a route at its limit). The
-//! waiter's `Notified` is enabled before it tries the limit, so a release between the try and
-//! the wait is never lost (the release's `fetch_sub` and the waiter's count are `SeqCst`: the
-//! releaser sees the waiter, or the waiter sees the room). A waiter that gives up (its
-//! connection ended) passes a notification it received on (tokio's `Notified` does so on drop).
+//! per class, the one that waited longest (`notify_one` is first in, first out), and only a
+//! woken waiter takes a permit: a waiter polled for another reason (its connection's other
+//! streams, its own timer) never overtakes an older one, so the wait stays in arrival order and
+//! the tail of the wait is the queue's length, not luck. A woken waiter that finds no room (the
+//! limit was cut meanwhile) waits again, at the back. Each waiter has its own timer for
+//! `queueTimeoutMs` (created at its first wait, when it runs inside the runtime). The waiter's
+//! `Notified` is enabled as it joins, so a release between its failed try and its wait is never
+//! lost (the release's `fetch_sub` and the waiter's count are `SeqCst`: the releaser sees the
+//! waiter, or the waiter sees the room). A waiter that gives up (its connection ended) passes a
+//! notification it received on (tokio's `Notified` does so on drop).
 //!
 //! A queue longer than the limit (each waiter then waits longer than a response takes) makes
 //! the route overloaded as a refusal does: new connections of unknown clients are refused at
@@ -29,6 +31,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
+use tokio::time::Sleep;
+
+/// Shortest re-arm of a waiter's timer that fired before its deadline.
+const MIN_REARM: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The waiters of one route.
 #[derive(Debug, Default)]
@@ -132,6 +138,7 @@ impl Capacity {
             class,
             notified,
             deadline_ns: now_ns.saturating_add(u64::from(timeout_ms) * 1_000_000),
+            timer: None,
             done: false,
         })
     }
@@ -170,8 +177,8 @@ impl Capacity {
         }
     }
 
-    /// Wakes every waiter (each checks its deadline and the queue config, then waits again):
-    /// from [`Capacity::tick`] while any waits, and when the queue is switched off.
+    /// Wakes every waiter (each checks its deadline and the queue config, then waits again): when
+    /// the queue is switched off or closed.
     pub(super) fn wake_all(&self) {
         for n in &self.waiters.notify {
             n.notify_waiters();
@@ -201,6 +208,8 @@ pub struct Queued<'a> {
     notified: Pin<Box<Notified<'a>>>,
     /// When the wait ends without a permit (CLOCK_MONOTONIC ns).
     deadline_ns: u64,
+    /// Wakes the waiter at `deadline_ns` (none outside a tokio runtime: tests poll it).
+    timer: Option<Pin<Box<Sleep>>>,
     done: bool,
 }
 
@@ -227,7 +236,7 @@ impl Queued<'_> {
         now_ns: u64,
     ) -> Poll<Result<Permit, Overloaded>> {
         let c = self.capacity;
-        loop {
+        while self.notified.as_mut().poll(cx).is_ready() {
             if let Ok(n) = c.take(self.class) {
                 self.leave();
                 let permit = c.permit(self.class, n, now_ns);
@@ -237,21 +246,38 @@ impl Queued<'_> {
                 }
                 return Poll::Ready(Ok(permit));
             }
-            if self.notified.as_mut().poll(cx).is_ready() {
-                // Woken, and someone else took the room: wait again.
-                let n = c.waiters.notify[slot(self.class)].notified();
-                self.notified.set(n);
-                self.notified.as_mut().enable();
-                continue;
-            }
-            break;
+            // Woken, and someone else took the room: wait again.
+            let n = c.waiters.notify[slot(self.class)].notified();
+            self.notified.set(n);
+            self.notified.as_mut().enable();
         }
         if now_ns >= self.deadline_ns || c.queue_config().0 == 0 {
             self.leave();
             c.waiters.timeouts.fetch_add(1, Ordering::Relaxed);
             return Poll::Ready(Err(c.refuse(self.class, c.in_flight(), now_ns)));
         }
+        self.arm_timer(cx, now_ns);
         Poll::Pending
+    }
+
+    /// Makes sure the task is woken at the deadline (the timer is created at the first wait).
+    fn arm_timer(&mut self, cx: &mut Context<'_>, now_ns: u64) {
+        if self.timer.is_none() {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return;
+            }
+            let left = std::time::Duration::from_nanos(self.deadline_ns - now_ns);
+            self.timer = Some(Box::pin(tokio::time::sleep(left)));
+        }
+        if let Some(t) = self.timer.as_mut() {
+            if t.as_mut().poll(cx).is_ready() {
+                // Fired a hair before `now_ns` reached the deadline: once more, for the rest.
+                let left = std::time::Duration::from_nanos(self.deadline_ns - now_ns);
+                t.as_mut()
+                    .reset(tokio::time::Instant::now() + left.max(MIN_REARM));
+                let _ = t.as_mut().poll(cx);
+            }
+        }
     }
 
     fn leave(&mut self) {

@@ -2,6 +2,7 @@
 //! reload keeps the learned limit, the latency baseline and the counters of every route whose
 //! name survives, and applies its new `concurrency` block.
 
+use super::run_queue::RunQueueDelay;
 use super::Capacity;
 use crate::config::proxy::CapacityConfig;
 use std::collections::HashMap;
@@ -13,6 +14,8 @@ pub struct CapacityRegistry {
     routes: Mutex<HashMap<String, Arc<Capacity>>>,
     /// `overload.eventLoopDelayMs` (`None`: the signal is ignored).
     delay_threshold_ms: Option<f64>,
+    /// The proxy's run-queue delay, measured by the server's probe, read by every limiter.
+    run_queue: Arc<RunQueueDelay>,
 }
 
 impl CapacityRegistry {
@@ -22,6 +25,7 @@ impl CapacityRegistry {
         CapacityRegistry {
             routes: Mutex::default(),
             delay_threshold_ms,
+            run_queue: Arc::default(),
         }
     }
 
@@ -31,11 +35,16 @@ impl CapacityRegistry {
         let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         let c = m
             .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Capacity::new(cfg)))
+            .or_insert_with(|| Arc::new(Capacity::with_run_queue(cfg, self.run_queue.clone())))
             .clone();
         c.set_config(cfg);
         c.set_delay_threshold(self.delay_threshold_ms);
         c
+    }
+
+    /// The run-queue delay every route's limiter reads (the server's probe records into it).
+    pub fn run_queue(&self) -> &Arc<RunQueueDelay> {
+        &self.run_queue
     }
 
     /// Forgets every route not in `keep` (a route removed by `updateConfig`).

@@ -471,6 +471,7 @@ fn idle_snapshot() {
             limit: Some(20),
             other_limit: Some(16),
             latency_ms: 0.0,
+            proxy_delay_ms: 0.0,
             baseline_ms: 0.0,
             overloaded: false,
             refused: 0,
@@ -488,4 +489,46 @@ fn idle_snapshot() {
     cap.connected(4 * MS);
     let s = cap.snapshot(0);
     assert_eq!((s.connect_failures, s.connect_ms), (1, 3.0));
+}
+
+/// The proxy's own run-queue delay is not the upstream's congestion: a window whose latency rose
+/// only by that delay keeps growing the limit; the same latency without it is cut.
+#[test]
+fn the_proxys_own_run_queue_delay_does_not_cut_the_limit() {
+    use limiter::{State, Window};
+    let cfg = CapacityConfig::default_for(true);
+    let mut st = State::new(cfg);
+    let calm = Window {
+        samples: 100,
+        mean_ns: 1_000_000.0,
+        max_in_flight: 20,
+        refused: 5,
+        ..Window::default()
+    };
+    st.update(&calm);
+    assert_eq!(st.baseline_ns, 1_000_000.0);
+    // 2.5 ms of which 1.5 ms the proxy's run queue: the upstream added 1 ms, its baseline.
+    let busy_proxy = Window {
+        mean_ns: 2_500_000.0,
+        proxy_delay_ns: 1_500_000.0,
+        ..calm
+    };
+    let before = st.limit;
+    assert!(st.update(&busy_proxy) > before);
+    assert_eq!(st.baseline_ns, 1_000_000.0);
+    assert_eq!(st.current_ns, 2_500_000.0);
+    // The same 2.5 ms from the upstream: cut.
+    let busy_upstream = Window {
+        proxy_delay_ns: 0.0,
+        ..busy_proxy
+    };
+    let before = st.limit;
+    assert!(st.update(&busy_upstream) < before);
+    // A probe never explains more than half a latency away.
+    let w = Window {
+        mean_ns: 4_000_000.0,
+        proxy_delay_ns: 10_000_000.0,
+        ..calm
+    };
+    assert_eq!(w.upstream_ns(), 2_000_000.0);
 }

@@ -20,6 +20,10 @@ pub struct CapacitySnapshot {
     pub other_limit: Option<u32>,
     /// Mean response-head latency of the last measured 100 ms window, ms (0 before any).
     pub latency_ms: f64,
+    /// The proxy's own run-queue delay in that window, ms: the part of `latency_ms` that is the
+    /// proxy's load, not the upstream's (the limiter compares `latency_ms − proxy_delay_ms` with
+    /// the baseline).
+    pub proxy_delay_ms: f64,
     /// The no-load latency baseline, ms (0 before any sample).
     pub baseline_ms: f64,
     /// Whether the route is overloaded (a refusal within the last 2 s).
@@ -45,7 +49,7 @@ pub struct CapacitySnapshot {
 type Get = fn(&CapacitySnapshot) -> Option<f64>;
 
 /// The `rampart_route_upstream_*` families: suffix, type, help and value (`None`: no sample).
-const FAMILIES: [(&str, &str, &str, Get); 13] = [
+const FAMILIES: [(&str, &str, &str, Get); 14] = [
     (
         "in_flight",
         "gauge",
@@ -69,6 +73,12 @@ const FAMILIES: [(&str, &str, &str, Get); 13] = [
         "gauge",
         "Mean response-head latency of the last 100 ms window.",
         |u| Some(u.latency_ms / 1000.0),
+    ),
+    (
+        "proxy_delay_seconds",
+        "gauge",
+        "The proxy's own run-queue delay in that window (part of latency_seconds).",
+        |u| Some(u.proxy_delay_ms / 1000.0),
     ),
     (
         "baseline_seconds",

@@ -293,6 +293,7 @@ impl Proxy {
     }
 
     fn spawn_background(&self, stop: &CancellationToken) {
+        self.spawn_run_queue_probe(stop);
         let shared = self.shared.clone();
         let stop1 = stop.clone();
         self.rt().spawn(async move {
@@ -338,6 +339,27 @@ impl Proxy {
                 if n.is_multiple_of(10) {
                     shared.events.flush_summary(1000);
                 }
+            }
+        });
+    }
+
+    /// Measures the runtime's run-queue delay every `PROBE_INTERVAL_NS` for the limiters
+    /// (`capacity::run_queue`): yields once and records how long until it runs again.
+    fn spawn_run_queue_probe(&self, stop: &CancellationToken) {
+        let delay = self.shared.capacities.run_queue().clone();
+        let stop = stop.clone();
+        self.rt().spawn(async move {
+            let interval = Duration::from_nanos(crate::capacity::run_queue::PROBE_INTERVAL_NS);
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let start = clock::now_ns();
+                tokio::task::yield_now().await;
+                delay.record(clock::now_ns().saturating_sub(start));
             }
         });
     }
