@@ -466,7 +466,8 @@ export interface AcceptProxyProtocolConfig {
 export interface ConcurrencyConfig {
   /**
    * 'adaptive': a limit learned from response-head latency (grows while latency stays near its
-   * no-load baseline, shrinks when it rises past baseline × tolerance + 0.5 ms); 'fixed': `limit`
+   * no-load baseline, shrinks when it rises past baseline × tolerance + 0.5 ms, never while it is
+   * under `latencyFloorMs`); 'fixed': `limit`
    * (HAProxy `maxconn`); 'off': unlimited, still measured (long-polling routes).
    */
   mode?: 'adaptive' | 'fixed' | 'off';
@@ -480,6 +481,12 @@ export interface ConcurrencyConfig {
   initialLimit?: number;
   /** 'adaptive' only: latency rise over the baseline tolerated, 1..10. Default 1.25. */
   tolerance?: number;
+  /**
+   * 'adaptive' only: a response latency under this many ms never shrinks the limit, however far
+   * above the baseline (an upstream answering within it, queue included, is not drowning),
+   * 0..10000. Default 5.
+   */
+  latencyFloorMs?: number;
   /**
    * Share of the limit reserved to clients known-good since 10 s before the overload began,
    * 0..0.9 (at least one slot when > 0; 0 = none). Default 0.2.

@@ -13,8 +13,10 @@
 //!   windows without refusals by 1/[`BASELINE_RISE_WINDOWS`] of the difference per window (a
 //!   60 s time constant): a lasting change of the upstream is learned once the route serves
 //!   without refusing, while a flood (which is refused) cannot teach it that slow is normal;
-//! - **gradient** = `(baseline × tolerance + NOISE_FLOOR) / current`, clamped to
-//!   `[MIN_GRADIENT, 1]`: 1 while latency stays near the baseline, down to 0.5 when it rises;
+//! - **gradient** = `max(baseline × tolerance + NOISE_FLOOR, latencyFloorMs) / current`, clamped
+//!   to `[MIN_GRADIENT, 1]`: 1 while latency stays near the baseline (or under the floor: an
+//!   upstream that answers within a few ms, queue included, is not drowning, and a fast upstream's
+//!   latency rises many times over at full speed without harm), down to 0.5 when it rises;
 //! - congested (gradient < 1): **limit** ← `min(limit, peak / (1 − priorityShare)) × gradient`
 //!   at once, `peak` being the window's largest in-flight count (class `Other` alone fills
 //!   `1 − priorityShare` of the limit; multiplicative decrease from the concurrency that
@@ -22,8 +24,8 @@
 //!   upstream needs the cut now); a window whose peak stayed under `minLimit` changes nothing
 //!   (its latency rise is not the route's concurrency);
 //! - else **limit** ← `limit × (1 − SMOOTHING) + (limit + queue) × SMOOTHING`, where `queue` is
-//!   `limit` when the window had refusals and latency sat at the baseline in it and the window
-//!   before (demand beyond a limit that costs nothing: grow by 20 % a window), else `√limit`
+//!   `limit` when the window had refusals and latency sat at the baseline (or under the floor) in
+//!   it and the window before (demand beyond a limit that costs nothing: grow by 20 % a window), else `√limit`
 //!   (additive probing);
 //! - the limit is clamped to `[minLimit, maxLimit]`.
 //!
@@ -112,6 +114,17 @@ impl State {
         }
     }
 
+    /// `latencyFloorMs` in ns.
+    fn floor_ns(&self) -> f64 {
+        self.cfg.latency_floor_ms * 1e6
+    }
+
+    /// The latency (ns) past which the limit shrinks: `baseline × tolerance + NOISE_FLOOR_NS`,
+    /// at least `latencyFloorMs`.
+    pub fn allowed_ns(&self) -> f64 {
+        (self.baseline_ns * self.cfg.tolerance + NOISE_FLOOR_NS).max(self.floor_ns())
+    }
+
     /// Applies one window (see the module doc); returns the new limit.
     pub fn update(&mut self, w: &Window) -> f64 {
         let upstream_ns = w.upstream_ns();
@@ -130,7 +143,7 @@ impl State {
         }
         let mut gradient: f64 = 1.0;
         if w.samples > 0 && w.mean_ns > 0.0 {
-            let allowed = self.baseline_ns * self.cfg.tolerance + NOISE_FLOOR_NS;
+            let allowed = self.allowed_ns();
             gradient = (allowed / upstream_ns).clamp(MIN_GRADIENT, 1.0);
         }
         if w.connect_failures > 0 {
@@ -154,7 +167,7 @@ impl State {
             if !binds || w.samples == 0 {
                 return self.limit;
             }
-            let at_baseline = upstream_ns <= self.baseline_ns * AT_BASELINE;
+            let at_baseline = upstream_ns <= (self.baseline_ns * AT_BASELINE).max(self.floor_ns());
             let calm = std::mem::replace(&mut self.calm, at_baseline);
             let queue = if w.refused > 0 && at_baseline && calm {
                 self.limit

@@ -496,7 +496,10 @@ fn idle_snapshot() {
 #[test]
 fn the_proxys_own_run_queue_delay_does_not_cut_the_limit() {
     use limiter::{State, Window};
-    let cfg = CapacityConfig::default_for(true);
+    let cfg = CapacityConfig {
+        latency_floor_ms: 0.0,
+        ..CapacityConfig::default_for(true)
+    };
     let mut st = State::new(cfg);
     let calm = Window {
         samples: 100,
@@ -531,4 +534,34 @@ fn the_proxys_own_run_queue_delay_does_not_cut_the_limit() {
         ..calm
     };
     assert_eq!(w.upstream_ns(), 2_000_000.0);
+}
+
+/// A latency under `latencyFloorMs` never cuts the limit, however far above the baseline; past
+/// it, it does.
+#[test]
+fn latency_under_the_floor_never_cuts_the_limit() {
+    use limiter::{State, Window};
+    let mut st = State::new(CapacityConfig::default_for(true));
+    let calm = Window {
+        samples: 100,
+        mean_ns: 100_000.0,
+        max_in_flight: 20,
+        refused: 5,
+        ..Window::default()
+    };
+    st.update(&calm);
+    assert_eq!(st.allowed_ns(), 5_000_000.0);
+    // 40 × the baseline, under 5 ms: the limit keeps growing (fast: the route is calm).
+    let fast = Window {
+        mean_ns: 4_000_000.0,
+        ..calm
+    };
+    let before = st.limit;
+    assert_eq!(st.update(&fast), before + before * 0.2);
+    let slow = Window {
+        mean_ns: 8_000_000.0,
+        ..calm
+    };
+    let before = st.limit;
+    assert!(st.update(&slow) < before);
 }

@@ -23,6 +23,13 @@ pub const DEFAULT_PRIORITY_SHARE: f64 = 0.2;
 /// Default `tolerance`: the limit shrinks once the current response latency passes the no-load
 /// baseline × this (plus a 0.5 ms noise floor).
 pub const DEFAULT_TOLERANCE: f64 = 1.25;
+/// Default `latencyFloorMs`: a response latency under this (ms) never shrinks the adaptive limit.
+/// An upstream that answers within it, queue included, is not drowning; a fast upstream's
+/// latency (tens to hundreds of µs) rises many times over at full speed without harm, and a
+/// limit that chased it would cap the throughput instead of protecting the application.
+pub const DEFAULT_LATENCY_FLOOR_MS: f64 = 5.0;
+/// Largest `latencyFloorMs` accepted (10 s).
+pub const MAX_LATENCY_FLOOR_MS: f64 = 10_000.0;
 /// Default `retryAfterS`: the `Retry-After` (s) of an answer for lack of capacity.
 pub const DEFAULT_RETRY_AFTER_S: u32 = 1;
 /// Default `queueTimeoutMs`: how long a request past the limit waits for room before it is
@@ -78,6 +85,8 @@ pub struct CapacityConfig {
     /// `tolerance` in `[1, 10]` of `'adaptive'`: latency rise over the baseline tolerated before
     /// the limit shrinks.
     pub tolerance: f64,
+    /// `latencyFloorMs` of `'adaptive'`: the latency (ms) under which the limit never shrinks.
+    pub latency_floor_ms: f64,
     /// `retryAfterS`: the `Retry-After` of an answer for lack of capacity, seconds.
     pub retry_after_s: u32,
     /// `queueTimeoutMs`: how long a request past the limit waits for room, ms (0 = it is
@@ -102,6 +111,7 @@ impl CapacityConfig {
             initial_limit: DEFAULT_INITIAL_LIMIT,
             priority_share: DEFAULT_PRIORITY_SHARE,
             tolerance: DEFAULT_TOLERANCE,
+            latency_floor_ms: DEFAULT_LATENCY_FLOOR_MS,
             retry_after_s: DEFAULT_RETRY_AFTER_S,
             queue_timeout_ms: DEFAULT_QUEUE_TIMEOUT_MS,
             max_queue: DEFAULT_MAX_QUEUE,
@@ -143,7 +153,13 @@ pub fn parse_overload(val: &Value, path: &str, issues: &mut Issues) -> Option<Ov
 }
 
 /// Fields only `'adaptive'` reads.
-const ADAPTIVE_FIELDS: [&str; 4] = ["minLimit", "maxLimit", "initialLimit", "tolerance"];
+const ADAPTIVE_FIELDS: [&str; 5] = [
+    "minLimit",
+    "maxLimit",
+    "initialLimit",
+    "tolerance",
+    "latencyFloorMs",
+];
 
 /// A route's `concurrency` (`val`, `None` when left out) under the route at `path`, or its
 /// default when left out.
@@ -243,6 +259,12 @@ pub fn parse_concurrency(
     if let Some(t) = field(obj, "tolerance") {
         if let Some(t) = v::number_in(t, &join(path, "tolerance"), 1.0, 10.0, false, issues) {
             c.tolerance = t;
+        }
+    }
+    if let Some(f) = field(obj, "latencyFloorMs") {
+        let p = join(path, "latencyFloorMs");
+        if let Some(f) = v::number_in(f, &p, 0.0, MAX_LATENCY_FLOOR_MS, false, issues) {
+            c.latency_floor_ms = f;
         }
     }
     if let Some(r) = field(obj, "retryAfterS") {
@@ -359,6 +381,16 @@ mod tests {
         );
         assert_eq!(paths(json!({ "mode": "fixed", "limit": -1 })), [p("limit")]);
         assert_eq!(paths(json!("adaptive")), ["routes[0].concurrency"]);
+        assert_eq!(
+            paths(json!({ "latencyFloorMs": -1, "tolerance": {"$nonFinite": "Infinity"} })),
+            [p("tolerance"), p("latencyFloorMs")]
+        );
+        assert_eq!(
+            paths(json!({ "mode": "fixed", "limit": 5, "latencyFloorMs": 1 })),
+            [p("latencyFloorMs")]
+        );
+        let c = parse(json!({ "latencyFloorMs": 0.5 }), true).unwrap();
+        assert_eq!(c.latency_floor_ms, 0.5);
     }
 
     #[test]
