@@ -701,7 +701,11 @@ export interface ErrorEvent {
   route?: string | null;
   /** `route_failed` only: the route's index in `routes`. */
   index?: number;
-  /** `route_failed` only: every problem, paths under `routes[index]`. */
+  /**
+   * `route_failed`: every problem, paths under `routes[index]`. `resolve_route_invalid`: every
+   * problem of the route given to resolveConnection, paths under `route` (`route.upstream.port`).
+   * Each `{ path, message }` as in a ConfigError; the message spells out the same list.
+   */
   errors?: ConfigErrorEntry[];
   /** `route_failed` only: its certificate alone failed and it serves the live route's last good one (updateConfig). */
   lastGoodCert?: boolean;
@@ -1035,7 +1039,7 @@ export class RampartProxy extends EventEmitter {
    * Decides for a suspended connection: `route` serves it as if that route had matched, `null`
    * closes it (`suspend_rejected`). Never throws for the route's content (it is usually called in
    * an async 'suspended' listener): a route that is not valid closes the connection, which emits
-   * `'error'` `resolve_route_invalid` naming each `route.*` problem. True when a held connection
+   * `'error'` `resolve_route_invalid` with each `route.*` problem in `errors`. True when a held connection
    * took the decision; false (a no-op, nothing validated) when `id` is unknown, expired or
    * already resolved.
    */
@@ -1206,7 +1210,8 @@ export class SymphonyProxy extends EventEmitter {
   blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
   /**
    * Proxies a held connection with `route`, or closes it (null or left out). A route that is not
-   * valid closes the connection and emits 'error' (`resolve_route_invalid`); never a throw. True
+   * valid closes the connection and emits 'error' (a ConfigError, `code` 'resolve_route_invalid',
+   * `errors` each `route.*` problem in Symphony's words); never a throw. True
    * when a held connection took the decision; false (a no-op) for an unknown, expired or resolved id.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;

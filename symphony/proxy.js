@@ -23,7 +23,7 @@
  * - `resolveConnection(id, route?)`: a missing route rejects; otherwise it calls through. The
  *   engine closes a held connection whose route is not valid and emits `'error'`
  *   `resolve_route_invalid`, which arrives here as Symphony's `'error'` (a ConfigError whose
- *   `errors` are the message's `route.*` problems, in Symphony's words; ctx `{ listener }`).
+ *   `errors` are the event's `route.*` problems, in Symphony's words; ctx `{ listener }`).
  *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id.
  * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
  *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
@@ -145,24 +145,12 @@ function symphonyWording(e) {
 }
 
 /**
- * The `route.*` problems of a `resolve_route_invalid` message (src/napi/mod.rs writes `...: the
- * connection is closed: <path>: <message>; <path>: <message>`), as `[{ path, message }]`; empty
- * when the message has none.
- */
-function resolveProblems(message) {
-  const start = /(?:: |; )(route(?:\.[A-Za-z_$][\w$]*|\[\d+\])*): /g;
-  const marks = [];
-  for (let m = start.exec(message); m; m = start.exec(message)) marks.push({ at: m.index, path: m[1], body: m.index + m[0].length });
-  return marks.map((k, i) => ({ path: k.path, message: message.slice(k.body, i + 1 < marks.length ? marks[i + 1].at : message.length) }));
-}
-
-/**
  * An engine `'error'` payload Symphony reports as `'error'`, as the Error it emits: `code` the
  * engine's. `route_failed` and `resolve_route_invalid` are ConfigErrors whose `errors` (and the
  * message) carry Symphony's wording; `route_failed` also has `route`, `index`, `lastGoodCert`.
  */
 function symphonyError(p) {
-  const problems = Array.isArray(p.errors) ? p.errors : p.code === 'resolve_route_invalid' ? resolveProblems(p.message) : [];
+  const problems = Array.isArray(p.errors) ? p.errors : [];
   let err;
   if (problems.length === 0) {
     err = new Error(p.message);
