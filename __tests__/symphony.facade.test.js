@@ -320,10 +320,18 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.deepEqual(errors[1].ctx, { listener: `127.0.0.1:${port}` });
   await h.waitFor(() => proxy.metrics().suspendedUnresolved === 1, { what: 'one unresolved' });
   assert.deepEqual([proxy.metrics().suspendedResolved, proxy.metrics().pendingSuspended], [0, 0]);
-  // An id no connection holds (expired, or never issued): a no-op, nothing validated (the route
-  // is validated against the held connection's listener).
+  // An id no connection holds (expired, or never issued): false, and only the rules that need no
+  // listener are checked (the rest is validated against the held connection's listener): the
+  // missing carrier is one, reported as for a held connection, with no listener to name.
   assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false, forwardFingerprint: 'ja3' }), false);
-  assert.equal(errors.length, 2);
+  assert.equal(errors.length, 3);
+  assert.equal(errors[2].err.code, 'resolve_route_invalid');
+  assert.deepEqual(errors[2].err.errors, [{ path: 'route.forwardFingerprint', message: noCarrier }]);
+  assert.deepEqual(errors[2].ctx, {});
+  // A route valid without a listener: nothing to report.
+  assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false }), false);
+  assert.equal(errors.length, 3);
+  assert.equal(proxy.metrics().suspendedUnresolved, 1);
 });
 
 test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
