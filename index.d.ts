@@ -1212,7 +1212,9 @@ export class SymphonyProxy extends EventEmitter {
    * Proxies a held connection with `route`, or closes it (null or left out). A route that is not
    * valid closes the connection and emits 'error' (a ConfigError, `code` 'resolve_route_invalid',
    * `errors` each `route.*` problem in Symphony's words); never a throw. True
-   * when a held connection took the decision; false (a no-op) for an unknown, expired or resolved id.
+   * when a held connection took the decision; false for an unknown, expired or resolved id, for
+   * which only the rules that need no listener are checked (Symphony's protocol rules, a
+   * passthrough route's fingerprint carrier), a problem emitted as the same 'error' without ctx.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
