@@ -1204,7 +1204,11 @@ export class SymphonyProxy extends EventEmitter {
     protection?: { port: number; protection: ProtectionConfig | null }[];
   }): void;
   metrics(): SymphonyMetrics;
-  /** RampartProxy's metrics() shape. */
+  /**
+   * RampartProxy's metrics() shape. `routeFailures` (and `failingRoutes`) also list the routes
+   * left out for Symphony's `xForwardedFor`-with-`http2` rule, every index and path as in the
+   * routes given.
+   */
   rampartMetrics(): Metrics;
   /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
   blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
