@@ -708,7 +708,11 @@ export interface ErrorEvent {
   route?: string | null;
   /** `route_failed` only: the route's index in `routes`. */
   index?: number;
-  /** `route_failed` only: every problem, paths under `routes[index]`. */
+  /**
+   * `route_failed`: every problem, paths under `routes[index]`. `resolve_route_invalid`: every
+   * problem of the route given to resolveConnection, paths under `route` (`route.upstream.port`).
+   * Each `{ path, message }` as in a ConfigError; the message spells out the same list.
+   */
   errors?: ConfigErrorEntry[];
   /** `route_failed` only: its certificate alone failed and it serves the live route's last good one (updateConfig). */
   lastGoodCert?: boolean;
@@ -1048,7 +1052,7 @@ export class RampartProxy extends EventEmitter {
    * Decides for a suspended connection: `route` serves it as if that route had matched, `null`
    * closes it (`suspend_rejected`). Never throws for the route's content (it is usually called in
    * an async 'suspended' listener): a route that is not valid closes the connection, which emits
-   * `'error'` `resolve_route_invalid` naming each `route.*` problem. True when a held connection
+   * `'error'` `resolve_route_invalid` with each `route.*` problem in `errors`. True when a held connection
    * took the decision; false (a no-op, nothing validated) when `id` is unknown, expired or
    * already resolved.
    */
@@ -1213,14 +1217,21 @@ export class SymphonyProxy extends EventEmitter {
     protection?: { port: number; protection: ProtectionConfig | null }[];
   }): void;
   metrics(): SymphonyMetrics;
-  /** RampartProxy's metrics() shape. */
+  /**
+   * RampartProxy's metrics() shape. `routeFailures` (and `failingRoutes`) also list the routes
+   * left out for Symphony's `xForwardedFor`-with-`http2` rule, every index and path as in the
+   * routes given.
+   */
   rampartMetrics(): Metrics;
   /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
   blockedIps(opts?: { port?: number; detail?: false }): BlockedIps;
   /**
    * Proxies a held connection with `route`, or closes it (null or left out). A route that is not
-   * valid closes the connection and emits 'error' (`resolve_route_invalid`); never a throw. True
-   * when a held connection took the decision; false (a no-op) for an unknown, expired or resolved id.
+   * valid closes the connection and emits 'error' (a ConfigError, `code` 'resolve_route_invalid',
+   * `errors` each `route.*` problem in Symphony's words); never a throw. True
+   * when a held connection took the decision; false for an unknown, expired or resolved id, for
+   * which only the rules that need no listener are checked (Symphony's protocol rules, a
+   * passthrough route's fingerprint carrier), a problem emitted as the same 'error' without ctx.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;

@@ -353,7 +353,7 @@ class RampartProxy extends EventEmitter {
    * `route` (a `routes[]`-shaped object with `upstream` or `upstreams`) serves it as if that
    * route had matched; `null` closes it. A route that is not valid never throws (this is called
    * in async 'suspended' listeners): the connection is closed and emits `'error'`
-   * (`resolve_route_invalid`, each `route.*` problem in the message). Returns true when a held
+   * (`resolve_route_invalid`, each `route.*` problem in `errors` as `{ path, message }`). Returns true when a held
    * connection took the decision, false when `id` is unknown, expired or already resolved
    * (nothing happens). Only a non-string `id` or a missing `route` argument throws.
    */

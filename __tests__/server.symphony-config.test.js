@@ -223,6 +223,14 @@ test('rampart check with a symphony-server file: ok, or every problem with its p
         'proxies[0].routes[0].metricsGroup: metricsGroup exceeds 128 UTF-8 bytes\n' +
         'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [0, 2^53-1], got -1\n',
     );
+    // A route left out beside one that serves (Symphony's xForwardedFor-with-http2 rule): a
+    // problem all the same, at its own index.
+    const d2 = await symphonyDir({ echoPort: echo.address().port });
+    Object.assign(d2.doc.proxies[0].routes[1], { protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor' });
+    s.writeJson(d2.config, d2.doc);
+    const left = await s.runCli(['check', '--config', d2.config]);
+    assert.deepEqual([left.code, left.stdout, left.stderr], [1, '', `${d2.config}: 1 problem\n` +
+      "proxies[0].routes[1].http2: http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')\n"]);
   } finally {
     await h.closeServer(echo);
   }

@@ -3,13 +3,18 @@
 // 'h2'` / `'http/1.1'` behind one route; each real client lands on an upstream that speaks the
 // protocol it negotiated (node:http2 → h2, node:https with ALPN http/1.1 → http/1.1, no ALPN →
 // http/1.1, curl --http2 / --http1.1), terminated and passthrough; a client no upstream speaks
-// for is closed as `no_upstream_for_alpn`. Route and listener counts are exact.
+// for is closed as `no_upstream_for_alpn`. Route and listener counts are exact. Harper's shape on
+// SymphonyProxy: UDS workers behind PROXY v1, the h2 one marked, real HTTP/2 and HTTP/1.1 servers.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const https = require('node:https');
 const http2 = require('node:http2');
-const { RampartProxy } = require('..');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const { RampartProxy, SymphonyProxy } = require('..');
 const h = require('./helpers');
 
 /** An origin answering `<name> <HTTP version>`; `server.conns` counts its connections / h2 sessions. */
@@ -20,8 +25,42 @@ async function origin(name, make) {
   return h.listen(server);
 }
 
+/**
+ * A Harper worker socket: a Unix socket that takes the PROXY v1 line off each connection
+ * (recorded in `worker.proxyLines`) and relays the rest to `app` (a listening node:http or
+ * node:http2 server), a connection of its own per client connection.
+ */
+async function udsWorker(app) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-alpn-')), 'worker.sock');
+  const server = net.createServer((s) => {
+    let buf = Buffer.alloc(0);
+    s.on('error', () => {});
+    const onData = (d) => {
+      buf = Buffer.concat([buf, d]);
+      const end = buf.indexOf('\r\n');
+      if (end < 0) return;
+      s.off('data', onData);
+      server.proxyLines.push(buf.subarray(0, end + 2).toString('latin1'));
+      const to = net.connect(app.address().port, '127.0.0.1');
+      to.on('error', () => s.destroy());
+      to.write(buf.subarray(end + 2));
+      s.pipe(to).pipe(s);
+    };
+    s.on('data', onData);
+  });
+  server.proxyLines = [];
+  server.path = file;
+  await new Promise((r) => server.listen(file, r));
+  return server;
+}
+
 /** GET / with node:http2 (ALPN h2 only) over its own session: `{ body, alpn }`. */
 function h2Get(port, servername) {
+  return h2GetFrom(port, servername).then(({ body, alpn }) => ({ body, alpn }));
+}
+
+/** h2Get, also resolving the client's `localPort`. */
+function h2GetFrom(port, servername) {
   return new Promise((resolve, reject) => {
     const session = http2.connect(`https://127.0.0.1:${port}`, { servername, rejectUnauthorized: false });
     session.on('error', reject);
@@ -32,8 +71,9 @@ function h2Get(port, servername) {
     req.on('error', reject);
     req.on('end', () => {
       const alpn = session.alpnProtocol;
+      const localPort = session.socket.localPort;
       session.close();
-      resolve({ body, alpn });
+      resolve({ body, alpn, localPort });
     });
     req.end();
   });
@@ -41,14 +81,19 @@ function h2Get(port, servername) {
 
 /** GET / with node:https on a new connection, offering `ALPNProtocols` (none when undefined): `{ body, alpn }`. */
 function httpsGet(port, servername, ALPNProtocols) {
+  return httpsGetFrom(port, servername, ALPNProtocols).then(({ body, alpn }) => ({ body, alpn }));
+}
+
+/** httpsGet, also resolving the client's `localPort`. */
+function httpsGetFrom(port, servername, ALPNProtocols) {
   return new Promise((resolve, reject) => {
     const opts = { host: '127.0.0.1', port, servername, path: '/', rejectUnauthorized: false, agent: false, ALPNProtocols };
     const req = https.get(opts, (res) => {
-      const alpn = res.socket.alpnProtocol;
+      const { alpnProtocol: alpn, localPort } = res.socket;
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d) => (body += d));
-      res.on('end', () => resolve({ body, alpn }));
+      res.on('end', () => resolve({ body, alpn, localPort }));
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -158,4 +203,53 @@ test('ALPN split with curl: --http2 (offers h2 and http/1.1) gets h2, --http1.1 
   await h.waitFor(() => proxy.metrics().routeMetrics[0].activeConnections === 0, { what: 'connections closed' });
   const r = proxy.metrics().routeMetrics[0];
   assert.deepEqual([r.connections, r.errors], [3, 0]);
+});
+
+test("SymphonyProxy, Harper's shape: ALPN h2 over PROXY v1 reaches the 'h2' UDS worker, HTTP/1.1 the unmarked one", async (t) => {
+  // Two workers on Unix sockets, each a real server behind the PROXY v1 line: node:http2 (h2c)
+  // marked protocol: 'h2', node:http unmarked. The route offers h2 (http2: true).
+  const h2app = await h.listen(http2.createServer((req, res) => res.end(`h2 worker ${req.httpVersion}`)));
+  const h1app = await h.listen(http.createServer((req, res) => res.end(`h1 worker ${req.httpVersion}`)));
+  const h2w = await udsWorker(h2app);
+  const h1w = await udsWorker(h1app);
+  const port = await h.freePort();
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port }],
+    routes: [
+      {
+        sni: 'localhost',
+        terminateTls: true,
+        http2: true,
+        sourceAddressHeader: 'proxyProtocol',
+        cert: h.selfSigned(['localhost']),
+        upstreams: [
+          { kind: 'uds', path: h1w.path },
+          { kind: 'uds', path: h2w.path, protocol: 'h2' },
+        ],
+      },
+    ],
+  });
+  const errors = [];
+  proxy.on('error', (e) => errors.push(e));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    for (const s of [h2w, h1w, h2app, h1app]) await h.closeServer(s);
+  });
+  const line = (localPort) => `PROXY TCP4 127.0.0.1 127.0.0.1 ${localPort} ${port}\r\n`;
+
+  const a = await h2GetFrom(port, 'localhost');
+  assert.deepEqual([a.body, a.alpn], ['h2 worker 2.0', 'h2']);
+  assert.deepEqual([h2w.proxyLines, h1w.proxyLines], [[line(a.localPort)], []]);
+
+  const b = await httpsGetFrom(port, 'localhost', ['http/1.1']);
+  assert.deepEqual([b.body, b.alpn], ['h1 worker 1.1', 'http/1.1']);
+  const c = await httpsGetFrom(port, 'localhost', undefined);
+  assert.deepEqual([c.body, c.alpn], ['h1 worker 1.1', false]);
+  assert.deepEqual([h2w.proxyLines, h1w.proxyLines], [[line(a.localPort)], [line(b.localPort), line(c.localPort)]]);
+
+  await h.waitFor(() => proxy.metrics().activeConnections === 0, { what: 'every connection closed' });
+  const r = proxy.metrics().routeMetrics[0];
+  assert.deepEqual([r.connections, r.errors, r.errorsByReason], [3, 0, []]);
+  assert.deepEqual(errors, []);
 });

@@ -186,7 +186,8 @@ test("resolveConnection: a route that cannot be built closes the connection and 
   await h.waitFor(() => errors.length === 1, { what: "one 'error'" });
   assert.ok(errors[0].err instanceof ConfigError);
   assert.equal(errors[0].err.code, 'resolve_route_invalid');
-  assert.deepEqual(errors[0].err.errors.map((e) => e.path), ['route.upstream.port']);
+  // The engine's `errors` (no message parsing), in Symphony's words.
+  assert.deepEqual(errors[0].err.errors, [{ path: 'route.upstream.port', message: 'must be an integer in [1, 65535], got 0' }]);
   assert.match(errors[0].err.message, new RegExp(`^resolveConnection\\(${suspended[0].id}\\): .*route\\.upstream\\.port: `));
   assert.deepEqual(errors[0].ctx, { listener: `127.0.0.1:${port}` });
   // A decided id is gone: a second decision is a no-op.
@@ -319,10 +320,18 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.deepEqual(errors[1].ctx, { listener: `127.0.0.1:${port}` });
   await h.waitFor(() => proxy.metrics().suspendedUnresolved === 1, { what: 'one unresolved' });
   assert.deepEqual([proxy.metrics().suspendedResolved, proxy.metrics().pendingSuspended], [0, 0]);
-  // An id no connection holds (expired, or never issued): a no-op, nothing validated (the route
-  // is validated against the held connection's listener).
+  // An id no connection holds (expired, or never issued): false, and only the rules that need no
+  // listener are checked (the rest is validated against the held connection's listener): the
+  // missing carrier is one, reported as for a held connection, with no listener to name.
   assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false, forwardFingerprint: 'ja3' }), false);
-  assert.equal(errors.length, 2);
+  assert.equal(errors.length, 3);
+  assert.equal(errors[2].err.code, 'resolve_route_invalid');
+  assert.deepEqual(errors[2].err.errors, [{ path: 'route.forwardFingerprint', message: noCarrier }]);
+  assert.deepEqual(errors[2].ctx, {});
+  // A route valid without a listener: nothing to report.
+  assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false }), false);
+  assert.equal(errors.length, 3);
+  assert.equal(proxy.metrics().suspendedUnresolved, 1);
 });
 
 test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
@@ -347,6 +356,53 @@ test("xForwardedFor with http2, and header carriers without protocol: 'http': re
   ]);
   // With PROXY v2 the fingerprint rides a TLV: no declaration needed.
   assert.ok(new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'proxyProtocolV2' }] }));
+});
+
+test('xForwardedFor with http2 beside routes that serve: that route alone is left out and reported, as Symphony drops it', async (t) => {
+  const echo = await h.echoServer();
+  const upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }];
+  const message = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
+  const port = await h.freePort();
+  const listeners = [{ host: '127.0.0.1', port, defaultCert: h.selfSigned(['a.test', 'b.test', 'c.test']) }];
+  const good = { sni: 'a.test', terminateTls: true, upstreams };
+  const conflict = { sni: 'b.test', terminateTls: true, protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor', upstreams };
+  // A route the engine fails to build (a key that is not the certificate's), after it: its index
+  // is the config's, not the engine's.
+  const mismatch = { sni: 'c.test', terminateTls: true, upstreams, cert: { certChain: h.selfSigned(['c.test']).certChain, privateKey: h.selfSigned(['c.test']).privateKey } };
+  const proxy = new SymphonyProxy({ listeners, routes: [good, conflict, mismatch] });
+  const failed = [];
+  proxy.on('error', (err) => failed.push(err));
+  await proxy.start();
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(echo);
+  });
+  await h.waitFor(() => failed.length === 2, { what: "two 'error' route_failed" });
+  const pick = (e) => ({ code: e.code, route: e.route, index: e.index, errors: e.errors, lastGoodCert: e.lastGoodCert });
+  const [conflictErr, mismatchErr] = [...failed].sort((x, y) => x.index - y.index);
+  assert.deepEqual(pick(conflictErr), { code: 'route_failed', route: 'b.test', index: 1, errors: [{ path: 'routes[1].http2', message }], lastGoodCert: false });
+  assert.equal(conflictErr.message, `route "b.test" (routes[1]) failed to build and is not served; the other routes are: routes[1].http2: ${message}`);
+  assert.deepEqual(pick(mismatchErr), { code: 'route_failed', route: 'c.test', index: 2, errors: [{ path: 'routes[2].cert', message: 'privateKey does not match the first certificate of certChain: keys may not be consistent: KeyMismatch' }], lastGoodCert: false });
+  assert.ok(mismatchErr.message.startsWith('route "c.test" (routes[2]) failed to build'), mismatchErr.message);
+  assert.equal(proxy.metrics().failingRoutes, 2);
+  assert.deepEqual(proxy.rampartMetrics().routeFailures, [pick(conflictErr), pick(mismatchErr)].map(({ code: _c, ...f }) => f));
+  assert.equal(proxy.rampartMetrics().failingRoutes, 2);
+  // The other route serves; the one left out has no route.
+  assert.equal((await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('hi') })).data.toString(), 'hi');
+  await assert.rejects(h.tlsRoundTrip({ port, servername: 'b.test', payload: Buffer.from('hi') }), { code: 'ECONNRESET' });
+  await h.waitFor(() => proxy.metrics().listeners[0].errorsByReason.find((r) => r.reason === 'no_route').count === 1, { what: 'no_route' });
+
+  // updateConfig: the same, once per call.
+  proxy.updateConfig({ routes: [conflict, good] });
+  await h.waitFor(() => failed.length === 3, { what: "the update's 'error'" });
+  assert.deepEqual(pick(failed[2]), { code: 'route_failed', route: 'b.test', index: 0, errors: [{ path: 'routes[0].http2', message }], lastGoodCert: false });
+  assert.equal(proxy.metrics().failingRoutes, 1);
+  assert.equal((await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('ok') })).data.toString(), 'ok');
+  // With isolateRoutes: false, or when no route would serve, the config fails whole.
+  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, isolateRoutes: false, routes: [good, conflict] })), [{ path: 'routes[1].http2', message }]);
+  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [conflict] })), [{ path: 'routes[0].http2', message }]);
+  assert.equal(proxy.metrics().failingRoutes, 1);
+  assert.equal(failed.length, 3);
 });
 
 test("tcpKeepalive and halfCloseTimeoutMs errors carry Symphony's words", () => {

@@ -226,24 +226,29 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   const c = client(s.port, 'bad.hold.test');
   const ev = await eventFor(s.events, 'bad.hold.test');
   await h.waitFor(() => errors.length === 1 && c.closedAt, { what: "the 'error' event and the close" });
+  // Every problem twice: as `errors` ({ path, message }, as a ConfigError's) and in the message.
+  const problems = [
+    { path: 'route.suspended', message: 'is a route-table field: a resolved connection cannot be suspended again' },
+    { path: 'route.metricsGroup', message: 'is a route-table field: the connection counts in the suspended route\'s routeMetrics' },
+    { path: 'route.upstreams[0].port', message: 'must be an integer in [1, 65535], got 70000' },
+    { path: 'route.sourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"" },
+    { path: 'route.connectTimeoutMs', message: 'must be an integer in [1, 2^53-1], got NaN' },
+    { path: 'route.cert', message: 'is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:' + s.port + ')' },
+  ];
   assert.deepEqual(errors[0], {
     code: 'resolve_route_invalid',
-    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ` + [
-      'route.suspended: is a route-table field: a resolved connection cannot be suspended again',
-      'route.metricsGroup: is a route-table field: the connection counts in the suspended route\'s routeMetrics',
-      'route.upstreams[0].port: must be an integer in [1, 65535], got 70000',
-      "route.sourceAddressHeader: must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"",
-      'route.connectTimeoutMs: must be an integer in [1, 2^53-1], got NaN',
-      'route.cert: is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:' + s.port + ')',
-    ].join('; '),
+    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ` +
+      problems.map((p) => `${p.path}: ${p.message}`).join('; '),
     ip: '127.0.0.1',
     port: s.port,
     listener: `127.0.0.1:${s.port}`,
+    errors: problems,
   });
   assert.equal(c.secure, false);
   const c2 = client(s.port, 'both.hold.test');
   await h.waitFor(() => errors.length === 2 && c2.closedAt, { what: 'the second error' });
   assert.equal(errors[1].message.split(': the route is not valid, the connection is closed: ')[1], 'route.upstream: give either upstream (one) or upstreams, not both');
+  assert.deepEqual(errors[1].errors, [{ path: 'route.upstream', message: 'give either upstream (one) or upstreams, not both' }]);
   assert.equal(s.errors().resolve_route_invalid, 2);
   assert.equal(s.proxy.metrics().routeMetrics[0].errorsByReason.resolve_route_invalid, 2);
   // An id that is not held is a no-op: false, nothing validated, no event.

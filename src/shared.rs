@@ -149,9 +149,47 @@ impl Shared {
                 ip: ip.map(|i| i.to_string()),
                 port: Some(l.config.port),
                 listener: Some(&l.label),
+                errors: Vec::new(),
             };
             self.events.error(&ev, clock::now_ns());
         }
+    }
+
+    /// Counts one `resolve_route_invalid` on listener `li` (the held connection `id` was closed)
+    /// and emits it as `'error'`: `issues` (each `route.*` problem) as the event's `errors`, and
+    /// spelled out in its message.
+    pub fn report_resolve_invalid(
+        &self,
+        li: ListenerId,
+        ip: IpAddr,
+        id: u64,
+        issues: &[crate::config::ConfigIssue],
+    ) {
+        use crate::events::IssueJson;
+        let why: Vec<String> = (issues.iter())
+            .map(|i| format!("{}: {}", i.path, i.message))
+            .collect();
+        let message = format!(
+            "resolveConnection({id}): the route is not valid, the connection is closed: {}",
+            why.join("; ")
+        );
+        let l = &self.listener(li);
+        let code = ErrorReason::ResolveRouteInvalid;
+        l.metrics.error(code);
+        let ev = ErrorEvent {
+            code: code.as_str(),
+            message,
+            ip: Some(ip.to_string()),
+            port: Some(l.config.port),
+            listener: Some(&l.label),
+            errors: (issues.iter())
+                .map(|i| IssueJson {
+                    path: &i.path,
+                    message: &i.message,
+                })
+                .collect(),
+        };
+        self.events.error(&ev, clock::now_ns());
     }
 
     /// Counts one failed XDP map write (`metrics().xdp.errors`) and emits it as `'error'`
@@ -164,6 +202,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
+            errors: Vec::new(),
         };
         self.events.error(&ev, clock::now_ns());
     }
@@ -176,6 +215,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
+            errors: Vec::new(),
         };
         self.events.error(&ev, clock::now_ns());
     }
@@ -188,6 +228,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
+            errors: Vec::new(),
         };
         self.events.error(&ev, clock::now_ns());
     }

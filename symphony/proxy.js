@@ -23,11 +23,15 @@
  * - `resolveConnection(id, route?)`: a missing route rejects; otherwise it calls through. The
  *   engine closes a held connection whose route is not valid and emits `'error'`
  *   `resolve_route_invalid`, which arrives here as Symphony's `'error'` (a ConfigError whose
- *   `errors` are the message's `route.*` problems, in Symphony's words; ctx `{ listener }`).
- *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id.
+ *   `errors` are the event's `route.*` problems, in Symphony's words; ctx `{ listener }`).
+ *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id; for an id
+ *   no connection holds, also the engine's rules that need no listener (listenerFreeErrors).
  * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
  *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
  *   Symphony's words) and `err.lastGoodCert`; `metrics().failingRoutes` is the engine's count.
+ *   Symphony's one route-build rule the engine lacks (`xForwardedFor` with `http2`) is isolated
+ *   here (isolateConflicts): such a route is not given to the engine, is reported the same way
+ *   and counted in failingRoutes; engine indexes are renumbered to the config's.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
  */
 const net = require('node:net');
@@ -89,6 +93,52 @@ function routeRuleErrors(routes, prefix) {
   return errors;
 }
 
+/** The message of Symphony's `xForwardedFor` with `http2` rule (a route-build failure in Symphony). */
+const XFF_HTTP2 = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
+
+/**
+ * Route isolation of Symphony's one route-build rule the engine does not have (`xForwardedFor`
+ * with `http2`): with `isolate`, when `errors` (routeRuleErrors of `routes`) hold nothing else,
+ * the routes it fails are set apart. Returns `{ errors, routes, dropped, kept }`: the problems
+ * that fail the whole config (all of them when any remains, or when no route would serve),
+ * the routes for the engine, the set-apart routes (`{ index, route, errors }`) and the original
+ * index of each engine route (null when nothing was set apart).
+ */
+function isolateConflicts(routes, errors, isolate) {
+  const none = { errors, routes, dropped: [], kept: null };
+  if (!isolate || !Array.isArray(routes) || errors.length === 0) return none;
+  const conflict = (x) => x.message === XFF_HTTP2 && /^routes\[\d+\]\.http2$/.test(x.path);
+  if (!errors.every(conflict)) return none;
+  const failed = new Map();
+  for (const x of errors) {
+    const i = Number(x.path.slice(7, x.path.indexOf(']')));
+    failed.set(i, [...(failed.get(i) || []), x]);
+  }
+  if (failed.size === routes.length) return none; // no route would serve: the config fails whole
+  const kept = routes.map((_, i) => i).filter((i) => !failed.has(i));
+  const dropped = [...failed].map(([index, errs]) => ({ index, route: routes[index], errors: errs }));
+  return { errors: [], routes: kept.map((i) => routes[i]), dropped, kept };
+}
+
+/** `text` with each `routes[k]` naming engine route k renamed to its index in the config given. */
+function renumberRoutes(text, kept) {
+  return kept ? text.replace(/routes\[(\d+)\]/g, (m, k) => (kept[k] === undefined ? m : `routes[${kept[k]}]`)) : text;
+}
+
+/** A ConfigError of the engine (for the routes `kept` names) with paths into the config given. */
+function renumberError(e, kept) {
+  if (!kept || !(e instanceof ConfigError)) return e;
+  return new ConfigError(e.errors.map((x) => ({ path: renumberRoutes(x.path, kept), message: x.message })));
+}
+
+/** The engine payload of a route Symphony's rule set apart (`'error'` route_failed). */
+function droppedPayload(d) {
+  const name = d.route && typeof d.route.sni === 'string' ? d.route.sni : null;
+  const why = d.errors.map((x) => `${x.path}: ${x.message}`).join('; ');
+  const who = name === null ? 'a route' : `route ${JSON.stringify(name)}`;
+  return { code: 'route_failed', message: `${who} (routes[${d.index}]) failed to build and is not served; the other routes are: ${why}`, route: name, index: d.index, errors: d.errors, lastGoodCert: false };
+}
+
 /**
  * Symphony's protocol rules Rampart does not have: `sourceAddressHeader: 'xForwardedFor'` with
  * `http2: true` is refused (header injection cannot apply to HTTP/2 frames; Rampart would offer
@@ -99,7 +149,7 @@ function protocolErrors(route, at) {
   if (!route || typeof route !== 'object') return [];
   const errors = [];
   if (route.sourceAddressHeader === 'xForwardedFor' && route.http2 === true) {
-    errors.push({ path: `${at}.http2`, message: "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')" });
+    errors.push({ path: `${at}.http2`, message: XFF_HTTP2 });
   }
   // Header rewriting only on a route that declares HTTP: an undeclared route may carry any
   // byte stream (MQTT over TLS, say), which a header rewriter would stall on.
@@ -110,6 +160,21 @@ function protocolErrors(route, at) {
     errors.push({ path: `${at}.protocol`, message: `${field} rewrites HTTP request headers: declare protocol: 'http' on the route` });
   }
   return errors;
+}
+
+/** Symphony's words for a header-carried `forwardFingerprint` on a passthrough route. */
+const NO_CARRIER = "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
+
+/**
+ * The engine's route checks that need no listener, for a `resolveConnection` route no held
+ * connection takes (the engine validates only against a held connection's listener): a
+ * header-carried `forwardFingerprint` on a passthrough route has no carrier.
+ */
+function listenerFreeErrors(route) {
+  if (!route || typeof route !== 'object') return [];
+  const fp = route.forwardFingerprint;
+  const headerFingerprint = fp !== undefined && fp !== 'none' && route.sourceAddressHeader !== 'proxyProtocolV2';
+  return headerFingerprint && route.terminateTls === false ? [{ path: 'route.forwardFingerprint', message: NO_CARRIER }] : [];
 }
 
 /**
@@ -145,24 +210,12 @@ function symphonyWording(e) {
 }
 
 /**
- * The `route.*` problems of a `resolve_route_invalid` message (src/napi/mod.rs writes `...: the
- * connection is closed: <path>: <message>; <path>: <message>`), as `[{ path, message }]`; empty
- * when the message has none.
- */
-function resolveProblems(message) {
-  const start = /(?:: |; )(route(?:\.[A-Za-z_$][\w$]*|\[\d+\])*): /g;
-  const marks = [];
-  for (let m = start.exec(message); m; m = start.exec(message)) marks.push({ at: m.index, path: m[1], body: m.index + m[0].length });
-  return marks.map((k, i) => ({ path: k.path, message: message.slice(k.body, i + 1 < marks.length ? marks[i + 1].at : message.length) }));
-}
-
-/**
  * An engine `'error'` payload Symphony reports as `'error'`, as the Error it emits: `code` the
  * engine's. `route_failed` and `resolve_route_invalid` are ConfigErrors whose `errors` (and the
  * message) carry Symphony's wording; `route_failed` also has `route`, `index`, `lastGoodCert`.
  */
 function symphonyError(p) {
-  const problems = Array.isArray(p.errors) ? p.errors : p.code === 'resolve_route_invalid' ? resolveProblems(p.message) : [];
+  const problems = Array.isArray(p.errors) ? p.errors : [];
   let err;
   if (problems.length === 0) {
     err = new Error(p.message);
@@ -227,7 +280,10 @@ class SymphonyProxy extends RampartProxy {
   /** Validates everything; throws ConfigError (Symphony's wording for its route-identity limits). */
   constructor(config) {
     const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
-    const errors = isObject ? routeRuleErrors(config.routes, 'routes') : [];
+    const split = isObject
+      ? isolateConflicts(config.routes, routeRuleErrors(config.routes, 'routes'), config.isolateRoutes !== false)
+      : isolateConflicts(undefined, [], false);
+    const errors = split.errors;
     let translated = config;
     let zero = [];
     if (isObject) {
@@ -237,7 +293,7 @@ class SymphonyProxy extends RampartProxy {
         udsSourceAddressHeader: 'proxyProtocol',
         ...config,
         listeners: ports.listeners,
-        routes: config.routes,
+        routes: split.routes,
       };
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
         if (!Object.hasOwn(config, field)) continue;
@@ -259,8 +315,14 @@ class SymphonyProxy extends RampartProxy {
     try {
       super(translated);
     } catch (e) {
-      throw symphonyWording(e);
+      const own = split.dropped.flatMap((d) => d.errors);
+      const engine = symphonyWording(renumberError(e, split.kept));
+      throw own.length && engine instanceof ConfigError ? new ConfigError([...own, ...engine.errors]) : engine;
     }
+    // Routes set apart by Symphony's rule, and the config index of each route the engine runs.
+    this._kept = split.kept;
+    this._dropped = split.dropped;
+    this._reportDropped();
     // What the engine runs, kept to rebuild it with the real ports of `port: 0` listeners.
     this._config = translated;
     this._zero = zero;
@@ -295,6 +357,11 @@ class SymphonyProxy extends RampartProxy {
         this._repeatedRouteFailures -= 1;
         return;
       }
+      if (p.code === 'route_failed' && this._kept) {
+        p.index = this._kept[p.index] ?? p.index;
+        p.message = renumberRoutes(p.message, this._kept);
+        if (Array.isArray(p.errors)) p.errors = p.errors.map((x) => ({ path: renumberRoutes(x.path, this._kept), message: x.message }));
+      }
       if (SYMPHONY_ERRORS.has(p.code)) {
         this._emitError(symphonyError(p), p.listener ? { listener: p.listener } : {});
       } else {
@@ -312,6 +379,15 @@ class SymphonyProxy extends RampartProxy {
       return;
     }
     this._safeEmit('error', err, ctx);
+  }
+
+  /**
+   * Emits `'error'` route_failed for each route Symphony's rule set apart, after the caller
+   * returns (as the engine's reports of its own failures arrive).
+   */
+  _reportDropped() {
+    const dropped = this._dropped;
+    if (dropped.length) setImmediate(() => dropped.forEach((d) => this._emitError(symphonyError(droppedPayload(d)), {})));
   }
 
   /** Binds every listener; a second call while running does nothing (Symphony). */
@@ -369,18 +445,25 @@ class SymphonyProxy extends RampartProxy {
   /** Replaces the route table and/or per-port protection, all or nothing (throws ConfigError). */
   updateConfig(update) {
     const u = update && typeof update === 'object' ? update : {};
-    const errors = routeRuleErrors(u.routes, 'routes');
-    if (errors.length) throw new ConfigError(errors);
-    let translated = u;
+    const split = isolateConflicts(u.routes, routeRuleErrors(u.routes, 'routes'), this._config.isolateRoutes !== false);
+    if (split.errors.length) throw new ConfigError(split.errors);
+    let translated = u.routes === undefined ? u : { ...u, routes: split.routes };
     if (Array.isArray(u.protection)) {
       translated = { ...translated, protection: u.protection.map((p) => (p && typeof p === 'object' ? { ...p, port: this._portOf(p.port) } : p)) };
     }
     try {
       super.updateConfig(translated);
     } catch (e) {
-      throw symphonyWording(e);
+      const own = split.dropped.flatMap((d) => d.errors);
+      const engine = symphonyWording(renumberError(e, split.kept));
+      throw own.length && engine instanceof ConfigError ? new ConfigError([...own, ...engine.errors]) : engine;
     }
-    if (u.routes !== undefined) this._groups = groupsOf(u.routes);
+    if (u.routes !== undefined) {
+      this._groups = groupsOf(u.routes);
+      this._kept = split.kept;
+      this._dropped = split.dropped;
+      this._reportDropped();
+    }
     // Kept for a rebuild at start (port: 0 listeners): the routes and protection now in force.
     const next = { ...this._config };
     if (translated.routes !== undefined) next.routes = translated.routes;
@@ -403,8 +486,8 @@ class SymphonyProxy extends RampartProxy {
    * the connection and emits `'error'` (a ConfigError, `code` 'resolve_route_invalid', `errors`
    * naming each `route.*` problem; ctx `{ listener }`); nothing throws for it. Returns true when
    * a held connection took the decision (closing it for a route that is not valid included),
-   * false for an unknown, expired or resolved id (then only Symphony's own protocol rules are
-   * checked).
+   * false for an unknown, expired or resolved id (then only the rules that need no listener are
+   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier).
    */
   resolveConnection(id, route) {
     const listener = this._suspendedAt.get(id);
@@ -423,13 +506,26 @@ class SymphonyProxy extends RampartProxy {
     // A route the engine refuses closes the connection and comes back as 'error'
     // resolve_route_invalid (_dispatch); metrics() then counts it unresolved, not resolved.
     const took = super.resolveConnection(id, route);
-    if (took) this._resolved += 1;
+    if (took) {
+      this._resolved += 1;
+      return took;
+    }
+    // No held connection: the engine checked nothing; the rules that need no listener still
+    // report, as Symphony validates every route given.
+    const free = listenerFreeErrors(route);
+    if (free.length) {
+      const err = new ConfigError(free);
+      err.code = 'resolve_route_invalid';
+      this._emitError(err, listener ? { listener } : {});
+    }
     return took;
   }
 
   /** Symphony's `ProxyMetrics` (symphony/metrics.js). The engine's own shape: `rampartMetrics()`. */
   metrics() {
     const m = symphonyMetrics(super.metrics(), { modes: this._modes, groups: this._groups, resolved: this._resolved });
+    // Routes Symphony's own rule set apart fail as the engine's do.
+    m.failingRoutes += this._dropped.length;
     // Before start a `port: 0` listener has no port yet: its address ends in ':0'.
     for (const z of this._zero) {
       const l = m.listeners[z.index];
@@ -438,9 +534,26 @@ class SymphonyProxy extends RampartProxy {
     return m;
   }
 
-  /** RampartProxy's `metrics()` shape (every Rampart counter). */
+  /**
+   * RampartProxy's metrics() shape, its route failures in the config's terms: `routeFailures`
+   * indexes and paths as given to the constructor or `updateConfig`, the routes Symphony's
+   * `xForwardedFor`-with-`http2` rule left out included (in `failingRoutes` too), by index.
+   */
   rampartMetrics() {
-    return super.metrics();
+    const m = super.metrics();
+    if (!this._kept) return m;
+    const renumbered = m.routeFailures.map((f) => ({
+      ...f,
+      index: this._kept[f.index] ?? f.index,
+      errors: f.errors.map((x) => ({ path: renumberRoutes(x.path, this._kept), message: x.message })),
+    }));
+    const dropped = this._dropped.map((d) => {
+      const { route, index, errors, lastGoodCert } = droppedPayload(d);
+      return { route, index, errors, lastGoodCert };
+    });
+    m.routeFailures = [...renumbered, ...dropped].sort((a, b) => a.index - b.index);
+    m.failingRoutes += dropped.length;
+    return m;
   }
 }
 

@@ -117,6 +117,10 @@ pub struct ErrorEvent<'a> {
     pub port: Option<u16>,
     /// Listener `host:port` (`null` for proxy-wide errors).
     pub listener: Option<&'a str>,
+    /// `resolve_route_invalid` only: every problem of the route as `{ path, message }` (paths
+    /// under `route`), the same list the message spells out; left out of the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<IssueJson<'a>>,
 }
 
 /// Payload of the `'error'` event of a route that failed to build (code `route_failed`, README:
@@ -144,7 +148,7 @@ pub struct RouteFailedEvent<'a> {
     pub last_good_cert: bool,
 }
 
-/// One `{ path, message }` of [`RouteFailedEvent::errors`].
+/// One `{ path, message }` of [`RouteFailedEvent::errors`] and [`ErrorEvent::errors`].
 #[derive(Debug, Serialize)]
 pub struct IssueJson<'a> {
     /// The field's path.

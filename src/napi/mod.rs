@@ -339,7 +339,8 @@ impl NativeProxy {
     /// `resolveConnection(id, routeJson)` (README: Suspended routes): `routeJson` is `null`
     /// (close the held connection) or a route, validated in full against the connection's
     /// listener. Never throws: a route that is not valid closes the connection, which reports
-    /// it as `'error'` (`resolve_route_invalid`, every problem in the message; inside an async
+    /// it as `'error'` (`resolve_route_invalid`, every problem in `errors` as `{ path, message }`
+    /// and spelled out in the message; inside an async
     /// `'suspended'` listener a throw would be an unhandled rejection). Returns whether a held
     /// connection took the decision: false for an unknown, expired or already resolved id (a
     /// no-op: nothing is validated).
@@ -352,15 +353,7 @@ impl NativeProxy {
         let Some(listener) = self.inner.suspended_listener(id) else {
             return false;
         };
-        let invalid = |issues: &[crate::config::ConfigIssue]| {
-            let why: Vec<String> = (issues.iter())
-                .map(|i| format!("{}: {}", i.path, i.message))
-                .collect();
-            Resolution::Invalid(format!(
-                "resolveConnection({id}): the route is not valid, the connection is closed: {}",
-                why.join("; ")
-            ))
-        };
+        let invalid = |issues: &[crate::config::ConfigIssue]| Resolution::Invalid(issues.to_vec());
         let resolution = match parse_bounded(&route_json, "route") {
             Ok(Value::Null) => Resolution::Close,
             Ok(v) => match parse_resolve_route(&v, Some(&listener), self.inner.route_defaults()) {

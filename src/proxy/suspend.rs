@@ -22,9 +22,10 @@ pub enum Resolution {
     Route(Box<RouteConfig>),
     /// `null`: close it (`errorsByReason.suspend_rejected`).
     Close,
-    /// A route that is not valid: close it and report this message as `'error'`
-    /// (`errorsByReason.resolve_route_invalid`).
-    Invalid(String),
+    /// A route that is not valid: close it and report it as `'error'`
+    /// (`errorsByReason.resolve_route_invalid`) with every problem (paths under `route`, at
+    /// least one) as the event's `errors`.
+    Invalid(Vec<crate::config::ConfigIssue>),
 }
 
 /// One held connection in the registry.

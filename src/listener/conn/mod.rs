@@ -209,6 +209,9 @@ enum Refusal {
     Flood(Violation),
     /// A runtime failure (`errorsByReason`); with a message it is also an `'error'` event.
     Failed(ErrorReason, Option<String>),
+    /// `resolveConnection(id)` gave a route that is not valid (`resolve_route_invalid`): the
+    /// held connection's id and every problem (the `'error'` event's `errors`).
+    RouteInvalid(u64, Vec<crate::config::ConfigIssue>),
 }
 
 /// The TLS stream of a terminated client.
@@ -377,6 +380,7 @@ impl Conn<'_> {
             listener: &l.label,
         });
         let timeout = Duration::from_millis(timeout_ms);
+        let id = ticket.id;
         match ticket.wait(timeout, client_gone(sock)).await {
             Outcome::Resolved(Resolution::Route(rc)) => {
                 // Compiled for this connection's listener only (the only one it can use).
@@ -394,8 +398,8 @@ impl Conn<'_> {
             Outcome::Resolved(Resolution::Close) => {
                 Err(Refusal::Failed(ErrorReason::SuspendRejected, None))
             }
-            Outcome::Resolved(Resolution::Invalid(why)) => {
-                Err(Refusal::Failed(ErrorReason::ResolveRouteInvalid, Some(why)))
+            Outcome::Resolved(Resolution::Invalid(issues)) => {
+                Err(Refusal::RouteInvalid(id, issues))
             }
             Outcome::TimedOut => Err(Refusal::Failed(ErrorReason::SuspendTimeout, None)),
             Outcome::ClientClosed => Err(Refusal::Failed(ErrorReason::ClientClosed, None)),
@@ -774,6 +778,12 @@ pub async fn serve(
                 r.metrics.error(reason);
             }
             shared.report_error(li, Some(ip), reason, message);
+        }
+        Err(Refusal::RouteInvalid(id, issues)) => {
+            if let Some(r) = &c.route {
+                r.metrics.error(ErrorReason::ResolveRouteInvalid);
+            }
+            shared.report_resolve_invalid(li, ip, id, &issues);
         }
     }
 }
