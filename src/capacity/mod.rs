@@ -281,6 +281,12 @@ impl Capacity {
     }
 
     /// Whether a request of `class` would find room now.
+    /// Permits free for `class` now (the priority reserve aside).
+    fn room(&self, class: Class) -> u32 {
+        self.cap(class)
+            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
+    }
+
     fn has_room(&self, class: Class) -> bool {
         self.in_flight.load(Ordering::SeqCst) < self.cap(class)
             || (class == Class::Priority && self.reserve_free())

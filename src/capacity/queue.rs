@@ -16,6 +16,14 @@
 //! waiter, or the waiter sees the room). A waiter that gives up (its connection ended) passes a
 //! notification it received on (tokio's `Notified` does so on drop).
 //!
+//! **Batches.** An HTTP/2 connection waits for one stream's HEADERS with the later streams of
+//! the same read behind it ([`Queued::batched`]); woken, it takes the room there is for all of
+//! them at once (one write), and passes what is left on when it is done
+//! ([`Capacity::pass_on`]). While such waiters are queued, a release wakes the next waiter only
+//! once [`Capacity::wake_batch`] permits are free (a sixteenth of the limit, 1 to 32), so each
+//! wake-up carries several streams instead of one — h2load at a route's limit otherwise spends
+//! a wake-up and a write per stream. Class `Priority` waiters are woken at once, batch or not.
+//!
 //! A queue longer than the limit (each waiter then waits longer than a response takes) makes
 //! the route overloaded as a refusal does: new connections of unknown clients are refused at
 //! accept, so a flood's excess stops at the door instead of lining up.
@@ -33,6 +41,9 @@ use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Sleep;
 
+/// Largest [`Capacity::wake_batch`].
+pub const MAX_WAKE_BATCH: u32 = 32;
+
 /// Shortest re-arm of a waiter's timer that fired before its deadline.
 const MIN_REARM: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -42,6 +53,8 @@ pub struct Waiters {
     /// Waiting requests of class `Priority` / `Other`.
     len: [AtomicU32; 2],
     notify: [Notify; 2],
+    /// Waiters that take a batch when woken ([`Queued::batched`]).
+    batched: AtomicU32,
     /// Requests that waited (since start) and those whose wait timed out.
     waited: AtomicU64,
     timeouts: AtomicU64,
@@ -139,6 +152,7 @@ impl Capacity {
             notified,
             deadline_ns: now_ns.saturating_add(u64::from(timeout_ms) * 1_000_000),
             timer: None,
+            batched: false,
             done: false,
         })
     }
@@ -191,12 +205,33 @@ impl Capacity {
         self.wake_all();
     }
 
-    /// Wakes one waiter after a release, if any waits (two loads on the common path).
+    /// Wakes one waiter after a release, if any waits (two loads on the common path); while
+    /// batched waiters are queued, class `Other` only once [`Capacity::wake_batch`] permits are
+    /// free.
     #[inline]
     pub(super) fn released(&self) {
-        if !self.waiters.is_empty() {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let batching = self.waiters.batched.load(Ordering::Relaxed) > 0
+            && self.waiters.len[slot(Class::Priority)].load(Ordering::SeqCst) == 0;
+        if !batching || self.room(Class::Other) >= self.wake_batch() {
             self.wake(1);
         }
+    }
+
+    /// A batched waiter took what it needed ([`Queued::batched`]): the room left goes to the
+    /// next waiter.
+    pub fn pass_on(&self) {
+        if self.has_room(Class::Other) || self.has_room(Class::Priority) {
+            self.released();
+        }
+    }
+
+    /// Free permits of class `Other` before a batched waiter is woken: a sixteenth of its share
+    /// of the limit, 1 to [`MAX_WAKE_BATCH`].
+    pub fn wake_batch(&self) -> u32 {
+        (self.cap(Class::Other) / 16).clamp(1, MAX_WAKE_BATCH)
     }
 }
 
@@ -210,6 +245,8 @@ pub struct Queued<'a> {
     deadline_ns: u64,
     /// Wakes the waiter at `deadline_ns` (none outside a tokio runtime: tests poll it).
     timer: Option<Pin<Box<Sleep>>>,
+    /// Takes a batch when woken ([`Queued::batched`]).
+    batched: bool,
     done: bool,
 }
 
@@ -227,6 +264,18 @@ impl Queued<'_> {
         self.class
     }
 
+    /// Marks the waiter as one that takes a batch once woken (an HTTP/2 connection: its later
+    /// streams of the same read take the room with [`Capacity::take_after_wait`]): the permit
+    /// it gets does not pass the remaining room on; its owner calls [`Capacity::pass_on`] when
+    /// it has taken what it needs. Releases then wake it only once a batch is free.
+    pub fn batched(mut self) -> Self {
+        if !self.batched && !self.done {
+            self.batched = true;
+            self.capacity.waiters.batched.fetch_add(1, Ordering::Relaxed);
+        }
+        self
+    }
+
     /// Ready with a permit once there is room, or with the refusal once `now_ns` (CLOCK_MONOTONIC
     /// ns, [`clock::now_ns`] in production) is past `queueTimeoutMs` or the queue was switched
     /// off (counted in `queueTimeouts` and `refused`; the route is overloaded).
@@ -240,9 +289,9 @@ impl Queued<'_> {
             if let Ok(n) = c.take(self.class) {
                 self.leave();
                 let permit = c.permit(self.class, n, now_ns);
-                // Room for more (several releases, or a grown limit): pass it on.
-                if c.has_room(Class::Other) || c.has_room(Class::Priority) {
-                    c.released();
+                if !self.batched {
+                    // Room for more (several releases, or a grown limit): pass it on.
+                    c.pass_on();
                 }
                 return Poll::Ready(Ok(permit));
             }
@@ -283,6 +332,9 @@ impl Queued<'_> {
     fn leave(&mut self) {
         if !std::mem::replace(&mut self.done, true) {
             self.capacity.waiters.len[slot(self.class)].fetch_sub(1, Ordering::SeqCst);
+            if self.batched {
+                self.capacity.waiters.batched.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -224,3 +224,33 @@ fn a_larger_limit_lets_waiters_in() {
         drop((pa, pb));
     });
 }
+
+#[test]
+fn a_batched_waiter_is_woken_once_a_batch_is_free_and_takes_it_whole() {
+    rt().block_on(async {
+        let cap = fixed(32, 1000, 8);
+        assert_eq!(cap.wake_batch(), 2);
+        let mut held: Vec<Permit> = (0..32)
+            .map(|_| cap.take_now(Class::Other, 0).unwrap())
+            .collect();
+        let mut a = queued(cap.admit(Class::Other, 0, || true)).batched();
+        let mut b = queued(cap.admit(Class::Other, 0, || true)).batched();
+        assert!(poll_once(&mut a).is_pending());
+        assert!(poll_once(&mut b).is_pending());
+        // One free permit: less than a batch, nobody is woken.
+        held.pop();
+        assert!(poll_once(&mut a).is_pending());
+        assert_eq!(cap.in_flight(), 31);
+        // Two: a is woken, takes one, and its later stream the other.
+        held.pop();
+        let pa = poll_fn(|cx| a.poll_permit(cx, 0)).await.unwrap();
+        let pa2 = cap.take_after_wait(Class::Other, 0).unwrap();
+        cap.pass_on();
+        assert_eq!((cap.in_flight(), cap.snapshot(0).queued), (32, 1));
+        assert!(poll_once(&mut b).is_pending());
+        drop((pa, pa2, held));
+        let pb = poll_fn(|cx| b.poll_permit(cx, 0)).await.unwrap();
+        drop(pb);
+        assert_eq!(cap.in_flight(), 0);
+    });
+}

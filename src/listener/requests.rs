@@ -184,6 +184,11 @@ impl<'a> UpstreamGate<'a> {
         self.capacity.take_after_wait(class, now_ns)
     }
 
+    /// The room left after a batch was taken goes to the next waiter ([`Capacity::pass_on`]).
+    pub fn pass_on(&self) {
+        self.capacity.pass_on();
+    }
+
     fn is_priority(&self, now_ns: u64) -> bool {
         let since = self.capacity.priority_since(now_ns);
         let engine = &self.shared.listener(self.li).engine;
@@ -354,7 +359,7 @@ impl StreamHooks for StreamGate<'_> {
             Admit::Ready(p) => Ok(p),
             Admit::Refused(o) => Err(o),
             Admit::Wait(q) => {
-                self.waiting = Some((id, q));
+                self.waiting = Some((id, q.batched()));
                 return false;
             }
         };
@@ -375,7 +380,11 @@ impl StreamHooks for StreamGate<'_> {
 
     #[inline]
     fn chunk_done(&mut self) {
-        self.resumed = false;
+        if std::mem::replace(&mut self.resumed, false) {
+            // The streams of the read that waited took their room: the rest is the next
+            // waiter's.
+            self.upstream.pass_on();
+        }
     }
 
     fn opened(&mut self, id: u32, now_ns: u64) -> Result<(), Shed> {
