@@ -677,6 +677,20 @@ impl Proxy {
         st
     }
 
+    /// `metrics()`.
+    pub fn metrics(&self) -> ProxyMetrics {
+        let xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
+        metrics::read(&self.shared, xdp)
+    }
+
+    /// `prometheus()`: text exposition format 0.0.4 of [`Self::metrics`].
+    ///
+    /// # Errors
+    /// When the snapshot does not serialise to JSON (none does: its maps have string keys).
+    pub fn prometheus(&self) -> Result<String, serde_json::Error> {
+        crate::metrics::prometheus(&self.metrics())
+    }
+
     /// The listener of the suspended connection `id` (what its `resolveConnection` route is
     /// validated against); `None` when `id` is not held (unknown, expired or resolved).
     pub fn suspended_listener(&self, id: u64) -> Option<crate::config::proxy::ListenerConfig> {
