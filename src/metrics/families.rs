@@ -348,6 +348,12 @@ pub const FAMILIES: &[Family] = &[
         Scope::Xdp,
         &[field("knownGoodQueueOverflow")],
     ),
+    Family::counter(
+        "xdp_known_good_mirrored_total",
+        "Known-good marks (and their refreshes) written to the kernel (synBudgetPerSecond exempts them).",
+        Scope::Xdp,
+        &[field("knownGoodMirrored")],
+    ),
     Family::gauge(
         "xdp_map_entries",
         "Entries the attached program's sized maps were created with.",
