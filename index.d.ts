@@ -1058,7 +1058,10 @@ export class RampartProxy extends EventEmitter {
    */
   resolveConnection(id: string, route: ResolveRoute | null): boolean;
   metrics(): Metrics;
-  /** Prometheus text exposition format 0.0.4. */
+  /**
+   * Prometheus text exposition format 0.0.4 of `metrics()`: every series, its labels and the
+   * `metrics()` field it shows are listed in docs/operating.md (Prometheus series).
+   */
   prometheus(): string;
   /** Loads the XDP program on an interface: 'auto' tries native then generic. */
   attachXdp(opts: { interface: string; mode?: 'auto' | 'native' | 'generic' }): Promise<XdpStatus>;

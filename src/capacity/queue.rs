@@ -271,7 +271,10 @@ impl Queued<'_> {
     pub fn batched(mut self) -> Self {
         if !self.batched && !self.done {
             self.batched = true;
-            self.capacity.waiters.batched.fetch_add(1, Ordering::Relaxed);
+            self.capacity
+                .waiters
+                .batched
+                .fetch_add(1, Ordering::Relaxed);
         }
         self
     }
@@ -333,7 +336,10 @@ impl Queued<'_> {
         if !std::mem::replace(&mut self.done, true) {
             self.capacity.waiters.len[slot(self.class)].fetch_sub(1, Ordering::SeqCst);
             if self.batched {
-                self.capacity.waiters.batched.fetch_sub(1, Ordering::Relaxed);
+                self.capacity
+                    .waiters
+                    .batched
+                    .fetch_sub(1, Ordering::Relaxed);
             }
         }
     }

@@ -1,15 +1,20 @@
 //! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
-//! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
+//! the hot path never takes a lock; the snapshot `metrics()` reads from them; and their
+//! Prometheus text exposition (format 0.0.4), rendered from that snapshot's JSON by the family
+//! table of [`families`].
+//!
+//! This module knows no other engine module's snapshot (cluster tier, XDP filter): the server
+//! puts them beside a [`MetricsSnapshot`] and [`prometheus`] reads whatever JSON it is given.
 
+pub mod families;
+pub mod family;
 pub mod route;
 pub mod upstream;
 
 use crate::http2::Violation;
 use crate::protection::BlockReason;
-use crate::xdp::XdpStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Runtime failures that are not protection decisions (`errorsByReason` keys).
@@ -302,21 +307,6 @@ impl ListenerSnapshot {
     }
 }
 
-/// A Prometheus label value with `\\`, `"` and newlines escaped (format 0.0.4).
-fn prom_escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// A Prometheus family read off each listener: (name, type, help, getter).
-type Section = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&ListenerSnapshot) -> u64,
-);
-
 /// `metrics()`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -349,12 +339,6 @@ pub struct MetricsSnapshot {
     /// Routes that failed to build since the proxy was created, counted once per constructor or
     /// `updateConfig` that gave them.
     pub route_failures_total: u64,
-    /// XDP status when attached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub xdp: Option<XdpStatus>,
-    /// The cluster tier, when configured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<crate::cluster::ClusterSnapshot>,
 }
 
 impl MetricsSnapshot {
@@ -374,372 +358,16 @@ impl MetricsSnapshot {
             failing_routes: 0,
             route_failures: Vec::new(),
             route_failures_total: 0,
-            xdp: None,
-            cluster: None,
         }
-    }
-
-    /// The `rampart_route_*` families, labelled `route` and `group`.
-    fn route_prometheus(&self, out: &mut String) {
-        type Get = fn(&route::RouteSnapshot) -> u64;
-        let families: [(&str, &str, &str, Get); 4] = [
-            (
-                "route_active_connections",
-                "gauge",
-                "Open connections per route.",
-                |r| r.active_connections as u64,
-            ),
-            (
-                "route_connections_total",
-                "counter",
-                "Connections let through per route.",
-                |r| r.connections,
-            ),
-            (
-                "route_bytes_received_total",
-                "counter",
-                "Bytes read from clients per route.",
-                |r| r.bytes_received,
-            ),
-            (
-                "route_bytes_sent_total",
-                "counter",
-                "Bytes written to clients per route.",
-                |r| r.bytes_sent,
-            ),
-        ];
-        let label = |r: &route::RouteSnapshot| {
-            format!(
-                "route=\"{}\",group=\"{}\"",
-                prom_escape(&r.route),
-                prom_escape(&r.metrics_group)
-            )
-        };
-        for (name, kind, help, get) in families {
-            let _ = writeln!(
-                out,
-                "# HELP rampart_{name} {help}\n# TYPE rampart_{name} {kind}"
-            );
-            for r in &self.route_metrics {
-                let _ = writeln!(out, "rampart_{name}{{{}}} {}", label(r), get(r));
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rampart_route_errors_total Errors per route by reason.\n# TYPE rampart_route_errors_total counter"
-        );
-        for r in &self.route_metrics {
-            for (reason, n) in &r.errors_by_reason {
-                let _ = writeln!(
-                    out,
-                    "rampart_route_errors_total{{{},reason=\"{reason}\"}} {n}",
-                    label(r)
-                );
-            }
-        }
-        let upstream: Vec<_> = (self.route_metrics.iter())
-            .map(|r| (label(r), &r.upstream))
-            .collect();
-        upstream::write_prometheus(&upstream, out);
-    }
-
-    /// Prometheus text exposition format 0.0.4.
-    pub fn prometheus(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        let _ = writeln!(
-            out,
-            "# HELP rampart_active_connections Open client connections.\n# TYPE rampart_active_connections gauge"
-        );
-        for l in &self.listeners {
-            let _ = writeln!(
-                out,
-                "rampart_active_connections{{listener=\"{}\"}} {}",
-                l.address, l.active_connections
-            );
-        }
-        let sections: [Section; 10] = [
-            (
-                "half_closed_connections",
-                "gauge",
-                "Connections half-closed now: the upstream ended its side, the client has not.",
-                |l| l.half_closed_connections as u64,
-            ),
-            (
-                "accepted_connections_total",
-                "counter",
-                "Admitted connections.",
-                |l| l.accepted,
-            ),
-            (
-                "bytes_received_total",
-                "counter",
-                "Bytes read from clients.",
-                |l| l.bytes_received,
-            ),
-            (
-                "bytes_sent_total",
-                "counter",
-                "Bytes written to clients.",
-                |l| l.bytes_sent,
-            ),
-            (
-                "tracked_ips",
-                "gauge",
-                "Per-IP entries tracked by the protection engine.",
-                |l| l.tracked_ips,
-            ),
-            (
-                "untracked_admissions_total",
-                "counter",
-                "Connections admitted without a per-IP entry (table at maxTrackedIps).",
-                |l| l.untracked_admissions,
-            ),
-            (
-                "tracked_prefixes",
-                "gauge",
-                "Prefix entries tracked by the prefix tier (prefixLimit).",
-                |l| l.tracked_prefixes,
-            ),
-            (
-                "known_good_clients",
-                "gauge",
-                "Clients holding a known-good mark.",
-                |l| l.known_good_clients,
-            ),
-            (
-                "defense_active",
-                "gauge",
-                "Defense mode on (1) or off (0).",
-                |l| u64::from(l.defense_active),
-            ),
-            (
-                "pending_suspended",
-                "gauge",
-                "Connections of suspended routes held for resolveConnection.",
-                |l| l.pending_suspended,
-            ),
-        ];
-        for (name, kind, help, get) in sections {
-            let _ = writeln!(
-                out,
-                "# HELP rampart_{name} {help}\n# TYPE rampart_{name} {kind}"
-            );
-            for l in &self.listeners {
-                let _ = writeln!(
-                    out,
-                    "rampart_{name}{{listener=\"{}\"}} {}",
-                    l.address,
-                    get(l)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rampart_blocked_connections_total Refused connections by reason.\n# TYPE rampart_blocked_connections_total counter"
-        );
-        for l in &self.listeners {
-            for (r, n) in &l.blocked_by_reason {
-                let _ = writeln!(
-                    out,
-                    "rampart_blocked_connections_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
-                    l.address
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rampart_shadow_refusals_total Connections protection.shadow would have refused (admitted: never enforced), by reason.\n# TYPE rampart_shadow_refusals_total counter"
-        );
-        for l in &self.listeners {
-            for (r, n) in &l.shadow_by_reason {
-                let _ = writeln!(
-                    out,
-                    "rampart_shadow_refusals_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
-                    l.address
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rampart_h2_flood_total HTTP/2 connections closed by the guard, by the limit exceeded.\n# TYPE rampart_h2_flood_total counter"
-        );
-        for l in &self.listeners {
-            for (d, n) in &l.h2_flood_by_detail {
-                let _ = writeln!(
-                    out,
-                    "rampart_h2_flood_total{{listener=\"{}\",detail=\"{d}\"}} {n}",
-                    l.address
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rampart_errors_total Runtime errors by reason.\n# TYPE rampart_errors_total counter"
-        );
-        for l in &self.listeners {
-            for (r, n) in &l.errors_by_reason {
-                let _ = writeln!(
-                    out,
-                    "rampart_errors_total{{listener=\"{}\",reason=\"{r}\"}} {n}",
-                    l.address
-                );
-            }
-        }
-        self.route_prometheus(&mut out);
-        let _ = writeln!(
-            out,
-            "# HELP rampart_routes Routes in the live route table.\n# TYPE rampart_routes gauge\nrampart_routes {}\n# HELP rampart_failing_routes Configured routes left out because they failed to build.\n# TYPE rampart_failing_routes gauge\nrampart_failing_routes {}\n# HELP rampart_route_failures_total Routes that failed to build, once per constructor or updateConfig that gave them.\n# TYPE rampart_route_failures_total counter\nrampart_route_failures_total {}",
-            self.routes, self.failing_routes, self.route_failures_total
-        );
-        let _ = writeln!(
-            out,
-            "# HELP rampart_events_dropped_total 'blocked' events over blockedEvents.maxPerSecond.\n# TYPE rampart_events_dropped_total counter\nrampart_events_dropped_total {}",
-            self.events_dropped
-        );
-        if let Some(c) = &self.cluster {
-            cluster_prometheus(c, &mut out);
-        }
-        if let Some(x) = &self.xdp {
-            let c = &x.counters;
-            let _ = writeln!(
-                out,
-                "# HELP rampart_xdp_packets_total Packets seen by the XDP filter by action.\n# TYPE rampart_xdp_packets_total counter\nrampart_xdp_packets_total{{action=\"pass\"}} {}",
-                c.passed
-            );
-            let dropped = [
-                ("cidr", c.dropped_cidr),
-                ("dynamic", c.dropped_dynamic),
-                ("penalty", c.dropped_penalty),
-                ("synFlood", c.dropped_syn_flood),
-                ("unparsed", c.dropped_unparsed),
-                ("synBudget", c.dropped_syn_budget),
-                ("nonTcp", c.dropped_non_tcp),
-                ("fragment", c.dropped_fragment),
-            ];
-            for (r, n) in dropped {
-                let _ = writeln!(
-                    out,
-                    "rampart_xdp_packets_total{{action=\"drop\",reason=\"{r}\"}} {n}"
-                );
-            }
-            let totals = [
-                (
-                    "xdp_banned_total",
-                    "Sources the kernel banned for SYN excess.",
-                    c.banned,
-                ),
-                (
-                    "xdp_ban_extended_total",
-                    "Kernel ban deadlines extended by continued SYN excess.",
-                    c.ban_extended,
-                ),
-                (
-                    "xdp_errors_total",
-                    "Failed kernel-map writes (each also an 'error' event).",
-                    x.errors,
-                ),
-                (
-                    "xdp_ban_queue_overflow_total",
-                    "Penalty boxes not mirrored as kernel bans (queue full).",
-                    x.ban_queue_overflow,
-                ),
-                (
-                    "xdp_known_good_queue_overflow_total",
-                    "Known-good marks not mirrored to the kernel (queue full).",
-                    x.known_good_queue_overflow,
-                ),
-            ];
-            for (name, help, n) in totals {
-                let _ = writeln!(
-                    out,
-                    "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP rampart_xdp_map_entries Entries the attached program's sized maps were created with.\n# TYPE rampart_xdp_map_entries gauge"
-            );
-            let m = &x.maps;
-            for (map, n) in [
-                ("bans", m.bans),
-                ("prefixBans", m.prefix_bans),
-                ("synStates", m.syn_states),
-                ("knownGood", m.known_good),
-            ] {
-                let _ = writeln!(out, "rampart_xdp_map_entries{{map=\"{map}\"}} {n}");
-            }
-        }
-        out
     }
 }
 
-/// The cluster tier's series (`rampart_cluster_*`).
-fn cluster_prometheus(c: &crate::cluster::ClusterSnapshot, out: &mut String) {
-    let gauges = [
-        (
-            "cluster_connected",
-            "1 when Redis answers and the ban channel is subscribed.",
-            u64::from(c.connected),
-        ),
-        (
-            "cluster_breaker_open",
-            "1 while the breaker keeps Redis unasked (local limits alone).",
-            u64::from(c.breaker_open),
-        ),
-        (
-            "cluster_lease_clients",
-            "Clients holding a clusterRateLimit lease entry.",
-            c.lease_clients,
-        ),
-    ];
-    for (name, help, n) in gauges {
-        let _ = writeln!(
-            out,
-            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} gauge\nrampart_{name} {n}"
-        );
-    }
-    let counters = [
-        (
-            "cluster_bans_published_total",
-            "Local bans written to Redis and published.",
-            c.bans_published,
-        ),
-        (
-            "cluster_bans_received_total",
-            "Bans received from other nodes.",
-            c.bans_received,
-        ),
-        (
-            "cluster_lease_refills_total",
-            "clusterRateLimit lease refills answered by Redis.",
-            c.lease_refills,
-        ),
-        (
-            "cluster_errors_total",
-            "Failed or timed-out Redis commands.",
-            c.errors,
-        ),
-        (
-            "cluster_queue_overflow_total",
-            "Bans or refill requests dropped because a queue was full.",
-            c.queue_overflow,
-        ),
-        (
-            "cluster_rejected_messages_total",
-            "Ban messages and ban keys read from Redis that failed validation and were dropped.",
-            c.rejected_messages,
-        ),
-    ];
-    for (name, help, n) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP rampart_{name} {help}\n# TYPE rampart_{name} counter\nrampart_{name} {n}"
-        );
-    }
-    let d = &c.propagation_delay_ms;
-    let _ = writeln!(
-        out,
-        "# HELP rampart_cluster_ban_propagation_ms Delay from a ban's origin to this node, ms (newest samples).\n# TYPE rampart_cluster_ban_propagation_ms summary\nrampart_cluster_ban_propagation_ms{{quantile=\"0.5\"}} {}\nrampart_cluster_ban_propagation_ms{{quantile=\"0.99\"}} {}\nrampart_cluster_ban_propagation_ms_count {}",
-        d.p50, d.p99, d.count
-    );
+/// Prometheus text exposition format 0.0.4 of `snapshot` (the `metrics()` value, with whatever
+/// the server puts beside a [`MetricsSnapshot`]): every family of [`families::FAMILIES`].
+///
+/// # Errors
+/// When `snapshot` does not serialise to JSON (a map with non-string keys; none of Rampart's do).
+pub fn prometheus<T: Serialize>(snapshot: &T) -> Result<String, serde_json::Error> {
+    let root = serde_json::to_value(snapshot)?;
+    Ok(family::render(families::FAMILIES, &root))
 }

@@ -377,10 +377,11 @@ impl NativeProxy {
         self.inner.report_event_loop_delay(delay_ms);
     }
 
-    /// Prometheus text exposition (format 0.0.4).
+    /// Prometheus text exposition (format 0.0.4). Throws only if the snapshot fails to
+    /// serialise (none does).
     #[napi]
-    pub fn prometheus(&self) -> String {
-        self.inner.metrics().prometheus()
+    pub fn prometheus(&self) -> Result<String> {
+        (self.inner.prometheus()).map_err(|e| Error::from_reason(format!("prometheus(): {e}")))
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod background;
 mod bans;
+mod metrics;
 
 use crate::capacity::CapacityRegistry;
 use crate::clock;
@@ -19,7 +20,7 @@ use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
 use crate::events::{DefenseEvent, EventHub, EventSink};
 use crate::listener::{accept_loop, bind_listener};
-use crate::metrics::{EngineGauges, ListenerMetrics, ListenerSnapshot, MetricsSnapshot};
+use crate::metrics::ListenerMetrics;
 use crate::protection::{
     BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine,
     Explanation, Listed, ProtectionPolicy,
@@ -34,6 +35,7 @@ use background::{
     ClusterPeer,
 };
 pub use background::{KERNEL_EXTENDED_NOTE, KERNEL_SYN_BAN_NOTE};
+pub use metrics::ProxyMetrics;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -698,48 +700,17 @@ impl Proxy {
     }
 
     /// `metrics()`.
-    pub fn metrics(&self) -> MetricsSnapshot {
-        let now = clock::now_ns();
-        let ls = self
-            .shared
-            .listeners
-            .iter()
-            .enumerate()
-            .map(|(li, l)| {
-                let e = &l.engine;
-                ListenerSnapshot::read(
-                    l.label.clone(),
-                    l.config.port,
-                    &l.metrics,
-                    EngineGauges {
-                        tracked_ips: e.tracked_ips() as u64,
-                        untracked_admissions: e.untracked_admissions(),
-                        tracked_prefixes: e.tracked_prefixes() as u64,
-                        known_good_clients: e.known_good_clients(),
-                        defense_active: e.defense_active(),
-                        pending_suspended: self.shared.suspensions.pending(ListenerId(li)) as u64,
-                    },
-                )
-            })
-            .collect();
-        let mut m = MetricsSnapshot::from_listeners(ls, self.shared.events.dropped());
-        let table = self.shared.routes.load();
-        m.route_metrics = (table.routes().iter())
-            .map(|r| {
-                let mut s = r.metrics.snapshot(r.capacity.snapshot(now));
-                s.upstreams = r.upstream_snapshots();
-                s
-            })
-            .collect();
-        m.routes = table.routes().len() as u64;
-        m.failing_routes = table.failing().len() as u64;
-        m.route_failures = (table.failing().iter())
-            .map(crate::metrics::route::RouteFailure::of)
-            .collect();
-        m.route_failures_total = self.shared.route_failures.load(Ordering::Relaxed);
-        m.xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
-        m.cluster = self.shared.cluster.as_ref().map(|c| c.snapshot());
-        m
+    pub fn metrics(&self) -> ProxyMetrics {
+        let xdp = self.xdp().as_ref().map(|mgr| self.status_of(mgr));
+        metrics::read(&self.shared, xdp)
+    }
+
+    /// `prometheus()`: text exposition format 0.0.4 of [`Self::metrics`].
+    ///
+    /// # Errors
+    /// When the snapshot does not serialise to JSON (none does: its maps have string keys).
+    pub fn prometheus(&self) -> Result<String, serde_json::Error> {
+        crate::metrics::prometheus(&self.metrics())
     }
 
     /// The listener of the suspended connection `id` (what its `resolveConnection` route is
