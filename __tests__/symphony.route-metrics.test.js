@@ -10,7 +10,7 @@ const h = require('./helpers');
 
 /** `routeMetrics[].upstream` of an idle route with `concurrency: { mode: 'off' }`. */
 const IDLE_OFF = {
-  mode: 'off', inFlight: 0, inFlightPriority: 0, limit: null, otherLimit: null, latencyMs: 0, baselineMs: 0,
+  mode: 'off', inFlight: 0, inFlightPriority: 0, limit: null, otherLimit: null, latencyMs: 0, proxyDelayMs: 0, baselineMs: 0,
   overloaded: false, refused: 0, refusedPriority: 0, queued: 0, waited: 0, queueTimeouts: 0, answered: 0, connectFailures: 0, connectMs: 0,
 };
 
