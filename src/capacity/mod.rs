@@ -145,6 +145,9 @@ pub struct Capacity {
     /// The proxy's run-queue delay probe, and its totals when the last window closed.
     run_queue: Arc<RunQueueDelay>,
     run_queue_seen: Mutex<(u64, u64)>,
+    /// Permits of unanswered requests whose connection ended, each with when it is released
+    /// (ns): [`Capacity::park`]. At most the limit (they count in flight).
+    parked: Mutex<Vec<(u64, Permit)>>,
 }
 
 impl Capacity {
@@ -184,6 +187,7 @@ impl Capacity {
             latency_hint_ns: AtomicU64::new(0),
             run_queue,
             run_queue_seen: Mutex::new(seen),
+            parked: Mutex::default(),
         };
         c.publish(&State::new(cfg));
         c
@@ -454,8 +458,42 @@ impl Capacity {
         }
     }
 
-    /// Every ~100 ms: closes the limiter's window if nobody did, and reports an overload on/off transition since the last call.
+    /// Keeps `permits` (each with its release time, ns) after their connection ended: an HTTP/2
+    /// connection closed with streams reset before their response, or still open, leaves work
+    /// on the upstream that the route's capacity must go on counting — else a client whose
+    /// connections the guard closes (rapid reset) frees their permits at once and sends the
+    /// next batch. Released by [`Capacity::tick`] (up to 100 ms late).
+    pub fn park(&self, permits: impl IntoIterator<Item = (u64, Permit)>) {
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        p.extend(permits);
+    }
+
+    /// Permits parked now ([`Capacity::park`]).
+    pub fn parked(&self) -> usize {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Releases the parked permits whose time is over at `now_ns` (all with `u64::MAX`).
+    fn release_parked(&self, now_ns: u64) {
+        let done: Vec<(u64, Permit)> = {
+            let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            if p.is_empty() {
+                return;
+            }
+            let (done, keep) = std::mem::take(&mut *p)
+                .into_iter()
+                .partition(|(until, _)| *until <= now_ns);
+            *p = keep;
+            done
+        };
+        // Dropped outside the lock: each release may wake a waiter.
+        drop(done);
+    }
+
+    /// Every ~100 ms: releases parked permits whose time is over, closes the limiter's window
+    /// if nobody did, and reports an overload on/off transition since the last call.
     pub fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
+        self.release_parked(now_ns);
         self.roll(now_ns);
         let on = self.refuses_new(now_ns);
         if self.reported_on.swap(on, Ordering::Relaxed) == on {

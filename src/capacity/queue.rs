@@ -199,10 +199,13 @@ impl Capacity {
         }
     }
 
-    /// The route was removed: no new waiter, and those waiting are refused now.
+    /// The route was removed (or the proxy stopped): no new waiter, those waiting are refused
+    /// now, and the parked permits are released (each holds the capacity: kept, they would keep
+    /// it alive).
     pub fn close_queue(&self) {
         self.queue_timeout_ms.store(0, Ordering::Relaxed);
         self.wake_all();
+        self.release_parked(u64::MAX);
     }
 
     /// Wakes one waiter after a release, if any waits (two loads on the common path); while

@@ -254,3 +254,21 @@ fn a_batched_waiter_is_woken_once_a_batch_is_free_and_takes_it_whole() {
         assert_eq!(cap.in_flight(), 0);
     });
 }
+
+#[test]
+fn parked_permits_count_until_their_time_and_a_removed_route_frees_them() {
+    const MS: u64 = 1_000_000;
+    let cap = fixed(4, 1000, 8);
+    let a = cap.take_now(Class::Other, 0).unwrap();
+    let b = cap.take_now(Class::Other, 0).unwrap();
+    cap.park(vec![(300 * MS, a), (700 * MS, b)]);
+    assert_eq!((cap.in_flight(), cap.parked()), (2, 2));
+    cap.tick(299 * MS);
+    assert_eq!((cap.in_flight(), cap.parked()), (2, 2));
+    cap.tick(300 * MS);
+    assert_eq!((cap.in_flight(), cap.parked()), (1, 1));
+    // The route goes away: what it still parks is released (and frees the capacity).
+    cap.close_queue();
+    assert_eq!((cap.in_flight(), cap.parked()), (0, 0));
+    assert_eq!(Arc::strong_count(&cap), 1);
+}

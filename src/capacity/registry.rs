@@ -60,11 +60,26 @@ impl CapacityRegistry {
         });
     }
 
+    /// Closes every route's queue and releases its parked permits (the proxy is going away).
+    pub fn close_all(&self) {
+        let m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        for c in m.values() {
+            c.close_queue();
+        }
+    }
+
     /// Feeds the embedding process's event-loop delay (ms, measured at `now_ns`) to every route.
     pub fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
         let m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         for c in m.values() {
             c.set_external_delay(delay_ms, now_ns);
         }
+    }
+}
+
+impl Drop for CapacityRegistry {
+    fn drop(&mut self) {
+        // Parked permits hold their capacity: release them so it can be freed.
+        self.close_all();
     }
 }

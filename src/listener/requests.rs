@@ -288,8 +288,10 @@ impl RequestHooks for RequestGate<'_> {
 /// that ends without a response (a reset, either way) keeps its permit, without a sample, for
 /// the route's current latency ([`Capacity::reset_hold_ns`]): the upstream likely still works on
 /// it, so a rapid reset counts against the capacity for as long as the work it caused. At most
-/// `maxConcurrentStreams` open and [`MAX_HELD`] reset permits are held; all are released when
-/// the connection ends.
+/// `maxConcurrentStreams` open and [`MAX_HELD`] reset permits are held. When the connection
+/// ends, the permits of its unanswered streams (reset or still open) are parked on the route
+/// ([`Capacity::park`]) until their hold is over: a client whose connections the guard closes
+/// cannot free the capacity its reset streams still use upstream by losing the connection.
 pub struct StreamGate<'a> {
     budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
@@ -334,6 +336,21 @@ impl<'a> StreamGate<'a> {
         while self.held.front().is_some_and(|(until, _)| *until <= now_ns) {
             self.held.pop_front();
         }
+    }
+}
+
+impl Drop for StreamGate<'_> {
+    fn drop(&mut self) {
+        if self.open.is_empty() && self.held.is_empty() {
+            return;
+        }
+        let now = crate::clock::now_ns();
+        let until = now.saturating_add(self.upstream.capacity.reset_hold_ns());
+        let open = self.open.drain(..).map(|(_, p)| (until, p));
+        let held = self.held.drain(..).filter(|(u, _)| *u > now);
+        self.upstream
+            .capacity
+            .park(held.chain(open).collect::<Vec<_>>());
     }
 }
 
