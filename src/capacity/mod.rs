@@ -1,4 +1,4 @@
-//! Per-route upstream capacity (README: Upstream capacity): requests (or, on opaque routes that
+//! Per-route upstream capacity (docs/protection.md: Upstream capacity): requests (or, on opaque routes that
 //! opt in, connections) in flight to a route's upstreams, their response-head latency, connect
 //! failures, and the concurrency limit that keeps the upstream from drowning.
 //!

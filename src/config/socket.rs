@@ -1,4 +1,4 @@
-//! Socket behaviour of proxied connections (README: Config, "Socket behaviour"; Symphony-compatible
+//! Socket behaviour of proxied connections (docs/config.md: Proxy: listeners and routes; Symphony-compatible
 //! `ProxyConfig` fields): `tcpKeepalive`, `halfCloseTimeoutMs`, `readBufferSize`,
 //! `clientReadBufferSize`, `upstreamReadBufferSize`.
 //!

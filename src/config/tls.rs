@@ -1,5 +1,5 @@
 //! `tls: { minVersion, maxVersion, cipherSuites, groups, preferServerCipherOrder,
-//! sessionTickets, sessionCacheSize }` on listeners and terminating routes (README: TLS). A
+//! sessionTickets, sessionCacheSize }` on listeners and terminating routes (docs/proxy.md: TLS versions, suites, groups and resumption). A
 //! route's `tls` replaces its listener's for that route, as its `mtls` does.
 
 use super::error::Issues;

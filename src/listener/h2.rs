@@ -1,4 +1,4 @@
-//! HTTP/2 in the pump phase (README: HTTP/2 guard): [`FirstAckFilter`] keeps the client's
+//! HTTP/2 in the pump phase (docs/protection.md: HTTP/2 guard): [`FirstAckFilter`] keeps the client's
 //! acknowledgement of Rampart's own SETTINGS from the upstream on every terminated connection
 //! whose ALPN is `h2`, and [`H2Inspector`] runs one [`H2Guard`] over both directions of it, as the
 //! copy loop's [`Inspector`].

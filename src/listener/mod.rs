@@ -15,7 +15,7 @@
 //! on the header's address (HAProxy's `expect-proxy` followed by its session rules); the
 //! balancer's own address, which stands for every client behind it, is never checked before the
 //! header. The one exception is a v2 `LOCAL` header (the balancer's own health check): it names
-//! no client, so it is admitted as the balancer itself, limits included — which is why the README
+//! no client, so it is admitted as the balancer itself, limits included — which is why docs/proxy.md (Client addresses from a load balancer)
 //! advises putting the balancers in `protection.allowlist`.
 //!
 //! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a

@@ -1,5 +1,5 @@
 //! `metrics().routeMetrics[i].upstream` and the `rampart_route_upstream_*` Prometheus families
-//! (README: Upstream capacity): what a route's upstream capacity measured (`crate::capacity`
+//! (docs/protection.md: Upstream capacity): what a route's upstream capacity measured (`crate::capacity`
 //! fills it; this module only shapes it).
 
 use serde::Serialize;

@@ -1,6 +1,6 @@
 //! Penalty box: after a rate-limit exhaustion the client is refused until a deadline.
 //!
-//! Semantics (README: Rate limits and the penalty box): the attempt that exhausts `rateLimit` or `sustained` is refused as
+//! Semantics (docs/protection.md: Rate limits and the penalty box): the attempt that exhausts `rateLimit` or `sustained` is refused as
 //! `rate_limited` and boxes the client until `now + durationMs`; later attempts while boxed are
 //! `penalty_boxed`. A boxed attempt is still run through both limits: if it would conform it is
 //! debited (so a client that keeps knocking does not come out of the box with a full burst), if it

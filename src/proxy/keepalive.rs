@@ -1,4 +1,4 @@
-//! TCP keepalive on proxied sockets (`tcpKeepalive`, README: Config, "Socket behaviour"): set
+//! TCP keepalive on proxied sockets (`tcpKeepalive`, docs/config.md: Proxy: listeners and routes): set
 //! with socket2 on every accepted client socket and every TCP upstream socket.
 
 use crate::config::socket::Keepalive;
