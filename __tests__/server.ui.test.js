@@ -164,6 +164,18 @@ test('headless Chromium shows the refused address, its reason and a chart with p
   const ys = paths.penalty_boxed.match(/,(-?\d+(\.\d+)?)/g).map((y) => Number(y.slice(1)));
   assert.ok(Math.min(...ys) < 160, paths.penalty_boxed);
   assert.match(section[1], /refused since start: penalty_boxed 5, rate_limited 1/);
+  // Upstream health and overload state of the route: in flight / limit, queued, overload on/off
+  // (an opaque route: capacity off, nothing in flight after the flood).
+  const routes = /<table id="routes">([\s\S]*?)<\/table>/.exec(dom)[1];
+  const routeRows = [...routes.matchAll(/<tr>(<td[\s\S]*?)<\/tr>/g)].map((m) => m[1]);
+  assert.equal(routeRows.length, 1, routes);
+  const health = /<span data-route-health="">([\s\S]*?)<\/span><\/td>/.exec(routeRows[0]);
+  assert.ok(health, routeRows[0]);
+  assert.equal(
+    health[1].replace(/<[^>]+>/g, ''),
+    'overload off in flight 0 / limit none · queued 0 · off · latency 0 ms (baseline 0) · refused 0 · connect failures 0'
+  );
+  assert.match(health[1], /^<span class="pill ok">overload off<\/span>/);
 });
 
 test('the demo (npm start) serves the page and prints its URL', async () => {
