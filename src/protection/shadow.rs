@@ -157,16 +157,25 @@ pub(crate) struct ShadowOutcome {
 }
 
 /// One open connection counted on a shadow prefix (see the module doc), released when dropped.
+/// 16 bytes (kept in every connection's guard): the table, the way's index and the low half of
+/// its fingerprint.
 pub struct ShadowHold {
     table: Arc<ShadowTable>,
-    index: usize,
-    fp: u64,
+    index: u32,
+    fp: u32,
 }
+
+const _: () = assert!(size_of::<Option<ShadowHold>>() == 16);
 
 impl Drop for ShadowHold {
     fn drop(&mut self) {
-        if let Some(w) = self.table.ways.get().and_then(|w| w.get(self.index)) {
-            if w.fp.load(Ordering::Relaxed) == self.fp {
+        if let Some(w) = self
+            .table
+            .ways
+            .get()
+            .and_then(|w| w.get(self.index as usize))
+        {
+            if w.fp.load(Ordering::Relaxed) as u32 == self.fp {
                 let _ = w
                     .active
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -260,11 +269,12 @@ impl Shadow {
     /// [`ShadowOutcome`]; the hold releases it.
     pub(crate) fn hold(&self, (index, fp): (usize, u64)) -> Option<ShadowHold> {
         let w = self.prefixes.ways.get()?.get(index)?;
+        let index = u32::try_from(index).ok()?;
         w.active.fetch_add(1, Ordering::Relaxed);
         Some(ShadowHold {
             table: Arc::clone(&self.prefixes),
             index,
-            fp,
+            fp: fp as u32,
         })
     }
 
