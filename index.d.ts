@@ -139,10 +139,11 @@ export interface RouteConfig {
    */
   http2?: boolean;
   /**
-   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of docs/proxy.md: PROXY
-   * v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader). 'xForwardedFor':
-   * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
-   * client copies removed (docs/proxy.md: Forwarded request headers; the route is HTTP/1.1 only).
+   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of docs/proxy.md:
+   * PROXY v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader).
+   * 'xForwardedFor': `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every
+   * HTTP/1.1 request, client copies removed (docs/proxy.md: Forwarded request headers; the route is
+   * HTTP/1.1 only).
    */
   sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2' | 'xForwardedFor';
   /**
@@ -163,9 +164,9 @@ export interface RouteConfig {
   protocol?: 'http' | 'opaque';
   /**
    * What may turn a terminated HTTP/1.1 connection of an HTTP route into a plain byte copy
-   * (docs/proxy.md: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols (HTTP
-   * tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade is
-   * declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
+   * (docs/proxy.md: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols
+   * (HTTP tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade
+   * is declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
    * `connect`: forward `CONNECT`; default false: Rampart answers it 405 and closes
    * (`errorsByReason.bad_request`). Only on a terminating route that carries HTTP.
    */
@@ -231,8 +232,9 @@ export interface MtlsConfig {
 export type TlsVersion = 'TLSv1.2' | 'TLSv1.3';
 
 /**
- * `tls` on a listener or route (docs/config.md: TLS options). Unset fields keep the defaults; a route's `tls`
- * replaces its listener's whole. Invalid names and combinations are ConfigErrors with paths.
+ * `tls` on a listener or route (docs/config.md: TLS options). Unset fields keep the defaults; a
+ * route's `tls` replaces its listener's whole. Invalid names and combinations are ConfigErrors with
+ * paths.
  */
 export interface TlsConfig {
   /** Oldest version accepted. Default 'TLSv1.2' (nginx `ssl_protocols`, HAProxy `ssl-min-ver`). */

@@ -34,8 +34,8 @@ pub fn parse_mtls(
 }
 
 /// [`parse_mtls`] with a CA that does not load (not PEM, no certificate, not a usable CA) in
-/// `build` (a route's build failure, docs/proxy.md: Route isolation) and the field's own problems in
-/// `issues`.
+/// `build` (a route's build failure, docs/proxy.md: Route isolation) and the field's own problems
+/// in `issues`.
 pub fn parse_mtls_split(
     val: &Value,
     path: &str,

@@ -1,5 +1,5 @@
-//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (docs/protection.md: Fields) and
-//! compilation at parse time.
+//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (docs/protection.md:
+//! Fields) and compilation at parse time.
 //!
 //!
 //! Number rules (all issues are collected, each with its full path):

@@ -120,7 +120,8 @@ pub struct ErrorEvent<'a> {
 }
 
 /// Payload of the `'error'` event of a route that failed to build (code `route_failed`,
-/// docs/proxy.md: Route isolation): the fields of [`ErrorEvent`] (no client, no listener) and the route's.
+/// docs/proxy.md: Route isolation): the fields of [`ErrorEvent`] (no client, no listener) and the
+/// route's.
 #[derive(Debug, Serialize)]
 pub struct RouteFailedEvent<'a> {
     /// `route_failed`.

@@ -1,5 +1,5 @@
-//! Connection, byte, block and error counters (docs/integrating.md: API, `metrics()`), all relaxed atomics so
-//! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
+//! Connection, byte, block and error counters (docs/integrating.md: API, `metrics()`), all relaxed
+//! atomics so the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
 pub mod route;
 pub mod upstream;

@@ -1,6 +1,6 @@
 //! `metrics().routeMetrics[i].upstream` and the `rampart_route_upstream_*` Prometheus families
-//! (docs/protection.md: Upstream capacity): what a route's upstream capacity measured (`crate::capacity`
-//! fills it; this module only shapes it).
+//! (docs/protection.md: Upstream capacity): what a route's upstream capacity measured
+//! (`crate::capacity` fills it; this module only shapes it).
 
 use serde::Serialize;
 

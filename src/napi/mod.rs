@@ -291,9 +291,9 @@ impl NativeProxy {
         Ok(self.inner.unblock_ip(req))
     }
 
-    /// `explain(ip)` as JSON (docs/protection.md: Why is this address refused? `explain(ip)`): the client's state on every listener, the
-    /// verdict its next connection would get, the kernel's bans covering it; a ConfigError at
-    /// `ip` for anything but one address.
+    /// `explain(ip)` as JSON (docs/protection.md: Why is this address refused? `explain(ip)`): the
+    /// client's state on every listener, the verdict its next connection would get, the kernel's
+    /// bans covering it; a ConfigError at `ip` for anything but one address.
     #[napi]
     pub fn explain(&self, ip: String) -> Result<String, String> {
         let ip = parse_explain_ip(&ip).map_err(config_error)?;

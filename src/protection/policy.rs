@@ -149,9 +149,9 @@ pub struct XdpKernel {
     pub drop_fragments: bool,
 }
 
-/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (docs/protection.md: HTTP/2 guard). The
-/// limits are the guard's own config; this adds the off switch and the box threshold. The same
-/// defaults apply to a listener without protection.
+/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (docs/protection.md:
+/// HTTP/2 guard). The limits are the guard's own config; this adds the off switch and the box
+/// threshold. The same defaults apply to a listener without protection.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Http2Policy {
     /// `enabled` (default true): inspect terminated h2 connections at all.

@@ -1,6 +1,6 @@
-//! `listeners[]` (docs/config.md: Proxy: listeners and routes): addresses, modes, certificates, PROXY protocol input, socket
-//! options, each listener's protection, and the checks across listeners (ports two listeners
-//! cannot share, the one policy of a shared port).
+//! `listeners[]` (docs/config.md: Proxy: listeners and routes): addresses, modes, certificates,
+//! PROXY protocol input, socket options, each listener's protection, and the checks across
+//! listeners (ports two listeners cannot share, the one policy of a shared port).
 
 use super::cert::parse_cert;
 use crate::config::error::Issues;
@@ -73,7 +73,8 @@ pub enum ListenerMode {
     #[default]
     Tls,
     /// HTTP/1.1 without TLS: `GET /.well-known/acme-challenge/<token>` is proxied to the route
-    /// whose `sni` matches `Host`, everything else is redirected to https (docs/proxy.md: HTTP listener).
+    /// whose `sni` matches `Host`, everything else is redirected to https (docs/proxy.md: HTTP
+    /// listener).
     Http,
 }
 
@@ -304,11 +305,11 @@ impl Covers {
     }
 }
 
-/// Several listeners on one port (docs/config.md: Proxy: listeners and routes): the same host and port twice, and a specific
-/// address beside a wildcard that already takes it, are errors naming both listeners. `::` is
-/// dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address too: beside `::` a
-/// port can have no other listener. `binds` holds `(index, host:port)` of each listener whose
-/// host and port are valid.
+/// Several listeners on one port (docs/config.md: Proxy: listeners and routes): the same host and
+/// port twice, and a specific address beside a wildcard that already takes it, are errors naming
+/// both listeners. `::` is dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address
+/// too: beside `::` a port can have no other listener. `binds` holds `(index, host:port)` of each
+/// listener whose host and port are valid.
 pub(super) fn check_port_conflicts(binds: &[(usize, SocketAddr)], issues: &mut Issues) {
     for (j, &(ij, b)) in binds.iter().enumerate() {
         for &(ii, a) in &binds[..j] {

@@ -1,5 +1,6 @@
-//! `routes[]` (docs/config.md: Proxy: listeners and routes): SNI patterns, upstreams and their protocols, balancing, forwarded
-//! request headers, tunnels ([`super::tunnels`]), mTLS, suspended routes, and the route table's checks.
+//! `routes[]` (docs/config.md: Proxy: listeners and routes): SNI patterns, upstreams and their
+//! protocols, balancing, forwarded request headers, tunnels ([`super::tunnels`]), mTLS, suspended
+//! routes, and the route table's checks.
 
 use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
@@ -134,8 +135,8 @@ pub struct RouteConfig {
     pub ip_affinity_ttl_ms: Option<u64>,
     /// `suspended: true` + `suspendTimeoutMs`: a connection matching this route is held after
     /// the ClientHello and offered to JS (`'suspended'` event) for this many ms, until
-    /// `resolveConnection` gives it a route (`None`: not suspended; docs/proxy.md: Suspended routes).
-    /// A suspended route's `upstreams` may be empty.
+    /// `resolveConnection` gives it a route (`None`: not suspended; docs/proxy.md: Suspended
+    /// routes). A suspended route's `upstreams` may be empty.
     pub suspend_timeout_ms: Option<u64>,
     /// `concurrency`: the upstream capacity limit (docs/protection.md: Upstream capacity).
     pub concurrency: CapacityConfig,

@@ -20,7 +20,8 @@ pub enum SourceAddressHeader {
     XForwardedFor,
 }
 
-/// What a route that leaves a field out gets, set once for the proxy (docs/config.md: Proxy: listeners and routes).
+/// What a route that leaves a field out gets, set once for the proxy (docs/config.md: Proxy:
+/// listeners and routes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteDefaults {
     /// `udsSourceAddressHeader`: the `sourceAddressHeader` of a route with a unix-socket upstream

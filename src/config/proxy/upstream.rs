@@ -1,5 +1,5 @@
-//! `routes[].upstreams[]` (docs/config.md: Proxy: listeners and routes): TCP and unix-socket upstreams, what each speaks
-//! (`protocol`, the ALPN split), and how a route balances over them.
+//! `routes[].upstreams[]` (docs/config.md: Proxy: listeners and routes): TCP and unix-socket
+//! upstreams, what each speaks (`protocol`, the ALPN split), and how a route balances over them.
 
 use crate::config::error::Issues;
 use crate::config::value::{self as v, field, join};

@@ -347,10 +347,10 @@ impl Conn<'_> {
         Ok(())
     }
 
-    /// Phase 3b (docs/proxy.md: Suspended routes): a connection whose route is suspended is held (its
-    /// ClientHello still unread in the socket) and offered to JS in a `'suspended'` event, until
-    /// `resolveConnection` gives it a route (returned: the connection goes on as if that route
-    /// had matched; its counters stay the suspended route's), `null` closes it
+    /// Phase 3b (docs/proxy.md: Suspended routes): a connection whose route is suspended is held
+    /// (its ClientHello still unread in the socket) and offered to JS in a `'suspended'` event,
+    /// until `resolveConnection` gives it a route (returned: the connection goes on as if that
+    /// route had matched; its counters stay the suspended route's), `null` closes it
     /// (`suspend_rejected`), `timeout_ms` pass (`suspend_timeout`) or the client leaves
     /// (`client_closed`). Over the listener's `maxPendingSuspended` it is closed at once
     /// (`suspend_queue_full`, no event).
