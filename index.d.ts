@@ -28,6 +28,12 @@ export interface ListenerExplanation {
    * and handshake guards permitting). In observe mode the refusal is reported, not enforced.
    */
   verdict: string | null;
+  /**
+   * The reason `protection.shadow` would refuse its next connection with (`cidr_blocked`,
+   * `rate_limited`, `too_many_connections`, `prefix_rate_limited`, `prefix_too_many_connections`,
+   * `listener_overloaded`), reported, never enforced; null: the shadow admits it, or no shadow.
+   */
+  shadowVerdict: string | null;
   observe: boolean;
   /** The listener has protection. */
   protected: boolean;
@@ -133,10 +139,11 @@ export interface RouteConfig {
    */
   http2?: boolean;
   /**
-   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of README: PROXY
-   * v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader). 'xForwardedFor':
-   * `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every HTTP/1.1 request,
-   * client copies removed (docs/proxy.md: Forwarded request headers; the route is HTTP/1.1 only).
+   * Header sent to the upstream before any byte (PROXY v1/v2; v2 with the TLVs of docs/proxy.md:
+   * PROXY v2 TLVs). Default 'none' (with a Unix-socket upstream: udsSourceAddressHeader).
+   * 'xForwardedFor': `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https` on every
+   * HTTP/1.1 request, client copies removed (docs/proxy.md: Forwarded request headers; the route is
+   * HTTP/1.1 only).
    */
   sourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2' | 'xForwardedFor';
   /**
@@ -157,9 +164,9 @@ export interface RouteConfig {
   protocol?: 'http' | 'opaque';
   /**
    * What may turn a terminated HTTP/1.1 connection of an HTTP route into a plain byte copy
-   * (docs/proxy.md: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols (HTTP
-   * tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade is
-   * declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
+   * (docs/proxy.md: What Rampart refuses on forwarding routes). `upgrade`: the `Upgrade` protocols
+   * (HTTP tokens, any case; never 'h2c') a bodiless upgrade request may ask for, any other upgrade
+   * is declined (its `Upgrade` removed, the request goes on as HTTP/1.1). Default ['websocket'].
    * `connect`: forward `CONNECT`; default false: Rampart answers it 405 and closes
    * (`errorsByReason.bad_request`). Only on a terminating route that carries HTTP.
    */
@@ -225,8 +232,9 @@ export interface MtlsConfig {
 export type TlsVersion = 'TLSv1.2' | 'TLSv1.3';
 
 /**
- * `tls` on a listener or route (docs/config.md: TLS options). Unset fields keep the defaults; a route's `tls`
- * replaces its listener's whole. Invalid names and combinations are ConfigErrors with paths.
+ * `tls` on a listener or route (docs/config.md: TLS options). Unset fields keep the defaults; a
+ * route's `tls` replaces its listener's whole. Invalid names and combinations are ConfigErrors with
+ * paths.
  */
 export interface TlsConfig {
   /** Oldest version accepted. Default 'TLSv1.2' (nginx `ssl_protocols`, HAProxy `ssl-min-ver`). */
@@ -270,16 +278,28 @@ export interface ProtectionConfig {
   /** Simultaneous connections per IP; 0 = off. */
   maxConcurrentPerIp?: number;
   /**
-   * Shadow limits: evaluated on every connection beside the enforced ones and reported
-   * ('blocked' with `shadow: true`, `metrics().listeners[].shadowByReason`,
-   * `rampart_shadow_refusals_total`), never enforced — to try a tighter limit on live traffic
-   * before enforcing it. Each field as above; a shadow refusal is reported only for a connection
-   * the enforced policy admitted. Not given: no shadow.
+   * Shadow rules: limits and lists evaluated on every connection beside the enforced ones and
+   * reported ('blocked' with `shadow: true`, `metrics().listeners[].shadowByReason`,
+   * `rampart_shadow_refusals_total`), never enforced — to try a tighter rule on live traffic
+   * before enforcing it. Each field as in the enforced policy (`blocklist` → 'cidr_blocked',
+   * `prefixLimit` → 'prefix_rate_limited' / 'prefix_too_many_connections', `listenerLimit` →
+   * 'listener_overloaded'); a shadow refusal is reported only for a connection the enforced policy
+   * admitted, and an allowlisted client is never evaluated. Not given: no shadow.
    */
   shadow?: {
+    blocklist?: string[];
     rateLimit?: { connectionsPerSecond: number; burst?: number };
     sustained?: { connectionsPerMinute: number; burst?: number };
     maxConcurrentPerIp?: number;
+    prefixLimit?: {
+      ipv4PrefixLength?: number;
+      ipv6PrefixLength?: number;
+      connectionsPerSecond?: number;
+      burst?: number;
+      maxConcurrent?: number;
+    };
+    /** Only the rate: `maxPendingHandshakes` has no shadow (a ConfigError). */
+    listenerLimit?: { connectionsPerSecond: number; burst?: number };
   };
   /** CIDRs (a bare IP is /32 or /128) that skip every check. */
   allowlist?: string[];
@@ -615,7 +635,7 @@ export interface BlockedEvent {
   observed: boolean;
   /** Which limit, for reason 'h2_flood'; '' for every other reason. */
   detail: H2FloodDetail | '';
-  /** Present (true) only on a refusal of `protection.shadow`: reported, never enforced (reason 'rate_limited' or 'too_many_connections'). */
+  /** Present (true) only on a refusal of `protection.shadow`: reported, never enforced (reason 'cidr_blocked', 'rate_limited', 'too_many_connections', 'prefix_rate_limited', 'prefix_too_many_connections' or 'listener_overloaded'). */
   shadow?: true;
 }
 
@@ -776,7 +796,14 @@ export interface ListenerMetrics {
   /** 'h2_flood' refusals by detail (they sum to blockedByReason.h2_flood). */
   h2FloodByDetail: Record<H2FloodDetail, number>;
   /** Connections `protection.shadow` would have refused (all admitted), by reason. */
-  shadowByReason: { rate_limited: number; too_many_connections: number };
+  shadowByReason: {
+    cidr_blocked: number;
+    rate_limited: number;
+    too_many_connections: number;
+    prefix_rate_limited: number;
+    prefix_too_many_connections: number;
+    listener_overloaded: number;
+  };
   errors: number;
   /** By reason: no_route, bad_client_hello, client_closed, ..., proxy_header_invalid (acceptProxyProtocol), no_upstream_for_alpn (upstreams[].protocol), suspend_rejected, suspend_timeout, suspend_queue_full (suspended routes). */
   errorsByReason: Record<string, number>;

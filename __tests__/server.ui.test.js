@@ -18,10 +18,17 @@ const servers = s.echoSuite(test);
 const FLOODER = '127.0.0.2';
 const basic = (password, user = 'oncall') => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
 
-/** `rampart serve` with a tight rate limit (1/s, burst 2) and a 60 s penalty box, admin token on. */
+/**
+ * `rampart serve` with a tight rate limit (1/s, burst 2), a 60 s penalty box and a shadow rate of
+ * one connection every 10 s (burst 1), admin token on.
+ */
 async function serveProtected() {
   const { file, port, api } = await s.configDir(servers[''].address().port, (doc) => {
-    doc.proxy.listeners[0].protection = { rateLimit: { connectionsPerSecond: 1, burst: 2 }, penaltyBox: { durationMs: 60000 } };
+    doc.proxy.listeners[0].protection = {
+      rateLimit: { connectionsPerSecond: 1, burst: 2 },
+      penaltyBox: { durationMs: 60000 },
+      shadow: { rateLimit: { connectionsPerSecond: 0.1, burst: 1 } },
+    };
   });
   const child = await s.ServerChild.serve(file);
   return { child, port, api };
@@ -100,6 +107,8 @@ test('/ui.json: per-second series by reason, the boxed address with its reason a
   assert.equal(l.accepted, 2);
   assert.deepEqual(l.blockedByReason, { rate_limited: 1, penalty_boxed: 5 });
   assert.equal(l.defenseActive, false);
+  // The second admitted connection is over the shadow rate (the refused ones are reported as refused only).
+  assert.deepEqual(l.shadowByReason, { rate_limited: 1 });
   // The sampled seconds add up to the counters (the first sample, taken at start, is the baseline).
   const sum = (f) => l.series.reduce((a, p) => a + f(p), 0);
   assert.ok(l.series.every((p, i) => p.ms > 0 && (i === 0 || p.t - l.series[i - 1].t === p.ms)), JSON.stringify(l.series));
@@ -164,6 +173,19 @@ test('headless Chromium shows the refused address, its reason and a chart with p
   const ys = paths.penalty_boxed.match(/,(-?\d+(\.\d+)?)/g).map((y) => Number(y.slice(1)));
   assert.ok(Math.min(...ys) < 160, paths.penalty_boxed);
   assert.match(section[1], /refused since start: penalty_boxed 5, rate_limited 1/);
+  assert.match(section[1], /<div class="dim" data-shadow="">shadow rules would have refused \(admitted\): rate_limited 1<\/div>/);
+  // Upstream health and overload state of the route: in flight / limit, queued, overload on/off
+  // (an opaque route: capacity off, nothing in flight after the flood).
+  const routes = /<table id="routes">([\s\S]*?)<\/table>/.exec(dom)[1];
+  const routeRows = [...routes.matchAll(/<tr>(<td[\s\S]*?)<\/tr>/g)].map((m) => m[1]);
+  assert.equal(routeRows.length, 1, routes);
+  const health = /<span data-route-health="">([\s\S]*?)<\/span><\/td>/.exec(routeRows[0]);
+  assert.ok(health, routeRows[0]);
+  assert.equal(
+    health[1].replace(/<[^>]+>/g, ''),
+    'overload off in flight 0 / limit none · queued 0 · off · latency 0 ms (baseline 0) · refused 0 · connect failures 0'
+  );
+  assert.match(health[1], /^<span class="pill ok">overload off<\/span>/);
 });
 
 test('the demo (npm start) serves the page and prints its URL', async () => {

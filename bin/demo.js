@@ -62,7 +62,7 @@ async function main() {
   console.log(`Rampart demo listening on https://localhost:${port} (self-signed certificate)`);
   if (admin) console.log(`  incident page: ${admin.addresses[0]}/ui (refusals, boxed addresses, upstream health; read-only)`);
   console.log(`  try:   curl -k --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/`);
-  console.log(`  flood: for i in $(seq 100); do curl -sk -o /dev/null --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/; done`);
+  console.log(`  flood: seq 100 | xargs -P 8 -I{} curl -sk -o /dev/null --resolve localhost:${port}:127.0.0.1 https://localhost:${port}/`);
   console.log('  watch: blockedIps() is printed whenever it changes (checked every second), also when it empties; Ctrl-C stops');
   let last = JSON.stringify(proxy.blockedIps());
   const timer = setInterval(() => {

@@ -131,6 +131,7 @@ function uiState({ supervisor, history, version }) {
     accepted: l.accepted,
     blocked: l.blocked,
     blockedByReason: Object.fromEntries(Object.entries(l.blockedByReason).filter(([, n]) => n > 0)),
+    shadowByReason: Object.fromEntries(Object.entries(l.shadowByReason).filter(([, n]) => n > 0)),
     errors: l.errors,
     trackedIps: l.trackedIps,
     defenseActive: l.defenseActive === 1,

@@ -234,7 +234,7 @@ impl Shared {
     }
 
     /// Counts and emits (`'error'`, code `route_failed`) each route of a new route table that
-    /// failed to build (README: Route isolation).
+    /// failed to build (docs/proxy.md: Route isolation).
     pub fn report_failing_routes(&self, failing: &[crate::config::proxy::FailingRoute]) {
         use crate::events::{IssueJson, RouteFailedEvent};
         for f in failing {

@@ -1,6 +1,6 @@
-//! Per-route upstream capacity (README: Upstream capacity): requests (or, on opaque routes that
-//! opt in, connections) in flight to a route's upstreams, their response-head latency, connect
-//! failures, and the concurrency limit that keeps the upstream from drowning.
+//! Per-route upstream capacity (docs/protection.md: Upstream capacity): requests (or, on opaque
+//! routes that opt in, connections) in flight to a route's upstreams, their response-head latency,
+//! connect failures, and the concurrency limit that keeps the upstream from drowning.
 //!
 //! A request takes a [`Permit`] before it reaches the upstream ([`Capacity::try_acquire`]) and
 //! gives it back when the response head is seen ([`Permit::answered`], a latency sample) or when

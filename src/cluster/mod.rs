@@ -1,4 +1,4 @@
-//! The cluster tier on Redis (ProxyConfig `cluster`, README: Running several nodes): bans that
+//! The cluster tier on Redis (ProxyConfig `cluster`, docs/cluster.md): bans that
 //! reach every node, the per-client `clusterRateLimit` shared by all nodes, and a circuit
 //! breaker that falls back to local limits.
 //!

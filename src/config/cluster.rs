@@ -1,4 +1,4 @@
-//! `ProxyConfig.cluster` (README: Running several nodes): parsing and validation.
+//! `ProxyConfig.cluster` (docs/cluster.md): parsing and validation.
 //!
 //! `cluster: { redis: { url, keyPrefix='rampart:', connectTimeoutMs=1000, commandTimeoutMs=200 },
 //! nodeId=hostname:pid, shareBans=true, breaker: { failures=3, openMs=1000 } }`. Every problem is

@@ -1,4 +1,4 @@
-//! `mtls: { clientCaCert, requireClientCert }` on listeners and routes (README: Config, "mTLS";
+//! `mtls: { clientCaCert, requireClientCert }` on listeners and routes (docs/proxy.md: mTLS;
 //! Symphony-compatible): client certificates verified against the given CAs by rustls'
 //! `WebPkiClientVerifier`. `requireClientCert` defaults to true on a listener and false on a
 //! route (a route's `mtls` replaces its listener's for that route).
@@ -34,8 +34,8 @@ pub fn parse_mtls(
 }
 
 /// [`parse_mtls`] with a CA that does not load (not PEM, no certificate, not a usable CA) in
-/// `build` (a route's build failure, README: Route isolation) and the field's own problems in
-/// `issues`.
+/// `build` (a route's build failure, docs/proxy.md: Route isolation) and the field's own problems
+/// in `issues`.
 pub fn parse_mtls_split(
     val: &Value,
     path: &str,

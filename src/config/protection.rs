@@ -1,5 +1,5 @@
-//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (README: Protection, Fields) and
-//! compilation at parse time.
+//! `ProtectionConfig` (JSON) → [`ProtectionPolicy`]: validation of every field (docs/protection.md:
+//! Fields) and compilation at parse time.
 //!
 //!
 //! Number rules (all issues are collected, each with its full path):
@@ -131,9 +131,6 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
     }
     if let Some(v) = field(obj, "maxConcurrentPerIp") {
         p.max_concurrent_per_ip = max_concurrent_per_ip(v, &f("maxConcurrentPerIp"), issues);
-    }
-    if let Some(v) = field(obj, "shadow") {
-        p.shadow = shadow(v, &f("shadow"), issues);
     }
     if let Some(v) = field(obj, "allowlist") {
         p.allowlist = CidrSet::new(cidrs(v, &f("allowlist"), issues));
@@ -304,6 +301,9 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
     }
     if let Some(v) = field(obj, "prefixLimit") {
         p.prefix_limit = prefix_limit(v, &f("prefixLimit"), p.ipv6_prefix_length, issues);
+    }
+    if let Some(v) = field(obj, "shadow") {
+        p.shadow = shadow(v, &f("shadow"), p.ipv6_prefix_length, issues);
     }
     if let Some(v) = field(obj, "listenerLimit") {
         p.listener_limit = listener_limit(v, &f("listenerLimit"), issues);
@@ -605,7 +605,7 @@ fn escalation(v: &Value, path: &str, base_ns: u64, issues: &mut Issues) -> Optio
     (issues.len() == before).then_some(e)
 }
 
-/// `clusterRateLimit: { connectionsPerSecond, burst?, lease? }` (README: Running several nodes);
+/// `clusterRateLimit: { connectionsPerSecond, burst?, lease? }` (docs/cluster.md);
 /// `lease` defaults to [`crate::protection::ClusterRateLimit::default_lease`] and is at most
 /// `burst`.
 fn cluster_rate(v: &Value, path: &str, issues: &mut Issues) -> Option<ClusterRateLimit> {
@@ -647,17 +647,35 @@ fn max_concurrent_per_ip(v: &Value, path: &str, issues: &mut Issues) -> u64 {
     number_in(v, path, 0.0, MAX_CONCURRENT, true, issues).map_or(0, |n| n as u64)
 }
 
-/// `shadow: { rateLimit?, sustained?, maxConcurrentPerIp? }`, each field as in the enforced policy.
-fn shadow(v: &Value, path: &str, issues: &mut Issues) -> Option<crate::protection::ShadowPolicy> {
+/// `shadow: { blocklist?, rateLimit?, sustained?, maxConcurrentPerIp?, prefixLimit?,
+/// listenerLimit? }`, each field as in the enforced policy (`client_v6`: the policy's
+/// `ipv6PrefixLength`, which bounds `prefixLimit.ipv6PrefixLength`), except that
+/// `listenerLimit.maxPendingHandshakes` has no shadow (docs/protection.md: Shadow rules).
+fn shadow(
+    v: &Value,
+    path: &str,
+    client_v6: u8,
+    issues: &mut Issues,
+) -> Option<crate::protection::ShadowPolicy> {
     let obj = object(v, path, issues)?;
     reject_unknown(
         obj,
-        &["rateLimit", "sustained", "maxConcurrentPerIp"],
+        &[
+            "blocklist",
+            "rateLimit",
+            "sustained",
+            "maxConcurrentPerIp",
+            "prefixLimit",
+            "listenerLimit",
+        ],
         path,
         issues,
     );
     let f = |k: &str| join(path, k);
     let mut s = crate::protection::ShadowPolicy::default();
+    if let Some(v) = field(obj, "blocklist") {
+        s.blocklist = CidrSet::new(cidrs(v, &f("blocklist"), issues));
+    }
     if let Some(v) = field(obj, "rateLimit") {
         s.rate_limit = rate(v, &f("rateLimit"), "connectionsPerSecond", 1, issues);
     }
@@ -666,6 +684,21 @@ fn shadow(v: &Value, path: &str, issues: &mut Issues) -> Option<crate::protectio
     }
     if let Some(v) = field(obj, "maxConcurrentPerIp") {
         s.max_concurrent_per_ip = max_concurrent_per_ip(v, &f("maxConcurrentPerIp"), issues);
+    }
+    if let Some(v) = field(obj, "prefixLimit") {
+        s.prefix_limit = prefix_limit(v, &f("prefixLimit"), client_v6, issues);
+    }
+    if let Some(v) = field(obj, "listenerLimit") {
+        let path = f("listenerLimit");
+        if let Some(l) = listener_limit(v, &path, issues) {
+            if l.max_pending_handshakes != 0 {
+                issues.push(
+                    join(&path, "maxPendingHandshakes"),
+                    "has no shadow (a handshake cap acts while the handshake runs, not at accept): remove it, or set connectionsPerSecond",
+                );
+            }
+            s.listener_rate = l.rate;
+        }
     }
     Some(s)
 }

@@ -1,4 +1,4 @@
-//! The per-request fields of a `ProtectionConfig` (README: Protection, Fields): `requestLimit`
+//! The per-request fields of a `ProtectionConfig` (docs/protection.md: Fields): `requestLimit`
 //! and `slowRequest`, validated with the number rules of [`super::protection`].
 
 use super::error::Issues;

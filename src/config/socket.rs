@@ -1,6 +1,6 @@
-//! Socket behaviour of proxied connections (README: Config, "Socket behaviour"; Symphony-compatible
-//! `ProxyConfig` fields): `tcpKeepalive`, `halfCloseTimeoutMs`, `readBufferSize`,
-//! `clientReadBufferSize`, `upstreamReadBufferSize`.
+//! Socket behaviour of proxied connections (docs/config.md: Proxy: listeners and routes;
+//! Symphony-compatible `ProxyConfig` fields): `tcpKeepalive`, `halfCloseTimeoutMs`,
+//! `readBufferSize`, `clientReadBufferSize`, `upstreamReadBufferSize`.
 //!
 //! Keepalive times are whole seconds (the kernel's `TCP_KEEPIDLE` / `TCP_KEEPINTVL` unit) given in
 //! ms, within the kernel's ranges; a buffer size outside 512..=1048576 bytes is an error, never a

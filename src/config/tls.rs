@@ -1,6 +1,7 @@
 //! `tls: { minVersion, maxVersion, cipherSuites, groups, preferServerCipherOrder,
-//! sessionTickets, sessionCacheSize }` on listeners and terminating routes (README: TLS). A
-//! route's `tls` replaces its listener's for that route, as its `mtls` does.
+//! sessionTickets, sessionCacheSize }` on listeners and terminating routes (docs/proxy.md: TLS
+//! versions, suites, groups and resumption). A route's `tls` replaces its listener's for that
+//! route, as its `mtls` does.
 
 use super::error::Issues;
 use super::value::{self as v, field, index, join};

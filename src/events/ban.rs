@@ -1,5 +1,5 @@
 //! `'ban'` events: a ban's start, extension, escalation, expiry and lift, with its origin
-//! (README: Events; docs/protection.md: Ban events).
+//! (docs/integrating.md: Events; docs/protection.md: Ban events).
 //!
 //! Engines and operator calls push [`BanChange`]s into a bounded [`BanQueue`] (a non-blocking
 //! `try_send`, no allocation for local boxes; a full queue counts the change in
@@ -308,7 +308,7 @@ fn later(a: Option<u64>, b: Option<u64>) -> bool {
     }
 }
 
-/// Payload of `'ban'` (README: Events; docs/protection.md: Ban events).
+/// Payload of `'ban'` (docs/integrating.md: Events; docs/protection.md: Ban events).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BanEvent<'a> {

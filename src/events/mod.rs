@@ -25,7 +25,7 @@ pub const TOP_IPS: usize = 10;
 /// Where events go: `(event name, JSON payload)`.
 pub type EventSink = Arc<dyn Fn(&'static str, String) + Send + Sync>;
 
-/// Payload of `'blocked'` (README: API, Events).
+/// Payload of `'blocked'` (docs/integrating.md: Events).
 #[derive(Debug, Serialize)]
 pub struct BlockedEvent<'a> {
     /// Client IP (IPv4 bare, IPv4-mapped normalised) or IPv6 address; formatted only when the
@@ -69,7 +69,7 @@ pub struct DefenseEvent<'a> {
 }
 
 /// Payload of `'overload'`: a route's upstream capacity became overloaded or recovered
-/// (README: Upstream capacity).
+/// (docs/protection.md: Upstream capacity).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OverloadEvent<'a> {
@@ -88,7 +88,7 @@ pub struct OverloadEvent<'a> {
 }
 
 /// Payload of `'suspended'`: a connection of a suspended route is held until
-/// `resolveConnection(id, route | null)` (README: Suspended routes).
+/// `resolveConnection(id, route | null)` (docs/proxy.md: Suspended routes).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SuspendedEvent<'a> {
@@ -123,8 +123,9 @@ pub struct ErrorEvent<'a> {
     pub errors: Vec<IssueJson<'a>>,
 }
 
-/// Payload of the `'error'` event of a route that failed to build (code `route_failed`, README:
-/// Route isolation): the fields of [`ErrorEvent`] (no client, no listener) and the route's.
+/// Payload of the `'error'` event of a route that failed to build (code `route_failed`,
+/// docs/proxy.md: Route isolation): the fields of [`ErrorEvent`] (no client, no listener) and the
+/// route's.
 #[derive(Debug, Serialize)]
 pub struct RouteFailedEvent<'a> {
     /// `route_failed`.

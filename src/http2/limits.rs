@@ -18,7 +18,8 @@ pub struct H2GuardConfig {
     /// clients measured through Rampart exceed on one connection: an honest client opens up to
     /// `max_concurrent_streams` streams per request round trip, so 100 streams over a 1 ms
     /// loopback round trip are 100k/s (node:http2 peaks at 10–20k/s, curl averages 2.2k/s,
-    /// h2load -m 32 345/s); the shipped default is one they do not reach (README, HTTP/2 guard).
+    /// h2load -m 32 345/s); the shipped default is one they do not reach (docs/protection.md:
+    /// HTTP/2 guard).
     pub max_streams_per_second: f64,
     /// RST_STREAM frames per second (resets/s; `maxResetsPerSecond`, default 50) that end an
     /// open client stream: those the client sends plus those the upstream sends

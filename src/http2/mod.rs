@@ -1,5 +1,5 @@
 //! HTTP/2 guard: per-connection flood limits read off frame headers, for terminated connections
-//! whose ALPN is `h2` (README: HTTP/2 guard).
+//! whose ALPN is `h2` (docs/protection.md: HTTP/2 guard).
 //!
 //! # What it counts
 //! Two pure state machines watch the decrypted bytes the copy loop moves, one per direction, and

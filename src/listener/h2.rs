@@ -1,7 +1,7 @@
-//! HTTP/2 in the pump phase (README: HTTP/2 guard): [`FirstAckFilter`] keeps the client's
-//! acknowledgement of Rampart's own SETTINGS from the upstream on every terminated connection
-//! whose ALPN is `h2`, and [`H2Inspector`] runs one [`H2Guard`] over both directions of it, as the
-//! copy loop's [`Inspector`].
+//! HTTP/2 in the pump phase (docs/protection.md: HTTP/2 guard): [`FirstAckFilter`] keeps the
+//! client's acknowledgement of Rampart's own SETTINGS from the upstream on every terminated
+//! connection whose ALPN is `h2`, and [`H2Inspector`] runs one [`H2Guard`] over both directions of
+//! it, as the copy loop's [`Inspector`].
 //!
 //! On a violation (enforce mode) it
 //! 1. calls `on_violation` at once — the connection task counts it against the client

@@ -1,5 +1,5 @@
 //! `mode: 'http'` listeners: HTTP/1.1 without TLS, for ACME HTTP-01 and redirects to https
-//! (README: HTTP listener).
+//! (docs/proxy.md: HTTP listener).
 //!
 //! Per request head (parsed with `httparse`, at most [`MAX_HEAD_BYTES`]):
 //! - no `Host` (or more than one) → `400`; a `Host` that is not `name[:port]` → `400` and close;

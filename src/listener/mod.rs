@@ -7,16 +7,18 @@
 //!
 //! Admission happens in the accept loop before a byte is read: the protection engine
 //! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency, the prefix
-//! tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE, ENOBUFS, ...) are counted and back
-//! off briefly so the loop never spins and resumes once descriptors free up.
+//! tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE,
+//! ENOBUFS, ...) are counted and back off briefly so the loop never spins and resumes once
+//! descriptors free up.
 //!
 //! Behind a load balancer (`acceptProxyProtocol`), a connection from a trusted peer is admitted
 //! only once its PROXY header ([`proxy_in`]) has named the client: the same admission then runs
 //! on the header's address (HAProxy's `expect-proxy` followed by its session rules); the
 //! balancer's own address, which stands for every client behind it, is never checked before the
 //! header. The one exception is a v2 `LOCAL` header (the balancer's own health check): it names
-//! no client, so it is admitted as the balancer itself, limits included — which is why the README
-//! advises putting the balancers in `protection.allowlist`.
+//! no client, so it is admitted as the balancer itself, limits included — which is why
+//! docs/proxy.md (Client addresses from a load balancer) advises putting the balancers in
+//! `protection.allowlist`.
 //!
 //! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a
 //! `mode: 'http'` one.

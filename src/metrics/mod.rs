@@ -1,4 +1,4 @@
-//! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
+//! Connection, byte, block and error counters (docs/integrating.md: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock; the snapshot `metrics()` reads from them; and their
 //! Prometheus text exposition (format 0.0.4), rendered from that snapshot's JSON by the family
 //! table of [`families`].
@@ -201,7 +201,7 @@ pub struct ListenerSnapshot {
     /// `h2_flood` refusals per detail (every detail present, zero included).
     pub h2_flood_by_detail: BTreeMap<&'static str, u64>,
     /// Refusals of `protection.shadow` per reason (only the shadow's reasons,
-    /// `rate_limited` and `too_many_connections`, zero included); the connections were admitted.
+    /// [`crate::protection::SHADOW_REASONS`], zero included); the connections were admitted.
     pub shadow_by_reason: BTreeMap<&'static str, u64>,
     /// Errors.
     pub errors: u64,
@@ -265,7 +265,7 @@ impl ListenerSnapshot {
                 )
             })
             .collect();
-        let shadow_by_reason = [BlockReason::RateLimited, BlockReason::TooManyConnections]
+        let shadow_by_reason = crate::protection::SHADOW_REASONS
             .iter()
             .map(|r| {
                 (
@@ -332,7 +332,7 @@ pub struct MetricsSnapshot {
     /// Routes in the live table (Symphony's `routes`).
     pub routes: u64,
     /// Configured routes left out because they failed to build (Symphony's `failingRoutes`;
-    /// README: Route isolation).
+    /// docs/proxy.md: Route isolation).
     pub failing_routes: u64,
     /// Those routes, each with its problems.
     pub route_failures: Vec<route::RouteFailure>,

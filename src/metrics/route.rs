@@ -1,6 +1,6 @@
 //! Per-route counters (`metrics().routeMetrics[]`, Prometheus `rampart_route_*` with `route` and
-//! `group` labels; README: Route metrics). A route is named by its `sni` as configured (`''` for
-//! the default route); its counters survive `updateConfig` while a route of that name and
+//! `group` labels; docs/proxy.md: Route metrics). A route is named by its `sni` as configured (`''`
+//! for the default route); its counters survive `updateConfig` while a route of that name and
 //! `metricsGroup` exists, so a reload does not reset them.
 
 use super::upstream::CapacitySnapshot;
@@ -109,7 +109,8 @@ pub struct RouteSnapshot {
     pub bytes_sent: u64,
     /// Errors per reason (every reason present, zero included).
     pub errors_by_reason: BTreeMap<&'static str, u64>,
-    /// Upstream capacity: in flight, limit, latency, refusals (README: Upstream capacity).
+    /// Upstream capacity: in flight, limit, latency, refusals (docs/protection.md: Upstream
+    /// capacity).
     pub upstream: CapacitySnapshot,
     /// Each upstream of the route, in config order.
     pub upstreams: Vec<UpstreamSnapshot>,
@@ -128,7 +129,7 @@ pub struct UpstreamSnapshot {
     pub cpu_permille: Option<u32>,
 }
 
-/// `metrics().routeFailures[i]`: a configured route that failed to build (README: Route
+/// `metrics().routeFailures[i]`: a configured route that failed to build (docs/proxy.md: Route
 /// isolation).
 #[derive(Debug, Clone, Serialize)]
 pub struct RouteFailure {

@@ -1,4 +1,4 @@
-//! `metrics().routeMetrics[i].upstream` (README: Upstream capacity; Prometheus
+//! `metrics().routeMetrics[i].upstream` (docs/protection.md: Upstream capacity; Prometheus
 //! `rampart_route_upstream_*`, declared in [`super::families`]): what a route's upstream capacity
 //! measured (`crate::capacity` fills it; this module only shapes it).
 

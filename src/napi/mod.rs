@@ -71,7 +71,7 @@ fn xdp_code(e: &XdpError) -> &'static str {
 }
 
 /// `blockedIps()` as JSON: bare `ip` lists, or `{ ip, port, reason, remainingMs?, note? }`
-/// objects with `detail` (README: blockedIps()).
+/// objects with `detail` (docs/protection.md: blockedIps()).
 fn explain_json(ip: std::net::IpAddr, r: &ExplainReport, cluster: Option<&Cluster>) -> Value {
     use crate::clock::ns_to_ms_ceil;
     let origin = |reason: BlockReason, what: &str, port: u16| {
@@ -121,6 +121,7 @@ fn explain_json(ip: std::net::IpAddr, r: &ExplainReport, cluster: Option<&Cluste
                 "port": port,
                 "key": key,
                 "verdict": x.verdict.map(|v| v.as_str()),
+                "shadowVerdict": x.shadow_verdict.map(|v| v.as_str()),
                 "observe": x.observe,
                 "protected": x.protected,
                 "allowlisted": x.allowlisted,
@@ -290,9 +291,9 @@ impl NativeProxy {
         Ok(self.inner.unblock_ip(req))
     }
 
-    /// `explain(ip)` as JSON (README: explain): the client's state on every listener, the
-    /// verdict its next connection would get, the kernel's bans covering it; a ConfigError at
-    /// `ip` for anything but one address.
+    /// `explain(ip)` as JSON (docs/protection.md: Why is this address refused? `explain(ip)`): the
+    /// client's state on every listener, the verdict its next connection would get, the kernel's
+    /// bans covering it; a ConfigError at `ip` for anything but one address.
     #[napi]
     pub fn explain(&self, ip: String) -> Result<String, String> {
         let ip = parse_explain_ip(&ip).map_err(config_error)?;
@@ -336,7 +337,7 @@ impl NativeProxy {
         serde_json::to_string(&self.inner.metrics()).unwrap_or_else(|_| "{}".into())
     }
 
-    /// `resolveConnection(id, routeJson)` (README: Suspended routes): `routeJson` is `null`
+    /// `resolveConnection(id, routeJson)` (docs/proxy.md: Suspended routes): `routeJson` is `null`
     /// (close the held connection) or a route, validated in full against the connection's
     /// listener. Never throws: a route that is not valid closes the connection, which reports
     /// it as `'error'` (`resolve_route_invalid`, every problem in `errors` as `{ path, message }`

@@ -1,5 +1,6 @@
 //! What the engine tells its ban sink when a penalty box starts or its deadline moves forward
-//! (`'ban'` events, README: Events): one [`BanNote`] per change, after the entry's lock.
+//! (`'ban'` events, docs/integrating.md: Events): one [`BanNote`] per change, after the entry's
+//! lock.
 
 use super::IpKey;
 use std::sync::Arc;

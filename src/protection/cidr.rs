@@ -82,7 +82,7 @@ pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
 
 /// A compiled set of networks: canonical list (sorted, deduplicated) plus merged ranges for
 /// O(log n) membership.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CidrSet {
     nets: Vec<IpNet>,
     v4: Vec<(u32, u32)>,

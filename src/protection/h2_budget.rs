@@ -1,4 +1,4 @@
-//! Per-client HTTP/2 budgets over all of a client's connections (README: HTTP/2 guard,
+//! Per-client HTTP/2 budgets over all of a client's connections (docs/protection.md: HTTP/2 guard,
 //! `clientFactor`): the guard's stream, reset and control-frame rates, counted per connection by
 //! the guard itself, are counted here per client too, so opening more connections buys no more
 //! budget. A client's rate is the per-connection rate × `http2.clientFactor` (default 2), its

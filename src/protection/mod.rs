@@ -58,3 +58,14 @@ pub use policy::{
     ProtectionPolicy, RateLimit, RequestLimit, ShadowPolicy, SlowHandshake, XdpKernel, XdpSyn,
 };
 pub use reason::BlockReason;
+
+/// The reasons a `protection.shadow` refusal can carry, in the shadow's check order
+/// (`shadowByReason`, `rampart_shadow_refusals_total`).
+pub const SHADOW_REASONS: [BlockReason; 6] = [
+    BlockReason::CidrBlocked,
+    BlockReason::RateLimited,
+    BlockReason::TooManyConnections,
+    BlockReason::PrefixRateLimited,
+    BlockReason::PrefixTooManyConnections,
+    BlockReason::ListenerOverloaded,
+];

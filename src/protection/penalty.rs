@@ -1,11 +1,12 @@
 //! Penalty box: after a rate-limit exhaustion the client is refused until a deadline.
 //!
-//! Semantics (README: Rate limits and the penalty box): the attempt that exhausts `rateLimit` or `sustained` is refused as
-//! `rate_limited` and boxes the client until `now + durationMs`; later attempts while boxed are
-//! `penalty_boxed`. A boxed attempt is still run through both limits: if it would conform it is
-//! debited (so a client that keeps knocking does not come out of the box with a full burst), if it
-//! would not, the deadline is reset to `now + durationMs`. The deadline only ever moves forward
-//! (monotonic, saturating) and a quiet client is readmitted at the deadline.
+//! Semantics (docs/protection.md: Rate limits and the penalty box): the attempt that exhausts
+//! `rateLimit` or `sustained` is refused as `rate_limited` and boxes the client until `now +
+//! durationMs`; later attempts while boxed are `penalty_boxed`. A boxed attempt is still run
+//! through both limits: if it would conform it is debited (so a client that keeps knocking does not
+//! come out of the box with a full burst), if it would not, the deadline is reset to `now +
+//! durationMs`. The deadline only ever moves forward (monotonic, saturating) and a quiet client is
+//! readmitted at the deadline.
 //!
 //! Representation: one `u64` per entry (updated under the entry's shard lock),
 //! `epoch:20 | deadline_ms:44`. The deadline is kept in

@@ -100,7 +100,7 @@ pub struct ClusterRateLimit {
     /// The limit (connections per second, burst) Redis enforces over all nodes.
     pub limit: RateLimit,
     /// Tokens one node takes from Redis per refill (1..=burst); the worst-case over-admission
-    /// over all nodes is nodes × lease (README: Running several nodes).
+    /// over all nodes is nodes × lease (docs/cluster.md).
     pub lease: u64,
 }
 
@@ -135,7 +135,7 @@ pub const XDP_MAX_BANS_MIN: u32 = 1024;
 /// `xdp.maxBans` at most (also the largest size of a kernel ban map).
 pub const XDP_MAX_BANS_MAX: u32 = 1 << 24;
 
-/// The `xdp` fields beside the SYN limit (README: XDP).
+/// The `xdp` fields beside the SYN limit (docs/xdp.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct XdpKernel {
     /// `synBudgetPerSecond`: SYNs per second this port admits in the kernel from sources that
@@ -149,9 +149,9 @@ pub struct XdpKernel {
     pub drop_fragments: bool,
 }
 
-/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (README: HTTP/2 guard). The
-/// limits are the guard's own config; this adds the off switch and the box threshold. The same
-/// defaults apply to a listener without protection.
+/// `http2`: the HTTP/2 guard of the listener's terminated h2 connections (docs/protection.md:
+/// HTTP/2 guard). The limits are the guard's own config; this adds the off switch and the box
+/// threshold. The same defaults apply to a listener without protection.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Http2Policy {
     /// `enabled` (default true): inspect terminated h2 connections at all.
@@ -311,15 +311,24 @@ impl<const N: usize> FingerprintSet<N> {
     }
 }
 
-/// The compiled `protection.shadow` block (see [`crate::protection::shadow`]).
+/// The compiled `protection.shadow` block (see [`crate::protection::shadow`]): every limit and
+/// list here is evaluated beside the enforced one and reported, never enforced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShadowPolicy {
+    /// `shadow.blocklist` (reason `cidr_blocked`).
+    pub blocklist: CidrSet,
     /// `shadow.rateLimit`.
     pub rate_limit: Option<RateLimit>,
     /// `shadow.sustained`.
     pub sustained: Option<RateLimit>,
     /// `shadow.maxConcurrentPerIp` (0 = off).
     pub max_concurrent_per_ip: u64,
+    /// `shadow.prefixLimit` (reasons `prefix_rate_limited`, `prefix_too_many_connections`), with
+    /// its own prefix lengths.
+    pub prefix_limit: Option<PrefixLimit>,
+    /// `shadow.listenerLimit.connectionsPerSecond` and `burst` (reason `listener_overloaded`):
+    /// new connections per second over the listener from clients that are not known-good.
+    pub listener_rate: Option<RateLimit>,
 }
 
 /// A validated, compiled `ProtectionConfig`. Immutable; engines hold it in an `Arc`.

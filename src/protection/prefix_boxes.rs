@@ -1,4 +1,4 @@
-//! Prefix boxes received from another node (the cluster tier, README: Running several nodes):
+//! Prefix boxes received from another node (the cluster tier, docs/cluster.md):
 //! a prefix of another node's prefix tier in the penalty box, held here until its deadline.
 //!
 //! **Why not the prefix table**: a boxed prefix in the table lives in an entry whose box word

@@ -570,7 +570,7 @@ where
     .await
 }
 
-/// How a pair copies: timeouts and buffer sizes (README: Config, "Socket behaviour").
+/// How a pair copies: timeouts and buffer sizes (docs/config.md: Proxy: listeners and routes).
 #[derive(Debug, Clone, Copy)]
 pub struct CopyOptions {
     /// No byte in either direction for this long closes the pair (`idleTimeoutMs`; `None`:

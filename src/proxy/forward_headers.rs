@@ -1,6 +1,6 @@
 //! Forwarded request headers (`sourceAddressHeader: 'xForwardedFor'`, `forwardFingerprint`
 //! without a PROXY v2 header): the client → upstream bytes of an HTTP/1.1 route, rewritten
-//! request by request (README: Forwarded request headers).
+//! request by request (docs/proxy.md: Forwarded request headers).
 //!
 //! [`Rewriter`] is a streaming state machine over the client's bytes, without I/O:
 //!

@@ -1,5 +1,5 @@
-//! TCP keepalive on proxied sockets (`tcpKeepalive`, README: Config, "Socket behaviour"): set
-//! with socket2 on every accepted client socket and every TCP upstream socket.
+//! TCP keepalive on proxied sockets (`tcpKeepalive`, docs/config.md: Proxy: listeners and routes):
+//! set with socket2 on every accepted client socket and every TCP upstream socket.
 
 use crate::config::socket::Keepalive;
 use socket2::{SockRef, TcpKeepalive};

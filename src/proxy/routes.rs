@@ -287,7 +287,7 @@ pub struct RouteTable {
     default: Option<Arc<CompiledRoute>>,
     /// Every route, in config order (for `routeMetrics`).
     all: Vec<Arc<CompiledRoute>>,
-    /// The configured routes that failed to build and are not in the table (README: Route
+    /// The configured routes that failed to build and are not in the table (docs/proxy.md: Route
     /// isolation).
     failing: Vec<crate::config::proxy::FailingRoute>,
 }

@@ -1,4 +1,4 @@
-//! Suspended connections (README: Suspended routes): the registry of connections held after
+//! Suspended connections (docs/proxy.md: Suspended routes): the registry of connections held after
 //! their ClientHello matched a `suspended: true` route, each waiting for JS to call
 //! `resolveConnection(id, route | null)`.
 //!

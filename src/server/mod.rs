@@ -367,7 +367,8 @@ impl Proxy {
     }
 
     /// The embedding process's event-loop delay (ms), measured now: above
-    /// `overload.eventLoopDelayMs` every route counts as overloaded (README: Upstream capacity).
+    /// `overload.eventLoopDelayMs` every route counts as overloaded (docs/protection.md: Upstream
+    /// capacity).
     pub fn report_event_loop_delay(&self, delay_ms: f64) {
         (self.shared.capacities).set_external_delay(delay_ms, clock::now_ns());
     }

@@ -1,6 +1,6 @@
 //! TLS knobs of a listener or route (`tls: { minVersion, maxVersion, cipherSuites, groups,
-//! preferServerCipherOrder, sessionTickets, sessionCacheSize }`, README: TLS) and the rustls
-//! crypto provider they select from.
+//! preferServerCipherOrder, sessionTickets, sessionCacheSize }`, docs/proxy.md: TLS versions,
+//! suites, groups and resumption) and the rustls crypto provider they select from.
 //!
 //! Names are the ones operators know from nginx and HAProxy: versions `TLSv1.2` / `TLSv1.3`
 //! (`ssl_protocols`, `ssl-min-ver`), cipher suites by their IANA name (RFC 8446 §B.4, RFC 5289,
@@ -274,7 +274,7 @@ impl TlsOptions {
 }
 
 /// This build's crypto provider with its default suites and groups (the one place the provider
-/// is chosen; README: TLS, "Crypto provider").
+/// is chosen; docs/proxy.md: TLS versions, suites, groups and resumption).
 pub fn base_provider() -> CryptoProvider {
     #[cfg(feature = "ring")]
     return rustls::crypto::ring::default_provider();

@@ -1,4 +1,5 @@
-//! Session resumption state that outlives the route table (README: TLS, "Resumption").
+//! Session resumption state that outlives the route table (docs/proxy.md: TLS versions, suites,
+//! groups and resumption).
 //!
 //! A [`Sessions`] is a session cache (TLS 1.2 session ids, RFC 5246 §7.4.1.2; TLS 1.3 stateful
 //! tickets when tickets are off) plus a ticketer (TLS 1.2 tickets, RFC 5077; TLS 1.3 tickets,

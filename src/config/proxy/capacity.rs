@@ -1,5 +1,5 @@
-//! `routes[].concurrency` and the proxy's `overload` (README: Upstream capacity): how many
-//! requests (HTTP routes) or connections (opaque routes that opt in) a route lets reach its
+//! `routes[].concurrency` and the proxy's `overload` (docs/protection.md: Upstream capacity): how
+//! many requests (HTTP routes) or connections (opaque routes that opt in) a route lets reach its
 //! upstreams at once, learned from response latency (`'adaptive'`, the default on HTTP routes), a
 //! fixed cap (`'fixed'`, HAProxy `maxconn`), or unlimited but measured (`'off'`).
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// Parses a `{ certChain, privateKey }` object: the field's own problems go to `issues`; a chain
 /// or key that does not load, or a key that does not match the leaf, goes to `build` (a route's
-/// build failure, README: Route isolation; a listener passes its `issues` twice over).
+/// build failure, docs/proxy.md: Route isolation; a listener passes its `issues` twice over).
 pub(super) fn parse_cert(
     v: &Value,
     path: &str,

@@ -1,6 +1,6 @@
-//! `listeners[]` (README: Config): addresses, modes, certificates, PROXY protocol input, socket
-//! options, each listener's protection, and the checks across listeners (ports two listeners
-//! cannot share, the one policy of a shared port).
+//! `listeners[]` (docs/config.md: Proxy: listeners and routes): addresses, modes, certificates,
+//! PROXY protocol input, socket options, each listener's protection, and the checks across
+//! listeners (ports two listeners cannot share, the one policy of a shared port).
 
 use super::cert::parse_cert;
 use crate::config::error::Issues;
@@ -54,7 +54,7 @@ pub struct ListenerConfig {
     /// `acceptProxyProtocol`: peers whose PROXY header names the client.
     pub accept_proxy_protocol: Option<AcceptProxyProtocol>,
     /// `maxPendingSuspended`: connections of suspended routes held at once on this listener
-    /// (README: Suspended routes).
+    /// (docs/proxy.md: Suspended routes).
     pub max_pending_suspended: u64,
     /// `tls`: versions, suites, groups and resumption of its terminated routes (a route's own
     /// `tls` replaces it).
@@ -73,11 +73,12 @@ pub enum ListenerMode {
     #[default]
     Tls,
     /// HTTP/1.1 without TLS: `GET /.well-known/acme-challenge/<token>` is proxied to the route
-    /// whose `sni` matches `Host`, everything else is redirected to https (README: HTTP listener).
+    /// whose `sni` matches `Host`, everything else is redirected to https (docs/proxy.md: HTTP
+    /// listener).
     Http,
 }
 
-/// `listeners[].acceptProxyProtocol` (README: Client addresses from a load balancer).
+/// `listeners[].acceptProxyProtocol` (docs/proxy.md: Client addresses from a load balancer).
 #[derive(Debug, Clone)]
 pub struct AcceptProxyProtocol {
     /// `trustedCidrs`: a connection from one of these peers must begin with a PROXY v1 or v2
@@ -304,11 +305,11 @@ impl Covers {
     }
 }
 
-/// Several listeners on one port (README: Config): the same host and port twice, and a specific
-/// address beside a wildcard that already takes it, are errors naming both listeners. `::` is
-/// dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address too: beside `::` a
-/// port can have no other listener. `binds` holds `(index, host:port)` of each listener whose
-/// host and port are valid.
+/// Several listeners on one port (docs/config.md: Proxy: listeners and routes): the same host and
+/// port twice, and a specific address beside a wildcard that already takes it, are errors naming
+/// both listeners. `::` is dual-stack here (IPV6_V6ONLY is cleared), so it takes every IPv4 address
+/// too: beside `::` a port can have no other listener. `binds` holds `(index, host:port)` of each
+/// listener whose host and port are valid.
 pub(super) fn check_port_conflicts(binds: &[(usize, SocketAddr)], issues: &mut Issues) {
     for (j, &(ij, b)) in binds.iter().enumerate() {
         for &(ii, a) in &binds[..j] {

@@ -1,4 +1,5 @@
-//! `ProxyConfig`, `ListenerConfig` and `RouteConfig` (README: Config): parsing and validation.
+//! `ProxyConfig`, `ListenerConfig` and `RouteConfig` (docs/config.md: Proxy: listeners and routes):
+//! parsing and validation.
 //!
 //! Everything is checked and compiled here (PEM parsed into rustls keys, SNI patterns normalised,
 //! protection policies compiled) so that applying a config is a pointer swap that cannot fail.
@@ -35,7 +36,8 @@ pub struct ProxyConfig {
     pub listeners: Vec<ListenerConfig>,
     /// Routes, compiled (those that failed to build are in `failing_routes`).
     pub routes: Vec<RouteConfig>,
-    /// Routes left out because they failed to build (`isolateRoutes`, README: Route isolation).
+    /// Routes left out because they failed to build (`isolateRoutes`, docs/proxy.md: Route
+    /// isolation).
     pub failing_routes: Vec<FailingRoute>,
     /// `isolateRoutes` (default true): a route that fails to build is dropped and reported
     /// instead of failing the whole config (the constructor's and every `updateConfig`'s).

@@ -1,5 +1,6 @@
-//! `routes[]` (README: Config): SNI patterns, upstreams and their protocols, balancing, forwarded
-//! request headers, tunnels ([`super::tunnels`]), mTLS, suspended routes, and the route table's checks.
+//! `routes[]` (docs/config.md: Proxy: listeners and routes): SNI patterns, upstreams and their
+//! protocols, balancing, forwarded request headers, tunnels ([`super::tunnels`]), mTLS, suspended
+//! routes, and the route table's checks.
 
 use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
@@ -134,10 +135,10 @@ pub struct RouteConfig {
     pub ip_affinity_ttl_ms: Option<u64>,
     /// `suspended: true` + `suspendTimeoutMs`: a connection matching this route is held after
     /// the ClientHello and offered to JS (`'suspended'` event) for this many ms, until
-    /// `resolveConnection` gives it a route (`None`: not suspended; README: Suspended routes).
-    /// A suspended route's `upstreams` may be empty.
+    /// `resolveConnection` gives it a route (`None`: not suspended; docs/proxy.md: Suspended
+    /// routes). A suspended route's `upstreams` may be empty.
     pub suspend_timeout_ms: Option<u64>,
-    /// `concurrency`: the upstream capacity limit (README: Upstream capacity).
+    /// `concurrency`: the upstream capacity limit (docs/protection.md: Upstream capacity).
     pub concurrency: CapacityConfig,
 }
 
@@ -167,7 +168,7 @@ impl RouteConfig {
 
     /// The ALPN protocols a terminating route offers, in preference order: `h2` when `http2`,
     /// then `http/1.1` when some upstream serves it (a set of `'h2'` upstreams offers `h2` only).
-    /// A route that writes request headers offers `http/1.1` only (README: Forwarded request
+    /// A route that writes request headers offers `http/1.1` only (docs/proxy.md: Forwarded request
     /// headers): every request of every client gets them.
     pub fn alpn_offered(&self) -> Vec<Vec<u8>> {
         let mut v = Vec::with_capacity(2);
@@ -633,7 +634,7 @@ pub(super) fn parse_route(
     let cc = field(obj, "concurrency").filter(|_| table);
     let concurrency = route_concurrency(cc, path, http, issues);
     // Only the certificate failed: the route as configured but for it, which `updateConfig` may
-    // serve with the live route's last good certificate (README: Route isolation).
+    // serve with the live route's last good certificate (docs/proxy.md: Route isolation).
     let cert_only = cert_failures > 0 && build.len() - build_before == cert_failures;
     if issues.len() != before || (build.len() != build_before && !cert_only) {
         return None;

@@ -16,11 +16,12 @@ pub enum SourceAddressHeader {
     /// PROXY protocol v2 (binary).
     ProxyV2,
     /// `'xForwardedFor'`: an `X-Forwarded-For: <client ip>` and `X-Forwarded-Proto: https`
-    /// request header on every HTTP/1.1 request (README: Forwarded request headers).
+    /// request header on every HTTP/1.1 request (docs/proxy.md: Forwarded request headers).
     XForwardedFor,
 }
 
-/// What a route that leaves a field out gets, set once for the proxy (README: Config).
+/// What a route that leaves a field out gets, set once for the proxy (docs/config.md: Proxy:
+/// listeners and routes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteDefaults {
     /// `udsSourceAddressHeader`: the `sourceAddressHeader` of a route with a unix-socket upstream

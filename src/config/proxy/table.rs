@@ -1,4 +1,4 @@
-//! The route table's config (`routes`, README: Route isolation): every route parsed, and the
+//! The route table's config (`routes`, docs/proxy.md: Route isolation): every route parsed, and the
 //! routes that fail to build set apart, so that one tenant's broken certificate or conflicting
 //! setting drops that tenant's route only; and `resolveConnection`'s route.
 //!
@@ -183,9 +183,9 @@ pub fn parse_routes(
     Some(out)
 }
 
-/// Parses `resolveConnection`'s `route` (README: Suspended routes): a `routes[]`-shaped object
-/// without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional and
-/// not used (the connection's SNI is the client's). `listener` is the suspended connection's
+/// Parses `resolveConnection`'s `route` (docs/proxy.md: Suspended routes): a `routes[]`-shaped
+/// object without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional
+/// and not used (the connection's SNI is the client's). `listener` is the suspended connection's
 /// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
 /// then only the shape is checked); `defaults` the proxy's. Errors name fields under `route`; a
 /// resolved route is one connection's, so a problem of either kind is an error.

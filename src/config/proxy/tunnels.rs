@@ -1,4 +1,4 @@
-//! `routes[].tunnels` (README: What Rampart refuses on forwarding routes): which `Upgrade`
+//! `routes[].tunnels` (docs/proxy.md: What Rampart refuses on forwarding routes): which `Upgrade`
 //! protocols and whether `CONNECT` may turn a followed HTTP/1.x connection into a tunnel.
 
 use crate::config::error::Issues;
@@ -6,8 +6,8 @@ use crate::config::value::{self as v, field, join};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// What may turn a followed HTTP/1.x connection into a tunnel (`routes[].tunnels`; README: What
-/// Rampart refuses on forwarding routes): the `Upgrade` protocols (RFC 9110 §7.8) a bodiless
+/// What may turn a followed HTTP/1.x connection into a tunnel (`routes[].tunnels`; docs/proxy.md:
+/// What Rampart refuses on forwarding routes): the `Upgrade` protocols (RFC 9110 §7.8) a bodiless
 /// upgrade request may ask for, and whether `CONNECT` (RFC 9110 §9.3.6) is forwarded. Anything
 /// else keeps the connection HTTP/1.x, followed request by request.
 #[derive(Debug, Clone, PartialEq, Eq)]

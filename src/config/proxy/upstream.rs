@@ -1,5 +1,5 @@
-//! `routes[].upstreams[]` (README: Config): TCP and unix-socket upstreams, what each speaks
-//! (`protocol`, the ALPN split), and how a route balances over them.
+//! `routes[].upstreams[]` (docs/config.md: Proxy: listeners and routes): TCP and unix-socket
+//! upstreams, what each speaks (`protocol`, the ALPN split), and how a route balances over them.
 
 use crate::config::error::Issues;
 use crate::config::value::{self as v, field, join};
@@ -33,7 +33,7 @@ pub enum Upstream {
 }
 
 /// What an upstream speaks (`upstreams[].protocol`): a client goes only to upstreams that speak
-/// the application protocol it negotiated in ALPN (README: Upstream protocols).
+/// the application protocol it negotiated in ALPN (docs/proxy.md: Upstream protocols).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AppProtocol {
     /// `'http/1.1'`: also what a client without ALPN speaks.
@@ -95,7 +95,7 @@ pub(super) struct UpstreamExtras {
 
 /// The process (and thread) serving an upstream (`upstreams[].pid`, `tid`): its CPU time, read
 /// from `/proc/<pid>/task/<tid>/stat` (or `/proc/<pid>/stat` without `tid`) every 250 ms, weights
-/// least-connections balancing as Symphony does (README: Upstream protocols).
+/// least-connections balancing as Symphony does (docs/proxy.md: Upstream protocols).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CpuSource {
     /// Linux process id.

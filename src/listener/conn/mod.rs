@@ -350,10 +350,10 @@ impl Conn<'_> {
         Ok(())
     }
 
-    /// Phase 3b (README: Suspended routes): a connection whose route is suspended is held (its
-    /// ClientHello still unread in the socket) and offered to JS in a `'suspended'` event, until
-    /// `resolveConnection` gives it a route (returned: the connection goes on as if that route
-    /// had matched; its counters stay the suspended route's), `null` closes it
+    /// Phase 3b (docs/proxy.md: Suspended routes): a connection whose route is suspended is held
+    /// (its ClientHello still unread in the socket) and offered to JS in a `'suspended'` event,
+    /// until `resolveConnection` gives it a route (returned: the connection goes on as if that
+    /// route had matched; its counters stay the suspended route's), `null` closes it
     /// (`suspend_rejected`), `timeout_ms` pass (`suspend_timeout`) or the client leaves
     /// (`client_closed`). Over the listener's `maxPendingSuspended` it is closed at once
     /// (`suspend_queue_full`, no event).
@@ -551,7 +551,7 @@ impl Conn<'_> {
 
     /// The `PP2_TYPE_SSL` TLV value of a terminated connection whose upstream gets a PROXY v2
     /// header: the verify result, TLS version, cipher suite and, with a client certificate, its
-    /// subject CN (README: mTLS). `None` otherwise (passthrough, or another header).
+    /// subject CN (docs/proxy.md: mTLS). `None` otherwise (passthrough, or another header).
     fn ssl_tlv(&self, route: &Route, client: &Client) -> Option<Vec<u8>> {
         if route.config.source_address_header != SourceAddressHeader::ProxyV2 {
             return None;

@@ -3,6 +3,7 @@
 //! publishes.
 
 use super::*;
+use crate::protection::shadow::{ShadowClient, ShadowHold};
 
 impl Engine {
     /// Admission at accept, before reading a byte (see the module doc for the order), at
@@ -121,7 +122,9 @@ impl Engine {
                 reason,
                 observed: observe,
             }),
-            guard: out.counted.then(|| slot.conn_guard_with(out.prefix.take())),
+            guard: out
+                .counted
+                .then(|| slot.conn_guard_with(out.prefix.take(), out.shadow_hold.take())),
             shadow: out.shadow.filter(|_| reason.is_none()),
             refill: out.refill,
         }
@@ -223,16 +226,25 @@ impl Engine {
     ) -> Outcome {
         let p = d.p;
         let mut out = Outcome::default();
-        if let Some(sp) = p.shadow() {
-            let key = IpKey::new(d.ip, p.ipv6_prefix_length());
-            out.shadow = self.shadow.check(key, sp, e.active, now);
-        }
-        // The mark only matters to the budget and to defense mode: without them the decision
+        let sp = p.shadow();
+        // The mark only matters to the budgets and to defense mode: without them the decision
         // does not read the standing (the sweep uncounts expired marks).
-        let known_good = (d.defended || p.listener_limit().is_some()) && {
-            expire_mark(s, now, Some(&self.table.marked));
-            s.known_good(now)
-        };
+        let known_good = (d.defended
+            || p.listener_limit().is_some()
+            || sp.is_some_and(|sp| sp.listener_rate.is_some()))
+            && {
+                expire_mark(s, now, Some(&self.table.marked));
+                s.known_good(now)
+            };
+        let shadow = sp.map(|sp| {
+            let c = ShadowClient {
+                ip: d.ip,
+                key: IpKey::new(d.ip, p.ipv6_prefix_length()),
+                active: e.active,
+                known_good,
+            };
+            self.shadow.decide(sp, &c, now)
+        });
         let tight = d.defended && !known_good;
         let (rate, sustained) = if tight {
             (lim.tight[0], lim.tight[1])
@@ -299,6 +311,12 @@ impl Engine {
         if out.reason.is_none() || d.observe {
             e.active = e.active.saturating_add(1);
             out.counted = true;
+        }
+        if let Some(sh) = shadow {
+            out.shadow = sh.reason;
+            if out.counted {
+                out.shadow_hold = sh.prefix_way.and_then(|w| self.shadow.hold(w));
+            }
         }
         out
     }
@@ -484,6 +502,8 @@ struct Outcome {
     refill: bool,
     /// What `protection.shadow` would have refused (reported, never enforced).
     shadow: Option<BlockReason>,
+    /// The connection's count on its shadow prefix (`shadow.prefixLimit.maxConcurrent`).
+    shadow_hold: Option<ShadowHold>,
 }
 
 #[inline]

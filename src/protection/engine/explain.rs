@@ -1,7 +1,8 @@
 //! `explain(ip)` on one listener: everything the engine holds about one client, across its tiers
 //! (lists, dynamic blocks, the penalty box and its escalation level, the rate limits, the
 //! connection counts, the known-good mark, the prefix tier, defense mode), and the first check
-//! that would refuse its next connection, in the documented check order.
+//! that would refuse its next connection, in the documented check order (and the shadow
+//! policy's verdict beside it).
 //!
 //! Read-only for the caller: entries are only brought to the rate-limit generation in force (the
 //! rescale the client's next decision would make anyway); nothing is debited, no entry is created.
@@ -67,6 +68,10 @@ pub struct Explanation {
     /// The first check that would refuse the client's next connection now, in the check order
     /// (`None`: admitted, the listener budget permitting).
     pub verdict: Option<BlockReason>,
+    /// What `protection.shadow` would refuse the client's next connection as, in the shadow's
+    /// check order (`None`: the shadow admits it, or there is no shadow policy); reported, never
+    /// enforced.
+    pub shadow_verdict: Option<BlockReason>,
 }
 
 impl Engine {
@@ -157,8 +162,18 @@ impl Engine {
             prefix,
             defense_active: self.defended.load(Ordering::Relaxed),
             verdict: None,
+            shadow_verdict: None,
         };
         x.verdict = x.first_refusal();
+        if let (Some(sp), false) = (p.and_then(|p| p.shadow()), x.allowlisted) {
+            let c = crate::protection::shadow::ShadowClient {
+                ip,
+                key,
+                active: u32::try_from(x.active).unwrap_or(u32::MAX),
+                known_good: x.known_good_ms.is_some(),
+            };
+            x.shadow_verdict = self.shadow.verdict(sp, &c, now_ns);
+        }
         x
     }
 }

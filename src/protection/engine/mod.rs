@@ -254,8 +254,8 @@ pub struct Engine {
     upstream_overloaded: AtomicBool,
     /// Per-client HTTP/2 budgets (`http2.clientFactor`).
     h2_budgets: H2Budgets,
-    /// Shadow rate state (`protection.shadow`).
-    shadow: crate::protection::shadow::ShadowTable,
+    /// Shadow state (`protection.shadow`): client and prefix tables, the listener TAT.
+    shadow: crate::protection::shadow::Shadow,
 }
 
 /// `note` of a box earned by HTTP/2 guard violations in `blockedIps({ detail: true })`.

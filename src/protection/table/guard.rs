@@ -5,6 +5,7 @@
 
 use super::shard::Shard;
 use crate::protection::key::IpKey;
+use crate::protection::shadow::ShadowHold;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -22,15 +23,21 @@ impl Slot<'_> {
         ConnGuard {
             client: Release::new(self, Counter::Active),
             prefix: None,
+            _shadow: None,
         }
     }
 
     /// A guard for one active connection counted in the entry and, with `prefix`, in its
-    /// prefix's entry.
-    pub fn conn_guard_with(&self, prefix: Option<PrefixHold>) -> ConnGuard {
+    /// prefix's entry; with `shadow`, it holds the connection's count on its shadow prefix too.
+    pub fn conn_guard_with(
+        &self,
+        prefix: Option<PrefixHold>,
+        shadow: Option<ShadowHold>,
+    ) -> ConnGuard {
         ConnGuard {
             client: Release::new(self, Counter::Active),
             prefix: prefix.map(|p| p.0),
+            _shadow: shadow,
         }
     }
 
@@ -100,6 +107,8 @@ impl Drop for Release {
 pub struct ConnGuard {
     client: Release,
     prefix: Option<Release>,
+    /// The count on the shadow prefix (`protection.shadow.prefixLimit`), released on drop.
+    _shadow: Option<ShadowHold>,
 }
 
 impl std::fmt::Debug for ConnGuard {
