@@ -206,8 +206,11 @@ pub struct TlsOptions {
     /// `ignore_client_order`); default false (the client's order, as rustls and nginx).
     pub prefer_server_cipher_order: bool,
     /// `sessionTickets`: stateless resumption tickets (TLS 1.2 RFC 5077, TLS 1.3 RFC 8446 §4.6.1)
-    /// with keys rotated every 6 h; default true.
+    /// with keys rotated every `ticket_key_rotation_s`; default true.
     pub session_tickets: bool,
+    /// `ticketKeyRotationS`: seconds between two ticket-key rotations (a ticket resumes for one
+    /// to two of them; [`crate::tls::tickets`]); default 21600 (6 h).
+    pub ticket_key_rotation_s: u64,
     /// `sessionCacheSize`: server-side session entries (TLS 1.2 session ids, and TLS 1.3
     /// resumption without tickets); 0 = none.
     pub session_cache_size: usize,
@@ -222,6 +225,7 @@ impl Default for TlsOptions {
             groups: None,
             prefer_server_cipher_order: false,
             session_tickets: true,
+            ticket_key_rotation_s: crate::tls::tickets::DEFAULT_ROTATION_S,
             session_cache_size: DEFAULT_SESSION_CACHE_SIZE,
         }
     }
