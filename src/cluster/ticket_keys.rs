@@ -16,10 +16,10 @@ pub const TICKET_KEYS_SCRIPT: &str = include_str!("ticket_keys.lua");
 /// Shortest and longest wait between two reads of the shared set, ms.
 pub const TICKET_POLL_MS: (u64, u64) = (250, 5_000);
 
-/// The wait between two reads for a shortest rotation of `rotation_s`: an eighth of it, within
+/// The wait between two reads for a shortest rotation of `rotation_s`: a sixteenth of it, within
 /// [`TICKET_POLL_MS`], so a node follows a rotation within that time.
 pub fn ticket_poll_ms(rotation_s: u64) -> u64 {
-    (rotation_s.saturating_mul(1000) / 8).clamp(TICKET_POLL_MS.0, TICKET_POLL_MS.1)
+    (rotation_s.saturating_mul(1000) / 16).clamp(TICKET_POLL_MS.0, TICKET_POLL_MS.1)
 }
 
 impl Cluster {
