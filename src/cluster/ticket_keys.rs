@@ -60,7 +60,9 @@ impl Cluster {
                 match KeySet::parse(&text) {
                     Ok(set) => {
                         if keys.store(set) {
-                            self.stats.ticket_key_updates.fetch_add(1, Ordering::Relaxed);
+                            self.stats
+                                .ticket_key_updates
+                                .fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     Err(why) => self.reject(format!(

@@ -260,6 +260,7 @@ mod tests {
             }
         );
         assert!(c.share_bans);
+        assert!(!c.share_ticket_keys, "shareTicketKeys is opt-in");
         assert!(c.node_id.ends_with(&format!(":{}", std::process::id())));
     }
 

@@ -729,6 +729,11 @@ fn cluster_prometheus(c: &crate::cluster::ClusterSnapshot, out: &mut String) {
             "Ban messages and ban keys read from Redis that failed validation and were dropped.",
             c.rejected_messages,
         ),
+        (
+            "cluster_ticket_key_updates_total",
+            "Shared TLS ticket-key sets read from Redis that changed this node's keys.",
+            c.ticket_key_updates,
+        ),
     ];
     for (name, help, n) in counters {
         let _ = writeln!(

@@ -85,7 +85,10 @@ pub fn check_ocsp_response(der: &[u8]) -> Result<(), String> {
     let not_ocsp = |e: String| format!("is not a DER OCSPResponse (RFC 6960 §4.2.1): {e}");
     let (rest, seq) = Sequence::from_der(der).map_err(|e| not_ocsp(e.to_string()))?;
     if !rest.is_empty() {
-        return Err(not_ocsp(format!("{} bytes follow the response", rest.len())));
+        return Err(not_ocsp(format!(
+            "{} bytes follow the response",
+            rest.len()
+        )));
     }
     let (rest, status) =
         Enumerated::from_der(&seq.content).map_err(|e| not_ocsp(format!("responseStatus: {e}")))?;
@@ -105,8 +108,7 @@ pub fn check_ocsp_response(der: &[u8]) -> Result<(), String> {
             status.0
         ));
     }
-    let (_, bytes) =
-        Any::from_der(rest).map_err(|_| not_ocsp("no responseBytes".to_string()))?;
+    let (_, bytes) = Any::from_der(rest).map_err(|_| not_ocsp("no responseBytes".to_string()))?;
     if bytes.class() != Class::ContextSpecific || bytes.tag().0 != 0 {
         return Err(not_ocsp("no responseBytes ([0])".to_string()));
     }

@@ -115,7 +115,8 @@ impl TicketKey {
     }
 
     fn open(&self, aad: &[u8], ticket: &[u8]) -> Option<Vec<u8>> {
-        let nonce = Nonce::try_assume_unique_for_key(&ticket[NAME_LEN..NAME_LEN + NONCE_LEN]).ok()?;
+        let nonce =
+            Nonce::try_assume_unique_for_key(&ticket[NAME_LEN..NAME_LEN + NONCE_LEN]).ok()?;
         let mut body = ticket[NAME_LEN + NONCE_LEN..].to_vec();
         let n = self
             .key
@@ -183,9 +184,8 @@ impl KeySet {
             .parse::<u64>()
             .map_err(|_| "has no decimal epoch".to_string())?;
         let key = |h: &str, what: &str| -> Result<Arc<TicketKey>, String> {
-            let m = unhex(h).ok_or_else(|| {
-                format!("{what} key is not {MATERIAL_LEN} bytes of hex")
-            })?;
+            let m =
+                unhex(h).ok_or_else(|| format!("{what} key is not {MATERIAL_LEN} bytes of hex"))?;
             TicketKey::new(&m).map(Arc::new)
         };
         Ok(KeySet {
@@ -427,11 +427,7 @@ mod tests {
     #[test]
     fn the_shared_form_round_trips_and_garbage_is_refused() {
         let m: Vec<_> = (0..3).map(|_| random_material().unwrap()).collect();
-        let s = format!(
-            "42::{}:{}",
-            material_hex(&m[0]),
-            material_hex(&m[1])
-        );
+        let s = format!("42::{}:{}", material_hex(&m[0]), material_hex(&m[1]));
         let set = KeySet::parse(&s).unwrap();
         assert_eq!(set.epoch, 42);
         assert!(set.previous.is_none());

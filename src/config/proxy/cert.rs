@@ -19,7 +19,12 @@ pub(super) fn parse_cert(
     build: &mut Issues,
 ) -> Option<Arc<CertifiedKey>> {
     let obj = v::object(v, path, issues)?;
-    v::reject_unknown(obj, &["certChain", "privateKey", "ocspResponse"], path, issues);
+    v::reject_unknown(
+        obj,
+        &["certChain", "privateKey", "ocspResponse"],
+        path,
+        issues,
+    );
     let chain = match field(obj, "certChain") {
         Some(c) => v::pem_bytes(c, &join(path, "certChain"), issues),
         None => {
