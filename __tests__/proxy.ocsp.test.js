@@ -142,3 +142,29 @@ test('rampart serve config: ocspFile is read as bytes, and a new file is a hot r
   );
   assert.match(c.errors[0].message, /^is not a DER OCSPResponse .* \(from certChainFile .*chain\.pem, privateKeyFile .*leaf\.key\.pem, ocspFile .*live\.ocsp\)$/);
 });
+
+test('rampart serve: a rewritten ocspFile is stapled on the next handshakes (a hot certificate update)', async (t) => {
+  if (!h.needTool(t, 'openssl')) return;
+  const s = require('./helpers/server');
+  const pki = pkiWithOcsp();
+  const up = await upstream();
+  t.after(() => h.closeServer(up));
+  const [port, adminPort] = await h.freePorts(2);
+  fs.writeFileSync(path.join(pki.dir, 'chain.pem'), pki.certChain);
+  fs.writeFileSync(path.join(pki.dir, 'leaf.key.pem'), pki.privateKey);
+  fs.copyFileSync(path.join(pki.dir, 'good.der'), path.join(pki.dir, 'live.ocsp'));
+  const doc = s.baseConfig({ port, upstreamPort: up.address().port, adminPort, cert: 'chain.pem', key: 'leaf.key.pem' });
+  doc.proxy.listeners[0].defaultCert.ocspFile = 'live.ocsp';
+  const file = path.join(pki.dir, 'rampart.json');
+  s.writeJson(file, doc);
+  const child = await s.ServerChild.serve(file);
+  t.after(() => child.close());
+  assert.equal(await stapled(port), 'successful good');
+  // The renewal job's way: write beside, rename over.
+  const ev = await child.reloadAfter(() => {
+    fs.copyFileSync(path.join(pki.dir, 'revoked.der'), path.join(pki.dir, 'live.ocsp.tmp'));
+    fs.renameSync(path.join(pki.dir, 'live.ocsp.tmp'), path.join(pki.dir, 'live.ocsp'));
+  });
+  assert.deepEqual([ev.trigger, ev.ok, ev.applied, ev.changed], ['file', true, 'update', ['certificates']]);
+  assert.equal(await stapled(port), 'successful revoked');
+});
