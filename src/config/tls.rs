@@ -6,9 +6,8 @@ use super::error::Issues;
 use super::value::{self as v, field, index, join};
 use crate::tls::options::{
     default_group_names, group_by_name, provider_has_group, suite_by_name, TlsOptions, TlsVersion,
-    SUITES,
+    MAX_ROTATION_S, SUITES,
 };
-use crate::tls::tickets::MAX_ROTATION_S;
 use serde_json::Value;
 
 /// The fields of a `tls` object.

@@ -29,6 +29,7 @@
 //! default rotation (6 h) that is 198,000 new tickets per second, sustained.
 
 use crate::tls::options::base_provider;
+pub use crate::tls::options::{DEFAULT_ROTATION_S, MAX_ROTATION_S};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
 use rustls::server::ProducesTickets;
@@ -37,11 +38,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Default `ticketKeyRotationS`: 6 h (a ticket resumes for 6 to 12 h).
-pub const DEFAULT_ROTATION_S: u64 = 21_600;
-/// Largest `ticketKeyRotationS`: 3.5 days, so that the lifetime hint (two rotations) stays within
-/// TLS 1.3's 7 days (RFC 8446 §4.6.1).
-pub const MAX_ROTATION_S: u64 = 302_400;
 /// Length of a key's name, the first bytes of every ticket it seals.
 pub const NAME_LEN: usize = 16;
 /// Length of an AES-256-GCM key.
