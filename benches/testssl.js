@@ -164,7 +164,7 @@ async function main() {
       pq: 'offered (rustls aws-lc-rs default)',
     },
     haproxy: { label: `HAProxy ${((await L.run('haproxy', ['-v'])).stdout.match(/version (\S+)/) || [])[1]} (\`ssl crt\`, distribution defaults)`, start: () => startHaproxy(ctx), pq: 'no (OpenSSL 3.0)' },
-    nginx: { label: `nginx ${(await L.nginxStream()).version} (stream, default \`ssl_protocols\`)`, start: () => startNginx(ctx), pq: 'no (OpenSSL 3.0)' },
+    nginx: { label: `${(await L.nginxStream()).version} (stream, default \`ssl_protocols\`)`, start: () => startNginx(ctx), pq: 'no (OpenSSL 3.0)' },
   };
   const rows = [];
   for (const name of ONLY) {
@@ -188,7 +188,7 @@ async function main() {
     '<!-- testssl:begin -->',
     `testssl.sh ${testsslVersion}, same self-signed certificate (ECDSA P-256) on every server, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC: \`node benches/testssl.js\` (\`testssl --quiet --color 0 --warnings batch --ip 127.0.0.1 --jsonfile out.json host:port\`).`,
     '',
-    '| server | CRITICAL | HIGH | MEDIUM | LOW | protocols | server cipher order (testssl) | X25519MLKEM768 | findings about the test certificate |',
+    '| server | CRITICAL | HIGH | MEDIUM | LOW | protocols | server cipher order (testssl) | X25519MLKEM768 | rated checks about the test certificate |',
     '|---|---|---|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>

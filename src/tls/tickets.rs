@@ -35,7 +35,7 @@ use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
 use rustls::server::ProducesTickets;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Length of a key's name, the first bytes of every ticket it seals.
@@ -270,29 +270,33 @@ impl SharedKeys {
     }
 }
 
-/// Every [`SharedKeys`], by rotation period (one per proxy with `cluster.shareTicketKeys`).
+/// Every [`SharedKeys`] in use, by rotation period (one registry per proxy with
+/// `cluster.shareTicketKeys`). Held weakly: a period no ticketer uses any more (its routes'
+/// `tls` changed) is no longer fetched.
 #[derive(Debug, Default)]
-pub struct SharedTicketKeys(Mutex<HashMap<u64, Arc<SharedKeys>>>);
+pub struct SharedTicketKeys(Mutex<HashMap<u64, Weak<SharedKeys>>>);
 
 impl SharedTicketKeys {
     /// The shared keys of `rotation_s` (made empty on first use; the ticket-key task fetches
-    /// them from then on).
+    /// them while a ticketer holds them).
     pub fn get(&self, rotation_s: u64) -> Arc<SharedKeys> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.entry(rotation_s)
-            .or_insert_with(|| {
-                Arc::new(SharedKeys {
-                    rotation_s,
-                    set: ArcSwapOption::empty(),
-                })
-            })
-            .clone()
+        if let Some(k) = m.get(&rotation_s).and_then(Weak::upgrade) {
+            return k;
+        }
+        let k = Arc::new(SharedKeys {
+            rotation_s,
+            set: ArcSwapOption::empty(),
+        });
+        m.insert(rotation_s, Arc::downgrade(&k));
+        k
     }
 
-    /// Every period in use, shortest first.
+    /// Every period in use, shortest first (the unused ones are forgotten).
     pub fn all(&self) -> Vec<Arc<SharedKeys>> {
-        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<_> = m.values().cloned().collect();
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        let mut v: Vec<_> = m.values().filter_map(Weak::upgrade).collect();
         v.sort_by_key(|k| k.rotation_s);
         v
     }
@@ -436,6 +440,8 @@ mod tests {
         let shared = SharedTicketKeys::default();
         let k = shared.get(60);
         assert!(Arc::ptr_eq(&k, &shared.get(60)));
+        drop(shared.get(30));
+        assert_eq!(shared.all().len(), 1, "a period nobody holds is forgotten");
         assert!(k.load().is_none());
         assert!(k.store(KeySet::parse(&s).unwrap()));
         assert!(!k.store(KeySet::parse(&s).unwrap()), "same keys: no change");
