@@ -97,12 +97,12 @@ pub fn check_ocsp_response(der: &[u8]) -> Result<(), String> {
         "malformedRequest",
         "internalError",
         "tryLater",
-        "",
+        "unknown",
         "sigRequired",
         "unauthorized",
     ];
     if status.0 != 0 {
-        let name = STATUS.get(status.0 as usize).copied().unwrap_or("");
+        let name = STATUS.get(status.0 as usize).copied().unwrap_or("unknown");
         return Err(format!(
             "has responseStatus {} ({name}), not successful (0): nothing to staple",
             status.0

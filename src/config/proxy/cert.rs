@@ -9,8 +9,9 @@ use crate::tls::certs::{check_ocsp_response, load_certified_key, CertifiedKey};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Parses a `{ certChain, privateKey, ocspResponse? }` object: the field's own problems go to `issues`; a chain
-/// or key that does not load, or a key that does not match the leaf, goes to `build` (a route's
+/// Parses a `{ certChain, privateKey, ocspResponse? }` object: the field's own problems (an
+/// `ocspResponse` that is not a successful DER OCSPResponse included) go to `issues`; a chain or
+/// key that does not load, or a key that does not match the leaf, goes to `build` (a route's
 /// build failure, README: Route isolation; a listener passes its `issues` twice over).
 pub(super) fn parse_cert(
     v: &Value,
