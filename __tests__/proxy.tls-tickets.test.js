@@ -148,6 +148,11 @@ test('cluster.shareTicketKeys: two nodes resume each other\'s sessions, keep the
   assert.equal(c.p.metrics().cluster.ticketKeyUpdates, 0);
   // One key set in Redis under the prefix, for the default rotation (6 h).
   assert.deepEqual((await redis.cli('KEYS', 'tickets:tls-ticket-keys:*')).stdout.toString().trim().split('\n'), ['tickets:tls-ticket-keys:21600']);
+  // `epoch:previous:current:next`, each key 48 bytes of hex; it expires three rotations after the last read.
+  const set = (await redis.cli('GET', 'tickets:tls-ticket-keys:21600')).stdout.toString().trim();
+  assert.match(set, /^\d+:(?:[0-9a-f]{96})?:[0-9a-f]{96}:[0-9a-f]{96}$/);
+  const pttl = Number((await redis.cli('PTTL', 'tickets:tls-ticket-keys:21600')).stdout.toString().trim());
+  assert.ok(pttl > 3 * 21600 * 1000 - 60000 && pttl <= 3 * 21600 * 1000, `PTTL ${pttl}`);
 
   const fromA = await makeTickets(a.port, dir, 'a');
   assert.deepEqual(await offer(b.port, fromA), RESUMED, 'made on a, resumed on b');
