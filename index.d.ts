@@ -85,6 +85,14 @@ export interface DynamicBlock {
 export interface CertConfig {
   certChain: Pem;
   privateKey: Pem;
+  /**
+   * A DER OCSP response for the leaf certificate, stapled to every full handshake that serves it
+   * (HAProxy's `.ocsp` file beside the cert, nginx `ssl_stapling_file`). Must be a Buffer holding
+   * one well-formed OCSPResponse with status successful; its signature, validity and subject are
+   * not verified (the client does that). Refresh it with `updateConfig` (or, under `rampart
+   * serve`, by rewriting its `ocspFile`). Resumed handshakes carry no staple. Default: none.
+   */
+  ocspResponse?: Buffer | Uint8Array;
 }
 
 /**
@@ -254,8 +262,18 @@ export interface TlsConfig {
   groups?: string[];
   /** Our `cipherSuites` order wins over the client's (nginx `ssl_prefer_server_ciphers`). Default false. */
   preferServerCipherOrder?: boolean;
-  /** Stateless resumption tickets, TLS 1.2 and 1.3; keys rotated every 6 h, tickets live 6–12 h. Default true. */
+  /**
+   * Stateless resumption tickets, TLS 1.2 and 1.3, sealed with keys rotated every
+   * `ticketKeyRotationS`: a ticket resumes for one to two rotations. Keys are this node's, or
+   * shared by every node with `cluster.shareTicketKeys`. Default true.
+   */
   sessionTickets?: boolean;
+  /**
+   * Seconds between two ticket-key rotations (the lifetime hint sent is twice this). Integer in
+   * [1, 302400]. Default 21600 (6 h). (HAProxy `tls-ticket-keys` and nginx
+   * `ssl_session_ticket_key` rotate by hand.)
+   */
+  ticketKeyRotationS?: number;
   /** Server-side sessions kept per certificate (TLS 1.2 session ids); 0 = none. Integer in [0, 1000000]. Default 20000. */
   sessionCacheSize?: number;
 }
@@ -589,6 +607,12 @@ export interface ClusterConfig {
   nodeId?: string;
   /** Publish local bans and apply the other nodes'. Default true. */
   shareBans?: boolean;
+  /**
+   * Every node seals and opens TLS session tickets with the same rotating keys, kept in Redis,
+   * so a session made on one node resumes on any (HAProxy `tls-ticket-keys`, nginx
+   * `ssl_session_ticket_key`, without the key files). Default false.
+   */
+  shareTicketKeys?: boolean;
   /** After `failures` failed commands Redis is not asked for `openMs`. Default { failures: 3, openMs: 1000 }. */
   breaker?: { failures?: number; openMs?: number };
 }
@@ -910,6 +934,8 @@ export interface ClusterMetrics {
   rejectedMessages: number;
   /** Clients holding a clusterRateLimit lease entry. */
   leaseClients: number;
+  /** Shared ticket-key sets read from Redis that changed this node's keys (`shareTicketKeys`: the first, then one per rotation). */
+  ticketKeyUpdates: number;
   /** Delay from a ban's origin to this node (wall clocks), over the newest 1024 messages. */
   propagationDelayMs: { count: number; p50: number; p99: number; max: number };
 }

@@ -117,7 +117,7 @@ fn main() {
         vec![b"http/1.1".to_vec()],
         None,
         &opts,
-        &Sessions::new(&opts),
+        &Sessions::new(&opts, [0; 32], None),
     )
     .expect("server config");
 

@@ -3,8 +3,8 @@
  * The `rampart` config file (docs/operating.md: Config file): JSON `{ proxy: ProxyConfig, admin?, xdp?,
  * drainMs = 5000 }`.
  *
- * - Any object under `proxy` may give `certChainFile` / `privateKeyFile` instead of `certChain` /
- *   `privateKey`. Relative paths (and `admin.tokenFile`, `admin.socketPath`) are resolved against
+ * - Any object under `proxy` may give `certChainFile` / `privateKeyFile` / `ocspFile` instead of
+ *   `certChain` / `privateKey` / `ocspResponse` (the OCSP file is DER, passed as a Buffer). Relative paths (and `admin.tokenFile`, `admin.socketPath`) are resolved against
  *   the directory of the config file *as given*, never its realpath, so a Kubernetes `..data`
  *   symlink swap or a certbot `live/` symlink is followed on the next load.
  * - Loading never throws. It returns `{ errors }` (every problem as `{ path, message }`, paths from
@@ -28,9 +28,11 @@ const TOP_KEYS = ['proxy', 'admin', 'xdp', 'drainMs'];
 const ADMIN_KEYS = ['host', 'port', 'socketPath', 'token', 'tokenFile', 'allowedHosts', 'maxConnectionsPerAddress'];
 const XDP_KEYS = ['interface', 'mode'];
 const XDP_MODES = ['auto', 'native', 'generic'];
+/** [field, file field, binary]: a binary file is passed as a Buffer, the others as text. */
 const CERT_FILE_FIELDS = [
-  ['certChain', 'certChainFile'],
-  ['privateKey', 'privateKeyFile'],
+  ['certChain', 'certChainFile', false],
+  ['privateKey', 'privateKeyFile', false],
+  ['ocspResponse', 'ocspFile', true],
 ];
 const DEFAULT_DRAIN_MS = 5000;
 const MAX_DRAIN_MS = 3600000;
@@ -268,7 +270,7 @@ function validateXdp(xdp, errors) {
 }
 
 /**
- * Replaces `certChainFile` / `privateKeyFile` by the files' text, in place, everywhere under
+ * Replaces `certChainFile` / `privateKeyFile` by the files' text (`ocspFile` by its bytes), in place, everywhere under
  * `node`. Returns the cert objects that named a file: `[{ path, files: { certChainFile: abs }, failed }]`.
  */
 function inlineCertFiles(node, p, dir, errors, read, found) {
@@ -279,7 +281,7 @@ function inlineCertFiles(node, p, dir, errors, read, found) {
   if (!isPlainObject(node)) return found;
   if (CERT_FILE_FIELDS.some(([, fileKey]) => fileKey in node)) {
     const entry = { path: p, files: {}, failed: false };
-    for (const [field, fileKey] of CERT_FILE_FIELDS) {
+    for (const [field, fileKey, binary] of CERT_FILE_FIELDS) {
       if (!(fileKey in node)) continue;
       const value = node[fileKey];
       delete node[fileKey];
@@ -300,7 +302,7 @@ function inlineCertFiles(node, p, dir, errors, read, found) {
         errors.push({ path: `${p}.${fileKey}`, message: `cannot read ${abs}: ${r.error}` });
         entry.failed = true;
       } else {
-        node[field] = r.data.toString('utf8');
+        node[field] = binary ? r.data : r.data.toString('utf8');
       }
     }
     found.push(entry);

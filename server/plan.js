@@ -17,6 +17,8 @@
 /** JSON with sorted keys: equal configs give equal strings whatever the key order. */
 function stable(v) {
   if (Array.isArray(v)) return `[${v.map(stable).join(',')}]`;
+  // A Buffer (an OCSP response): its bytes.
+  if (ArrayBuffer.isView(v)) return JSON.stringify(`bytes:${Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64')}`);
   if (v !== null && typeof v === 'object') {
     return `{${Object.keys(v)
       .sort()
@@ -27,8 +29,14 @@ function stable(v) {
   return JSON.stringify(v === undefined ? null : v);
 }
 
+/** Two OCSP responses (Buffers or absent) hold the same bytes. */
+function sameBytes(a, b) {
+  if (a === undefined || a === null || b === undefined || b === null) return (a ?? null) === (b ?? null);
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+}
+
 function sameCert(a, b) {
-  return a && b && a.certChain === b.certChain && a.privateKey === b.privateKey;
+  return a && b && a.certChain === b.certChain && a.privateKey === b.privateKey && sameBytes(a.ocspResponse, b.ocspResponse);
 }
 
 /**
@@ -49,6 +57,7 @@ function runConfig(proxy) {
     for (const r of config.routes) {
       if (r && r.terminateTls !== false && (r.cert === undefined || r.cert === null)) {
         r.cert = { certChain: first.certChain, privateKey: first.privateKey };
+        if (first.ocspResponse !== undefined && first.ocspResponse !== null) r.cert.ocspResponse = first.ocspResponse;
       }
     }
   }

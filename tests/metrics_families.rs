@@ -67,6 +67,7 @@ fn populated() -> ProxyMetrics {
         errors: 0,
         queue_overflow: 0,
         rejected_messages: 0,
+        ticket_key_updates: 1,
         lease_clients: 4,
         propagation_delay_ms: DelayStats {
             count: 9,

@@ -56,7 +56,8 @@ impl ServerCertVerifier for AnyChain {
 fn negotiated(opts: &TlsOptions) -> NamedGroup {
     let (c, k) = self_signed(&["localhost".to_string()]).expect("rcgen");
     let ck = load_certified_key(c.as_bytes(), k.as_bytes()).expect("key");
-    let server_cfg = server_config(ck, vec![], None, opts, &Sessions::new(opts)).expect("config");
+    let server_cfg =
+        server_config(ck, vec![], None, opts, &Sessions::new(opts, [0; 32], None)).expect("config");
     let provider = aws_lc_rs::default_provider();
     assert_eq!(
         provider.kx_groups[0].name(),

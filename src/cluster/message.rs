@@ -215,6 +215,11 @@ impl Keys {
         format!("{}rl:{{{port}:{client}}}", self.prefix)
     }
 
+    /// The shared TLS session-ticket key set of the rotation period `rotation_s`.
+    pub fn ticket_keys(&self, rotation_s: u64) -> String {
+        format!("{}tls-ticket-keys:{rotation_s}", self.prefix)
+    }
+
     /// The ban channel.
     pub fn channel(&self) -> String {
         format!("{}bans", self.prefix)

@@ -29,6 +29,8 @@
 //!   ([`Cluster::load`]);
 //! - **refill**: lease refills, each one EVALSHA of [`GCRA_SCRIPT`], sent concurrently, the
 //!   answers written back through [`Node::update_lease`];
+//! - **ticket keys** (`shareTicketKeys`): the shared TLS session-ticket keys, created, rotated
+//!   and read through one script ([`ticket_keys`]);
 //! - **health**: a `PING` every [`HEALTH_MS`] so an outage is seen (and its end) without traffic;
 //!   refreshes the TTL of this node's bans that have none ([`message::REFRESH_MS`]).
 //!
@@ -45,6 +47,7 @@ mod loader;
 mod publisher;
 mod refiller;
 mod subscriber;
+pub mod ticket_keys;
 
 use crate::clock::{self, ms_to_ns, ns_to_ms_ceil};
 use crate::config::cluster::ClusterConfig;
@@ -203,6 +206,7 @@ struct Stats {
     errors: AtomicU64,
     queue_overflow: AtomicU64,
     rejected: AtomicU64,
+    ticket_key_updates: AtomicU64,
     delays_us: Mutex<VecDeque<u64>>,
 }
 
@@ -259,6 +263,9 @@ pub struct ClusterSnapshot {
     pub rejected_messages: u64,
     /// Clients holding a lease entry.
     pub lease_clients: u64,
+    /// Shared ticket-key sets read from Redis that changed this node's keys (`shareTicketKeys`:
+    /// the first set, then one per rotation).
+    pub ticket_key_updates: u64,
     /// Propagation delay of received ban messages.
     pub propagation_delay_ms: DelayStats,
 }
@@ -285,6 +292,7 @@ pub struct Cluster {
     rejects: Mutex<PendingRejects>,
     echoes: Mutex<Echoes>,
     echo_hasher: RandomState,
+    ticket_keys: Option<Arc<crate::tls::tickets::SharedTicketKeys>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -297,6 +305,7 @@ impl Cluster {
         let client = redis::Client::open(cfg.redis.url.as_str())?;
         let (out_tx, out_rx) = mpsc::channel(BAN_QUEUE);
         let (refill_tx, refill_rx) = mpsc::channel(REFILL_QUEUE);
+        let cfg_share_ticket_keys = cfg.share_ticket_keys;
         Ok(Arc::new(Cluster {
             keys: Keys::new(&cfg.redis.key_prefix),
             breaker: Mutex::new(Breaker::new(
@@ -321,6 +330,7 @@ impl Cluster {
             rejects: Mutex::new(PendingRejects::default()),
             echoes: Mutex::new(Echoes::default()),
             echo_hasher: RandomState::new(),
+            ticket_keys: cfg_share_ticket_keys.then(Default::default),
         }))
     }
 
@@ -374,6 +384,11 @@ impl Cluster {
         let me = self.clone();
         let s = stop.clone();
         tokio::spawn(async move { me.health(s).await });
+        if self.ticket_keys.is_some() {
+            let me = self.clone();
+            let s = stop.clone();
+            tokio::spawn(async move { me.ticket_key_task(s).await });
+        }
         if self.cfg.share_bans {
             let me = self.clone();
             tokio::spawn(async move { me.subscriber(stop).await });
@@ -455,6 +470,7 @@ impl Cluster {
             queue_overflow: s.queue_overflow.load(Ordering::Relaxed),
             rejected_messages: s.rejected.load(Ordering::Relaxed),
             lease_clients: self.node.get().map_or(0, |n| n.lease_clients()),
+            ticket_key_updates: s.ticket_key_updates.load(Ordering::Relaxed),
             propagation_delay_ms: DelayStats {
                 count: d.len() as u64,
                 p50: pick(0.5),

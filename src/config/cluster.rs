@@ -1,7 +1,7 @@
 //! `ProxyConfig.cluster` (docs/cluster.md): parsing and validation.
 //!
 //! `cluster: { redis: { url, keyPrefix='rampart:', connectTimeoutMs=1000, commandTimeoutMs=200 },
-//! nodeId=hostname:pid, shareBans=true, breaker: { failures=3, openMs=1000 } }`. Every problem is
+//! nodeId=hostname:pid, shareBans=true, shareTicketKeys=false, breaker: { failures=3, openMs=1000 } }`. Every problem is
 //! reported with its full path (`cluster.redis.url`, ...), all at once.
 
 use super::error::Issues;
@@ -52,6 +52,9 @@ pub struct ClusterConfig {
     pub node_id: String,
     /// Publish local bans and apply the other nodes' (false: only `clusterRateLimit` is shared).
     pub share_bans: bool,
+    /// `shareTicketKeys`: every node seals and opens TLS session tickets with the same rotating
+    /// keys, kept in Redis (a session made on one node resumes on any; default false).
+    pub share_ticket_keys: bool,
     /// Circuit breaker.
     pub breaker: BreakerConfig,
 }
@@ -115,7 +118,7 @@ pub fn parse_cluster(val: &Value, path: &str, issues: &mut Issues) -> Option<Clu
     let obj = v::object(val, path, issues)?;
     v::reject_unknown(
         obj,
-        &["redis", "nodeId", "shareBans", "breaker"],
+        &["redis", "nodeId", "shareBans", "shareTicketKeys", "breaker"],
         path,
         issues,
     );
@@ -186,6 +189,9 @@ pub fn parse_cluster(val: &Value, path: &str, issues: &mut Issues) -> Option<Clu
     let share_bans = field(obj, "shareBans")
         .and_then(|b| v::boolean(b, &join(path, "shareBans"), issues))
         .unwrap_or(true);
+    let share_ticket_keys = field(obj, "shareTicketKeys")
+        .and_then(|b| v::boolean(b, &join(path, "shareTicketKeys"), issues))
+        .unwrap_or(false);
     let mut breaker = BreakerConfig {
         failures: DEFAULT_BREAKER_FAILURES,
         open_ms: DEFAULT_BREAKER_OPEN_MS,
@@ -217,6 +223,7 @@ pub fn parse_cluster(val: &Value, path: &str, issues: &mut Issues) -> Option<Clu
         redis: redis?,
         node_id: node_id?,
         share_bans,
+        share_ticket_keys,
         breaker,
     })
 }
@@ -253,6 +260,7 @@ mod tests {
             }
         );
         assert!(c.share_bans);
+        assert!(!c.share_ticket_keys, "shareTicketKeys is opt-in");
         assert!(c.node_id.ends_with(&format!(":{}", std::process::id())));
     }
 

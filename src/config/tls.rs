@@ -1,13 +1,12 @@
 //! `tls: { minVersion, maxVersion, cipherSuites, groups, preferServerCipherOrder,
-//! sessionTickets, sessionCacheSize }` on listeners and terminating routes (docs/proxy.md: TLS
-//! versions, suites, groups and resumption). A route's `tls` replaces its listener's for that
-//! route, as its `mtls` does.
+//! sessionTickets, ticketKeyRotationS, sessionCacheSize }` on listeners and terminating routes
+//! (docs/proxy.md: TLS versions, suites, groups and resumption). A route's `tls` replaces its listener's for that route, as its `mtls` does.
 
 use super::error::Issues;
 use super::value::{self as v, field, index, join};
 use crate::tls::options::{
     default_group_names, group_by_name, provider_has_group, suite_by_name, TlsOptions, TlsVersion,
-    SUITES,
+    MAX_ROTATION_S, SUITES,
 };
 use serde_json::Value;
 
@@ -19,6 +18,7 @@ pub const TLS_FIELDS: &[&str] = &[
     "groups",
     "preferServerCipherOrder",
     "sessionTickets",
+    "ticketKeyRotationS",
     "sessionCacheSize",
 ];
 
@@ -143,6 +143,12 @@ pub fn parse_tls(val: &Value, path: &str, issues: &mut Issues) -> Option<TlsOpti
             *slot = b;
         }
     }
+    if let Some(n) = field(obj, "ticketKeyRotationS").and_then(|n| {
+        let p = join(path, "ticketKeyRotationS");
+        v::number_in(n, &p, 1.0, MAX_ROTATION_S as f64, true, issues)
+    }) {
+        o.ticket_key_rotation_s = n as u64;
+    }
     if let Some(n) = field(obj, "sessionCacheSize").and_then(|n| {
         let p = join(path, "sessionCacheSize");
         v::number_in(n, &p, 0.0, MAX_SESSION_CACHE_SIZE as f64, true, issues)
@@ -231,9 +237,11 @@ mod tests {
             "groups": ["P-384", "X25519"],
             "preferServerCipherOrder": true,
             "sessionTickets": false,
+            "ticketKeyRotationS": 30,
             "sessionCacheSize": 0,
         }))
         .unwrap();
+        assert_eq!(o.ticket_key_rotation_s, 30);
         assert_eq!(o.min_version, TlsVersion::Tls13);
         assert_eq!(o.cipher_suites, Some(vec![0x1303, 0x1301]));
         assert_eq!(o.groups, Some(vec![0x0018, 0x001d]));
@@ -255,6 +263,7 @@ mod tests {
             "groups": ["X448"],
             "preferServerCipherOrder": "yes",
             "sessionCacheSize": -1,
+            "ticketKeyRotationS": 0.5,
             "ocsp": true,
         }))
         .unwrap_err();
@@ -270,6 +279,7 @@ mod tests {
                 "listeners[0].tls.cipherSuites[3]",
                 "listeners[0].tls.groups[0]",
                 "listeners[0].tls.preferServerCipherOrder",
+                "listeners[0].tls.ticketKeyRotationS",
                 "listeners[0].tls.sessionCacheSize",
             ]
         );

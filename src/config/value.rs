@@ -295,6 +295,22 @@ pub fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Ve
     }
 }
 
+/// The bytes of a Buffer field (DER data): a JS Buffer / Uint8Array arrives as
+/// `{ "$buffer": latin1 }`. Anything else (a string included) is an issue at `path`.
+pub fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+    if let Value::Object(o) = v {
+        if let Some(Value::String(text)) = o.get("$buffer") {
+            let b = latin1_decode(text);
+            if b.is_none() {
+                issues.push(path, "Buffer could not be decoded");
+            }
+            return b;
+        }
+    }
+    issues.push(path, format!("must be a Buffer, got {}", describe(v)));
+    None
+}
+
 /// PEM text given as a string or a Buffer (`{"$buffer": latin1 text}` after the JS replacer).
 pub fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
     match v {

@@ -304,6 +304,12 @@ pub const FAMILIES: &[Family] = &[
         Scope::Cluster,
         &[field("rejectedMessages")],
     ),
+    Family::counter(
+        "cluster_ticket_key_updates_total",
+        "Shared TLS ticket-key sets read from Redis that changed this node's keys.",
+        Scope::Cluster,
+        &[field("ticketKeyUpdates")],
+    ),
     Family::summary(
         "cluster_ban_propagation_ms",
         "Delay from a ban's origin to this node, ms (newest samples).",

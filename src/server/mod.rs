@@ -164,7 +164,9 @@ impl Proxy {
             })
             .collect();
         let route_metrics = crate::metrics::route::RouteRegistry::default();
-        let tls_sessions = crate::tls::sessions::TlsCache::default();
+        let tls_sessions = crate::tls::sessions::TlsCache::new(
+            cluster.as_ref().and_then(|c| c.ticket_keys().cloned()),
+        );
         let capacities = CapacityRegistry::new(cfg.overload.event_loop_delay_ms);
         let routes = RouteTable::build(
             &cfg.routes,

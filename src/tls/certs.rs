@@ -73,6 +73,48 @@ pub fn client_verifier(ca_pem: &[u8], required: bool) -> Result<ClientVerifier, 
         .map_err(|e| format!("cannot verify client certificates: {e}"))
 }
 
+/// Checks that `der` is a stapleable OCSP response (RFC 6960 §4.2.1): one DER `OCSPResponse`
+/// SEQUENCE and nothing after it, `responseStatus` successful (0), `responseBytes` present. Its
+/// content (signature, validity, which certificate it is about) is not verified: the client
+/// does that, as with HAProxy's `.ocsp` files. Errors are sentences for a `ConfigError`.
+pub fn check_ocsp_response(der: &[u8]) -> Result<(), String> {
+    use x509_parser::der_parser::asn1_rs::{Any, Class, Enumerated, FromDer, Sequence};
+    if der.is_empty() {
+        return Err("is empty (expected a DER OCSPResponse)".into());
+    }
+    let not_ocsp = |e: String| format!("is not a DER OCSPResponse (RFC 6960 §4.2.1): {e}");
+    let (rest, seq) = Sequence::from_der(der).map_err(|e| not_ocsp(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(not_ocsp(format!(
+            "{} bytes follow the response",
+            rest.len()
+        )));
+    }
+    let (rest, status) =
+        Enumerated::from_der(&seq.content).map_err(|e| not_ocsp(format!("responseStatus: {e}")))?;
+    const STATUS: [&str; 7] = [
+        "successful",
+        "malformedRequest",
+        "internalError",
+        "tryLater",
+        "unknown",
+        "sigRequired",
+        "unauthorized",
+    ];
+    if status.0 != 0 {
+        let name = STATUS.get(status.0 as usize).copied().unwrap_or("unknown");
+        return Err(format!(
+            "has responseStatus {} ({name}), not successful (0): nothing to staple",
+            status.0
+        ));
+    }
+    let (_, bytes) = Any::from_der(rest).map_err(|_| not_ocsp("no responseBytes".to_string()))?;
+    if bytes.class() != Class::ContextSpecific || bytes.tag().0 != 0 {
+        return Err(not_ocsp("no responseBytes ([0])".to_string()));
+    }
+    Ok(())
+}
+
 /// The subject common name of a DER certificate (`None` when it has none or does not parse).
 pub fn subject_cn(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

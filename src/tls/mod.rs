@@ -6,3 +6,4 @@ pub mod ja3;
 pub mod ja4;
 pub mod options;
 pub mod sessions;
+pub mod tickets;

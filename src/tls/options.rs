@@ -188,6 +188,12 @@ pub fn group_by_name(s: &str) -> Option<&'static GroupName> {
 /// `tune.ssl.cachesize` default); tickets carry their own state and need none.
 pub const DEFAULT_SESSION_CACHE_SIZE: usize = 20_000;
 
+/// Default `ticketKeyRotationS`: 6 h (a ticket resumes for 6 to 12 h; [`crate::tls::tickets`]).
+pub const DEFAULT_ROTATION_S: u64 = 21_600;
+/// Largest `ticketKeyRotationS`: 3.5 days, so that the lifetime hint (two rotations) stays within
+/// TLS 1.3's 7 days (RFC 8446 §4.6.1).
+pub const MAX_ROTATION_S: u64 = 302_400;
+
 /// The validated `tls` object of a listener or route (every field resolved to its value).
 ///
 /// Cipher suites and groups are kept as their 16-bit code points so the options can key the
@@ -206,8 +212,11 @@ pub struct TlsOptions {
     /// `ignore_client_order`); default false (the client's order, as rustls and nginx).
     pub prefer_server_cipher_order: bool,
     /// `sessionTickets`: stateless resumption tickets (TLS 1.2 RFC 5077, TLS 1.3 RFC 8446 §4.6.1)
-    /// with keys rotated every 6 h; default true.
+    /// with keys rotated every `ticket_key_rotation_s`; default true.
     pub session_tickets: bool,
+    /// `ticketKeyRotationS`: seconds between two ticket-key rotations (a ticket resumes for one
+    /// to two of them; [`crate::tls::tickets`]); default 21600 (6 h).
+    pub ticket_key_rotation_s: u64,
     /// `sessionCacheSize`: server-side session entries (TLS 1.2 session ids, and TLS 1.3
     /// resumption without tickets); 0 = none.
     pub session_cache_size: usize,
@@ -222,6 +231,7 @@ impl Default for TlsOptions {
             groups: None,
             prefer_server_cipher_order: false,
             session_tickets: true,
+            ticket_key_rotation_s: DEFAULT_ROTATION_S,
             session_cache_size: DEFAULT_SESSION_CACHE_SIZE,
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! A [`Sessions`] is a session cache (TLS 1.2 session ids, RFC 5246 §7.4.1.2; TLS 1.3 stateful
 //! tickets when tickets are off) plus a ticketer (TLS 1.2 tickets, RFC 5077; TLS 1.3 tickets,
-//! RFC 8446 §4.6.1): rustls' `Ticketer`, ChaCha20-Poly1305 keys rotated every 6 h, a ticket
-//! accepted until the key after next replaces its key (6–12 h). [`TlsCache`] keeps one per
+//! RFC 8446 §4.6.1): [`crate::tls::tickets::Ticketer`], AES-256-GCM keys rotated every
+//! `ticketKeyRotationS` (6 h by default; a ticket resumes for one to two rotations), local to
+//! this node or shared through Redis (`cluster.shareTicketKeys`). [`TlsCache`] keeps one per
 //! (certificate chain digest, client-certificate policy, `tls` options) across `updateConfig`, so
 //! a route change that keeps the certificate keeps every session; a new certificate (or new
 //! options) starts from none. rustls resumes a session only for the server name it was made for
@@ -12,6 +13,7 @@
 //! other's sessions.
 
 use crate::tls::options::TlsOptions;
+use crate::tls::tickets::{SharedTicketKeys, Ticketer};
 use rustls::server::{
     NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache, StoresServerSessions,
 };
@@ -50,16 +52,22 @@ impl ProducesTickets for NoTickets {
 }
 
 impl Sessions {
-    /// Fresh, empty state for `opts`. When ticket keys cannot be made (the system RNG failed,
-    /// which also fails every handshake) the state issues no tickets and the failure is logged.
-    pub fn new(opts: &TlsOptions) -> Sessions {
+    /// Fresh, empty state for `opts`, its tickets bound to `aad` ([`SessionKey::digest`]) and
+    /// sealed with the `shared` keys of its rotation period when given (else local keys). When
+    /// ticket keys cannot be made (the system RNG failed, which also fails every handshake) the
+    /// state issues no tickets and the failure is logged.
+    pub fn new(opts: &TlsOptions, aad: [u8; 32], shared: Option<&SharedTicketKeys>) -> Sessions {
         let storage: Arc<dyn StoresServerSessions> = if opts.session_cache_size > 0 {
             ServerSessionMemoryCache::new(opts.session_cache_size)
         } else {
             Arc::new(NoServerSessionStorage {})
         };
+        let new_ticketer = || {
+            let shared = shared.map(|s| s.get(opts.ticket_key_rotation_s));
+            Ticketer::new(opts.ticket_key_rotation_s, aad, shared)
+        };
         let ticketer: Arc<dyn ProducesTickets> = match opts.session_tickets.then(new_ticketer) {
-            Some(Ok(t)) => t,
+            Some(Ok(t)) => Arc::new(t),
             Some(Err(e)) => {
                 tracing::error!("cannot make session ticket keys, issuing no tickets: {e}");
                 Arc::new(NoTickets)
@@ -68,13 +76,6 @@ impl Sessions {
         };
         Sessions { storage, ticketer }
     }
-}
-
-fn new_ticketer() -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
-    #[cfg(feature = "ring")]
-    return rustls::crypto::ring::Ticketer::new();
-    #[cfg(not(feature = "ring"))]
-    rustls::crypto::aws_lc_rs::Ticketer::new()
 }
 
 /// What one [`Sessions`] is shared by: the certificate (SHA-256 of its DER chain), the client
@@ -102,13 +103,43 @@ impl SessionKey {
             options: options.clone(),
         }
     }
+
+    /// SHA-256 of the whole key (certificate digest, client-certificate policy, the options'
+    /// `Debug` form): the additional data every ticket of this state is sealed with, so a
+    /// ticket resumes only where the same certificate is served the same way. Equal on every
+    /// node running the same build with the same certificate and options.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(self.cert);
+        match &self.client_auth {
+            Some(d) => {
+                h.update([1]);
+                h.update(d);
+            }
+            None => h.update([0]),
+        }
+        h.update(format!("{:?}", self.options).as_bytes());
+        h.finalize().into()
+    }
 }
 
-/// [`Sessions`] by [`SessionKey`], kept across route-table rebuilds (one per proxy).
+/// [`Sessions`] by [`SessionKey`], kept across route-table rebuilds (one per proxy), and the
+/// shared ticket keys its new states use (`cluster.shareTicketKeys`).
 #[derive(Debug, Default)]
-pub struct TlsCache(Mutex<HashMap<SessionKey, Sessions>>);
+pub struct TlsCache {
+    entries: Mutex<HashMap<SessionKey, Sessions>>,
+    shared: Option<Arc<SharedTicketKeys>>,
+}
 
 impl TlsCache {
+    /// An empty cache whose states seal tickets with `shared` keys when given.
+    pub fn new(shared: Option<Arc<SharedTicketKeys>>) -> TlsCache {
+        TlsCache {
+            entries: Mutex::default(),
+            shared,
+        }
+    }
+
     /// Starts a route-table build: the entries it asks for are kept, the others are dropped when
     /// the returned generation is finished.
     pub fn generation(&self) -> Generation<'_> {
@@ -120,7 +151,7 @@ impl TlsCache {
 
     /// Number of live entries (tests, metrics).
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// True when no entry is live.
@@ -143,12 +174,12 @@ impl Generation<'_> {
         if let Some(s) = self.used.get(&key) {
             return s.clone();
         }
-        let old = (self.cache.0.lock().unwrap_or_else(|e| e.into_inner()))
+        let old = (self.cache.entries.lock().unwrap_or_else(|e| e.into_inner()))
             .get(&key)
             .cloned();
         let s = match old {
             Some(s) => s,
-            None => Sessions::new(&key.options),
+            None => Sessions::new(&key.options, key.digest(), self.cache.shared.as_deref()),
         };
         self.used.insert(key, s.clone());
         s
@@ -156,7 +187,7 @@ impl Generation<'_> {
 
     /// Makes this build's entries the cache's (the entries it did not ask for are dropped).
     pub fn finish(self) {
-        *self.cache.0.lock().unwrap_or_else(|e| e.into_inner()) = self.used;
+        *self.cache.entries.lock().unwrap_or_else(|e| e.into_inner()) = self.used;
     }
 }
 
@@ -207,10 +238,14 @@ mod tests {
         assert_eq!(cache.len(), 1);
         // Tickets on by default; off gives a ticketer that issues none.
         assert!(a1.ticketer.enabled());
-        let off = Sessions::new(&TlsOptions {
-            session_tickets: false,
-            ..TlsOptions::default()
-        });
+        let off = Sessions::new(
+            &TlsOptions {
+                session_tickets: false,
+                ..TlsOptions::default()
+            },
+            [0; 32],
+            None,
+        );
         assert!(!off.ticketer.enabled());
     }
 }
