@@ -522,7 +522,7 @@ export interface ConcurrencyConfig {
   /**
    * 'adaptive' only: a response latency under this many ms never shrinks the limit, however far
    * above the baseline (an upstream answering within it, queue included, is not drowning),
-   * 0..10000. Default 5.
+   * 0..10000. Default 10.
    */
   latencyFloorMs?: number;
   /**

@@ -142,6 +142,9 @@ pub struct Capacity {
     limiter: Limiter,
     /// [`Capacity::reset_hold_ns`], published with each window.
     latency_hint_ns: AtomicU64,
+    /// Whether the last measured window was calm (latency at the baseline or under the floor):
+    /// the limit is still growing towards the demand, so a queue longer than it is not overload.
+    calm: AtomicBool,
     /// The proxy's run-queue delay probe, and its totals when the last window closed.
     run_queue: Arc<RunQueueDelay>,
     run_queue_seen: Mutex<(u64, u64)>,
@@ -185,6 +188,7 @@ impl Capacity {
             delay_threshold: AtomicU64::new(0),
             limiter: Limiter::new(cfg, 0),
             latency_hint_ns: AtomicU64::new(0),
+            calm: AtomicBool::new(true),
             run_queue,
             run_queue_seen: Mutex::new(seen),
             parked: Mutex::default(),
@@ -232,6 +236,9 @@ impl Capacity {
         if !queues && !self.waiters.is_empty() {
             // The queue was switched off: the waiters give up now.
             self.wake_all();
+        }
+        if st.current_ns > 0.0 {
+            self.calm.store(st.calm, Ordering::Relaxed);
         }
         let before = self.limit.swap(limit, Ordering::SeqCst);
         if limit > before && !self.waiters.is_empty() {

@@ -24,8 +24,8 @@
 //! wake-up carries several streams instead of one — h2load at a route's limit otherwise spends
 //! a wake-up and a write per stream. Class `Priority` waiters are woken at once, batch or not.
 //!
-//! A queue longer than the limit (each waiter then waits longer than a response takes) makes
-//! the route overloaded as a refusal does: new connections of unknown clients are refused at
+//! A queue longer than the limit (each waiter then waits longer than a response takes) while the
+//! latency is up (the last window was not calm) makes the route overloaded as a refusal does: new connections of unknown clients are refused at
 //! accept, so a flood's excess stops at the door instead of lining up.
 //!
 //! Waiting is the only asynchronous part of [`super`]; the common request (room under the
@@ -136,10 +136,12 @@ impl Capacity {
         }
         waiting.fetch_add(1, Ordering::SeqCst);
         self.waiters.waited.fetch_add(1, Ordering::Relaxed);
-        if self.waiters.len() > self.limit() {
-            // More waiting than the upstream holds: each waits longer than a response takes.
-            // The route is overloaded (new unknown clients are refused at accept) as at a
-            // refusal, though this request still waits.
+        if self.waiters.len() > self.limit() && !self.calm.load(Ordering::Relaxed) {
+            // More waiting than the upstream holds, and its latency is up: each waits longer
+            // than a response takes. The route is overloaded (new unknown clients are refused at
+            // accept) as at a refusal, though this request still waits. While the latency is
+            // calm the limit is still growing towards the demand (a burst at start, say), and
+            // the queue is no sign of overload.
             self.pressure(now_ns);
         }
         // Demand past the limit: the limiter grows a limit that binds while latency holds.

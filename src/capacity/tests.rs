@@ -550,18 +550,58 @@ fn latency_under_the_floor_never_cuts_the_limit() {
         ..Window::default()
     };
     st.update(&calm);
-    assert_eq!(st.allowed_ns(), 5_000_000.0);
-    // 40 × the baseline, under 5 ms: the limit keeps growing (fast: the route is calm).
+    assert_eq!(st.allowed_ns(), 10_000_000.0);
+    // 80 × the baseline, under 10 ms: the limit keeps growing (fast: the route is calm).
     let fast = Window {
-        mean_ns: 4_000_000.0,
+        mean_ns: 8_000_000.0,
         ..calm
     };
     let before = st.limit;
     assert_eq!(st.update(&fast), before + before * 0.2);
     let slow = Window {
-        mean_ns: 8_000_000.0,
+        mean_ns: 16_000_000.0,
         ..calm
     };
     let before = st.limit;
     assert!(st.update(&slow) < before);
+}
+
+/// A burst that queues past the limit while the latency is calm (the limit still growing
+/// towards it) does not make the route overloaded; the same queue once the latency is up does.
+#[test]
+fn a_queue_past_a_calm_limit_is_not_overload() {
+    let cap = Arc::new(Capacity::new(CapacityConfig {
+        min_limit: 2,
+        initial_limit: 2,
+        latency_floor_ms: 0.0,
+        priority_share: 0.0,
+        ..CapacityConfig::default_for(true)
+    }));
+    // A calm window: two answers at 10 ms.
+    for _ in 0..2 {
+        cap.take_now(Class::Other, 0).unwrap().answered(10 * MS);
+    }
+    cap.tick(100 * MS);
+    let hold: Vec<Permit> = (0..cap.limit())
+        .map(|_| cap.take_now(Class::Other, 100 * MS).unwrap())
+        .collect();
+    let n = cap.limit() + 1;
+    let waits: Vec<_> = (0..n)
+        .map(|_| cap.wait_or_refuse(Class::Other, 100 * MS, || true))
+        .collect();
+    assert_eq!(cap.snapshot(100 * MS).queued, n);
+    assert!(!cap.refuses_new(100 * MS));
+    drop(waits);
+    // The latency triples: the next queue past the limit is overload.
+    for p in hold {
+        p.answered(130 * MS);
+    }
+    cap.tick(200 * MS);
+    let _hold: Vec<Permit> = (0..cap.limit())
+        .filter_map(|_| cap.take_now(Class::Other, 200 * MS))
+        .collect();
+    let _waits: Vec<_> = (0..cap.limit() + 1)
+        .map(|_| cap.wait_or_refuse(Class::Other, 200 * MS, || true))
+        .collect();
+    assert!(cap.refuses_new(200 * MS));
 }

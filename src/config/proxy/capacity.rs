@@ -26,8 +26,10 @@ pub const DEFAULT_TOLERANCE: f64 = 1.25;
 /// Default `latencyFloorMs`: a response latency under this (ms) never shrinks the adaptive limit.
 /// An upstream that answers within it, queue included, is not drowning; a fast upstream's
 /// latency (tens to hundreds of µs) rises many times over at full speed without harm, and a
-/// limit that chased it would cap the throughput instead of protecting the application.
-pub const DEFAULT_LATENCY_FLOOR_MS: f64 = 5.0;
+/// limit that chased it would cap the throughput instead of protecting the application. 10 ms is
+/// also about what a host shared by the proxy, its upstream and their load adds by CPU scheduling
+/// alone at full speed, and half of the 20 ms a known-good client's p99 may rise under attack.
+pub const DEFAULT_LATENCY_FLOOR_MS: f64 = 10.0;
 /// Largest `latencyFloorMs` accepted (10 s).
 pub const MAX_LATENCY_FLOOR_MS: f64 = 10_000.0;
 /// Default `retryAfterS`: the `Retry-After` (s) of an answer for lack of capacity.
