@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod conn;
 pub mod events;
 pub mod gcra;
 pub mod http2;

@@ -21,19 +21,14 @@
 //! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a
 //! `mode: 'http'` one.
 
-pub mod conn;
-pub mod h2;
-pub mod http;
-pub mod proxy_in;
-pub mod requests;
-
 use crate::clock;
+use crate::conn::{self, http, proxy_in};
 use crate::config::proxy::ListenerId;
 use crate::config::proxy::ListenerMode;
 use crate::metrics::ErrorReason;
 use crate::protection::{BlockReason, ConnGuard, Verdict};
 use crate::shared::{ActiveGuard, Shared};
-use proxy_in::{HeaderFailure, Origin};
+use crate::conn::proxy_in::{HeaderFailure, Origin};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;

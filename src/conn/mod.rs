@@ -28,12 +28,15 @@
 //!
 //! The phases up to the upstream connection are here, in the order they run; the last phase (the
 //! byte copy: HTTP/1.x followed request by request, HTTP/2 through the guard, opaque routes as a
-//! plain copy) and Rampart's own HTTP/2 server preface are in [`pump`].
+//! plain copy) and Rampart's own HTTP/2 server preface are in [`copy`].
 
-mod pump;
+mod copy;
+pub mod h2;
+pub mod http;
+pub mod proxy_in;
+pub mod requests;
 
-use super::h2::{FirstAckFilter, H2End, H2Inspector};
-use super::requests;
+use self::h2::{FirstAckFilter, H2End, H2Inspector};
 use crate::clock;
 use crate::config::proxy::ListenerId;
 use crate::config::proxy::{AppProtocol, SourceAddressHeader};
