@@ -36,9 +36,9 @@
 //! Redis is not asked for `openMs`, `clusterRateLimit` is not applied (local limits alone) and one
 //! `'error'` `cluster_unavailable` is emitted per outage.
 
-pub mod breaker;
-pub mod kernel;
-pub mod message;
+pub(crate) mod breaker;
+pub(crate) mod kernel;
+pub(crate) mod message;
 
 mod health;
 mod loader;

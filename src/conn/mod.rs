@@ -42,16 +42,16 @@
 //! A `mode: 'http'` listener's connections (ACME HTTP-01, redirects to https) are served whole by
 //! [`http`].
 
-pub mod accept;
-pub mod admit;
+pub(crate) mod accept;
+pub(crate) mod admit;
 mod connect;
 mod copy;
-pub mod h2;
+pub(crate) mod h2;
 mod head;
-pub mod http;
+pub(crate) mod http;
 mod peek;
-pub mod proxy_in;
-pub mod requests;
+pub(crate) mod proxy_in;
+pub(crate) mod requests;
 mod terminate;
 
 use self::h2::{FirstAckFilter, H2End, H2Inspector};

@@ -1,8 +1,8 @@
 //! Connection, byte, block and error counters (README: API, `metrics()`), all relaxed atomics so
 //! the hot path never takes a lock, and their Prometheus text exposition (format 0.0.4).
 
-pub mod route;
-pub mod upstream;
+pub(crate) mod route;
+pub(crate) mod upstream;
 
 use crate::http2::Violation;
 use crate::protection::BlockReason;
