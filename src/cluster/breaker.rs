@@ -93,7 +93,7 @@ impl Breaker {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    const MS: u64 = crate::clock::NS_PER_MS;
 
     #[test]
     fn opens_after_failures_and_reports_one_outage() {

@@ -68,13 +68,13 @@ const FAMILIES: [(&str, &str, &str, Get); 13] = [
         "latency_seconds",
         "gauge",
         "Mean response-head latency of the last 100 ms window.",
-        |u| Some(u.latency_ms / 1000.0),
+        |u| Some(u.latency_ms / crate::clock::MS_PER_SEC as f64),
     ),
     (
         "baseline_seconds",
         "gauge",
         "No-load response-head latency baseline.",
-        |u| Some(u.baseline_ms / 1000.0),
+        |u| Some(u.baseline_ms / crate::clock::MS_PER_SEC as f64),
     ),
     (
         "overloaded",

@@ -117,7 +117,7 @@ mod tests {
     use super::*;
     use crate::protection::policy::RateLimit;
 
-    const S: u64 = 1_000_000_000;
+    const S: u64 = crate::clock::NS_PER_SEC;
 
     fn key(n: u32) -> IpKey {
         IpKey::new(std::net::Ipv4Addr::from(0x0a00_0000 + n).into(), 64)
