@@ -228,14 +228,14 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   await h.waitFor(() => errors.length === 1 && c.closedAt, { what: "the 'error' event and the close" });
   assert.deepEqual(errors[0], {
     code: 'resolve_route_invalid',
-    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ` + [
+    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ${[
       'route.suspended: is a route-table field: a resolved connection cannot be suspended again',
       'route.metricsGroup: is a route-table field: the connection counts in the suspended route\'s routeMetrics',
       'route.upstreams[0].port: must be an integer in [1, 65535], got 70000',
       "route.sourceAddressHeader: must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"",
       'route.connectTimeoutMs: must be an integer in [1, 2^53-1], got NaN',
-      'route.cert: is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:' + s.port + ')',
-    ].join('; '),
+      `route.cert: is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:${s.port})`,
+    ].join('; ')}`,
     ip: '127.0.0.1',
     port: s.port,
     listener: `127.0.0.1:${s.port}`,
