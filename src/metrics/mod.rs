@@ -443,6 +443,8 @@ impl MetricsSnapshot {
         upstream::write_prometheus(&upstream, out);
     }
 
+    // Kept whole (over 120 lines): it is the exposition page from top to bottom, one family
+    // after another, so a family's place in the output is its place here.
     /// Prometheus text exposition format 0.0.4.
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);

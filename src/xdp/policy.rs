@@ -100,6 +100,9 @@ pub struct SetContents {
     pub block: Vec<(RampartCidrKey, u64)>,
 }
 
+// Kept whole (over 120 lines): the checks and the set are built in one pass over the ports,
+// in the order the kernel's set lays them out (header, listener ports, per-port rules, CIDR
+// lists); split, each part would re-walk the ports and carry the partial set.
 /// Validates `policy` and builds its set. Errors name the port and field.
 pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
     let invalid = |problem: String| {
