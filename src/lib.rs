@@ -34,9 +34,11 @@ pub mod gcra;
 pub mod http2;
 pub(crate) mod listener;
 pub(crate) mod metrics;
-// The `#[napi]` functions are the addon's exports: napi-derive registers them only outside
-// `cfg(test)`, so the lib's unit-test build sees some of them (and what only they use) as unused.
+// The `#[napi]` items are the addon's exports: napi-derive requires them `pub` (so
+// `unreachable_pub` does not apply) and registers them only outside `cfg(test)`, so the lib's
+// unit-test build sees some of them (and what only they use) as unused.
 #[cfg_attr(test, allow(dead_code))]
+#[allow(unreachable_pub)]
 pub(crate) mod napi;
 pub mod protection;
 pub mod proxy;
