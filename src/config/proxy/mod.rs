@@ -7,7 +7,6 @@ mod capacity;
 mod cert;
 mod listener;
 mod route;
-mod route_fields;
 mod source_header;
 mod table;
 mod tunnels;

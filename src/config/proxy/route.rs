@@ -4,7 +4,6 @@
 use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
 use super::listener::ListenerConfig;
-use super::route_fields as f;
 use super::source_header::{RouteDefaults, SourceAddressHeader};
 use super::tunnels::Tunnels;
 use super::upstream::{
@@ -18,6 +17,8 @@ use crate::tls::certs::CertifiedKey;
 use crate::tls::options::TlsOptions;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+
+mod fields;
 
 /// Default `routes[].suspendTimeoutMs`: a suspended connection waits this many ms for
 /// `resolveConnection` before it is closed (`suspend_timeout`); Symphony's default.
@@ -347,12 +348,12 @@ pub(super) fn parse_route(
     let before = issues.len();
     let build_before = build.len();
     reject_unknown_fields(obj, path, kind, issues);
-    let (suspended, suspend_timeout_ms) = f::suspension(obj, path, kind, issues);
-    let protocol = f::protocol(obj, path, issues);
+    let (suspended, suspend_timeout_ms) = fields::suspension(obj, path, kind, issues);
+    let protocol = fields::protocol(obj, path, issues);
     let table = kind == RouteKind::Table;
-    let rate_limit = f::rate_limit(obj, path, table, issues, build);
-    let sni = f::sni(obj, path, kind, issues);
-    let upstreams = f::upstreams(obj, path, kind, suspended, issues, build);
+    let rate_limit = fields::rate_limit(obj, path, table, issues, build);
+    let sni = fields::sni(obj, path, kind, issues);
+    let upstreams = fields::upstreams(obj, path, kind, suspended, issues, build);
     let terminate_tls_field = match field(obj, "terminateTls") {
         Some(b) => v::boolean(b, &join(path, "terminateTls"), issues),
         None => Some(true),
@@ -371,11 +372,11 @@ pub(super) fn parse_route(
         .as_ref()
         .is_some_and(|(_, x, _)| x.iter().all(|e| e.protocol.is_some_and(|p| p.is_some())));
     let http2 = check_http2(http2_field, protocols, marked, path, build);
-    let sah = f::source_address_header(obj, path, upstreams.as_ref(), defaults, issues);
+    let sah = fields::source_address_header(obj, path, upstreams.as_ref(), defaults, issues);
     let ff = field(obj, "forwardFingerprint")
         .and_then(|f| parse_forward_fingerprint(f, &join(path, "forwardFingerprint"), issues))
         .unwrap_or(ForwardFingerprint::NONE);
-    let protocol = f::request_headers(
+    let protocol = fields::request_headers(
         obj,
         path,
         (sah, ff),
@@ -383,7 +384,7 @@ pub(super) fn parse_route(
         (protocol, http2, protocols),
         build,
     );
-    let tunnels = f::tunnels(
+    let tunnels = fields::tunnels(
         obj,
         path,
         terminate_tls_field,
@@ -391,15 +392,15 @@ pub(super) fn parse_route(
         issues,
         build,
     );
-    let (mtls, tls) = f::terminated_tls(obj, path, terminate_tls_field, issues, build);
-    let metrics_group = f::metrics_group(obj, path, table, issues);
-    let balance = f::balance(obj, path, issues);
-    let ip_affinity_ttl_ms = f::ip_affinity_ttl_ms(obj, path, table, &folded, issues, build);
-    f::check_balance(path, balance, &folded, build);
+    let (mtls, tls) = fields::terminated_tls(obj, path, terminate_tls_field, issues, build);
+    let metrics_group = fields::metrics_group(obj, path, table, issues);
+    let balance = fields::balance(obj, path, issues);
+    let ip_affinity_ttl_ms = fields::ip_affinity_ttl_ms(obj, path, table, &folded, issues, build);
+    fields::check_balance(path, balance, &folded, build);
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
-    f::check_cert_required(
+    fields::check_cert_required(
         obj,
         path,
         listeners,

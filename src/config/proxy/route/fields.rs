@@ -1,19 +1,19 @@
 //! The fields of one `routes[]` entry that take more than a line to parse, for
-//! [`super::route::parse_route`]: each puts a problem of the field's own value in `issues` and a
+//! [`super::parse_route`]: each puts a problem of the field's own value in `issues` and a
 //! conflict with another field (or with the listeners) in `build`.
 
-use super::listener::{ListenerConfig, ListenerMode};
-use super::route::ForwardFingerprint;
-use super::route::DEFAULT_SUSPEND_TIMEOUT_MS;
-use super::route::{parse_sni, RouteKind, RouteProtocol, SniPattern};
-use super::source_header::{RouteDefaults, SourceAddressHeader};
-use super::tunnels::{parse_tunnels, Tunnels};
-use super::upstream::{
-    parse_upstream, AppProtocol, Balance, FoldedUpstreams, Upstream, UpstreamExtras,
-    DEFAULT_IP_AFFINITY_TTL_MS,
+use super::{
+    parse_sni, ForwardFingerprint, RouteKind, RouteProtocol, SniPattern, DEFAULT_SUSPEND_TIMEOUT_MS,
 };
 use crate::config::error::Issues;
 use crate::config::mtls::{parse_mtls_split, Mtls};
+use crate::config::proxy::listener::{ListenerConfig, ListenerMode};
+use crate::config::proxy::source_header::{RouteDefaults, SourceAddressHeader};
+use crate::config::proxy::tunnels::{parse_tunnels, Tunnels};
+use crate::config::proxy::upstream::{
+    parse_upstream, AppProtocol, Balance, FoldedUpstreams, Upstream, UpstreamExtras,
+    DEFAULT_IP_AFFINITY_TTL_MS,
+};
 use crate::config::tls::parse_tls;
 use crate::config::value::{self as v, field, join};
 use crate::tls::options::TlsOptions;
