@@ -76,7 +76,7 @@ test('JA3/JA4 blocklists block the fingerprinted client and let the others throu
   assert.equal(fps.nodePlain.ja4.slice(8, 10), '00');
   assert.equal(new Set(Object.values(fps).map((f) => f.ja4)).size, 5);
 
-  const web = await h.listen(http.createServer((req, res) => res.end('fp-ok')));
+  const web = await h.listen(http.createServer((_req, res) => res.end('fp-ok')));
   const port = await h.freePort();
   const proxy = new RampartProxy({
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned([SNI]), protection: {} }],

@@ -87,7 +87,10 @@ const getter = H.getter;
 function holdUntil(hold) {
   const held = [];
   let released = false;
-  const answer = (st) => (st.respond({ ':status': 200 }), st.end('ok'));
+  const answer = (st) => {
+    st.respond({ ':status': 200 });
+    st.end('ok');
+  };
   return (stream) => {
     if (released) return answer(stream);
     held.push(stream);

@@ -84,7 +84,7 @@ test('defense on by a surge of new connections, and off after holdMs', async (t)
       s.once('connect', () => resolve(s));
     }))
   );
-  socks.forEach((s) => s.destroy());
+  for (const s of socks) s.destroy();
   await h.waitFor(() => events.length === 1, { timeoutMs: 3000, what: 'defense on event' });
   const on = events[0];
   assert.equal(on.active, true);

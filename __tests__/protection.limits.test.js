@@ -56,7 +56,7 @@ test('maxConcurrentPerIp refuses the third simultaneous connection with too_many
   assert.equal(p.events[0].reason, 'too_many_connections');
   assert.equal(p.events[0].ip, '127.0.0.2');
   assert.deepEqual(p.proxy.blockedIps().concurrencyLimited, ['127.0.0.2']);
-  open.forEach((c) => c.destroy());
+  for (const c of open) c.destroy();
   await h.waitFor(() => p.proxy.metrics().activeConnections === 0, { what: 'connections closed' });
   assert.equal(await h.admitted(p.port, '127.0.0.2'), true);
 });

@@ -94,5 +94,5 @@ test('listenerLimit.maxPendingHandshakes sheds handshakes beyond it', async (t) 
   idle[0].destroy();
   await h.waitFor(() => p.proxy.metrics().listeners[0].activeConnections === 2, { what: 'one pending left' });
   assert.equal(await h.admitted(p.port, '127.0.8.10'), true);
-  idle.forEach((s) => s.destroy());
+  for (const s of idle) s.destroy();
 });

@@ -55,7 +55,9 @@ test('a shadow maxConcurrentPerIp counts the connection over it while the enforc
   const ip = '127.0.0.53';
   // Three open connections from one address (TCP only: admission is at accept).
   const socks = [];
-  t.after(() => socks.forEach((s) => s.destroy()));
+  t.after(() => {
+    for (const s of socks) s.destroy();
+  });
   for (let i = 0; i < 3; i++) {
     const s = net.connect({ port: p.port, host: '127.0.0.1', localAddress: ip });
     s.on('error', () => {});

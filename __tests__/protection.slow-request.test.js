@@ -72,9 +72,9 @@ test('a complete head is buffered, then the upstream is connected and receives i
   c.write(head.slice(10, 20));
   await new Promise((r) => setTimeout(r, 100));
   assert.equal(p.up.captured.length, 0);
-  c.write(head.slice(20) + 'body');
+  c.write(`${head.slice(20)}body`);
   await h.waitFor(() => p.up.captured.length === 1 && p.up.captured[0].data.length >= head.length + 4, { what: 'head at the upstream' });
-  assert.equal(p.up.captured[0].data.toString(), head + 'body');
+  assert.equal(p.up.captured[0].data.toString(), `${head}body`);
   c.destroy();
   assert.equal(p.events.length, 0);
 });

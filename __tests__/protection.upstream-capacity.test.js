@@ -232,7 +232,10 @@ test('HTTP/2 at a fixed limit: the stream past it is not forwarded and the conne
   await h.waitFor(() => c.goaway !== null, { what: 'the GOAWAY' });
   assert.deepEqual(c.goaway, { lastStreamId: 3, errorCode: 0 });
   // The upstream side closes with the connection: its streams may already be gone.
-  for (const st of pending.filter((x) => !x.destroyed)) st.respond({ ':status': 200 }), st.end('ok');
+  for (const st of pending.filter((x) => !x.destroyed)) {
+    st.respond({ ':status': 200 });
+    st.end('ok');
+  }
   await h.waitFor(() => c.closed, { what: 'the connection to end' });
   assert.equal(s.up.streams, 2);
   assert.deepEqual(

@@ -17,7 +17,9 @@ function rawClient(port, { localAddress } = {}) {
   let buf = Buffer.alloc(0);
   let closed = false;
   const waiters = [];
-  const poke = () => waiters.splice(0).forEach((w) => w());
+  const poke = () => {
+    for (const w of waiters.splice(0)) w();
+  };
   s.on('data', (d) => {
     buf = Buffer.concat([buf, d]);
     poke();

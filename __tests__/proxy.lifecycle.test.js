@@ -144,7 +144,7 @@ test('maxConnections: 2 refuses the third concurrent connection on that listener
   const m = proxy.metrics();
   assert.equal(m.listeners[0].blockedByReason.max_connections, 1);
   assert.equal(m.listeners[1].blockedByReason.max_connections, 0);
-  open.forEach((c) => c.destroy());
+  for (const c of open) c.destroy();
   await h.waitFor(() => proxy.metrics().activeConnections === 0, { what: 'gauges back to zero' });
   // a slot is free again
   const again = await h.tlsRoundTrip({ port: p1, servername: 'x', payload: Buffer.from('ok') });

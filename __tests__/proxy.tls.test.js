@@ -3,7 +3,6 @@
 // upstream; bytes come back unchanged, a 10 MiB transfer is intact, chains and ALPN are served.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const tls = require('node:tls');
 const crypto = require('node:crypto');
 const http = require('node:http');
 const net = require('node:net');

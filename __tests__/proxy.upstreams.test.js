@@ -43,8 +43,8 @@ function v2Addresses(src, srcPort, dst, dstPort, family, tlvLength) {
     b.writeUInt8(0x21, 12);
     b.writeUInt8(0x11, 13);
     b.writeUInt16BE(12 + tlvLength, 14);
-    src.split('.').forEach((o, i) => b.writeUInt8(Number(o), 16 + i));
-    dst.split('.').forEach((o, i) => b.writeUInt8(Number(o), 20 + i));
+    for (const [i, o] of src.split('.').entries()) b.writeUInt8(Number(o), 16 + i);
+    for (const [i, o] of dst.split('.').entries()) b.writeUInt8(Number(o), 20 + i);
     b.writeUInt16BE(srcPort, 24);
     b.writeUInt16BE(dstPort, 26);
     return b;

@@ -39,7 +39,7 @@ function deepDoc(doc) {
 // array at level 65 is 58 levels inside `extra`.
 const DEEP_PATH = `proxy.routes[0].upstreams[0].extra${zeros(65 - 7)}`;
 
-test('JS API: a config, an update or opts nested 2,000 deep (or cyclic) is a ConfigError with the path', async (t) => {
+test('JS API: a config, an update or opts nested 2,000 deep (or cyclic) is a ConfigError with the path', async () => {
   assert.equal(MAX_CONFIG_DEPTH, 64);
   const config = { listeners: [{ port: 1 }], routes: [{ sni: 'a.example', upstreams: [{ host: '127.0.0.1', port: 9, x: nested(2000) }] }] };
   // config 1, routes 2, routes[0] 3, upstreams 4, upstreams[0] 5, x 6
@@ -135,7 +135,9 @@ test('admin API: 300 sockets that send nothing (more than the 256 slots) cannot 
 
   const idle = [];
   for (let i = 0; i < 300; i++) idle.push(await idleSocket(adminPort));
-  t.after(() => idle.forEach((i) => i.sock.destroy()));
+  t.after(() => {
+    for (const i of idle) i.sock.destroy();
+  });
   for (let i = 0; i < 20; i++) {
     const r = await s.admin(api, 'GET', '/health');
     assert.equal(r.status, 200, `call ${i}`);
@@ -173,7 +175,9 @@ test('admin.maxConnectionsPerAddress: past the cap with every connection busy, a
     b.sock.write(`POST /reload HTTP/1.1\r\nHost: 127.0.0.1:${adminPort}\r\nAuthorization: Bearer ${s.TOKEN}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n`);
     busy.push(b);
   }
-  t.after(() => busy.forEach((b) => b.sock.destroy()));
+  t.after(() => {
+    for (const b of busy) b.sock.destroy();
+  });
   await h.waitFor(() => busy.every((b) => b.data.startsWith('HTTP/1.1 100 Continue')), { what: '100 Continue on both' });
   const third = await idleSocket(adminPort);
   let got = '';
@@ -184,7 +188,7 @@ test('admin.maxConnectionsPerAddress: past the cap with every connection busy, a
   // The busy requests complete; then /health answers again.
   for (const b of busy) b.sock.write('{}');
   await h.waitFor(() => busy.every((b) => b.data.includes('\r\n\r\nHTTP/1.1 200 OK\r\n')), { what: 'both reloads answered' });
-  busy.forEach((b) => b.sock.destroy());
+  for (const b of busy) b.sock.destroy();
   await h.waitFor(async () => (await s.admin(api, 'GET', '/health')).status === 200, { what: '/health again' });
 });
 
@@ -248,7 +252,7 @@ test('warnings at start, one log line each: a world-readable token file and trus
   // A private token file (0600 or 0640) and a narrow trust list: no warning.
   fs.chmodSync(tokenFile, 0o640);
   const narrow = structuredClone(doc);
-  narrow.proxy.listeners.forEach((l) => (l.acceptProxyProtocol = { trustedCidrs: ['10.0.0.0/8'] }));
+  for (const l of narrow.proxy.listeners) l.acceptProxyProtocol = { trustedCidrs: ['10.0.0.0/8'] };
   s.writeJson(file, narrow);
   const quiet = await s.runCli(['check', '--config', file]);
   assert.equal(quiet.stderr, '');

@@ -42,7 +42,11 @@ test('least connections over 3 UDS upstreams: exact placement of held connection
     for (const u of ups) await h.closeServer(u);
     fs.rmSync(dir, { recursive: true, force: true });
   });
-  const count = (tags) => tags.reduce((m, x) => ({ ...m, [x]: (m[x] || 0) + 1 }), {});
+  const count = (tags) => {
+    const m = {};
+    for (const x of tags) m[x] = (m[x] || 0) + 1;
+    return m;
+  };
   for (let i = 0; i < 6; i++) held.push(await hold(port, 'lc.test'));
   assert.deepEqual(count(held.map((c) => c.tag)), { u0: 2, u1: 2, u2: 2 });
   // Close both connections on u0: the next two go to u0 (fewest open), whatever the turn.

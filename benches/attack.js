@@ -294,7 +294,7 @@ function haproxyStat(sock) {
       const head = lines[0].replace(/^# /, '').split(',');
       const fe = lines.map((l) => l.split(',')).find((f) => f[0] === 'fe' && f[1] === 'FRONTEND') || [];
       const o = {};
-      head.forEach((k, i) => (o[k] = Number(fe[i]) || 0));
+      for (const [i, k] of head.entries()) o[k] = Number(fe[i]) || 0;
       resolve(o);
     });
     s.write('show stat\n');

@@ -8,7 +8,6 @@
 //   LIMIT: clusterRateLimit.connectionsPerSecond per client (lease = ceil(LIMIT / 10)).
 const net = require('node:net');
 const os = require('node:os');
-const path = require('node:path');
 const h = require('../__tests__/helpers');
 const { startRedis, forkClusterNode } = require('../__tests__/helpers/cluster');
 

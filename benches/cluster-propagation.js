@@ -3,7 +3,6 @@
 // node A blocks N distinct addresses (blockIp, 60 s TTL) one by one, 2 ms apart; node B's
 // metrics().cluster.propagationDelayMs gives p50/p99 over the newest 1024 received messages
 // (sender's wall clock to receiver's, same host here). Usage: node benches/cluster-propagation.js [N]
-const path = require('node:path');
 const h = require('../__tests__/helpers');
 const { startRedis, forkClusterNode } = require('../__tests__/helpers/cluster');
 

@@ -7,8 +7,8 @@
 const { Worker, isMainThread, parentPort, workerData } = require('node:worker_threads');
 const net = require('node:net');
 
-if (!isMainThread) {
-  // Connect loop: each sample is the time from connect() to the proxy's close, in ms.
+/** The worker thread's connect loop: each sample is the time from connect() to the proxy's close, in ms. */
+function probe() {
   const { port } = workerData;
   let stop = false;
   parentPort.on('message', (m) => {
@@ -29,10 +29,10 @@ if (!isMainThread) {
     while (!stop) await once();
     parentPort.postMessage(samples);
   })();
-  return;
 }
 
-const { RampartProxy, generateSelfSignedCert } = require(process.env.RAMPART_PATH || '..');
+// The worker thread only connects: it does not load the addon.
+const { RampartProxy, generateSelfSignedCert } = isMainThread ? require(process.env.RAMPART_PATH || '..') : {};
 
 function arg(name, dflt) {
   const i = process.argv.indexOf(name);
@@ -79,7 +79,11 @@ async function main() {
   console.log(`admission probe (connect → close from a blocklisted address, ${lat.length} samples across the swaps): p50 ${q(0.5).toFixed(3)} ms, p99 ${q(0.99).toFixed(3)} ms, max ${lat[lat.length - 1].toFixed(3)} ms`);
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+if (!isMainThread) {
+  probe();
+} else {
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
+}

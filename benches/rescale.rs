@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = rampart::clock::NS_PER_MS;
 const T0: u64 = 1_000_000 * MS;
 
 fn main() {

@@ -207,7 +207,7 @@ function hostAllowed(req, admin) {
   if (!req.socket.remoteAddress) return true; // unix socket: no browser reaches it
   const raw = req.headers.host;
   if (raw === undefined) return true; // HTTP/1.0 without Host (node refuses HTTP/1.1 without one): not a browser
-  if (!/^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(raw)) return false;
+  if (!/^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(raw)) return false;
   let name;
   try {
     name = new URL(`http://${raw}`).hostname.toLowerCase();

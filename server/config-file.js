@@ -275,7 +275,7 @@ function validateXdp(xdp, errors) {
  */
 function inlineCertFiles(node, p, dir, errors, read, found) {
   if (Array.isArray(node)) {
-    node.forEach((v, i) => inlineCertFiles(v, `${p}[${i}]`, dir, errors, read, found));
+    for (const [i, v] of node.entries()) inlineCertFiles(v, `${p}[${i}]`, dir, errors, read, found);
     return found;
   }
   if (!isPlainObject(node)) return found;

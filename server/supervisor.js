@@ -15,7 +15,6 @@
  * - an invalid file, or a new proxy that cannot start, changes nothing and is logged.
  */
 const fs = require('node:fs');
-const net = require('node:net');
 const { RampartProxy } = require('..');
 const { loadConfigFile, configWarnings } = require('./config-file');
 const { runConfig, plan, ports, stable } = require('./plan');

@@ -19,6 +19,18 @@ pub const NS_PER_MS: u64 = 1_000_000;
 /// Nanoseconds per second.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// Nanoseconds per microsecond.
+pub const NS_PER_US: u64 = 1_000;
+
+/// Microseconds per millisecond.
+pub const US_PER_MS: u64 = 1_000;
+
+/// Microseconds per second.
+pub const US_PER_SEC: u64 = 1_000_000;
+
+/// Milliseconds per second.
+pub const MS_PER_SEC: u64 = 1_000;
+
 /// Milliseconds to nanoseconds, saturating.
 pub const fn ms_to_ns(ms: u64) -> u64 {
     ms.saturating_mul(NS_PER_MS)

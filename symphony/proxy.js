@@ -41,6 +41,7 @@ const { symphonyMetrics, errorName } = require('./metrics');
 /** Bytes of `s` as UTF-8. */
 const utf8Bytes = (s) => Buffer.byteLength(s, 'utf8');
 // eslint-disable-next-line no-control-regex
+// biome-ignore lint/suspicious/noControlCharactersInRegex: it is the set of control characters a header value may not hold
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
 /**

@@ -45,7 +45,7 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = rampart::clock::NS_PER_MS;
 const SEC: u64 = 1_000 * MS;
 
 // Frame types and flags (RFC 9113 §6), spelled out here so the tests do not share the guard's

@@ -7,7 +7,7 @@ use rampart::protection::{parse_cidr, DynamicBlocks};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = rampart::clock::NS_PER_MS;
 const T0: u64 = 5_000_000 * MS;
 
 fn ip(s: &str) -> IpAddr {

@@ -8,7 +8,7 @@ use rampart::protection::Engine;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-const S: u64 = 1_000_000_000;
+const S: u64 = rampart::clock::NS_PER_SEC;
 const T0: u64 = 1000 * S;
 
 fn engine() -> Engine {

@@ -26,7 +26,7 @@ use rampart::xdp::{
     object_available, BanReason, XdpCounters, XdpError, XdpManager, XdpPolicy, XdpPortPolicy,
 };
 
-const SEC: u64 = 1_000_000_000;
+const SEC: u64 = rampart::clock::NS_PER_SEC;
 
 // ---------------------------------------------------------------- harness
 

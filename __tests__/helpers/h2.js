@@ -157,7 +157,10 @@ async function countingUpstream({ handler, settings } = {}) {
     up.streams++;
     stream.on('error', () => {});
     if (handler) handler(stream, hdrs);
-    else stream.respond({ ':status': 200 }), stream.end('ok');
+    else {
+      stream.respond({ ':status': 200 });
+      stream.end('ok');
+    }
   });
   await new Promise((r) => h2.listen(0, '127.0.0.1', r));
   const open = new Set();

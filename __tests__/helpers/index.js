@@ -94,6 +94,7 @@ function parseProxyV2(buf) {
   const family = buf[13];
   const length = 16 + buf.readUInt16BE(14);
   assert.ok(buf.length >= length, `header says ${length} bytes, have ${buf.length}`);
+  // biome-ignore lint/complexity/useSimpleNumberKeys: the PROXY v2 family bytes, written as the spec writes them
   const addrLen = { 0x11: 12, 0x21: 36 }[family];
   assert.ok(addrLen !== undefined, `family 0x${family.toString(16)}`);
   const ipLen = addrLen === 12 ? 4 : 16;

@@ -23,10 +23,10 @@
 //! release two subtractions plus the sample's two additions; the window is closed by whoever
 //! notices it is over and wins a `try_lock` ([`limiter::Limiter::roll`]).
 
-pub mod limiter;
-pub mod queue;
-pub mod registry;
-pub mod run_queue;
+pub(crate) mod limiter;
+pub(crate) mod queue;
+pub(crate) mod registry;
+pub(crate) mod run_queue;
 #[cfg(test)]
 mod tests;
 

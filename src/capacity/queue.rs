@@ -152,7 +152,7 @@ impl Capacity {
             capacity: self,
             class,
             notified,
-            deadline_ns: now_ns.saturating_add(u64::from(timeout_ms) * 1_000_000),
+            deadline_ns: now_ns.saturating_add(crate::clock::ms_to_ns(u64::from(timeout_ms))),
             timer: None,
             batched: false,
             done: false,

@@ -81,7 +81,7 @@ fn priority_waiters_are_served_first() {
 #[test]
 fn a_wait_ends_at_queue_timeout_with_a_counted_refusal() {
     rt().block_on(async {
-        const MS: u64 = 1_000_000;
+        const MS: u64 = crate::clock::NS_PER_MS;
         let cap = fixed(1, 250, 8);
         let _first = cap.take_now(Class::Other, 0).unwrap();
         let mut q = queued(cap.admit(Class::Other, 10 * MS, || true));

@@ -10,7 +10,7 @@ use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = crate::clock::NS_PER_MS;
 const SEC: u64 = 1_000 * MS;
 const RETRY: u64 = 5 * MS;
 

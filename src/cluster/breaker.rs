@@ -56,13 +56,9 @@ impl Breaker {
     }
 
     /// Whether the breaker is open (half-open counts as open) at `now_ns`.
-    pub fn is_open(&self) -> bool {
+    #[cfg(test)]
+    fn is_open(&self) -> bool {
         self.open_until.is_some()
-    }
-
-    /// Whether an outage is running (from the opening to the next success).
-    pub fn in_outage(&self) -> bool {
-        self.outage
     }
 
     /// Records a successful command: closes the breaker. Returns true when this ended an
@@ -97,7 +93,7 @@ impl Breaker {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    const MS: u64 = crate::clock::NS_PER_MS;
 
     #[test]
     fn opens_after_failures_and_reports_one_outage() {

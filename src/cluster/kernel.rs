@@ -20,9 +20,9 @@ use ipnet::IpNet;
 use std::collections::HashMap;
 
 /// A kernel extension shorter than this past the deadline known is not published again, ns.
-pub const EXTENSION_MIN_NS: u64 = 1_000_000_000;
+pub const EXTENSION_MIN_NS: u64 = crate::clock::NS_PER_SEC;
 /// Least time between two reads of the ban maps for extensions alone, ns.
-pub const EXTENDED_SCAN_NS: u64 = 1_000_000_000;
+pub const EXTENDED_SCAN_NS: u64 = crate::clock::NS_PER_SEC;
 
 /// One live kernel ban as read back from the ban maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl KernelBans {
 mod tests {
     use super::*;
 
-    const S: u64 = 1_000_000_000;
+    const S: u64 = crate::clock::NS_PER_SEC;
 
     fn ban(net: &str, deadline_ns: u64, syn: bool) -> KernelBan {
         KernelBan {

@@ -287,6 +287,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<BanMessage>(&j).unwrap(), m);
     }
 
+    // Kept whole (over 120 lines): a table of hostile messages, one case each.
     /// The checks a message read from Redis passes: each case below is what a local `blockIp`
     /// or box would refuse, and fails with the reason quoted.
     #[test]

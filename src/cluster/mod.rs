@@ -38,9 +38,9 @@
 //! Redis is not asked for `openMs`, `clusterRateLimit` is not applied (local limits alone) and one
 //! `'error'` `cluster_unavailable` is emitted per outage.
 
-pub mod breaker;
-pub mod kernel;
-pub mod message;
+pub(crate) mod breaker;
+pub(crate) mod kernel;
+pub(crate) mod message;
 
 mod health;
 mod loader;
@@ -456,7 +456,7 @@ impl Cluster {
                 return 0.0;
             }
             let i = ((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1;
-            d[i] as f64 / 1000.0
+            d[i] as f64 / clock::US_PER_MS as f64
         };
         ClusterSnapshot {
             node_id: self.cfg.node_id.clone(),
@@ -475,7 +475,9 @@ impl Cluster {
                 count: d.len() as u64,
                 p50: pick(0.5),
                 p99: pick(0.99),
-                max: d.last().map_or(0.0, |m| *m as f64 / 1000.0),
+                max: d
+                    .last()
+                    .map_or(0.0, |m| *m as f64 / clock::US_PER_MS as f64),
             },
         }
     }

@@ -70,7 +70,8 @@ impl Cluster {
         let mut calls = Vec::with_capacity(batch.len());
         for r in &batch {
             let debt = node.update_lease(r.listener, r.key, LeaseUpdate::TakeDebt);
-            let interval_us = ((1e6 / r.limit.limit.rate).round() as u64).max(1);
+            let interval_us =
+                ((clock::US_PER_SEC as f64 / r.limit.limit.rate).round() as u64).max(1);
             let tolerance_us = interval_us.saturating_mul(r.limit.limit.burst.saturating_sub(1));
             let mut inv = self.script.key(self.keys.rate(r.port, &r.key.to_string()));
             inv.arg(interval_us)
@@ -97,7 +98,7 @@ impl Cluster {
                 for (r, (granted, retry_us)) in batch.iter().zip(a) {
                     let u = LeaseUpdate::Refilled {
                         granted,
-                        retry_after_ns: retry_us.saturating_mul(1000),
+                        retry_after_ns: retry_us.saturating_mul(clock::NS_PER_US),
                         now_ns: now,
                     };
                     node.update_lease(r.listener, r.key, u);

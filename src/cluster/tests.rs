@@ -42,7 +42,7 @@ fn kb(net: &str, deadline_ns: u64, syn: bool, prefix: bool) -> KernelBan {
 
 #[test]
 fn kernel_bans_are_queued_for_publishing_and_written_ones_are_not() {
-    const S: u64 = 1_000_000_000;
+    const S: u64 = crate::clock::NS_PER_SEC;
     let c = cluster(true);
     // A box received from another node reached the kernel from userspace.
     c.kernel_written("192.0.2.1/32".parse().unwrap(), 8443, 30 * S);

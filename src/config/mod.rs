@@ -8,13 +8,13 @@
 
 pub mod cluster;
 pub mod error;
-pub mod mtls;
+pub(crate) mod mtls;
 pub mod protection;
 pub mod proxy;
-pub mod requests;
-pub mod socket;
-pub mod tls;
+pub(crate) mod requests;
+pub(crate) mod socket;
+pub(crate) mod tls;
 pub mod update;
-pub mod value;
+pub(crate) mod value;
 
 pub use error::{ConfigError, ConfigIssue};

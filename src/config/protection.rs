@@ -149,22 +149,7 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         }));
     }
     if let Some(v) = field(obj, "tlsHandshakeTimeoutMs") {
-        // 0 keeps the default, as Symphony reads it.
-        match as_number(v) {
-            Some(0.0) => {}
-            Some(n) if n.is_finite() && n > 0.0 => {
-                if let Some(ns) = duration_ns(v, &f("tlsHandshakeTimeoutMs"), issues) {
-                    p.tls_handshake_timeout_ns = ns;
-                }
-            }
-            _ => issues.push(
-                f("tlsHandshakeTimeoutMs"),
-                format!(
-                    "must be a finite number >= 0 (0: the default, {DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS}), got {}",
-                    describe(v)
-                ),
-            ),
-        }
+        tls_handshake_timeout(v, &f("tlsHandshakeTimeoutMs"), &mut p, issues);
     }
     if let Some(v) = field(obj, "requireSni") {
         p.require_sni = boolean(v, &f("requireSni"), issues).unwrap_or(false);
@@ -187,23 +172,7 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         }
     }
     if let Some(v) = field(obj, "slowHandshake") {
-        let path = f("slowHandshake");
-        if let Some(o) = object(v, &path, issues) {
-            reject_unknown(o, &["maxPendingPerIp", "minBytesPerSecond"], &path, issues);
-            if let Some(v) = field(o, "maxPendingPerIp") {
-                let p2 = join(&path, "maxPendingPerIp");
-                let max = MAX_PENDING as f64;
-                if let Some(n) = number_in(v, &p2, 1.0, max, true, issues) {
-                    p.slow_handshake.max_pending_per_ip = n as u64;
-                }
-            }
-            if let Some(v) = field(o, "minBytesPerSecond") {
-                let p2 = join(&path, "minBytesPerSecond");
-                if let Some(n) = number_in(v, &p2, 0.0, MAX_SAFE_INTEGER, true, issues) {
-                    p.slow_handshake.min_bytes_per_second = n as u64;
-                }
-            }
-        }
+        slow_handshake(v, &f("slowHandshake"), &mut p, issues);
     }
     if let Some(v) = field(obj, "mode") {
         p.mode = match one_of(v, &f("mode"), &["enforce", "observe"], issues) {
@@ -212,87 +181,7 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         };
     }
     if let Some(v) = field(obj, "xdp") {
-        let path = f("xdp");
-        if let Some(o) = object(v, &path, issues) {
-            reject_unknown(
-                o,
-                &[
-                    "synPerSecond",
-                    "synBurst",
-                    "synBudgetPerSecond",
-                    "maxBans",
-                    "dropFragments",
-                ],
-                &path,
-                issues,
-            );
-            let sps = match field(o, "synPerSecond") {
-                Some(v) => number_in(
-                    v,
-                    &join(&path, "synPerSecond"),
-                    1.0,
-                    MAX_COUNT_LIMIT,
-                    true,
-                    issues,
-                ),
-                None if field(o, "synBurst").is_some() => {
-                    issues.push(
-                        join(&path, "synPerSecond"),
-                        "is required with synBurst: an integer in [1, 1000000000] (SYNs per \
-                         second per source)",
-                    );
-                    None
-                }
-                None => None,
-            };
-            if let Some(v) = field(o, "synBudgetPerSecond") {
-                p.xdp_kernel.syn_budget_per_second = number_in(
-                    v,
-                    &join(&path, "synBudgetPerSecond"),
-                    1.0,
-                    MAX_COUNT_LIMIT,
-                    true,
-                    issues,
-                )
-                .map(|n| n as u64);
-            }
-            if let Some(v) = field(o, "maxBans") {
-                p.xdp_kernel.max_bans = number_in(
-                    v,
-                    &join(&path, "maxBans"),
-                    f64::from(XDP_MAX_BANS_MIN),
-                    f64::from(XDP_MAX_BANS_MAX),
-                    true,
-                    issues,
-                )
-                .map(|n| n as u64);
-            }
-            if let Some(v) = field(o, "dropFragments") {
-                if let Some(b) = boolean(v, &join(&path, "dropFragments"), issues) {
-                    p.xdp_kernel.drop_fragments = b;
-                }
-            }
-            let burst = field(o, "synBurst").map(|v| {
-                number_in(
-                    v,
-                    &join(&path, "synBurst"),
-                    1.0,
-                    MAX_COUNT_LIMIT,
-                    true,
-                    issues,
-                )
-            });
-            if let Some(sps) = sps {
-                let burst = match burst {
-                    Some(b) => b,
-                    None => Some(sps),
-                };
-                p.xdp = burst.map(|b| XdpSyn {
-                    syn_per_second: sps as u64,
-                    syn_burst: b as u64,
-                });
-            }
-        }
+        xdp(v, &f("xdp"), &mut p, issues);
     }
     if let Some(v) = field(obj, "http2") {
         if let Some(h) = http2(v, &f("http2"), issues) {
@@ -325,6 +214,130 @@ pub fn parse_protection(v: &Value, path: &str, issues: &mut Issues) -> Option<Pr
         p.request_limit = super::requests::request_limit(v, &f("requestLimit"), issues);
     }
     (issues.len() == before).then_some(p)
+}
+
+/// `tlsHandshakeTimeoutMs` (0 keeps the default), into `p`.
+fn tls_handshake_timeout(v: &Value, path: &str, p: &mut ProtectionPolicy, issues: &mut Issues) {
+    // 0 keeps the default, as Symphony reads it.
+    match as_number(v) {
+        Some(0.0) => {}
+        Some(n) if n.is_finite() && n > 0.0 => {
+            if let Some(ns) = duration_ns(v, path, issues) {
+                p.tls_handshake_timeout_ns = ns;
+            }
+        }
+        _ => issues.push(
+            path,
+            format!(
+                "must be a finite number >= 0 (0: the default, {DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS}), got {}",
+                describe(v)
+            ),
+        ),
+    }
+}
+
+/// `slowHandshake`: `maxPendingPerIp` and `minBytesPerSecond`, into `p`.
+fn slow_handshake(v: &Value, path: &str, p: &mut ProtectionPolicy, issues: &mut Issues) {
+    if let Some(o) = object(v, path, issues) {
+        reject_unknown(o, &["maxPendingPerIp", "minBytesPerSecond"], path, issues);
+        if let Some(v) = field(o, "maxPendingPerIp") {
+            let p2 = join(path, "maxPendingPerIp");
+            let max = MAX_PENDING as f64;
+            if let Some(n) = number_in(v, &p2, 1.0, max, true, issues) {
+                p.slow_handshake.max_pending_per_ip = n as u64;
+            }
+        }
+        if let Some(v) = field(o, "minBytesPerSecond") {
+            let p2 = join(path, "minBytesPerSecond");
+            if let Some(n) = number_in(v, &p2, 0.0, MAX_SAFE_INTEGER, true, issues) {
+                p.slow_handshake.min_bytes_per_second = n as u64;
+            }
+        }
+    }
+}
+
+/// `xdp`: the kernel's SYN limit and budget, `maxBans`, `dropFragments`, into `p`.
+fn xdp(v: &Value, path: &str, p: &mut ProtectionPolicy, issues: &mut Issues) {
+    if let Some(o) = object(v, path, issues) {
+        reject_unknown(
+            o,
+            &[
+                "synPerSecond",
+                "synBurst",
+                "synBudgetPerSecond",
+                "maxBans",
+                "dropFragments",
+            ],
+            path,
+            issues,
+        );
+        let sps = match field(o, "synPerSecond") {
+            Some(v) => number_in(
+                v,
+                &join(path, "synPerSecond"),
+                1.0,
+                MAX_COUNT_LIMIT,
+                true,
+                issues,
+            ),
+            None if field(o, "synBurst").is_some() => {
+                issues.push(
+                    join(path, "synPerSecond"),
+                    "is required with synBurst: an integer in [1, 1000000000] (SYNs per \
+                     second per source)",
+                );
+                None
+            }
+            None => None,
+        };
+        if let Some(v) = field(o, "synBudgetPerSecond") {
+            p.xdp_kernel.syn_budget_per_second = number_in(
+                v,
+                &join(path, "synBudgetPerSecond"),
+                1.0,
+                MAX_COUNT_LIMIT,
+                true,
+                issues,
+            )
+            .map(|n| n as u64);
+        }
+        if let Some(v) = field(o, "maxBans") {
+            p.xdp_kernel.max_bans = number_in(
+                v,
+                &join(path, "maxBans"),
+                f64::from(XDP_MAX_BANS_MIN),
+                f64::from(XDP_MAX_BANS_MAX),
+                true,
+                issues,
+            )
+            .map(|n| n as u64);
+        }
+        if let Some(v) = field(o, "dropFragments") {
+            if let Some(b) = boolean(v, &join(path, "dropFragments"), issues) {
+                p.xdp_kernel.drop_fragments = b;
+            }
+        }
+        let burst = field(o, "synBurst").map(|v| {
+            number_in(
+                v,
+                &join(path, "synBurst"),
+                1.0,
+                MAX_COUNT_LIMIT,
+                true,
+                issues,
+            )
+        });
+        if let Some(sps) = sps {
+            let burst = match burst {
+                Some(b) => b,
+                None => Some(sps),
+            };
+            p.xdp = burst.map(|b| XdpSyn {
+                syn_per_second: sps as u64,
+                syn_burst: b as u64,
+            });
+        }
+    }
 }
 
 /// `http2: { enabled, maxConcurrentStreams, ... }`; fields left out keep their defaults (§7.3).

@@ -391,7 +391,7 @@ pub fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<
 /// A duration in ms (finite, > 0, ≤ 2^53−1, fractional allowed) → ns, rounded up.
 pub fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
     positive(v, path, MAX_SAFE_INTEGER, issues).map(|ms| {
-        let ns = (ms * 1e6).ceil();
+        let ns = (ms * crate::clock::NS_PER_MS as f64).ceil();
         if ns >= u64::MAX as f64 {
             u64::MAX
         } else {

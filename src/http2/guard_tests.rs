@@ -4,7 +4,7 @@ use crate::http2::{goaway_frame, Shed, ShedReason};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-const MS: u64 = 1_000_000;
+const MS: u64 = crate::clock::NS_PER_MS;
 
 /// The figures the module doc gives (per connection, besides the stream buffer).
 #[test]

@@ -5,14 +5,13 @@
 //! `::ffff:a.b.c.d` address is made canonical (`a.b.c.d`, [`std::net::IpAddr::to_canonical`])
 //! before anything looks at it.
 //!
-//! Admission happens in the accept loop before a byte is read: the protection engine
-//! (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency, the prefix
-//! tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE,
-//! ENOBUFS, ...) are counted and back off briefly so the loop never spins and resumes once
-//! descriptors free up.
+//! Admission happens in the accept loop before a byte is read ([`conn::admit`]): the protection
+//! engine (allowlist, blocklist/dynamic blocks, penalty box, rate limits, per-IP concurrency, the
+//! prefix tier, the listener budget), then the listener's `maxConnections`. Accept errors (EMFILE, ENFILE,
+//! ENOBUFS, ...) are counted and back off briefly so the loop never spins and resumes once descriptors free up.
 //!
 //! Behind a load balancer (`acceptProxyProtocol`), a connection from a trusted peer is admitted
-//! only once its PROXY header ([`proxy_in`]) has named the client: the same admission then runs
+//! only once its PROXY header ([`conn::proxy_in`]) has named the client: the same admission then runs
 //! on the header's address (HAProxy's `expect-proxy` followed by its session rules); the
 //! balancer's own address, which stands for every client behind it, is never checked before the
 //! header. The one exception is a v2 `LOCAL` header (the balancer's own health check): it names
@@ -20,27 +19,18 @@
 //! docs/proxy.md (Client addresses from a load balancer) advises putting the balancers in
 //! `protection.allowlist`.
 //!
-//! An admitted connection is served by [`conn`] on a `mode: 'tls'` listener, by [`http`] on a
-//! `mode: 'http'` one.
+//! An admitted connection is handed to [`conn::accept`]: served by [`conn`] on a `mode: 'tls'`
+//! listener, by [`conn::http`] on a `mode: 'http'` one.
 
-pub mod conn;
-pub mod h2;
-pub mod http;
-pub mod proxy_in;
-pub mod requests;
-
-use crate::clock;
 use crate::config::proxy::ListenerId;
-use crate::config::proxy::ListenerMode;
+use crate::conn;
+use crate::conn::proxy_in::Origin;
 use crate::metrics::ErrorReason;
-use crate::protection::{BlockReason, ConnGuard, Verdict};
-use crate::shared::{ActiveGuard, Shared};
-use proxy_in::{HeaderFailure, Origin};
+use crate::shared::Shared;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -172,12 +162,12 @@ pub async fn accept_loop(
                     conns.spawn(async move {
                         tokio::select! {
                             _ = cancel.cancelled() => {}
-                            _ = behind_balancer(&shared, li, sock, peer, timeout_ms) => {}
+                            _ = conn::accept::behind_balancer(&shared, li, sock, peer, timeout_ms) => {}
                         }
                     });
                     continue;
                 }
-                let Some((adm, active, clean)) = admit(&shared, li, ip) else {
+                let Some((adm, active, clean)) = conn::admit::admit(&shared, li, ip) else {
                     continue; // dropped: closed at once
                 };
                 let shared = shared.clone();
@@ -189,7 +179,7 @@ pub async fn accept_loop(
                 conns.spawn(async move {
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = serve(&shared, li, sock, origin, clean) => {}
+                        _ = conn::accept::serve(&shared, li, sock, origin, clean) => {}
                     }
                     drop(adm);
                     drop(active);
@@ -205,121 +195,4 @@ pub async fn accept_loop(
             }
         }
     }
-}
-
-/// A connection from a trusted load balancer (`peer`, canonical): its PROXY header within
-/// `timeout_ms` of accept, then admission and service as the header's client. A header that is
-/// not one, or does not arrive in time, closes the connection (`proxy_header_invalid`, with an
-/// `'error'` event naming the peer); a peer that closes before sending anything (a TCP health
-/// check) is `client_closed`.
-async fn behind_balancer(
-    shared: &Arc<Shared>,
-    li: ListenerId,
-    sock: tokio::net::TcpStream,
-    peer: SocketAddr,
-    timeout_ms: u64,
-) {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
-    let origin = match proxy_in::read_header(&sock, peer, deadline).await {
-        Ok(o) => o,
-        Err(HeaderFailure::Closed) => {
-            shared.report_error(li, Some(peer.ip()), ErrorReason::ClientClosed, None);
-            return;
-        }
-        Err(f) => {
-            let why = match f {
-                HeaderFailure::TimedOut => {
-                    format!("no complete PROXY header within {timeout_ms} ms")
-                }
-                _ => "the first bytes are not a PROXY v1 or v2 header".to_string(),
-            };
-            let message = format!("trusted peer {}: {why}", peer.ip());
-            shared.report_error(
-                li,
-                Some(peer.ip()),
-                ErrorReason::ProxyHeaderInvalid,
-                Some(message),
-            );
-            return;
-        }
-    };
-    let ip = origin.client.ip().to_canonical();
-    let Some((adm, active, clean)) = admit(shared, li, ip) else {
-        return;
-    };
-    serve(shared, li, sock, origin, clean).await;
-    drop(adm);
-    drop(active);
-}
-
-/// Serves an admitted connection by the listener's `mode`.
-async fn serve(
-    shared: &Shared,
-    li: ListenerId,
-    sock: tokio::net::TcpStream,
-    origin: Origin,
-    clean: bool,
-) {
-    let ip = origin.client.ip().to_canonical();
-    // Each mode's future on the heap, at its own size: inline, the task would be as large as the
-    // larger of the two, and rustc lays an awaited future out more than once (rust-lang/rust
-    // #62958): the task was 53 KiB for a 14 KiB TLS connection future, and the pages an idle
-    // connection touched in it were most of its resident memory (BENCHMARKS.md: Memory per idle
-    // connection).
-    match shared.listener(li).config.mode {
-        ListenerMode::Tls => {
-            Box::pin(conn::serve(
-                shared,
-                li,
-                sock,
-                origin.client,
-                ip,
-                origin.local,
-                clean,
-            ))
-            .await
-        }
-        ListenerMode::Http => Box::pin(http::serve(shared, li, sock, origin, ip)).await,
-    }
-}
-
-/// Admission at accept: the engine (with the client's `clusterRateLimit` lease while the cluster
-/// tier is up), then `maxConnections`. Returns the guards to hold for the connection's lifetime
-/// and whether no check refused it (observe mode admits refusals), or `None` when refused
-/// (already counted and reported).
-fn admit(
-    shared: &Arc<Shared>,
-    li: ListenerId,
-    ip: IpAddr,
-) -> Option<(Option<ConnGuard>, ActiveGuard, bool)> {
-    let l = &shared.listener(li);
-    // With the cluster tier up, the engine also takes the client's lease token (same lock).
-    let cluster = shared.cluster.as_deref();
-    let adm = l
-        .engine
-        .admit_clustered(ip, clock::now_ns, cluster.is_some_and(|c| c.leases_on()));
-    if let Some(c) = cluster.filter(|_| adm.refill) {
-        c.refill_lease(&l.engine, li, ip);
-    }
-    if let Some(r) = adm.shadow {
-        shared.report_shadow(li, ip, r);
-    }
-    if let Some(v) = adm.verdict {
-        shared.report_block(li, ip, v, None, ("", ""));
-        if !v.observed {
-            return None;
-        }
-    }
-    let (active, prev) = ActiveGuard::open(shared, li);
-    if l.config.max_connections > 0 && prev >= l.config.max_connections as i64 {
-        drop(active);
-        let v = Verdict {
-            reason: BlockReason::MaxConnections,
-            observed: false,
-        };
-        shared.report_block(li, ip, v, None, ("", ""));
-        return None;
-    }
-    l.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-    Some((adm.guard, active, adm.verdict.is_none()))
 }

@@ -1,5 +1,5 @@
-//! Connection, byte, block and error counters (docs/integrating.md: API, `metrics()`), all relaxed atomics so
-//! the hot path never takes a lock; the snapshot `metrics()` reads from them; and their
+//! Connection, byte, block and error counters (docs/integrating.md: API, `metrics()`), all relaxed
+//! atomics so the hot path never takes a lock; the snapshot `metrics()` reads from them; and their
 //! Prometheus text exposition (format 0.0.4), rendered from that snapshot's JSON by the family
 //! table of [`families`].
 //!

@@ -119,11 +119,6 @@ impl Baseline {
         self.len
     }
 
-    /// True before the first second.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Mean and population standard deviation of the window (0, 0 when empty).
     pub fn mean_deviation(&self) -> (f64, f64) {
         if self.len == 0 {
@@ -173,11 +168,6 @@ impl DefenseState {
     /// Whether defense mode is on (as of the last tick).
     pub fn active(&self) -> bool {
         self.active
-    }
-
-    /// The baseline window.
-    pub fn baseline(&self) -> &Baseline {
-        &self.baseline
     }
 
     /// Closes every second before the one `now_ns` is in (its count from `count`), applies `cfg`,

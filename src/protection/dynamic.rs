@@ -460,7 +460,7 @@ mod tests {
     use super::*;
     use crate::protection::cidr::parse_cidr;
 
-    const MS: u64 = 1_000_000;
+    const MS: u64 = crate::clock::NS_PER_MS;
 
     fn req(cidr: &str, ttl_ms: Option<u64>, port: Option<u16>) -> BlockRequest {
         BlockRequest {

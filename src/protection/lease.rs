@@ -34,7 +34,7 @@
 //! answer is dropped (its tokens lapse: under-admission).
 
 /// How long leased tokens stay usable, ns.
-pub const LEASE_TTL_NS: u64 = 1_000_000_000;
+pub const LEASE_TTL_NS: u64 = crate::clock::NS_PER_SEC;
 /// Credit owed by a client unseen for this long no longer keeps its entry, ns.
 pub const IDLE_NS: u64 = 10_000_000_000;
 /// A refill unanswered while the client was unseen this long no longer keeps its entry, ns.
@@ -220,7 +220,7 @@ impl Lease {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    const MS: u64 = crate::clock::NS_PER_MS;
 
     fn d(admit: bool, refill: bool) -> LeaseDecision {
         LeaseDecision { admit, refill }

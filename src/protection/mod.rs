@@ -22,24 +22,24 @@
 //! - [`blocked`]: the O(blocked) view behind `blockedIps()`;
 //! - [`engine`]: the decision order tying them together.
 
-pub mod ban;
-pub mod blocked;
-pub mod cidr;
-pub mod defense;
+pub(crate) mod ban;
+pub(crate) mod blocked;
+pub(crate) mod cidr;
+pub(crate) mod defense;
 pub mod dynamic;
 pub mod engine;
-pub mod entry;
-pub mod h2_budget;
-pub mod key;
-pub mod lease;
+pub(crate) mod entry;
+pub(crate) mod h2_budget;
+pub(crate) mod key;
+pub(crate) mod lease;
 pub(crate) mod offenders;
-pub mod penalty;
+pub(crate) mod penalty;
 pub mod policy;
 pub(crate) mod prefix_boxes;
-pub mod reason;
-pub mod rescale;
-pub mod shadow;
-pub mod table;
+pub(crate) mod reason;
+pub(crate) mod rescale;
+pub(crate) mod shadow;
+pub(crate) mod table;
 
 pub use ban::{BanNote, BanOrigin, BanSink};
 pub use blocked::{BlockedEntry, BlockedIps, BlockedView, Listed, Lists};

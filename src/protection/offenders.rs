@@ -157,7 +157,7 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    const S: u64 = 1_000_000_000;
+    const S: u64 = crate::clock::NS_PER_SEC;
 
     fn key(n: u8) -> IpKey {
         IpKey::v4(Ipv4Addr::new(192, 0, 2, n))

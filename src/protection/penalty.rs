@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn escalation_multiplies_caps_and_saturates() {
-        const MIN: u64 = 60 * 1_000_000_000;
+        const MIN: u64 = 60 * crate::clock::NS_PER_SEC;
         let (base, max) = (10 * MIN, 1_440 * MIN);
         let got: Vec<u64> = (0..10)
             .map(|l| escalated_ns(base, 2.0, l, max) / MIN)

@@ -71,7 +71,7 @@ impl CpuSlot {
         if last_ns == 0 || now_ns <= last_ns {
             return;
         }
-        let secs = (now_ns - last_ns) as f64 / 1e9;
+        let secs = (now_ns - last_ns) as f64 / crate::clock::NS_PER_SEC as f64;
         let used = ticks.saturating_sub(last_ticks) as f64 / clock_ticks_per_second() as f64;
         let permille = (used / secs * 1000.0).clamp(0.0, 1000.0) as u32;
         self.permille.store(permille, Ordering::Relaxed);

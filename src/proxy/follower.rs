@@ -446,6 +446,8 @@ impl<S: AsyncRead + Unpin, H: RequestHooks + Unpin> AsyncRead for HeaderWriter<S
     }
 }
 
+// `poll_write` is kept whole (over 120 lines): one poll of the follower's state machine, whose
+// early returns (refused, admitting, draining, a head to finish) read in the order they win.
 impl<S: AsyncWrite + Unpin, H: RequestHooks + Unpin> AsyncWrite for HeaderWriter<S, H> {
     fn poll_write(
         self: Pin<&mut Self>,

@@ -34,9 +34,6 @@ pub struct CompiledRoute {
     pub sets: Vec<UpstreamSet>,
     /// Route-wide GCRA (`maxConnectionsPerSecond`, `burst`) and its theoretical arrival time.
     pub limit: Option<(Gcra, AtomicU64)>,
-    /// Per listener index: whether terminated connections ask for a client certificate (the
-    /// route's `mtls`, else the listener's): their facts then ride the PROXY v2 header.
-    pub mtls: Vec<bool>,
     /// This route's counters (`routeMetrics`).
     pub metrics: Arc<RouteMetrics>,
     /// This route's upstream capacity (`routeMetrics[].upstream`; kept across reloads).
@@ -130,10 +127,6 @@ impl CompiledRoute {
                 Some(cfg.expect("tls options are validated by config::tls with the same check"))
             })
             .collect();
-        let mtls = listeners
-            .iter()
-            .map(|l| r.terminate_tls && l.is_some_and(|l| mtls_of(l).is_some()))
-            .collect();
         Arc::new(CompiledRoute {
             config: r.clone(),
             tls,
@@ -144,7 +137,6 @@ impl CompiledRoute {
                     AtomicU64::new(0),
                 )
             }),
-            mtls,
             upstream_active: r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect(),
             upstream_cpu: (0..r.upstreams.len())
                 .map(|i| CpuSlot::new(r.upstream_cpu.get(i).copied().flatten()))

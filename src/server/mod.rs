@@ -46,6 +46,12 @@ use tokio_util::task::TaskTracker;
 /// Entries examined per listener per eviction tick (every 100 ms).
 pub const EVICTION_BUDGET: usize = 4096;
 
+/// The period of the background work (eviction, defense mode, capacity, bans), ms.
+const TICK_MS: u64 = 100;
+
+/// Background ticks between two summaries of refused connections (one a second).
+const SUMMARY_EVERY_TICKS: u64 = 10;
+
 struct Running {
     /// This proxy's claims on its listening addresses (released once its sockets are closed).
     held: Vec<crate::listener::HeldAddr>,
@@ -301,7 +307,7 @@ impl Proxy {
         let shared = self.shared.clone();
         let stop1 = stop.clone();
         self.rt().spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
             let mut n = 0u64;
             let mut next_cpu_sample = 0u64;
             let mut ban_tracker = crate::events::ban::BanTracker::default();
@@ -340,8 +346,8 @@ impl Proxy {
                 }
                 bans::tick(&shared, &mut ban_tracker, now);
                 n += 1;
-                if n.is_multiple_of(10) {
-                    shared.events.flush_summary(1000);
+                if n.is_multiple_of(SUMMARY_EVERY_TICKS) {
+                    shared.events.flush_summary(TICK_MS * SUMMARY_EVERY_TICKS);
                 }
             }
         });

@@ -55,7 +55,7 @@ const MAX_FRAGMENT: usize = 1 << 14;
 const RECORD_HEADER: usize = 5;
 
 /// Extension type codes this parser decodes (IANA "TLS ExtensionType Values").
-pub mod ext {
+pub(crate) mod ext {
     /// `server_name` (SNI), RFC 6066 §3.
     pub const SERVER_NAME: u16 = 0x0000;
     /// `supported_groups` (formerly `elliptic_curves`), RFC 8422 §5.1.1 / RFC 8446 §4.2.7.

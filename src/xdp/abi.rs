@@ -95,7 +95,7 @@ pub mod counter {
 }
 
 /// Map names in the object (also the pin file names).
-pub mod map_name {
+pub(crate) mod map_name {
     /// `ARRAY[1] → RampartMeta`.
     pub const META: &str = "rampart_meta";
     /// `ARRAY[1] → u32`: the live policy set (0 or 1).

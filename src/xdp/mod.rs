@@ -25,19 +25,19 @@
 //! Time is `CLOCK_MONOTONIC` ns (`bpf_ktime_get_ns`, [`crate::clock::now_ns`]).
 
 pub mod abi;
-pub mod dynamic;
-pub mod error;
-pub mod load;
-pub mod lpm;
+pub(crate) mod dynamic;
+pub(crate) mod error;
+pub(crate) mod load;
+pub(crate) mod lpm;
 pub mod manager;
-pub mod maps;
-pub mod object;
-pub mod pins;
-pub mod policy;
-pub mod sets;
-pub mod status;
-pub mod sync;
-pub mod sys;
+pub(crate) mod maps;
+pub(crate) mod object;
+pub(crate) mod pins;
+pub(crate) mod policy;
+pub(crate) mod sets;
+pub(crate) mod status;
+pub(crate) mod sync;
+pub(crate) mod sys;
 
 pub use error::XdpError;
 pub use manager::{XdpBan, XdpManager, DEFAULT_PIN_ROOT};

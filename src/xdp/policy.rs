@@ -26,6 +26,9 @@ use super::error::XdpError;
 use super::lpm;
 use crate::gcra::Gcra;
 
+/// The largest per-second SYN rate or budget a port's policy takes (1e9/s: one per ns).
+const MAX_PER_SECOND: u32 = 1_000_000_000;
+
 /// Kernel protection for one listener port (from its `ProtectionConfig`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XdpPortPolicy {
@@ -97,6 +100,9 @@ pub struct SetContents {
     pub block: Vec<(RampartCidrKey, u64)>,
 }
 
+// Kept whole (over 120 lines): the checks and the set are built in one pass over the ports,
+// in the order the kernel's set lays them out (header, listener ports, per-port rules, CIDR
+// lists); split, each part would re-walk the ports and carry the partial set.
 /// Validates `policy` and builds its set. Errors name the port and field.
 pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
     let invalid = |problem: String| {
@@ -176,7 +182,7 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
             ..Default::default()
         };
         if let Some(rate) = p.syn_per_second {
-            if rate == 0 || rate > 1_000_000_000 {
+            if rate == 0 || rate > MAX_PER_SECOND {
                 return invalid(format!(
                     "port {}: syn_per_second must be 1..=1e9, got {rate}",
                     p.port
@@ -208,7 +214,7 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
             entry.penalty_ns = p.penalty_ns;
         }
         if let Some(budget) = p.syn_budget_per_second {
-            if budget == 0 || budget > 1_000_000_000 {
+            if budget == 0 || budget > MAX_PER_SECOND {
                 return invalid(format!(
                     "port {}: syn_budget_per_second must be 1..=1e9, got {budget}",
                     p.port

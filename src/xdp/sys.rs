@@ -171,10 +171,8 @@ pub enum BatchError {
         /// Elements processed before the refusal.
         done: usize,
     },
-    /// A real failure after `done` elements.
+    /// A real failure (the elements before it were written).
     Failed {
-        /// Elements processed before the failure.
-        done: usize,
         /// The error.
         error: io::Error,
     },
@@ -211,7 +209,7 @@ pub fn update_batch<K: Copy, V: Copy>(
                 return Err(if processed == 0 && unsupported(&error) {
                     BatchError::Unsupported { done }
                 } else {
-                    BatchError::Failed { done, error }
+                    BatchError::Failed { error }
                 });
             }
         }
@@ -242,7 +240,7 @@ pub fn delete_batch<K: Copy>(
                 return Err(if processed == 0 && unsupported(&error) {
                     BatchError::Unsupported { done }
                 } else {
-                    BatchError::Failed { done, error }
+                    BatchError::Failed { error }
                 });
             }
         }

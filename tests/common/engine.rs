@@ -9,9 +9,9 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// One millisecond in ns.
-pub const MS: u64 = 1_000_000;
+pub const MS: u64 = rampart::clock::NS_PER_MS;
 /// One second in ns.
-pub const S: u64 = 1_000_000_000;
+pub const S: u64 = rampart::clock::NS_PER_SEC;
 /// A start time far from 0, as CLOCK_MONOTONIC would be.
 pub const T0: u64 = 1_000 * S;
 

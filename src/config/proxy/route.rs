@@ -4,21 +4,22 @@
 
 use super::capacity::{route_concurrency, CapacityConfig};
 use super::cert::parse_cert;
-use super::listener::{ListenerConfig, ListenerMode};
+use super::listener::ListenerConfig;
 use super::source_header::{RouteDefaults, SourceAddressHeader};
-use super::tunnels::{parse_tunnels, Tunnels};
+use super::tunnels::Tunnels;
 use super::upstream::{
-    default_balance, fold_upstreams, parse_upstream, AppProtocol, Balance, CpuSource,
-    FoldedUpstreams, Upstream, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IP_AFFINITY_TTL_MS,
+    default_balance, fold_upstreams, AppProtocol, Balance, CpuSource, FoldedUpstreams, Upstream,
+    DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use crate::config::error::Issues;
-use crate::config::mtls::{parse_mtls_split, Mtls};
-use crate::config::tls::parse_tls;
+use crate::config::mtls::Mtls;
 use crate::config::value::{self as v, field, join};
 use crate::tls::certs::CertifiedKey;
 use crate::tls::options::TlsOptions;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::sync::Arc;
+
+mod fields;
 
 /// Default `routes[].suspendTimeoutMs`: a suspended connection waits this many ms for
 /// `resolveConnection` before it is closed (`suspend_timeout`); Symphony's default.
@@ -284,6 +285,51 @@ const TABLE_ONLY_FIELDS: [(&str, &str); 8] = [
     ),
 ];
 
+/// The fields of a `routes[]` entry (a `resolveConnection` route also takes `upstream`).
+const ROUTE_FIELDS: [&str; 21] = [
+    "sni",
+    "upstreams",
+    "terminateTls",
+    "cert",
+    "http2",
+    "sourceAddressHeader",
+    "forwardFingerprint",
+    "connectTimeoutMs",
+    "maxConnectionsPerSecond",
+    "burst",
+    "protocol",
+    "mtls",
+    "metricsGroup",
+    "suspended",
+    "suspendTimeoutMs",
+    "balance",
+    "ipAffinity",
+    "ipAffinityTtlMs",
+    "tunnels",
+    "tls",
+    "concurrency",
+];
+
+/// Refuses the fields a route does not have, and on a `resolveConnection` route the route-table
+/// fields.
+fn reject_unknown_fields(
+    obj: &Map<String, Value>,
+    path: &str,
+    kind: RouteKind,
+    issues: &mut Issues,
+) {
+    let mut known = ROUTE_FIELDS.to_vec();
+    if kind == RouteKind::Resolve {
+        known.push("upstream");
+        for (key, why) in TABLE_ONLY_FIELDS {
+            if field(obj, key).is_some() {
+                issues.push(join(path, key), format!("is a route-table field: {why}"));
+            }
+        }
+    }
+    v::reject_unknown(obj, &known, path, issues);
+}
+
 /// Parses one route. Problems of a field's own value (type, range, enumeration, unknown names)
 /// go to `issues`; what fails when the route is built — its certificate, key or CA does not load
 /// or match, its fields conflict with each other or with the listeners — goes to `build` (the
@@ -302,139 +348,13 @@ pub(super) fn parse_route(
     let obj = v::object(val, path, issues)?;
     let before = issues.len();
     let build_before = build.len();
-    let mut known = vec![
-        "sni",
-        "upstreams",
-        "terminateTls",
-        "cert",
-        "http2",
-        "sourceAddressHeader",
-        "forwardFingerprint",
-        "connectTimeoutMs",
-        "maxConnectionsPerSecond",
-        "burst",
-        "protocol",
-        "mtls",
-        "metricsGroup",
-        "suspended",
-        "suspendTimeoutMs",
-        "balance",
-        "ipAffinity",
-        "ipAffinityTtlMs",
-        "tunnels",
-        "tls",
-        "concurrency",
-    ];
-    if kind == RouteKind::Resolve {
-        known.push("upstream");
-        for (key, why) in TABLE_ONLY_FIELDS {
-            if field(obj, key).is_some() {
-                issues.push(join(path, key), format!("is a route-table field: {why}"));
-            }
-        }
-    }
-    v::reject_unknown(obj, &known, path, issues);
-    let suspended = kind == RouteKind::Table
-        && field(obj, "suspended")
-            .and_then(|b| v::boolean(b, &join(path, "suspended"), issues))
-            .unwrap_or(false);
-    let suspend_timeout_ms = match kind {
-        RouteKind::Table => field(obj, "suspendTimeoutMs")
-            .and_then(|n| v::duration_ms(n, &join(path, "suspendTimeoutMs"), 1, issues))
-            .unwrap_or(DEFAULT_SUSPEND_TIMEOUT_MS),
-        RouteKind::Resolve => DEFAULT_SUSPEND_TIMEOUT_MS,
-    };
-    let protocol = match field(obj, "protocol") {
-        Some(p) => match v::one_of(p, &join(path, "protocol"), &["http", "opaque"], issues) {
-            Some("http") => RouteProtocol::Http,
-            _ => RouteProtocol::Opaque,
-        },
-        None => RouteProtocol::Opaque,
-    };
+    reject_unknown_fields(obj, path, kind, issues);
+    let (suspended, suspend_timeout_ms) = fields::suspension(obj, path, kind, issues);
+    let protocol = fields::protocol(obj, path, issues);
     let table = kind == RouteKind::Table;
-    let rate = field(obj, "maxConnectionsPerSecond")
-        .filter(|_| table)
-        .and_then(|n| {
-            let p = join(path, "maxConnectionsPerSecond");
-            let r = v::number_in(n, &p, 0.0, 1e9, false, issues)?;
-            if r <= 0.0 {
-                issues.push(p, "must be > 0 (leave it out for no route limit), got 0");
-                return None;
-            }
-            Some(r)
-        });
-    let burst = field(obj, "burst")
-        .filter(|_| table)
-        .and_then(|n| v::count(n, &join(path, "burst"), 1, issues));
-    if burst.is_some() && field(obj, "maxConnectionsPerSecond").is_none() {
-        build.push(join(path, "burst"), "needs maxConnectionsPerSecond");
-    }
-    let rate_limit = rate.map(|r| (r, burst.unwrap_or_else(|| r.ceil().max(1.0) as u64)));
-    let sni = match obj.get("sni") {
-        Some(Value::String(s)) => match parse_sni(s) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                issues.push(join(path, "sni"), e);
-                None
-            }
-        },
-        Some(other) => {
-            issues.push(
-                join(path, "sni"),
-                format!("must be a string, got {}", v::describe(other)),
-            );
-            None
-        }
-        None if kind == RouteKind::Resolve => Some(SniPattern::Default),
-        None => {
-            issues.push(join(path, "sni"), "is required ('' for the default route)");
-            None
-        }
-    };
-    let upstreams = match (field(obj, "upstreams"), field(obj, "upstream")) {
-        (Some(_), Some(_)) if kind == RouteKind::Resolve => {
-            issues.push(
-                join(path, "upstream"),
-                "give either upstream (one) or upstreams, not both",
-            );
-            None
-        }
-        (None, Some(u)) if kind == RouteKind::Resolve => {
-            let p = join(path, "upstream");
-            parse_upstream(u, &p, issues, build).map(|(u, x)| (vec![u], vec![x], vec![p]))
-        }
-        (Some(u), _) => {
-            let up = join(path, "upstreams");
-            v::array(u, &up, issues).and_then(|a| {
-                if a.is_empty() && suspended {
-                    return Some(Default::default());
-                }
-                if a.is_empty() {
-                    issues.push(&up, "must hold at least one upstream");
-                    return None;
-                }
-                let paths: Vec<String> = (0..a.len()).map(|i| v::index(&up, i)).collect();
-                let list: Vec<_> = a
-                    .iter()
-                    .zip(&paths)
-                    .filter_map(|(x, p)| parse_upstream(x, p, issues, build))
-                    .collect();
-                (list.len() == a.len()).then(|| {
-                    let (ups, extras) = list.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-                    (ups, extras, paths)
-                })
-            })
-        }
-        (None, _) if suspended => Some(Default::default()),
-        (None, _) => {
-            let msg = match kind {
-                RouteKind::Table => "is required (it may be left out on a suspended route)",
-                RouteKind::Resolve => "is required: upstream (one) or upstreams",
-            };
-            issues.push(join(path, "upstreams"), msg);
-            None
-        }
-    };
+    let rate_limit = fields::rate_limit(obj, path, table, issues, build);
+    let sni = fields::sni(obj, path, kind, issues);
+    let upstreams = fields::upstreams(obj, path, kind, suspended, issues, build);
     let terminate_tls_field = match field(obj, "terminateTls") {
         Some(b) => v::boolean(b, &join(path, "terminateTls"), issues),
         None => Some(true),
@@ -453,183 +373,43 @@ pub(super) fn parse_route(
         .as_ref()
         .is_some_and(|(_, x, _)| x.iter().all(|e| e.protocol.is_some_and(|p| p.is_some())));
     let http2 = check_http2(http2_field, protocols, marked, path, build);
-    let sah = field(obj, "sourceAddressHeader")
-        .and_then(|s| {
-            v::one_of(
-                s,
-                &join(path, "sourceAddressHeader"),
-                &["none", "proxyProtocol", "proxyProtocolV2", "xForwardedFor"],
-                issues,
-            )
-        })
-        .map(|s| match s {
-            "proxyProtocol" => SourceAddressHeader::ProxyV1,
-            "proxyProtocolV2" => SourceAddressHeader::ProxyV2,
-            "xForwardedFor" => SourceAddressHeader::XForwardedFor,
-            _ => SourceAddressHeader::None,
-        })
-        .unwrap_or_else(|| {
-            let uds = upstreams
-                .as_ref()
-                .is_some_and(|(u, _, _)| u.iter().any(|u| matches!(u, Upstream::Uds { .. })));
-            if uds {
-                defaults.uds_source_address_header
-            } else {
-                SourceAddressHeader::None
-            }
-        });
+    let sah = fields::source_address_header(obj, path, upstreams.as_ref(), defaults, issues);
     let ff = field(obj, "forwardFingerprint")
         .and_then(|f| parse_forward_fingerprint(f, &join(path, "forwardFingerprint"), issues))
         .unwrap_or(ForwardFingerprint::NONE);
-    // Request headers (X-Forwarded-For, X-JA3/X-JA4 without a PROXY v2 header) are written into
-    // the HTTP/1.1 stream: the route carries HTTP (the default protocol then) and terminates TLS.
-    let headers = if sah == SourceAddressHeader::XForwardedFor {
-        Some("sourceAddressHeader")
-    } else if ff.any() && sah != SourceAddressHeader::ProxyV2 {
-        Some("forwardFingerprint")
-    } else {
-        None
-    };
-    let protocol = match (headers, field(obj, "protocol")) {
-        (Some(_), None) => RouteProtocol::Http,
-        _ => protocol,
-    };
-    if let Some(key) = headers {
-        let why = if key == "forwardFingerprint" {
-            " (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)"
-        } else {
-            ""
-        };
-        if terminate_tls_field == Some(false) {
-            build.push(
-                join(path, key),
-                format!("sets HTTP request headers: needs terminateTls: true{why}"),
-            );
-        }
-        if protocol == RouteProtocol::Opaque && !http2 {
-            build.push(
-                join(path, key),
-                format!("sets HTTP request headers: needs protocol: 'http'{why}"),
-            );
-        }
-        if let Some(i) = protocols.iter().position(|p| *p == Some(AppProtocol::H2)) {
-            build.push(
-                join(path, key),
-                format!(
-                    "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[{i}] has protocol 'h2' and would never be used{why}"
-                ),
-            );
-        }
-    }
-    let tunnels = field(obj, "tunnels").and_then(|t| {
-        let p = join(path, "tunnels");
-        let tunnels = parse_tunnels(t, &p, issues);
-        if terminate_tls_field == Some(false) {
-            build.push(
-                &p,
-                "needs terminateTls: true (the bytes of a passthrough route are encrypted)",
-            );
-        } else if protocol == RouteProtocol::Opaque
-            && !http2
-            && protocols.iter().all(Option::is_none)
-        {
-            build.push(
-                &p,
-                "needs protocol: 'http' (only an HTTP route's requests are followed)",
-            );
-        }
-        tunnels
-    });
-    let mtls = field(obj, "mtls")
-        .and_then(|m| parse_mtls_split(m, &join(path, "mtls"), false, issues, build));
-    if field(obj, "mtls").is_some() && terminate_tls_field == Some(false) {
-        build.push(
-            join(path, "mtls"),
-            "needs terminateTls: true (client certificates are verified where TLS is terminated)",
-        );
-    }
-    let tls = field(obj, "tls").and_then(|t| parse_tls(t, &join(path, "tls"), issues));
-    if field(obj, "tls").is_some() && terminate_tls_field == Some(false) {
-        build.push(
-            join(path, "tls"),
-            "needs terminateTls: true (a passthrough route's TLS is the upstream's)",
-        );
-    }
-    let metrics_group = field(obj, "metricsGroup").filter(|_| table).and_then(|g| {
-        let p = join(path, "metricsGroup");
-        let g = v::string(g, &p, issues)?;
-        if g.is_empty() || g.len() > 128 || g.chars().any(char::is_control) {
-            issues.push(
-                p,
-                format!("must be 1..=128 characters without control characters, got {g:?}"),
-            );
-            return None;
-        }
-        Some(g.to_string())
-    });
-    let balance = field(obj, "balance").and_then(|b| {
-        match v::one_of(
-            b,
-            &join(path, "balance"),
-            &["leastConnections", "roundRobin"],
-            issues,
-        )? {
-            "leastConnections" => Some(Balance::LeastConnections),
-            _ => Some(Balance::RoundRobin),
-        }
-    });
-    let affinity = field(obj, "ipAffinity")
-        .filter(|_| table)
-        .and_then(|b| v::boolean(b, &join(path, "ipAffinity"), issues))
-        .unwrap_or(false);
-    let affinity_ttl = field(obj, "ipAffinityTtlMs")
-        .filter(|_| table)
-        .and_then(|n| v::duration_ms(n, &join(path, "ipAffinityTtlMs"), 1, issues));
-    if affinity_ttl.is_some() && !affinity {
-        build.push(join(path, "ipAffinityTtlMs"), "needs ipAffinity: true");
-    }
-    let route_affinity =
-        field(obj, "ipAffinity").is_some() || field(obj, "ipAffinityTtlMs").is_some();
-    if let (Some(i), true, true) = (folded.affinity_at, route_affinity, table) {
-        build.push(
-            join(path, "ipAffinity"),
-            format!("and upstreams[{i}].ipAffinity are both given: give the affinity once, on the route or on the upstreams"),
-        );
-    }
-    let ip_affinity_ttl_ms = match folded.affinity {
-        Some(upstream_level) if table => upstream_level,
-        _ => affinity.then(|| affinity_ttl.unwrap_or(DEFAULT_IP_AFFINITY_TTL_MS)),
-    };
-    if balance == Some(Balance::RoundRobin) && folded.cpu.iter().any(Option::is_some) {
-        build.push(
-            join(path, "balance"),
-            "is 'roundRobin' but an upstream gives pid: CPU time weights least-connections balancing (leave balance out)",
-        );
-    }
+    let protocol = fields::request_headers(
+        obj,
+        path,
+        (sah, ff),
+        terminate_tls_field,
+        (protocol, http2, protocols),
+        build,
+    );
+    let tunnels = fields::tunnels(
+        obj,
+        path,
+        terminate_tls_field,
+        (protocol, http2, protocols),
+        issues,
+        build,
+    );
+    let (mtls, tls) = fields::terminated_tls(obj, path, terminate_tls_field, issues, build);
+    let metrics_group = fields::metrics_group(obj, path, table, issues);
+    let balance = fields::balance(obj, path, issues);
+    let ip_affinity_ttl_ms = fields::ip_affinity_ttl_ms(obj, path, table, &folded, issues, build);
+    fields::check_balance(path, balance, &folded, build);
     let connect_timeout_ms = field(obj, "connectTimeoutMs")
         .and_then(|n| v::duration_ms(n, &join(path, "connectTimeoutMs"), 1, issues))
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS);
-    // A suspended route's connections are served by the route `resolveConnection` gives.
-    if !suspended
-        && terminate_tls_field == Some(true)
-        && cert.is_none()
-        && field(obj, "cert").is_none()
-    {
-        let missing: Vec<String> = listeners
-            .iter()
-            .filter(|l| l.mode == ListenerMode::Tls && l.default_cert.is_none())
-            .map(|l| l.label())
-            .collect();
-        if !missing.is_empty() {
-            build.push(
-                join(path, "cert"),
-                format!(
-                    "is required when terminateTls is true and a listener has no defaultCert ({})",
-                    missing.join(", ")
-                ),
-            );
-        }
-    }
+    fields::check_cert_required(
+        obj,
+        path,
+        listeners,
+        suspended,
+        terminate_tls_field,
+        cert.is_some(),
+        build,
+    );
     let http = protocol == RouteProtocol::Http || http2 || protocols.iter().any(Option::is_some);
     let cc = field(obj, "concurrency").filter(|_| table);
     let concurrency = route_concurrency(cc, path, http, issues);

@@ -4,7 +4,7 @@ use crate::protection::dynamic::DynamicBlocks;
 use crate::protection::h2_budget::{SETS, WAYS};
 use std::net::Ipv4Addr;
 
-const S: u64 = 1_000_000_000;
+const S: u64 = crate::clock::NS_PER_SEC;
 const T0: u64 = 1000 * S;
 
 fn engine() -> Engine {

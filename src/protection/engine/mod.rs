@@ -76,7 +76,7 @@
 
 mod admission;
 mod boxes;
-pub mod explain;
+pub(crate) mod explain;
 mod h2_budget;
 mod known_good;
 mod listing;

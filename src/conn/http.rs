@@ -516,6 +516,8 @@ impl HttpConn<'_> {
         }
     }
 
+    // Kept whole (just over 120 lines): one request's path from its head to its answer, each
+    // branch an answer of the module doc's list, in that list's order.
     /// Serves requests until one ends the connection.
     async fn run(mut self) {
         let shared = self.shared;

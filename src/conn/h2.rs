@@ -72,17 +72,10 @@ pub struct H2Inspector<F: FnMut(Violation), H: StreamHooks = (), B: ClientBudget
     give_up: Option<Pin<Box<Sleep>>>,
 }
 
-impl<F: FnMut(Violation)> H2Inspector<F> {
-    /// A guard for a new connection whose client already received Rampart's SETTINGS (so a
-    /// GOAWAY needs no server preface before it); `observe`: report violations but forward
-    /// everything.
-    pub fn new(config: &H2GuardConfig, observe: bool, on_violation: F) -> Self {
-        H2Inspector::with(config, observe, on_violation, (), ())
-    }
-}
-
 impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> H2Inspector<F, H, B> {
-    /// [`H2Inspector::new`] with stream `hooks` and the client's `budget`.
+    /// A guard for a new connection whose client already received Rampart's SETTINGS (so a
+    /// GOAWAY needs no server preface before it), with stream `hooks` and the client's `budget`;
+    /// `observe`: report violations but forward everything.
     pub fn with(
         config: &H2GuardConfig,
         observe: bool,
@@ -115,11 +108,6 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> H2Inspector<F, H, B> 
             (None, None, Some(r)) => Some(H2End::Shed(r)),
             (None, None, None) => None,
         }
-    }
-
-    /// The guard (its state, its hooks).
-    pub fn guard(&self) -> &H2Guard<H, B> {
-        &self.guard
     }
 
     fn ending(&mut self, at: usize) -> Flow {

@@ -5,7 +5,7 @@
 //! stay in the socket for the next phase, which peeks them as it would on a direct connection.
 //! The whole header must arrive within `timeoutMs` of accept.
 
-use super::conn::peek_now;
+use super::peek::peek_now;
 use crate::proxy::proxy_protocol::{parse_inbound, Inbound, MAX_INBOUND_HEADER_BYTES};
 use std::io;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! client's `requestLimit` ([`RequestBudget`]) and the route's upstream capacity
 //! ([`UpstreamGate`]), as the HTTP/1.1 follower's hooks ([`RequestGate`]) and the HTTP/2 guard's
 //! stream hooks ([`StreamGate`]); and the per-request limits the follower applies
-//! ([`conn_limits`]). The connection path ([`super::conn`]) builds them for each connection of a
+//! ([`conn_limits`]). The connection path ([`crate::conn`]) builds them for each connection of a
 //! route that carries HTTP.
 
 use crate::capacity::{Admit, Capacity, Class, Overloaded, Permit, Queued};
