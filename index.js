@@ -386,9 +386,11 @@ class RampartProxy extends EventEmitter {
   async attachXdp(opts) {
     const o = opts || {};
     const errs = [];
-    if (typeof o.interface !== 'string' || o.interface === '') errs.push({ path: 'interface', message: `must be an interface name, got ${String(o.interface)}` });
+    if (typeof o.interface !== 'string' || o.interface === '')
+      errs.push({ path: 'interface', message: `must be an interface name, got ${String(o.interface)}` });
     const mode = o.mode === undefined ? 'auto' : o.mode;
-    if (!['auto', 'native', 'generic'].includes(mode)) errs.push({ path: 'mode', message: `must be one of 'auto', 'native', 'generic', got ${String(o.mode)}` });
+    if (!['auto', 'native', 'generic'].includes(mode))
+      errs.push({ path: 'mode', message: `must be one of 'auto', 'native', 'generic', got ${String(o.mode)}` });
     if (errs.length) throw new ConfigError(errs);
     return xdpResult(await this._native.attachXdp(o.interface, mode));
   }
@@ -403,7 +405,6 @@ class RampartProxy extends EventEmitter {
     return JSON.parse(this._native.xdpStatus());
   }
 }
-
 
 /**
  * Fingerprints of a raw ClientHello (Buffer of the TLS records as sent, from the first record

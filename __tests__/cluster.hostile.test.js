@@ -148,7 +148,10 @@ test('a valid message still applies, attributed to the node it names', async (t)
   await publish(message({ net: '127.0.34.0/24', note: 'x'.repeat(200), ttlMs: 60000 }));
   await h.waitFor(async () => (await node.call('blockedIps')).dynamicBlocklist.includes('127.0.34.0/24'), { what: 'valid block applied' });
   const d = (await node.call('blockedIps', { detail: true })).dynamicBlocklist;
-  assert.deepEqual(d.map((e) => [e.ip, e.note, e.node]), [['127.0.34.0/24', 'x'.repeat(200), 'node-z']]);
+  assert.deepEqual(
+    d.map((e) => [e.ip, e.note, e.node]),
+    [['127.0.34.0/24', 'x'.repeat(200), 'node-z']]
+  );
   const after = await cluster(node);
   assert.equal(after.bansReceived, before.bansReceived + 1);
   assert.equal(after.rejectedMessages, before.rejectedMessages);
@@ -172,7 +175,7 @@ test('rejections are in prometheus() and reported as aggregated error events', a
   assert.ok(errs.length < total, `${errs.length} events for ${total} rejections`);
   assert.deepEqual(
     errs.map((e) => [e.port, e.listener]),
-    errs.map(() => [null, null]),
+    errs.map(() => [null, null])
   );
 });
 
@@ -200,7 +203,10 @@ test('hostile ban keys are rejected when a node starts and loads them; a valid k
   await h.waitFor(async () => (await cluster(b)).bansReceived === 1, { what: 'the valid key loaded' });
   const got = await b.call('blockedIps', { detail: true });
   assert.deepEqual(got.penaltyBoxed, []);
-  assert.deepEqual(got.dynamicBlocklist.map((e) => [e.ip, e.node]), [['127.0.46.0/24', 'node-z']]);
+  assert.deepEqual(
+    got.dynamicBlocklist.map((e) => [e.ip, e.node]),
+    [['127.0.46.0/24', 'node-z']]
+  );
   assert.equal(await h.admitted(port, '127.0.46.1', { host: '127.0.0.32' }), false);
   assert.equal(await h.admitted(port, '127.0.40.1', { host: '127.0.0.32' }), true);
 });

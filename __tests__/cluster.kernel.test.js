@@ -43,7 +43,9 @@ test('a kernel SYN ban on node A reaches node B; nothing is echoed', async (t) =
 
   // 100 SYN/s from one source for 1.5 s against 10/s: the kernel bans it after its burst.
   const t0 = performance.now();
-  const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-i', 'u10000', '-c', '150', '-a', FLOODER, PROXY], { timeoutMs: 15000 });
+  const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-i', 'u10000', '-c', '150', '-a', FLOODER, PROXY], {
+    timeoutMs: 15000,
+  });
   // Polled together: when A's kernel counts its ban, and when B lists it.
   let bannedAt;
   let seenAt;
@@ -58,16 +60,24 @@ test('a kernel SYN ban on node A reaches node B; nothing is echoed', async (t) =
     { timeoutMs: 3000, intervalMs: 2, what: 'the kernel ban on A, then on B' }
   );
   const delay = seenAt - bannedAt;
-  console.log(`# kernel SYN ban: counted on A ${(bannedAt - t0).toFixed(0)} ms after hping3 was started, listed on B ${delay.toFixed(0)} ms later (polled over IPC; load ${require('node:os').loadavg()[0].toFixed(2)})`);
+  console.log(
+    `# kernel SYN ban: counted on A ${(bannedAt - t0).toFixed(0)} ms after hping3 was started, listed on B ${delay.toFixed(0)} ms later (polled over IPC; load ${require('node:os').loadavg()[0].toFixed(2)})`
+  );
   assert.ok(delay < 500, `kernel ban A -> B ${delay} ms`);
   await flood;
 
   const st = await a.call('status');
   assert.ok(st.counters.banned >= 1, `kernel bans ${st.counters.banned}`);
   const own = (await a.call('blocked', { detail: true })).penaltyBoxed;
-  assert.deepEqual(own.map((e) => [e.ip, e.port, e.note, e.node]), [[FLOODER, PORT, 'banned in the kernel by xdp.synPerSecond', 'node-a']]);
+  assert.deepEqual(
+    own.map((e) => [e.ip, e.port, e.note, e.node]),
+    [[FLOODER, PORT, 'banned in the kernel by xdp.synPerSecond', 'node-a']]
+  );
   const got = (await b.call('blockedIps', { detail: true })).penaltyBoxed;
-  assert.deepEqual(got.map((e) => [e.ip, e.port, e.reason, e.note, e.node]), [[FLOODER, PORT, 'penalty_boxed', 'kernel SYN ban from node node-a', 'node-a']]);
+  assert.deepEqual(
+    got.map((e) => [e.ip, e.port, e.reason, e.note, e.node]),
+    [[FLOODER, PORT, 'penalty_boxed', 'kernel SYN ban from node node-a', 'node-a']]
+  );
   assert.ok(got[0].remainingMs > 0 && got[0].remainingMs <= 5000, `remainingMs ${got[0].remainingMs}`);
   const key = `${PREFIX}{bans}:syn:${PORT}:${FLOODER}/32`;
   const pttl = Number((await cli('PTTL', key)).stdout.toString().trim());

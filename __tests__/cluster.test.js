@@ -125,9 +125,15 @@ test('a box on node A refuses the client on B and C within 500 ms', async (t) =>
   for (const n of [b, c]) {
     assert.equal(await admitted(n, client), false);
     const ev = (await n.call('events')).blocked;
-    assert.deepEqual(ev.map((e) => [e.ip, e.reason]), [[client, 'penalty_boxed']]);
+    assert.deepEqual(
+      ev.map((e) => [e.ip, e.reason]),
+      [[client, 'penalty_boxed']]
+    );
     const d = (await n.call('blockedIps', { detail: true })).penaltyBoxed;
-    assert.deepEqual(d.map((e) => [e.ip, e.port, e.node, e.note]), [[client, port, a.id, `penalty box from node ${a.id}`]]);
+    assert.deepEqual(
+      d.map((e) => [e.ip, e.port, e.node, e.note]),
+      [[client, port, a.id, `penalty box from node ${a.id}`]]
+    );
     // Box deadlines are whole ms rounded up (src/protection/penalty.rs), on A and again on B, and
     // the published TTL is rounded up: at most 2 ms over durationMs, never less than it lost.
     assert.ok(d[0].remainingMs > 4000 && d[0].remainingMs <= 5002, `remainingMs ${d[0].remainingMs}`);
@@ -140,7 +146,10 @@ test('a box on node A refuses the client on B and C within 500 ms', async (t) =>
   assert.equal(ma.bansPublished, 1);
   assert.equal(ma.bansReceived, 0, 'no echo back to the origin');
   const own = (await a.call('blockedIps', { detail: true })).penaltyBoxed;
-  assert.deepEqual(own.map((e) => e.node), [a.id]);
+  assert.deepEqual(
+    own.map((e) => e.node),
+    [a.id]
+  );
   // Another client is unaffected everywhere.
   assert.equal(await admitted(b, '127.0.5.2'), true);
 });
@@ -154,23 +163,37 @@ test('blockIp on one node, unblockIp on another; a ban expiring everywhere', asy
   await h.waitFor(async () => !(await admitted(c, '127.0.6.9')), { timeoutMs: 500, intervalMs: 5, what: 'block on C' });
   await h.waitFor(async () => !(await admitted(b, '127.0.6.9')), { timeoutMs: 500, intervalMs: 5, what: 'block on B' });
   const d = (await c.call('blockedIps', { detail: true })).dynamicBlocklist;
-  assert.deepEqual(d.map((e) => [e.ip, e.note, e.node]), [['127.0.6.0/24', 'abuse desk', a.id]]);
+  assert.deepEqual(
+    d.map((e) => [e.ip, e.note, e.node]),
+    [['127.0.6.0/24', 'abuse desk', a.id]]
+  );
   assert.equal(await b.call('unblockIp', '127.0.6.0/24'), true);
-  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.length === 0 && (await c.call('blockedIps')).dynamicBlocklist.length === 0, { timeoutMs: 500, intervalMs: 5, what: 'unblock on A and C' });
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.length === 0 && (await c.call('blockedIps')).dynamicBlocklist.length === 0, {
+    timeoutMs: 500,
+    intervalMs: 5,
+    what: 'unblock on A and C',
+  });
   assert.equal(await admitted(a, '127.0.6.9'), true);
   assert.equal(await admitted(c, '127.0.6.9'), true);
   assert.equal((await redisCli('--scan', '--pattern', `${PREFIX}{bans}:block:*`)).stdout.toString().trim(), '');
 
   // A ban with a TTL ends on every node, and its key is gone from Redis.
   await b.call('blockIp', '127.0.7.1', { ttlMs: 1000 });
-  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32') && (await c.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32'), { timeoutMs: 500, intervalMs: 5, what: 'ttl block everywhere' });
+  await h.waitFor(
+    async () =>
+      (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32') && (await c.call('blockedIps')).dynamicBlocklist.includes('127.0.7.1/32'),
+    { timeoutMs: 500, intervalMs: 5, what: 'ttl block everywhere' }
+  );
   assert.equal(await admitted(a, '127.0.7.1'), false);
   const pttl = Number((await redisCli('PTTL', `${PREFIX}{bans}:block:*:127.0.7.1/32`)).stdout.toString().trim());
   assert.ok(pttl > 0 && pttl <= 1000, `PTTL ${pttl}`);
-  await h.waitFor(async () => {
-    for (const n of [a, b, c]) if ((await n.call('blockedIps')).dynamicBlocklist.length) return false;
-    return true;
-  }, { timeoutMs: 2000, intervalMs: 20, what: 'expiry everywhere' });
+  await h.waitFor(
+    async () => {
+      for (const n of [a, b, c]) if ((await n.call('blockedIps')).dynamicBlocklist.length) return false;
+      return true;
+    },
+    { timeoutMs: 2000, intervalMs: 20, what: 'expiry everywhere' }
+  );
   for (const n of [a, b, c]) assert.equal(await admitted(n, '127.0.7.1'), true);
   assert.equal((await redisCli('EXISTS', `${PREFIX}{bans}:block:*:127.0.7.1/32`)).stdout.toString().trim(), '0');
 });
@@ -187,8 +210,14 @@ test('a node started later loads the live bans; every key has a TTL', async (t) 
   await h.waitFor(async () => (await a.call('metrics')).cluster.bansPublished === 3, { what: 'three bans published' });
   const d = await startNode(3);
   const got = await d.call('blockedIps', { detail: true });
-  assert.deepEqual(got.dynamicBlocklist.map((e) => [e.ip, e.node]).sort(), [['127.0.8.0/28', a.id], ['127.0.8.16/28', a.id]]);
-  assert.deepEqual(got.penaltyBoxed.map((e) => [e.ip, e.node]), [['127.0.8.100', a.id]]);
+  assert.deepEqual(got.dynamicBlocklist.map((e) => [e.ip, e.node]).sort(), [
+    ['127.0.8.0/28', a.id],
+    ['127.0.8.16/28', a.id],
+  ]);
+  assert.deepEqual(
+    got.penaltyBoxed.map((e) => [e.ip, e.node]),
+    [['127.0.8.100', a.id]]
+  );
   assert.equal(await admitted(d, '127.0.8.1'), false);
   assert.equal(await admitted(d, '127.0.8.17'), false);
   assert.equal(await admitted(d, '127.0.8.100'), false);
@@ -228,7 +257,9 @@ test('clusterRateLimit 10/s over three nodes admits at most burst + rate × t + 
     refused += m.listeners[0].blockedByReason.cluster_rate_limited || 0;
   }
   const bound = 10 + 10 * secs + ns.length * lease;
-  console.log(`# clusterRateLimit: ${accepted} admitted, ${refused} refused of ${attempts} attempts in ${secs.toFixed(2)} s over 3 nodes (bound ${bound.toFixed(1)})`);
+  console.log(
+    `# clusterRateLimit: ${accepted} admitted, ${refused} refused of ${attempts} attempts in ${secs.toFixed(2)} s over 3 nodes (bound ${bound.toFixed(1)})`
+  );
   assert.equal(accepted + refused, attempts);
   assert.ok(accepted <= bound, `${accepted} admitted > ${bound}`);
   assert.ok(accepted >= 10 + 10 * (secs - 0.5), `${accepted} admitted: the limit under-admits`);
@@ -283,8 +314,15 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
   await flood;
   const q = (xs, f) => xs.slice().sort((x, y) => x - y)[Math.min(xs.length - 1, Math.floor(xs.length * f))];
   const frozenFor = ((performance.now() - frozenAt) / 1000).toFixed(1);
-  console.log(`# decisions (connect to ServerHello) before the freeze: ${before.length}, p50 ${q(before, 0.5).toFixed(2)} ms, p99 ${q(before, 0.99).toFixed(2)} ms`);
-  console.log(`# decisions while Redis was frozen (${frozenFor} s): ${frozen.length}, p50 ${q(frozen, 0.5).toFixed(2)} ms, p99 ${q(frozen, 0.99).toFixed(2)} ms, max ${q(frozen, 1).toFixed(2)} ms (load ${require('node:os').loadavg().map((x) => x.toFixed(2)).join(' ')})`);
+  console.log(
+    `# decisions (connect to ServerHello) before the freeze: ${before.length}, p50 ${q(before, 0.5).toFixed(2)} ms, p99 ${q(before, 0.99).toFixed(2)} ms`
+  );
+  console.log(
+    `# decisions while Redis was frozen (${frozenFor} s): ${frozen.length}, p50 ${q(frozen, 0.5).toFixed(2)} ms, p99 ${q(frozen, 0.99).toFixed(2)} ms, max ${q(frozen, 1).toFixed(2)} ms (load ${require('node:os')
+      .loadavg()
+      .map((x) => x.toFixed(2))
+      .join(' ')})`
+  );
   assert.deepEqual(refusedInFlood, [], 'every flood client is under its limits');
   assert.ok(frozen.length >= 100, `only ${frozen.length} decisions while frozen`);
   assert.ok(q(frozen, 0.99) < 50, `decision p99 ${q(frozen, 0.99)} ms while Redis was frozen`);
@@ -299,13 +337,20 @@ test('Redis frozen mid-flood: local limits alone, one error per node; thawed: re
   const thawed = performance.now();
   redis.signal('SIGCONT');
   for (const n of ns) {
-    await h.waitFor(async () => {
-      const m = (await n.call('metrics')).cluster;
-      return m.connected && !m.breakerOpen;
-    }, { timeoutMs: 5000, intervalMs: 20, what: `${n.id} reconnected` });
+    await h.waitFor(
+      async () => {
+        const m = (await n.call('metrics')).cluster;
+        return m.connected && !m.breakerOpen;
+      },
+      { timeoutMs: 5000, intervalMs: 20, what: `${n.id} reconnected` }
+    );
   }
   for (const n of ns.slice(1)) {
-    await h.waitFor(async () => (await n.call('blockedIps')).dynamicBlocklist.includes('127.0.11.1/32'), { timeoutMs: 5000 - (performance.now() - thawed), intervalMs: 20, what: `${n.id} reconciled` });
+    await h.waitFor(async () => (await n.call('blockedIps')).dynamicBlocklist.includes('127.0.11.1/32'), {
+      timeoutMs: 5000 - (performance.now() - thawed),
+      intervalMs: 20,
+      what: `${n.id} reconciled`,
+    });
   }
   console.log(`# reconnected and reconciled ${(performance.now() - thawed).toFixed(0)} ms after SIGCONT`);
   const prom = await ns[1].call('prometheus');
@@ -323,9 +368,17 @@ test('a node stopped and started again shares bans again', async (t) => {
   await b.call('restart');
   await h.waitFor(async () => (await b.call('metrics')).cluster.connected, { what: 'B connected again' });
   await b.call('blockIp', '127.0.12.1', { ttlMs: 5000 });
-  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.12.1/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban from the restarted node' });
+  await h.waitFor(async () => (await a.call('blockedIps')).dynamicBlocklist.includes('127.0.12.1/32'), {
+    timeoutMs: 500,
+    intervalMs: 5,
+    what: 'ban from the restarted node',
+  });
   await a.call('blockIp', '127.0.12.2', { ttlMs: 5000 });
-  await h.waitFor(async () => (await b.call('blockedIps')).dynamicBlocklist.includes('127.0.12.2/32'), { timeoutMs: 500, intervalMs: 5, what: 'ban to the restarted node' });
+  await h.waitFor(async () => (await b.call('blockedIps')).dynamicBlocklist.includes('127.0.12.2/32'), {
+    timeoutMs: 500,
+    intervalMs: 5,
+    what: 'ban to the restarted node',
+  });
 });
 
 test('a bad cluster config names every field', () => {
@@ -364,7 +417,10 @@ test('updateConfig adding clusterRateLimit without cluster is a ConfigError and 
       }),
     (e) => {
       assert.ok(e instanceof ConfigError);
-      assert.deepEqual(e.errors.map((x) => x.path), ['protection[0].protection.clusterRateLimit']);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['protection[0].protection.clusterRateLimit']
+      );
       assert.match(e.errors[0].message, /needs the proxy's `cluster` config/);
       return true;
     }
@@ -385,10 +441,20 @@ test('a prefix box received from another node is listed as a prefix box, with it
   assert.equal(await admitted(a, '127.0.14.2'), true);
   assert.equal(await admitted(a, '127.0.14.3'), false);
   const local = (await a.call('blockedIps', { detail: true })).penaltyBoxed;
-  assert.deepEqual(local.map((e) => [e.ip, e.note, e.node]), [['127.0.14.0/24', 'prefix', a.id]]);
-  await h.waitFor(async () => (await b.call('blockedIps')).penaltyBoxed.includes('127.0.14.0/24'), { timeoutMs: 500, intervalMs: 5, what: 'the prefix box on B' });
+  assert.deepEqual(
+    local.map((e) => [e.ip, e.note, e.node]),
+    [['127.0.14.0/24', 'prefix', a.id]]
+  );
+  await h.waitFor(async () => (await b.call('blockedIps')).penaltyBoxed.includes('127.0.14.0/24'), {
+    timeoutMs: 500,
+    intervalMs: 5,
+    what: 'the prefix box on B',
+  });
   const got = await b.call('blockedIps', { detail: true });
-  assert.deepEqual(got.penaltyBoxed.map((e) => [e.ip, e.port, e.reason, e.note, e.node]), [['127.0.14.0/24', port, 'penalty_boxed', 'prefix', a.id]]);
+  assert.deepEqual(
+    got.penaltyBoxed.map((e) => [e.ip, e.port, e.reason, e.note, e.node]),
+    [['127.0.14.0/24', port, 'penalty_boxed', 'prefix', a.id]]
+  );
   // A's prefix-box deadline is whole ms rounded up and the published TTL is rounded up: <= 1 ms over.
   assert.ok(got.penaltyBoxed[0].remainingMs > 4000 && got.penaltyBoxed[0].remainingMs <= 5001, `remainingMs ${got.penaltyBoxed[0].remainingMs}`);
   assert.deepEqual(got.dynamicBlocklist, []);
@@ -396,7 +462,10 @@ test('a prefix box received from another node is listed as a prefix box, with it
   assert.equal(await admitted(b, '127.0.14.9'), false);
   // The 'blocked' event reaches JS after the refusal (events are delivered asynchronously).
   await h.waitFor(async () => (await b.call('events')).blocked.length > 0, { timeoutMs: 1000, intervalMs: 5, what: "B's 'blocked' event" });
-  assert.deepEqual((await b.call('events')).blocked.map((e) => [e.ip, e.reason]), [['127.0.14.9', 'penalty_boxed']]);
+  assert.deepEqual(
+    (await b.call('events')).blocked.map((e) => [e.ip, e.reason]),
+    [['127.0.14.9', 'penalty_boxed']]
+  );
   assert.equal(await admitted(b, '127.0.15.9'), true);
   assert.equal((await b.call('metrics')).cluster.bansPublished, 0, 'a received prefix box is not published again');
 });

@@ -11,11 +11,7 @@ test('the constructor names every offending listener and route field', () => {
   const errs = errorsOf(
     () =>
       new RampartProxy({
-        listeners: [
-          { host: 'nope', port: 70000, maxConnections: -1, idleTimeoutMs: Infinity },
-          { port: 8443, mode: 'http' },
-          { port: 8443 },
-        ],
+        listeners: [{ host: 'nope', port: 70000, maxConnections: -1, idleTimeoutMs: Infinity }, { port: 8443, mode: 'http' }, { port: 8443 }],
         routes: [
           { sni: 'a b', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: NaN }] },
           { sni: '*.x.com', terminateTls: false, upstreams: [], forwardFingerprint: 'ja4' },
@@ -25,16 +21,23 @@ test('the constructor names every offending listener and route field', () => {
       })
   );
   assert.deepEqual(errs, [
-    { path: 'listeners[0].host', message: 'must be an IP address to bind (\'0.0.0.0\', \'::\', \'127.0.0.1\'), got "nope"' },
+    { path: 'listeners[0].host', message: "must be an IP address to bind ('0.0.0.0', '::', '127.0.0.1'), got \"nope\"" },
     { path: 'listeners[0].port', message: 'must be an integer in [1, 65535], got 70000' },
     { path: 'listeners[0].maxConnections', message: 'must be an integer in [0, 2^53-1], got -1' },
     { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got Infinity' },
     { path: 'listeners[2].port', message: '0.0.0.0:8443 is already bound by listeners[1] (the same host and port twice)' },
-    { path: 'routes[0].sni', message: 'must be \'\', a host name or \'*.\' followed by a host name, got "a b"' },
+    { path: 'routes[0].sni', message: "must be '', a host name or '*.' followed by a host name, got \"a b\"" },
     { path: 'routes[0].upstreams[0].port', message: 'must be an integer in [1, 65535], got NaN' },
     { path: 'routes[1].upstreams', message: 'must hold at least one upstream' },
-    { path: 'routes[1].forwardFingerprint', message: "sets HTTP request headers: needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)" },
-    { path: 'routes[2].burts', message: 'unknown field; expected one of: sni, upstreams, terminateTls, cert, http2, sourceAddressHeader, forwardFingerprint, connectTimeoutMs, maxConnectionsPerSecond, burst, protocol, mtls, metricsGroup, suspended, suspendTimeoutMs, balance, ipAffinity, ipAffinityTtlMs, tunnels, tls, concurrency' },
+    {
+      path: 'routes[1].forwardFingerprint',
+      message: "sets HTTP request headers: needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)",
+    },
+    {
+      path: 'routes[2].burts',
+      message:
+        'unknown field; expected one of: sni, upstreams, terminateTls, cert, http2, sourceAddressHeader, forwardFingerprint, connectTimeoutMs, maxConnectionsPerSecond, burst, protocol, mtls, metricsGroup, suspended, suspendTimeoutMs, balance, ipAffinity, ipAffinityTtlMs, tunnels, tls, concurrency',
+    },
     { path: 'routes[2].upstreams[0].path', message: "is required for kind 'uds'" },
     { path: 'routes[2].terminateTls', message: 'must be a boolean, got "yes"' },
     { path: 'workerThreads', message: 'must be an integer in [1, 256], got 0' },
@@ -49,9 +52,7 @@ test('a terminating route without any certificate is refused', () => {
         routes: [{ sni: '', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }],
       })
   );
-  assert.deepEqual(errs, [
-    { path: 'routes[0].cert', message: 'is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:9)' },
-  ]);
+  assert.deepEqual(errs, [{ path: 'routes[0].cert', message: 'is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:9)' }]);
 });
 
 test('a key that does not match its certificate is refused', () => {
@@ -78,7 +79,10 @@ test('updateConfig with unknown ports and bad routes throws and changes nothing'
   const errs = errorsOf(() =>
     proxy.updateConfig({
       routes: [{ sni: 'x', upstreams: [{ kind: 'tcp', host: 'h', port: 0 }] }],
-      protection: [{ port: 1, protection: null }, { port: 'x', protection: null }],
+      protection: [
+        { port: 1, protection: null },
+        { port: 'x', protection: null },
+      ],
       extra: true,
     })
   );
@@ -100,11 +104,20 @@ test('lone surrogates, a zero event cap and unknown blockedIps ports are ConfigE
         blockedEvents: { maxPerSecond: 0 },
       })
   );
-  assert.deepEqual(errs.map((e) => e.path), ['routes[0].sni', 'blockedEvents.maxPerSecond']);
+  assert.deepEqual(
+    errs.map((e) => e.path),
+    ['routes[0].sni', 'blockedEvents.maxPerSecond']
+  );
   assert.match(errs[0].message, /lone UTF-16 surrogate/);
   const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [] });
-  assert.deepEqual(errorsOf(() => proxy.blockIp('127.0.0.9', { reason: 'x\ud800' })).map((e) => e.path), ['opts.reason']);
-  assert.deepEqual(errorsOf(() => proxy.blockedIps({ port: 1 })), [{ path: 'opts.port', message: 'no listener on port 1' }]);
+  assert.deepEqual(
+    errorsOf(() => proxy.blockIp('127.0.0.9', { reason: 'x\ud800' })).map((e) => e.path),
+    ['opts.reason']
+  );
+  assert.deepEqual(
+    errorsOf(() => proxy.blockedIps({ port: 1 })),
+    [{ path: 'opts.port', message: 'no listener on port 1' }]
+  );
   assert.deepEqual(proxy.blockedIps({ port }).dynamicBlocklist, []);
 });
 
@@ -117,10 +130,13 @@ test("Symphony's zero values: idleTimeoutMs 0 (no idle timeout), tlsHandshakeTim
       { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got NaN' },
       { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got -1' },
       { path: 'listeners[0].protection.tlsHandshakeTimeoutMs', message: 'must be a finite number >= 0 (0: the default, 10000), got -1' },
-    ],
+    ]
   );
-  assert.deepEqual(errorsOf(() => new RampartProxy(config({ idleTimeoutMs: 0.5 }, { halfCloseTimeoutMs: 0.5 }))), [
-    { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
-    { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
-  ]);
+  assert.deepEqual(
+    errorsOf(() => new RampartProxy(config({ idleTimeoutMs: 0.5 }, { halfCloseTimeoutMs: 0.5 }))),
+    [
+      { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+      { path: 'listeners[0].idleTimeoutMs', message: 'must be an integer in [0, 2^53-1], got 0.5' },
+    ]
+  );
 });

@@ -26,9 +26,11 @@ test('npm start prints blockedIps() when 127.0.0.1 is boxed and again when it is
     const probes = await Promise.all(Array.from({ length: 80 }, () => h.tcpProbe({ port, timeoutMs: 200 })));
     assert.ok(probes.includes('closed'), `some connections were refused: ${probes.join(',')}`);
     const waitPrinted = (fn, what) =>
-      h.waitFor(() => fn(printed(out())), { timeoutMs: 10000, what }).catch((e) => {
-        throw new Error(`${e.message}; the demo printed:\n${out()}`);
-      });
+      h
+        .waitFor(() => fn(printed(out())), { timeoutMs: 10000, what })
+        .catch((e) => {
+          throw new Error(`${e.message}; the demo printed:\n${out()}`);
+        });
     await waitPrinted((p) => p.some((b) => b.lists.penaltyBoxed.includes('127.0.0.1')), 'blockedIps() with 127.0.0.1 boxed');
     await waitPrinted((p) => p.length > 1 && p.at(-1).empty, 'blockedIps() printed empty after the box expired');
     const last = printed(out()).at(-1);

@@ -34,7 +34,7 @@ test('the checker reports a missing file, a missing anchor and a link out of the
       '```',
       '[in a block](nowhere.md)',
       '```',
-    ].join('\n'),
+    ].join('\n')
   );
   fs.writeFileSync(path.join(dir, 'docs', 'a.md'), '# A page\n\n## A page\n\n## A page\n\n[back](../README.md#title)\n');
   const { files, links, problems } = checkDocLinks(dir);

@@ -121,7 +121,10 @@ test('JA3/JA4 blocklists block the fingerprinted client and let the others throu
   assert.throws(
     () => proxy.updateConfig({ protection: [{ port, protection: { ja3Blocklist: ['xyz'], ja4Blocklist: ['t13d1516h2_8daaf6152771'] } }] }),
     (e) => {
-      assert.deepEqual(e.errors.map((x) => x.path), ['protection[0].protection.ja3Blocklist[0]', 'protection[0].protection.ja4Blocklist[0]']);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['protection[0].protection.ja3Blocklist[0]', 'protection[0].protection.ja4Blocklist[0]']
+      );
       return true;
     }
   );
@@ -145,7 +148,13 @@ test('forwardFingerprint: ja4 rides PROXY v2 TLV 0xE1 to the upstream', async (t
   const proxy = new RampartProxy({
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned([SNI]) }],
     routes: [
-      { sni: '', terminateTls: true, sourceAddressHeader: 'proxyProtocolV2', forwardFingerprint: 'ja4', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }] },
+      {
+        sni: '',
+        terminateTls: true,
+        sourceAddressHeader: 'proxyProtocolV2',
+        forwardFingerprint: 'ja4',
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }],
+      },
     ],
   });
   await proxy.start();
@@ -160,7 +169,10 @@ test('forwardFingerprint: ja4 rides PROXY v2 TLV 0xE1 to the upstream', async (t
   await h.waitFor(() => cap.captured.length === 1 && cap.captured[0].data.at(-1) === 0x58, { what: 'upstream data' });
   const v2 = h.parseProxyV2(cap.captured[0].data);
   // The fingerprint first, then the SNI, the ALPN and the SSL TLV (proxy.proxy-v2-tlvs.test.js).
-  assert.deepEqual(v2.tlvs.map((x) => x.type), [0xe1, 0x02, 0x01, 0x20]);
+  assert.deepEqual(
+    v2.tlvs.map((x) => x.type),
+    [0xe1, 0x02, 0x01, 0x20]
+  );
   assert.equal(v2.tlvs[0].value.toString(), fp.ja4);
   assert.equal(v2.rest.toString(), 'X');
   s.destroy();

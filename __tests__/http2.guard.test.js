@@ -22,8 +22,7 @@ const H2_BOX_NOTE = 'boxed by protection.http2.boxAfterViolations';
  * route's upstream capacity is off: these specs hold streams open that the upstream never
  * answers, and look at the guard's own limits only.
  */
-const setup = (t, { upstreamSettings, ...opts } = {}) =>
-  H.proxiedUpstream(t, { route: { concurrency: { mode: 'off' } }, ...opts, settings: upstreamSettings });
+const setup = (t, { upstreamSettings, ...opts } = {}) => H.proxiedUpstream(t, { route: { concurrency: { mode: 'off' } }, ...opts, settings: upstreamSettings });
 
 /**
  * Sends `frames` (after the preface and an empty SETTINGS) in one write, waits for the proxy to
@@ -169,7 +168,10 @@ test('a client that violates boxAfterViolations (3) times within 60 s is penalty
     assert.equal(c.goaway.errorCode, CALM);
   }
   await h.waitFor(() => s.events.length === 3, { what: 'three h2_flood events' });
-  assert.deepEqual(s.events.map((e) => [e.ip, e.reason, e.detail]), times(3, () => ['127.0.0.5', 'h2_flood', 'control_frames']));
+  assert.deepEqual(
+    s.events.map((e) => [e.ip, e.reason, e.detail]),
+    times(3, () => ['127.0.0.5', 'h2_flood', 'control_frames'])
+  );
   // The fourth connection is refused at accept.
   await assert.rejects(H.rawClient({ port: s.port, localAddress: '127.0.0.5' }));
   await h.waitFor(() => s.events.length === 4, { what: 'the penalty_boxed event' });
@@ -189,12 +191,20 @@ test('a client that violates boxAfterViolations (3) times within 60 s is penalty
 
 test('with a penaltyBox the box lasts its durationMs; boxAfterViolations: 1 boxes at once', async (t) => {
   const s = await setup(t, { protection: { penaltyBox: { durationMs: 1500 }, http2: { boxAfterViolations: 1 } } });
-  await flood(s, times(1000, () => H.ping()), { localAddress: '127.0.0.7' });
+  await flood(
+    s,
+    times(1000, () => H.ping()),
+    { localAddress: '127.0.0.7' }
+  );
   await assert.rejects(H.rawClient({ port: s.port, localAddress: '127.0.0.7' }));
   const [b] = s.proxy.blockedIps({ detail: true }).penaltyBoxed;
   assert.ok(b.ip === '127.0.0.7' && b.remainingMs <= 1500, JSON.stringify(b));
   // Readmitted at the deadline (polled, not slept).
-  const c = await h.waitFor(() => H.rawClient({ port: s.port, localAddress: '127.0.0.7' }).catch(() => null), { timeoutMs: 5000, intervalMs: 100, what: 'readmission' });
+  const c = await h.waitFor(() => H.rawClient({ port: s.port, localAddress: '127.0.0.7' }).catch(() => null), {
+    timeoutMs: 5000,
+    intervalMs: 100,
+    what: 'readmission',
+  });
   assert.equal(c.alpn, 'h2');
   c.socket.destroy();
   assert.deepEqual(s.proxy.blockedIps().penaltyBoxed, []);
@@ -213,7 +223,13 @@ test('protection.http2 is validated with paths, in the constructor and in update
   const base = { routes: [{ sni: '', terminateTls: true, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }] };
   const cert = h.selfSigned(['localhost']);
   assert.deepEqual(
-    errorsOf(() => new RampartProxy({ ...base, listeners: [{ port: 1, defaultCert: cert, protection: { http2: { maxResetsPerSecond: NaN, boxAfterViolations: 0, enabled: 'no' } } }] })),
+    errorsOf(
+      () =>
+        new RampartProxy({
+          ...base,
+          listeners: [{ port: 1, defaultCert: cert, protection: { http2: { maxResetsPerSecond: NaN, boxAfterViolations: 0, enabled: 'no' } } }],
+        })
+    ),
     [
       { path: 'listeners[0].protection.http2.enabled', message: 'must be a boolean, got "no"' },
       { path: 'listeners[0].protection.http2.maxResetsPerSecond', message: 'must be a finite number > 0, got NaN' },
@@ -253,7 +269,7 @@ test('enabled: false turns the guard off for that listener', async (t) => {
   assert.equal(s.events.length, 0);
 });
 
-test("observe mode reports h2_flood (observed) and forwards everything", async (t) => {
+test('observe mode reports h2_flood (observed) and forwards everything', async (t) => {
   const s = await setup(t, { protection: { mode: 'observe' } });
   const c = await H.rawClient({ port: s.port });
   // 400 PINGs: twice the budget, and below what node:http2 itself tolerates unacknowledged. A
@@ -275,7 +291,10 @@ test('a client that is not speaking HTTP/2 on an h2 connection is closed, counte
   await h.waitFor(() => c.closed, { what: 'the close' });
   await h.waitFor(() => s.metrics().errorsByReason.h2_protocol_error === 1, { what: 'h2_protocol_error' });
   // Only Rampart's SETTINGS, sent right after the handshake; no GOAWAY for a client without a preface.
-  assert.deepEqual(c.frames.map((f) => f.type), [H.T.SETTINGS]);
+  assert.deepEqual(
+    c.frames.map((f) => f.type),
+    [H.T.SETTINGS]
+  );
   assert.equal(c.goaway, null);
   assert.equal(s.events.length, 0);
 });
@@ -286,11 +305,15 @@ test('no false positive: node:http2, 500 requests over 100 concurrent streams', 
   session.on('error', () => {});
   const get = H.getter(session);
   // 100 workers, 5 requests each: 100 streams open at once, 500 in all.
-  const results = (await Promise.all(times(100, async (w) => {
-    const out = [];
-    for (let i = 0; i < 5; i++) out.push(await get(`/${w}/${i}`));
-    return out;
-  }))).flat();
+  const results = (
+    await Promise.all(
+      times(100, async (w) => {
+        const out = [];
+        for (let i = 0; i < 5; i++) out.push(await get(`/${w}/${i}`));
+        return out;
+      })
+    )
+  ).flat();
   assert.equal(results.length, 500);
   assert.ok(results.every(([st, b]) => st === 200 && b === 'ok'));
   assert.equal(session.remoteSettings.maxConcurrentStreams, 100);
@@ -303,13 +326,33 @@ test('no false positive: node:http2, 500 requests over 100 concurrent streams', 
 test('no false positive: curl --http2, 500 requests multiplexed over 100 concurrent streams', async (t) => {
   if (!h.needTool(t, 'curl')) return;
   const s = await setup(t);
-  const r = await h.run('curl', ['-sk', '--http2', '--parallel', '--parallel-max', '100', '--max-time', '30',
-    '--resolve', `localhost:${s.port}:127.0.0.1`, '-w', '%{http_code} %{http_version}\\n', '-o', '/dev/null',
-    `https://localhost:${s.port}/[1-500]`], { timeoutMs: 40000 });
+  const r = await h.run(
+    'curl',
+    [
+      '-sk',
+      '--http2',
+      '--parallel',
+      '--parallel-max',
+      '100',
+      '--max-time',
+      '30',
+      '--resolve',
+      `localhost:${s.port}:127.0.0.1`,
+      '-w',
+      '%{http_code} %{http_version}\\n',
+      '-o',
+      '/dev/null',
+      `https://localhost:${s.port}/[1-500]`,
+    ],
+    { timeoutMs: 40000 }
+  );
   assert.equal(r.code, 0, r.stderr.toString());
   const lines = r.stdout.toString().trim().split('\n');
   assert.equal(lines.length, 500);
-  assert.ok(lines.every((l) => l === '200 2'), lines.find((l) => l !== '200 2'));
+  assert.ok(
+    lines.every((l) => l === '200 2'),
+    lines.find((l) => l !== '200 2')
+  );
   assert.equal(s.up.streams, 500);
   assert.equal(s.events.length, 0, JSON.stringify(s.events));
   assert.equal(s.metrics().blockedByReason.h2_flood, 0);

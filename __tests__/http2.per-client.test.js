@@ -47,7 +47,10 @@ test('rapid reset from 8 sources × 4 connections: each source gets one client b
   assert.deepEqual([...new Set(s.events.map((e) => e.ip))].sort(), sources);
   assert.deepEqual(s.proxy.blockedIps().penaltyBoxed.sort(), sources);
   const boxed = s.proxy.blockedIps({ detail: true }).penaltyBoxed;
-  assert.ok(boxed.every((b) => b.remainingMs > 590000 && b.remainingMs <= 600000), JSON.stringify(boxed));
+  assert.ok(
+    boxed.every((b) => b.remainingMs > 590000 && b.remainingMs <= 600000),
+    JSON.stringify(boxed)
+  );
   // The next connection of a source is refused at accept.
   await assert.rejects(H.rawClient({ port: s.port, localAddress: sources[0] }));
   await h.waitFor(() => s.events.length === 33, { what: 'the penalty_boxed event' });
@@ -90,7 +93,10 @@ test('streams spread over 4 connections of one client are limited like one conne
   assert.ok(cut.length >= 1, 'at least one connection went over the client budget');
   for (const c of cut) assert.equal(c.goaway.errorCode, CALM);
   await h.waitFor(() => s.events.length === cut.length, { what: 'one h2_flood per cut connection' });
-  assert.deepEqual(s.events.map((e) => [e.ip, e.reason, e.detail]), cut.map(() => ['127.0.0.40', 'h2_flood', 'stream_rate']));
+  assert.deepEqual(
+    s.events.map((e) => [e.ip, e.reason, e.detail]),
+    cut.map(() => ['127.0.0.40', 'h2_flood', 'stream_rate'])
+  );
   await h.waitFor(() => sum(s.up.conns, 'HEADERS') === answered, { what: `${answered} HEADERS at the upstream` });
   for (const c of open) c.socket.destroy();
 });
@@ -104,7 +110,10 @@ test('maxStreamsPerConnection: a graceful GOAWAY (NO_ERROR) after the last strea
   const get = H.getter(session);
   const results = [];
   for (let i = 0; i < 5; i++) results.push(await get(`/${i}`));
-  assert.deepEqual(results, times(5, () => [200, 'ok']));
+  assert.deepEqual(
+    results,
+    times(5, () => [200, 'ok'])
+  );
   await h.waitFor(() => goaway !== null, { what: 'the GOAWAY' });
   assert.deepEqual(goaway, { errorCode: http2.constants.NGHTTP2_NO_ERROR, lastStreamID: 9 });
   await h.waitFor(() => session.closed || session.destroyed, { what: 'the session to close' });
@@ -128,7 +137,10 @@ test('maxStreamsPerConnection: a stream opened after the GOAWAY is not forwarded
   c.write(H.headers(5));
   await h.waitFor(() => c.closed, { what: 'the proxy to close the connection' });
   const goaways = c.frames.filter((f) => f.type === H.T.GOAWAY).map((f) => [f.payload.readUInt32BE(0), f.payload.readUInt32BE(4)]);
-  assert.deepEqual(goaways, [[3, 0], [3, 0]]);
+  assert.deepEqual(goaways, [
+    [3, 0],
+    [3, 0],
+  ]);
   await h.waitFor(() => s.up.conns[0].closed, { what: 'the upstream connection to close' });
   assert.equal(s.up.conns[0].frames.HEADERS, 2);
   assert.equal(s.events.length, 0, JSON.stringify(s.events));

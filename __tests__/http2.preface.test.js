@@ -101,7 +101,10 @@ function holdUntil(hold) {
   };
 }
 
-for (const [name, protection] of [['protection: {}', {}], ['no protection', undefined]]) {
+for (const [name, protection] of [
+  ['protection: {}', {}],
+  ['no protection', undefined],
+]) {
   test(`an upstream without SETTINGS_MAX_CONCURRENT_STREAMS: node:http2, 150 requests at once all succeed, 100 open at once (${name})`, async (t) => {
     // The upstream answers only once 100 streams are open: the route's capacity limit (which
     // would hold streams past its initial limit until some are answered) is off.
@@ -127,7 +130,10 @@ test('an upstream without SETTINGS_MAX_CONCURRENT_STREAMS: nghttp -m 150, 150/15
   assert.equal(r.code, 0, r.stderr.toString());
   // -s prints one line per completed request: "<id> +<responseEnd> +<requestStart> <process>
   // <code> <size> <path>".
-  const done = r.stdout.toString().split('\n').filter((l) => /^\s*\d+\s+\+\S+\s+\+\S+\s+\S+\s+200\s+2\s+\/$/.test(l));
+  const done = r.stdout
+    .toString()
+    .split('\n')
+    .filter((l) => /^\s*\d+\s+\+\S+\s+\+\S+\s+\S+\s+200\s+2\s+\/$/.test(l));
   assert.equal(done.length, 150, r.stdout.toString());
   assert.equal(s.up.streams, 150);
   assert.deepEqual(s.events, []);
@@ -149,7 +155,12 @@ test('an upstream without SETTINGS_MAX_CONCURRENT_STREAMS: h2load -m 200, 2000/2
 
 test('a TCP connection that closes without a byte is client_closed, never blocked, whatever lists are set', async (t) => {
   const p = await h.protectedProxy({
-    protection: { ja4Blocklist: ['t13d1516h2_8daaf6152771_e5627efa2ab1'], ja3Blocklist: ['0123456789abcdef0123456789abcdef'], allowlist: ['127.0.0.2'], requireSni: true },
+    protection: {
+      ja4Blocklist: ['t13d1516h2_8daaf6152771_e5627efa2ab1'],
+      ja3Blocklist: ['0123456789abcdef0123456789abcdef'],
+      allowlist: ['127.0.0.2'],
+      requireSni: true,
+    },
   });
   t.after(() => p.close());
   const m = () => p.proxy.metrics().listeners[0];
@@ -165,7 +176,10 @@ test('a TCP connection that closes without a byte is client_closed, never blocke
   const after = m();
   assert.deepEqual(p.events, []);
   assert.equal(after.blocked, 0);
-  assert.ok(Object.values(after.blockedByReason).every((n) => n === 0), JSON.stringify(after.blockedByReason));
+  assert.ok(
+    Object.values(after.blockedByReason).every((n) => n === 0),
+    JSON.stringify(after.blockedByReason)
+  );
   assert.equal(after.errors, 2);
   assert.equal(after.errorsByReason.client_closed, 2);
   assert.equal(after.accepted, 2);

@@ -77,7 +77,16 @@ test('blockIp reports an operator ban: start and expiry with a TTL, start and li
   await h.waitFor(() => timed.length >= 2, { timeoutMs: 5000, what: 'start and expire of the timed block' });
   assert.deepEqual(shape(timed[0]), { action: 'start', ...op, ip: '127.0.8.0/24', port: null, listener: null, note: 'INC-7' });
   assertDeadline(timed[0], 300);
-  assert.deepEqual(timed[1], { action: 'expire', ...op, ip: '127.0.8.0/24', port: null, listener: null, note: 'INC-7', remainingMs: 0, expiresAt: timed[1].expiresAt });
+  assert.deepEqual(timed[1], {
+    action: 'expire',
+    ...op,
+    ip: '127.0.8.0/24',
+    port: null,
+    listener: null,
+    note: 'INC-7',
+    remainingMs: 0,
+    expiresAt: timed[1].expiresAt,
+  });
 
   p.proxy.blockIp('127.0.7.7', { port: p.port });
   await h.waitFor(() => open.length >= 1, { timeoutMs: 5000, what: 'start of the open block' });
@@ -122,10 +131,26 @@ test("a box from another node arrives as origin 'cluster' with that node's id", 
   assert.equal(await h.admitted(port, client, { host: '127.0.0.41' }), false);
   await h.waitFor(() => onA.length >= 1 && onB.length >= 1, { timeoutMs: 5000, what: 'the box on A and on B' });
   assert.deepEqual(shape(onA[0]), {
-    action: 'start', origin: 'local', node: null, ip: client, port, listener: `127.0.0.41:${port}`, reason: 'rate_limited', note: null, level: 0,
+    action: 'start',
+    origin: 'local',
+    node: null,
+    ip: client,
+    port,
+    listener: `127.0.0.41:${port}`,
+    reason: 'rate_limited',
+    note: null,
+    level: 0,
   });
   assert.deepEqual(shape(onB[0]), {
-    action: 'start', origin: 'cluster', node: 'node-a', ip: client, port, listener: `127.0.0.42:${port}`, reason: 'penalty_boxed', note: null, level: 0,
+    action: 'start',
+    origin: 'cluster',
+    node: 'node-a',
+    ip: client,
+    port,
+    listener: `127.0.0.42:${port}`,
+    reason: 'penalty_boxed',
+    note: null,
+    level: 0,
   });
   assertDeadline(onB[0], 3001);
 });

@@ -44,10 +44,7 @@ test("defense on by updateConfig: 'defense' events, defenseActive, and factor x 
   const on = { mode: 'on', factor: 0.25, newClientMaxPending: 3 };
   p.proxy.updateConfig({ protection: [{ port: p.port, protection: { ...base, defense: on } }] });
   await h.waitFor(() => events.length === 1, { what: 'defense on event' });
-  assert.deepEqual(
-    { ...events[0], rate: 0 },
-    { port: p.port, listener: label, active: true, rate: 0, threshold: 100 }
-  );
+  assert.deepEqual({ ...events[0], rate: 0 }, { port: p.port, listener: label, active: true, rate: 0, threshold: 100 });
   assert.equal(p.proxy.metrics().listeners[0].defenseActive, 1);
   assert.match(p.proxy.prometheus(), new RegExp(`rampart_defense_active\\{listener="${label}"\\} 1`));
   // A client that is not known-good (handshakes, no application bytes): burst 8 × factor 0.25 →
@@ -58,7 +55,13 @@ test("defense on by updateConfig: 'defense' events, defenseActive, and factor x 
   for (let i = 0; i < 7; i++) assert.equal(await h.admitted(p.port, good), true, `known-good round trip ${i + 1}`);
   assert.equal(await h.admitted(p.port, good), false);
   await h.waitFor(() => p.events.length === 2, { what: 'two blocked events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason]), [[fresh, 'rate_limited'], [good, 'rate_limited']]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason]),
+    [
+      [fresh, 'rate_limited'],
+      [good, 'rate_limited'],
+    ]
+  );
 
   p.proxy.updateConfig({ protection: [{ port: p.port, protection: { ...base, defense: { mode: 'off' } } }] });
   await h.waitFor(() => events.length === 2, { what: 'defense off event' });
@@ -78,11 +81,15 @@ test('defense on by a surge of new connections, and off after holdMs', async (t)
   assert.equal(events.length, 0);
   // 60 TCP connections from 60 sources at once.
   const socks = await Promise.all(
-    Array.from({ length: 60 }, (_, i) => new Promise((resolve) => {
-      const s = net.connect({ port: p.port, host: '127.0.0.1', localAddress: `127.0.11.${i + 1}` });
-      s.on('error', () => resolve(s));
-      s.once('connect', () => resolve(s));
-    }))
+    Array.from(
+      { length: 60 },
+      (_, i) =>
+        new Promise((resolve) => {
+          const s = net.connect({ port: p.port, host: '127.0.0.1', localAddress: `127.0.11.${i + 1}` });
+          s.on('error', () => resolve(s));
+          s.once('connect', () => resolve(s));
+        })
+    )
   );
   for (const s of socks) s.destroy();
   await h.waitFor(() => events.length === 1, { timeoutMs: 3000, what: 'defense on event' });

@@ -58,17 +58,29 @@ test('explain(ip) refuses anything but one address with a ConfigError at ip', as
   const p = await h.protectedProxy({});
   t.after(() => p.close());
   for (const bad of ['10.0.0.0/8', 'localhost', '', '1.2.3.4.5']) {
-    assert.throws(() => p.proxy.explain(bad), (e) => {
-      assert.equal(e.code, 'ERR_RAMPART_CONFIG');
-      assert.deepEqual(e.errors.map((x) => x.path), ['ip']);
-      assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got ${JSON.stringify(bad)}`);
-      return true;
-    });
+    assert.throws(
+      () => p.proxy.explain(bad),
+      (e) => {
+        assert.equal(e.code, 'ERR_RAMPART_CONFIG');
+        assert.deepEqual(
+          e.errors.map((x) => x.path),
+          ['ip']
+        );
+        assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got ${JSON.stringify(bad)}`);
+        return true;
+      }
+    );
   }
   // A huge input is quoted cut to 64 characters, never echoed whole.
-  assert.throws(() => p.proxy.explain('1'.repeat(100000)), (e) => {
-    assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got "${'1'.repeat(64)}"…`);
-    return true;
-  });
-  assert.throws(() => p.proxy.explain(7), (e) => e.errors[0].path === 'ip' && e.errors[0].message === 'must be a string, got number');
+  assert.throws(
+    () => p.proxy.explain('1'.repeat(100000)),
+    (e) => {
+      assert.equal(e.errors[0].message, `must be an IPv4 or IPv6 address (no /length, no zone), got "${'1'.repeat(64)}"…`);
+      return true;
+    }
+  );
+  assert.throws(
+    () => p.proxy.explain(7),
+    (e) => e.errors[0].path === 'ip' && e.errors[0].message === 'must be a string, got number'
+  );
 });

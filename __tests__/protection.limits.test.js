@@ -96,10 +96,13 @@ test('IPv6 clients in one /64 share state; IPv4 on a :: listener is reported as 
   assert.equal(await h.admitted(p.port, '127.0.0.5', { host: '127.0.0.1' }), false);
   assert.deepEqual(p.proxy.blockedIps().rateLimited, ['127.0.0.5', '2001:db8:1:2::/64']);
   await h.waitFor(() => p.events.length === 2, { what: 'blocked events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason]), [
-    ['2001:db8:1:2::b', 'rate_limited'],
-    ['127.0.0.5', 'rate_limited'],
-  ]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason]),
+    [
+      ['2001:db8:1:2::b', 'rate_limited'],
+      ['127.0.0.5', 'rate_limited'],
+    ]
+  );
 });
 
 test('raising a rate limit with updateConfig readmits a limited client at once', async (t) => {

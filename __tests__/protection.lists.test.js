@@ -27,10 +27,13 @@ test('blockIp / unblockIp: dynamic blocks with TTL on every listener, with or wi
   assert.equal(await h.admitted(p.port, '127.0.7.9'), false);
   assert.equal(await h.admitted(p.port, '127.0.0.8'), true);
   await h.waitFor(() => p.events.length === 2, { what: 'two blocked events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason]), [
-    ['127.0.0.6', 'dynamic_blocked'],
-    ['127.0.7.9', 'dynamic_blocked'],
-  ]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason]),
+    [
+      ['127.0.0.6', 'dynamic_blocked'],
+      ['127.0.7.9', 'dynamic_blocked'],
+    ]
+  );
   assert.deepEqual(p.proxy.blockedIps().dynamicBlocklist, ['127.0.0.6/32', '127.0.7.0/24']);
   const d = p.proxy.blockedIps({ detail: true }).dynamicBlocklist;
   assert.equal(d[0].ip, '127.0.0.6/32');
@@ -44,16 +47,25 @@ test('blockIp / unblockIp: dynamic blocks with TTL on every listener, with or wi
   await h.waitFor(() => p.proxy.blockedIps().dynamicBlocklist.length === 0, { what: 'TTL expiry', intervalMs: 50 });
   assert.equal(await h.admitted(p.port, '127.0.0.6'), true);
   // Bad input: clear errors, nothing changes.
-  assert.throws(() => p.proxy.blockIp('10.1.2.3/8'), (e) => {
-    assert.equal(e.errors[0].path, 'cidr');
-    assert.match(e.errors[0].message, /did you mean 10\.0\.0\.0\/8\?/);
-    return true;
-  });
-  assert.throws(() => p.proxy.blockIp('127.0.0.9', { ttlMs: NaN, port: 1 }), (e) => {
-    assert.deepEqual(e.errors.map((x) => x.path), ['opts.ttlMs', 'opts.port']);
-    assert.equal(e.errors[0].message, 'must be an integer in [1, 2^53-1], got NaN');
-    return true;
-  });
+  assert.throws(
+    () => p.proxy.blockIp('10.1.2.3/8'),
+    (e) => {
+      assert.equal(e.errors[0].path, 'cidr');
+      assert.match(e.errors[0].message, /did you mean 10\.0\.0\.0\/8\?/);
+      return true;
+    }
+  );
+  assert.throws(
+    () => p.proxy.blockIp('127.0.0.9', { ttlMs: NaN, port: 1 }),
+    (e) => {
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['opts.ttlMs', 'opts.port']
+      );
+      assert.equal(e.errors[0].message, 'must be an integer in [1, 2^53-1], got NaN');
+      return true;
+    }
+  );
   assert.deepEqual(p.proxy.blockedIps().dynamicBlocklist, []);
 });
 
@@ -66,17 +78,26 @@ test('dynamicBlocks() lists every blockIp entry exactly as held: canonical CIDR,
   p.proxy.blockIp('::ffff:198.51.100.0/120');
   const got = p.proxy.dynamicBlocks();
   const elapsed = Date.now() - t0;
-  assert.deepEqual(got.map((b) => [b.cidr, b.port, b.reason]), [
-    ['127.0.0.6/32', p.port, undefined],
-    ['198.51.100.0/24', null, undefined],
-    ['2001:db8::/48', null, 'INC-9'],
-  ]);
+  assert.deepEqual(
+    got.map((b) => [b.cidr, b.port, b.reason]),
+    [
+      ['127.0.0.6/32', p.port, undefined],
+      ['198.51.100.0/24', null, undefined],
+      ['2001:db8::/48', null, 'INC-9'],
+    ]
+  );
   const timed = got[2].remainingMs;
   assert.ok(timed <= 600000 && timed >= 600000 - elapsed - 1, `${timed} after ${elapsed} ms`);
   assert.equal(got[0].remainingMs, undefined);
-  assert.equal(got.every((b) => b.node === undefined), true);
+  assert.equal(
+    got.every((b) => b.node === undefined),
+    true
+  );
   p.proxy.unblockIp('127.0.0.6', { port: p.port });
-  assert.deepEqual(p.proxy.dynamicBlocks().map((b) => b.cidr), ['198.51.100.0/24', '2001:db8::/48']);
+  assert.deepEqual(
+    p.proxy.dynamicBlocks().map((b) => b.cidr),
+    ['198.51.100.0/24', '2001:db8::/48']
+  );
 });
 
 test('hot swap none → some → none on a running listener keeps open connections', async (t) => {
@@ -113,12 +134,15 @@ test('a failed combined update changes nothing: routes nor protection', async (t
         ],
       }),
     (e) => {
-      assert.deepEqual(e.errors.map((x) => x.path), [
-        'protection[0].protection.rateLimit.connectionsPerSecond',
-        'protection[0].protection.penaltyBox.durationMs',
-        'protection[0].protection.maxConcurrentPerIp',
-        'protection[1].port',
-      ]);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        [
+          'protection[0].protection.rateLimit.connectionsPerSecond',
+          'protection[0].protection.penaltyBox.durationMs',
+          'protection[0].protection.maxConcurrentPerIp',
+          'protection[1].port',
+        ]
+      );
       return true;
     }
   );
@@ -128,17 +152,20 @@ test('a failed combined update changes nothing: routes nor protection', async (t
   assert.equal(await h.admitted(p.port, '127.0.0.2'), false);
 });
 
-test("observe mode admits while reporting with observed: true", async (t) => {
+test('observe mode admits while reporting with observed: true', async (t) => {
   const p = await h.protectedProxy({ protection: { mode: 'observe', blocklist: ['127.0.0.2'], rateLimit: { connectionsPerSecond: 1, burst: 1 } } });
   t.after(() => p.close());
   assert.equal(await h.admitted(p.port, '127.0.0.2'), true);
   assert.equal(await h.admitted(p.port, '127.0.0.3'), true);
   assert.equal(await h.admitted(p.port, '127.0.0.3'), true);
   await h.waitFor(() => p.events.length === 2, { what: 'two observed events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason, e.observed]), [
-    ['127.0.0.2', 'cidr_blocked', true],
-    ['127.0.0.3', 'rate_limited', true],
-  ]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason, e.observed]),
+    [
+      ['127.0.0.2', 'cidr_blocked', true],
+      ['127.0.0.3', 'rate_limited', true],
+    ]
+  );
   assert.deepEqual(p.proxy.blockedIps().cidrBlocklist, ['127.0.0.2/32']);
   assert.equal(p.proxy.metrics().listeners[0].accepted, 3);
 });
@@ -167,10 +194,13 @@ test('handshake timeout and slow-handshake guards', async (t) => {
   await new Promise((r) => second.once('close', r));
   await closed;
   await h.waitFor(() => p.events.length === 2, { what: 'two events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason]), [
-    ['127.0.0.2', 'slow_handshake'],
-    ['127.0.0.2', 'handshake_timeout'],
-  ]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason]),
+    [
+      ['127.0.0.2', 'slow_handshake'],
+      ['127.0.0.2', 'handshake_timeout'],
+    ]
+  );
   await h.waitFor(() => p.proxy.metrics().activeConnections === 0, { what: 'gauges back at zero' });
 });
 

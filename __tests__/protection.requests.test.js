@@ -53,11 +53,13 @@ async function client(port, src) {
     buf = Buffer.concat([buf, d]);
     wake();
   });
-  const closed = new Promise((r) => c.once('close', () => {
-    ended = true;
-    wake();
-    r();
-  }));
+  const closed = new Promise((r) =>
+    c.once('close', () => {
+      ended = true;
+      wake();
+      r();
+    })
+  );
   await new Promise((r) => c.once('secureConnect', r));
   async function response() {
     for (;;) {
@@ -87,7 +89,11 @@ test('requestLimit is a budget per client across its keep-alive connections: 429
   const src = '127.0.20.1';
   const a = await client(p.port, src);
   const b = await client(p.port, src);
-  for (const [c, path] of [[a, '/1'], [a, '/2'], [b, '/3']]) {
+  for (const [c, path] of [
+    [a, '/1'],
+    [a, '/2'],
+    [b, '/3'],
+  ]) {
     c.send(GET(path));
     const r = await c.response();
     assert.match(r.head, /^HTTP\/1\.1 200 OK\r\n/);
@@ -99,7 +105,7 @@ test('requestLimit is a budget per client across its keep-alive connections: 429
     r.text,
     'HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nContent-Length: 22\r\n' +
       'Connection: close\r\nRetry-After: 10\r\nRateLimit-Policy: "rampart";q=3;w=30\r\n' +
-      'RateLimit: "rampart";r=0;t=10\r\n\r\n429 Too Many Requests\n',
+      'RateLimit: "rampart";r=0;t=10\r\n\r\n429 Too Many Requests\n'
   );
   assert.equal(await b.response(), null, 'the connection ends after the 429');
   await b.closed;
@@ -107,9 +113,18 @@ test('requestLimit is a budget per client across its keep-alive connections: 429
   a.send(GET('/5'));
   assert.match((await a.response()).head, /^HTTP\/1\.1 429 /);
   await a.closed;
-  assert.deepEqual(p.up.seen.map((s) => s[0]), ['/1', '/2', '/3']);
+  assert.deepEqual(
+    p.up.seen.map((s) => s[0]),
+    ['/1', '/2', '/3']
+  );
   await h.waitFor(() => p.events.length === 2, { what: 'two blocked events' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason, e.observed]), [[src, 'request_rate_limited', false], [src, 'request_rate_limited', false]]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason, e.observed]),
+    [
+      [src, 'request_rate_limited', false],
+      [src, 'request_rate_limited', false],
+    ]
+  );
   await h.waitFor(() => p.proxy.metrics().listeners[0].blockedByReason.request_rate_limited === 2, { what: 'counted' });
   // Another client has its own budget.
   const c = await client(p.port, '127.0.20.2');
@@ -134,7 +149,10 @@ test('a slow second request head on a keep-alive connection is closed at its dea
   assert.ok(closedAfterMs >= HEAD_MS - 20 && closedAfterMs < HEAD_MS + 400, `closed after ${closedAfterMs} ms`);
   await h.waitFor(() => p.events.length === 1, { what: 'blocked event' });
   assert.deepEqual([p.events[0].ip, p.events[0].reason, p.events[0].observed], [src, 'slow_request', false]);
-  assert.deepEqual(p.up.seen.map((s) => s[0]), ['/1']);
+  assert.deepEqual(
+    p.up.seen.map((s) => s[0]),
+    ['/1']
+  );
   assert.equal(p.proxy.metrics().listeners[0].blockedByReason.slow_request, 1);
 });
 
@@ -150,6 +168,9 @@ test('past maxRequestsPerConnection: the last request carries Connection: close 
   assert.match(second.head, /\r\nConnection: close\r\n/i);
   assert.equal(await c.response(), null);
   await c.closed;
-  assert.deepEqual(p.up.seen, [['/1', undefined], ['/2', 'close']]);
+  assert.deepEqual(p.up.seen, [
+    ['/1', undefined],
+    ['/2', 'close'],
+  ]);
   assert.equal(p.events.length, 0);
 });

@@ -8,12 +8,25 @@ const h = require('./helpers');
 
 /** `shadowByReason` with every shadow reason at 0 but those given. */
 const shadowCounts = (counts = {}) => ({
-  cidr_blocked: 0, rate_limited: 0, too_many_connections: 0,
-  prefix_rate_limited: 0, prefix_too_many_connections: 0, listener_overloaded: 0, ...counts,
+  cidr_blocked: 0,
+  rate_limited: 0,
+  too_many_connections: 0,
+  prefix_rate_limited: 0,
+  prefix_too_many_connections: 0,
+  listener_overloaded: 0,
+  ...counts,
 });
 /** A shadow 'blocked' event as the proxy emits it. */
 const shadowEvent = (p, ip, reason) => ({
-  ip, port: p.port, listener: `127.0.0.1:${p.port}`, reason, ja3: '', ja4: '', observed: true, detail: '', shadow: true,
+  ip,
+  port: p.port,
+  listener: `127.0.0.1:${p.port}`,
+  reason,
+  ja3: '',
+  ja4: '',
+  observed: true,
+  detail: '',
+  shadow: true,
 });
 
 test('a shadow rate limit counts what it would refuse and refuses nothing', async (t) => {
@@ -35,7 +48,15 @@ test('a shadow rate limit counts what it would refuse and refuses nothing', asyn
   assert.deepEqual(
     p.events,
     Array.from({ length: 3 }, () => ({
-      ip, port: p.port, listener: `127.0.0.1:${p.port}`, reason: 'rate_limited', ja3: '', ja4: '', observed: true, detail: '', shadow: true,
+      ip,
+      port: p.port,
+      listener: `127.0.0.1:${p.port}`,
+      reason: 'rate_limited',
+      ja3: '',
+      ja4: '',
+      observed: true,
+      detail: '',
+      shadow: true,
     }))
   );
   // Another client has its own shadow budget.
@@ -69,7 +90,10 @@ test('a shadow maxConcurrentPerIp counts the connection over it while the enforc
   assert.deepEqual(l.shadowByReason, shadowCounts({ too_many_connections: 1 }));
   assert.equal(l.activeConnections, 3);
   assert.equal(l.blocked, 0);
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason, e.shadow, e.observed]), [[ip, 'too_many_connections', true, true]]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason, e.shadow, e.observed]),
+    [[ip, 'too_many_connections', true, true]]
+  );
 });
 
 test('a shadow blocklist counts its clients once, never an allowlisted or enforced-blocked one, and explain shows it', async (t) => {
@@ -92,8 +116,14 @@ test('a shadow blocklist counts its clients once, never an allowlisted or enforc
   assert.deepEqual(l.blockedByReason.cidr_blocked, 1);
   assert.equal(l.accepted, 5);
   const shadow = p.events.filter((e) => e.shadow);
-  assert.deepEqual(shadow, ['127.0.3.1', '127.0.3.2', '127.0.3.1'].map((ip) => shadowEvent(p, ip, 'cidr_blocked')));
-  assert.deepEqual(p.events.filter((e) => !e.shadow).map((e) => [e.ip, e.reason, e.observed]), [['127.0.3.8', 'cidr_blocked', false]]);
+  assert.deepEqual(
+    shadow,
+    ['127.0.3.1', '127.0.3.2', '127.0.3.1'].map((ip) => shadowEvent(p, ip, 'cidr_blocked'))
+  );
+  assert.deepEqual(
+    p.events.filter((e) => !e.shadow).map((e) => [e.ip, e.reason, e.observed]),
+    [['127.0.3.8', 'cidr_blocked', false]]
+  );
   const x = (ip) => p.proxy.explain(ip).listeners[0];
   assert.deepEqual([x('127.0.3.1').verdict, x('127.0.3.1').shadowVerdict], [null, 'cidr_blocked']);
   assert.deepEqual([x('127.0.3.20').verdict, x('127.0.3.20').shadowVerdict], [null, null]);
@@ -119,7 +149,10 @@ test('a shadow prefix rate counts per prefix with its own prefix length and refu
   assert.deepEqual(l.shadowByReason, shadowCounts({ prefix_rate_limited: 2 }));
   assert.equal(l.blocked, 0);
   assert.equal(l.accepted, 6);
-  assert.deepEqual(p.events, ['127.0.4.3', '127.0.4.4'].map((ip) => shadowEvent(p, ip, 'prefix_rate_limited')));
+  assert.deepEqual(
+    p.events,
+    ['127.0.4.3', '127.0.4.4'].map((ip) => shadowEvent(p, ip, 'prefix_rate_limited'))
+  );
   // 127.0.4.0/28 and 127.0.4.16/28 have used their shadow burst, 127.0.4.32/28 has not; the
   // enforced policy admits all three.
   const x = (ip) => p.proxy.explain(ip).listeners[0];
@@ -132,7 +165,9 @@ test('a shadow prefix maxConcurrent counts the open connections of a prefix', as
   const p = await h.protectedProxy({ protection: { shadow: { prefixLimit: { maxConcurrent: 2 } } } });
   t.after(() => p.close());
   const socks = [];
-  t.after(() => socks.forEach((s) => s.destroy()));
+  t.after(() => {
+    for (const s of socks) s.destroy();
+  });
   const open = async (ip) => {
     const s = net.connect({ port: p.port, host: '127.0.0.1', localAddress: ip });
     s.on('error', () => {});
@@ -146,7 +181,7 @@ test('a shadow prefix maxConcurrent counts the open connections of a prefix', as
   assert.deepEqual(p.events, [shadowEvent(p, '127.0.5.3', 'prefix_too_many_connections')]);
   assert.equal(p.proxy.explain('127.0.5.4').listeners[0].shadowVerdict, 'prefix_too_many_connections');
   // Closing them releases the prefix: one more is counted clean.
-  socks.splice(0).forEach((s) => s.destroy());
+  for (const s of socks.splice(0)) s.destroy();
   await h.waitFor(() => p.proxy.metrics().listeners[0].activeConnections === 0, { what: 'the connections closed' });
   assert.equal(p.proxy.explain('127.0.5.4').listeners[0].shadowVerdict, null);
   assert.equal(await h.admitted(p.port, '127.0.5.4'), true);
@@ -164,7 +199,10 @@ test('a shadow listener rate counts over every client of the listener', async (t
   const ips = ['127.0.6.1', '127.0.7.1', '127.0.8.1', '127.0.10.1', '127.0.11.1'];
   for (const ip of ips) assert.equal(await h.admitted(p.port, ip), true, ip);
   await h.waitFor(() => p.events.length === 3, { what: "three shadow 'blocked' events" });
-  assert.deepEqual(p.events, ips.slice(2).map((ip) => shadowEvent(p, ip, 'listener_overloaded')));
+  assert.deepEqual(
+    p.events,
+    ips.slice(2).map((ip) => shadowEvent(p, ip, 'listener_overloaded'))
+  );
   // 127.0.6.1 is known-good now: the shadow listener rate does not count it.
   assert.equal(await h.admitted(p.port, '127.0.6.1'), true);
   assert.equal(p.proxy.explain('127.0.12.1').listeners[0].shadowVerdict, 'listener_overloaded');
@@ -194,24 +232,39 @@ test('updateConfig adds and removes shadow rules live', async (t) => {
   assert.deepEqual(p.events, [shadowEvent(p, ip, 'cidr_blocked'), shadowEvent(p, ip, 'cidr_blocked')]);
   // A bad shadow rule is a ConfigError at its path and changes nothing.
   const errs = h.errorsOf(() => p.proxy.updateConfig({ protection: [{ port: p.port, protection: { shadow: { blocklist: ['nope'] } } }] }));
-  assert.deepEqual(errs.map((e) => e.path), ['protection[0].protection.shadow.blocklist[0]']);
+  assert.deepEqual(
+    errs.map((e) => e.path),
+    ['protection[0].protection.shadow.blocklist[0]']
+  );
   assert.equal(p.proxy.explain(ip).listeners[0].shadowVerdict, null);
 });
 
 test('protection.shadow is validated like the enforced fields, with a path per problem', () => {
   const { RampartProxy } = require('..');
-  const errs = h.errorsOf(() => new RampartProxy({
-    listeners: [{ host: '127.0.0.1', port: 1, defaultCert: h.selfSigned(), protection: {
-      ipv6PrefixLength: 56,
-      shadow: {
-        rateLimit: { connectionsPerSecond: -1 }, maxConcurrentPerIp: 'x', penaltyBox: {},
-        blocklist: ['10.0.0.0/8', '300.1.1.1'],
-        prefixLimit: { ipv4PrefixLength: 40, ipv6PrefixLength: 64, maxConcurrent: 1 },
-        listenerLimit: { connectionsPerSecond: 5, maxPendingHandshakes: 10 },
-      },
-    } }],
-    routes: [{ sni: '', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }],
-  }));
+  const errs = h.errorsOf(
+    () =>
+      new RampartProxy({
+        listeners: [
+          {
+            host: '127.0.0.1',
+            port: 1,
+            defaultCert: h.selfSigned(),
+            protection: {
+              ipv6PrefixLength: 56,
+              shadow: {
+                rateLimit: { connectionsPerSecond: -1 },
+                maxConcurrentPerIp: 'x',
+                penaltyBox: {},
+                blocklist: ['10.0.0.0/8', '300.1.1.1'],
+                prefixLimit: { ipv4PrefixLength: 40, ipv6PrefixLength: 64, maxConcurrent: 1 },
+                listenerLimit: { connectionsPerSecond: 5, maxPendingHandshakes: 10 },
+              },
+            },
+          },
+        ],
+        routes: [{ sni: '', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }],
+      })
+  );
   assert.deepEqual(errs.map((e) => e.path).sort(), [
     'listeners[0].protection.shadow.blocklist[1]',
     'listeners[0].protection.shadow.listenerLimit.maxPendingHandshakes',

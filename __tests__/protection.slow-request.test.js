@@ -94,7 +94,12 @@ test('HTTP/2: the preface and a first HEADERS block with END_HEADERS complete th
   const settings = frame(0x4, 0, 0, Buffer.alloc(0));
   const headers = frame(0x1, 0x4 | 0x1, 1, Buffer.from([0x82, 0x86, 0x84]));
   // The preface and SETTINGS alone, trickled: closed at the deadline.
-  const slow = await trickle(p.port, { src: '127.0.12.3', first: Buffer.concat([preface, settings]), drip: frame(0x8, 0, 0, Buffer.from([0, 0, 0, 1])), alpn: ['h2'] });
+  const slow = await trickle(p.port, {
+    src: '127.0.12.3',
+    first: Buffer.concat([preface, settings]),
+    drip: frame(0x8, 0, 0, Buffer.from([0, 0, 0, 1])),
+    alpn: ['h2'],
+  });
   assert.ok(slow.closedAfterMs >= HEAD_MS - 20 && slow.closedAfterMs < HEAD_MS + 400, `closed after ${slow.closedAfterMs} ms`);
   assert.equal(p.up.captured.length, 0);
   // With the HEADERS block: forwarded.
@@ -108,7 +113,10 @@ test('HTTP/2: the preface and a first HEADERS block with END_HEADERS complete th
   assert.ok(p.up.captured[0].data.equals(all));
   c.destroy();
   await h.waitFor(() => p.events.length === 1, { what: 'one blocked event' });
-  assert.deepEqual(p.events.map((e) => [e.ip, e.reason]), [['127.0.12.3', 'slow_request']]);
+  assert.deepEqual(
+    p.events.map((e) => [e.ip, e.reason]),
+    [['127.0.12.3', 'slow_request']]
+  );
 });
 
 test('observe mode reports slow_request and then connects the upstream with what arrived', async (t) => {

@@ -43,69 +43,73 @@ function routeUpstream(proxy) {
   return r && r.upstream;
 }
 
-test(
-  'an IP-diverse GET flood under every per-client limit keeps the upstream in flight within the learned limit + 10 % and the known-good probe within its targets',
-  { timeout: 60000 },
-  async (t) => {
-    const up = await capacityUpstream({ concurrency: 20, serviceMs: 10 });
-    t.after(() => up.close());
-    const { proxy, port } = await proxyTo(t, up.port);
+test('an IP-diverse GET flood under every per-client limit keeps the upstream in flight within the learned limit + 10 % and the known-good probe within its targets', {
+  timeout: 60000,
+}, async (t) => {
+  const up = await capacityUpstream({ concurrency: 20, serviceMs: 10 });
+  t.after(() => up.close());
+  const { proxy, port } = await proxyTo(t, up.port);
 
-    const calm = await probe({ port, durationMs: CALM_MS });
-    assert.deepEqual(calm.failures, {});
-    assert.equal(calm.ok, calm.attempts);
-    const target = 2 * calm.p99 + 20;
+  const calm = await probe({ port, durationMs: CALM_MS });
+  assert.deepEqual(calm.failures, {});
+  assert.equal(calm.ok, calm.attempts);
+  const target = 2 * calm.p99 + 20;
 
-    up.resetPeak();
-    const from = up.series.length;
-    const limits = [];
-    const sampler = setInterval(() => {
-      const u = routeUpstream(proxy);
-      limits.push(u ? u.limit : NaN);
-    }, 50);
-    const [flood, attacked] = await Promise.all([
-      // On its own thread: its 400 TLS handshakes never delay the probe's event loop.
-      tlsGetFloodOnThread({ port, sources: 400, base: '127.1', perSource: 1, intervalMs: 100, durationMs: 6000 }),
-      probe({ port, durationMs: 6000 }),
-    ]);
-    clearInterval(sampler);
+  up.resetPeak();
+  const from = up.series.length;
+  const limits = [];
+  const sampler = setInterval(() => {
+    const u = routeUpstream(proxy);
+    limits.push(u ? u.limit : NaN);
+  }, 50);
+  const [flood, attacked] = await Promise.all([
+    // On its own thread: its 400 TLS handshakes never delay the probe's event loop.
+    tlsGetFloodOnThread({ port, sources: 400, base: '127.1', perSource: 1, intervalMs: 100, durationMs: 6000 }),
+    probe({ port, durationMs: 6000 }),
+  ]);
+  clearInterval(sampler);
 
-    assert.ok(flood.answered > 0, `flood: ${JSON.stringify(flood)}`);
-    assert.ok(up.marked > 0, 'flood requests reached the upstream');
+  assert.ok(flood.answered > 0, `flood: ${JSON.stringify(flood)}`);
+  assert.ok(up.marked > 0, 'flood requests reached the upstream');
 
-    // In flight at the upstream, after the first second of the flood (the limiter's start), never
-    // above the learned limit + 10 %.
-    const settled = up.series.slice(from + 100);
-    const peak = Math.max(...settled.map((s) => s.inFlight));
-    const learned = limits.slice(20);
-    assert.ok(learned.every(Number.isFinite), `routeMetrics[].upstream.limit: ${JSON.stringify(learned.slice(0, 5))}`);
-    const maxLimit = Math.max(...learned);
-    assert.ok(peak <= Math.floor(maxLimit * 1.1), `upstream in flight peaked at ${peak}, learned limit ${maxLimit}`);
+  // In flight at the upstream, after the first second of the flood (the limiter's start), never
+  // above the learned limit + 10 %.
+  const settled = up.series.slice(from + 100);
+  const peak = Math.max(...settled.map((s) => s.inFlight));
+  const learned = limits.slice(20);
+  assert.ok(learned.every(Number.isFinite), `routeMetrics[].upstream.limit: ${JSON.stringify(learned.slice(0, 5))}`);
+  const maxLimit = Math.max(...learned);
+  assert.ok(peak <= Math.floor(maxLimit * 1.1), `upstream in flight peaked at ${peak}, learned limit ${maxLimit}`);
 
-    const refused = proxy.metrics().listeners[0].blockedByReason.upstream_overloaded;
-    // The probe's p99 once the limiter has learned: see below.
-    const learnedP99 = quantile(attacked.latenciesMs.filter((_, i) => attacked.startedMs[i] >= 1000), 0.99);
-    t.diagnostic(
-      `upstream peak ${peak} (learned limit ≤ ${maxLimit}); probe ${attacked.ok}/${attacked.attempts}, ` +
-        `failures ${JSON.stringify(attacked.failures)}, p99 ${attacked.p99.toFixed(1)} ms (after 1 s ${learnedP99.toFixed(1)} ms; calm ${calm.p99.toFixed(1)} ms); flood ${JSON.stringify(flood.status)}, ` +
-        `upstream_overloaded ${refused}; slowest probe requests (ms after the flood began: ms) ` +
-        JSON.stringify(
-          attacked.latenciesMs
-            .map((l, i) => [Math.round(attacked.startedMs[i]), Math.round(l)])
-            .sort((a, b) => b[1] - a[1])
-            .slice(0, 4)
-        )
-    );
-    // The known-good probe: ≥ 99 % success, p99 ≤ 2 × its no-attack p99 + 20 ms.
-    assert.ok(attacked.ok >= 0.99 * attacked.attempts, `probe ${attacked.ok}/${attacked.attempts}, failures ${JSON.stringify(attacked.failures)}`);
-    // Its p99 on requests begun after the flood's first second (as the in-flight check above). In
-    // that second the flood's 400 TLS handshakes arrive at once and share this machine's two
-    // CPUs with the probe's own handshakes (the upstream is held at the limit from the start:
-    // it begins at 20); the whole-flood p99 is in the diagnostic (29-50 ms on a quiet machine,
-    // up to 140 ms beside other CPU-heavy work).
-    assert.ok(learnedP99 <= target, `probe p99 after the first second ${learnedP99.toFixed(1)} ms > ${target.toFixed(1)} ms (no-attack p99 ${calm.p99.toFixed(1)} ms; whole flood ${attacked.p99.toFixed(1)} ms)`);
-  }
-);
+  const refused = proxy.metrics().listeners[0].blockedByReason.upstream_overloaded;
+  // The probe's p99 once the limiter has learned: see below.
+  const learnedP99 = quantile(
+    attacked.latenciesMs.filter((_, i) => attacked.startedMs[i] >= 1000),
+    0.99
+  );
+  t.diagnostic(
+    `upstream peak ${peak} (learned limit ≤ ${maxLimit}); probe ${attacked.ok}/${attacked.attempts}, ` +
+      `failures ${JSON.stringify(attacked.failures)}, p99 ${attacked.p99.toFixed(1)} ms (after 1 s ${learnedP99.toFixed(1)} ms; calm ${calm.p99.toFixed(1)} ms); flood ${JSON.stringify(flood.status)}, ` +
+      `upstream_overloaded ${refused}; slowest probe requests (ms after the flood began: ms) ` +
+      JSON.stringify(
+        attacked.latenciesMs
+          .map((l, i) => [Math.round(attacked.startedMs[i]), Math.round(l)])
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 4)
+      )
+  );
+  // The known-good probe: ≥ 99 % success, p99 ≤ 2 × its no-attack p99 + 20 ms.
+  assert.ok(attacked.ok >= 0.99 * attacked.attempts, `probe ${attacked.ok}/${attacked.attempts}, failures ${JSON.stringify(attacked.failures)}`);
+  // Its p99 on requests begun after the flood's first second (as the in-flight check above). In
+  // that second the flood's 400 TLS handshakes arrive at once and share this machine's two
+  // CPUs with the probe's own handshakes (the upstream is held at the limit from the start:
+  // it begins at 20); the whole-flood p99 is in the diagnostic (29-50 ms on a quiet machine,
+  // up to 140 ms beside other CPU-heavy work).
+  assert.ok(
+    learnedP99 <= target,
+    `probe p99 after the first second ${learnedP99.toFixed(1)} ms > ${target.toFixed(1)} ms (no-attack p99 ${calm.p99.toFixed(1)} ms; whole flood ${attacked.p99.toFixed(1)} ms)`
+  );
+});
 
 test('an upstream at normal load sees no refusal', { timeout: 30000 }, async (t) => {
   const up = await capacityUpstream({ concurrency: 20, serviceMs: 10 });
@@ -175,7 +179,9 @@ function connected(port, localAddress) {
 
 const GET = (path) => `GET ${path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`;
 
-test('HTTP/1.1 at a fixed limit: the request past it is answered 503 with Retry-After, exactly, and never reaches the upstream; new clients are then refused before TLS until the overload ends', { timeout: 30000 }, async (t) => {
+test('HTTP/1.1 at a fixed limit: the request past it is answered 503 with Retry-After, exactly, and never reaches the upstream; new clients are then refused before TLS until the overload ends', {
+  timeout: 30000,
+}, async (t) => {
   const up = await capacityUpstream({ concurrency: 10, serviceMs: 1500 });
   t.after(() => up.close());
   const { proxy, port } = await proxyTo(t, up.port, { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, retryAfterS: 3 } });
@@ -217,7 +223,9 @@ test('HTTP/1.1 at a fixed limit: the request past it is answered 503 with Retry-
   assert.equal(after.text.split('\r\n')[0], 'HTTP/1.1 200 OK');
 });
 
-test('HTTP/2 at a fixed limit: the stream past it is not forwarded and the connection ends with GOAWAY NO_ERROR at the last forwarded stream', { timeout: 30000 }, async (t) => {
+test('HTTP/2 at a fixed limit: the stream past it is not forwarded and the connection ends with GOAWAY NO_ERROR at the last forwarded stream', {
+  timeout: 30000,
+}, async (t) => {
   const H = require('./helpers/h2');
   const pending = [];
   const s = await H.proxiedUpstream(t, {
@@ -267,7 +275,9 @@ test('overload.eventLoopDelayMs: a blocked event loop overloads every route, and
   assert.deepEqual(overload, [true, false]);
 });
 
-test('HTTP/1.1 past a fixed limit waits in the queue (HAProxy maxqueue): every request is served, the upstream never holds more than the limit, nothing is refused', { timeout: 30000 }, async (t) => {
+test('HTTP/1.1 past a fixed limit waits in the queue (HAProxy maxqueue): every request is served, the upstream never holds more than the limit, nothing is refused', {
+  timeout: 30000,
+}, async (t) => {
   const up = await capacityUpstream({ concurrency: 10, serviceMs: 150 });
   t.after(() => up.close());
   const { proxy, port } = await proxyTo(t, up.port, { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 } });
@@ -287,16 +297,15 @@ test('HTTP/1.1 past a fixed limit waits in the queue (HAProxy maxqueue): every r
   assert.deepEqual(blocked, []);
   const u = proxy.metrics().routeMetrics[0].upstream;
   // Four waited; at least the fourth waited behind more than the limit: the route was overloaded.
-  assert.deepEqual(
-    [u.inFlight, u.queued, u.waited, u.queueTimeouts, u.refused, u.answered, u.overloaded],
-    [0, 0, 4, 0, 0, 6, true]
-  );
+  assert.deepEqual([u.inFlight, u.queued, u.waited, u.queueTimeouts, u.refused, u.answered, u.overloaded], [0, 0, 4, 0, 0, 6, true]);
   const text = proxy.prometheus();
   assert.match(text, /^rampart_route_upstream_waited_total\{route="",group="[^"]*"\} 4$/m);
   assert.match(text, /^rampart_route_upstream_queued\{route="",group="[^"]*"\} 0$/m);
 });
 
-test('HTTP/2 streams past a fixed limit wait with their HEADERS held: all answered on one connection, at most the limit at the upstream, no GOAWAY', { timeout: 30000 }, async (t) => {
+test('HTTP/2 streams past a fixed limit wait with their HEADERS held: all answered on one connection, at most the limit at the upstream, no GOAWAY', {
+  timeout: 30000,
+}, async (t) => {
   const H = require('./helpers/h2');
   const http2 = require('node:http2');
   let atUpstream = 0;

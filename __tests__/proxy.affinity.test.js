@@ -68,7 +68,7 @@ test('upstream-level ipAffinity keeps each client on its upstream across reconne
   assert.equal(await seq('127.0.0.1', 3), 'CCC');
   assert.deepEqual(
     proxy.metrics().routeMetrics[0].upstreams,
-    paths.map((p) => ({ upstream: `unix:${p}`, activeConnections: 0, cpuPermille: null })),
+    paths.map((p) => ({ upstream: `unix:${p}`, activeConnections: 0, cpuPermille: null }))
   );
 });
 
@@ -110,10 +110,13 @@ test('pid/tid weighting: least connections sends new connections to the idle wor
   t.after(() => proxy.stop());
   const cpu = () => proxy.metrics().routeMetrics[0].upstreams.map((u) => u.cpuPermille);
   // Sampled every ~250 ms by the background task: the busy one spins, the idle one sleeps.
-  await h.waitFor(() => {
-    const [b, i] = cpu();
-    return b !== null && i !== null && b > i + 200;
-  }, { what: 'CPU use sampled', timeoutMs: 10000 });
+  await h.waitFor(
+    () => {
+      const [b, i] = cpu();
+      return b !== null && i !== null && b > i + 200;
+    },
+    { what: 'CPU use sampled', timeoutMs: 10000 }
+  );
   const got = [];
   for (let n = 0; n < 6; n++) {
     got.push(await served(port));

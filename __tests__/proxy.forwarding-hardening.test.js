@@ -199,7 +199,14 @@ test("4. the ACME path of a mode: 'http' listener forwards no client X-Forwarded
   const port = await h.freePort();
   const proxy = new RampartProxy({
     listeners: [{ host: '127.0.0.1', port, mode: 'http' }],
-    routes: [{ sni: SNI, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: origin.address().port }], sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja4' }],
+    routes: [
+      {
+        sni: SNI,
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: origin.address().port }],
+        sourceAddressHeader: 'xForwardedFor',
+        forwardFingerprint: 'ja4',
+      },
+    ],
   });
   await proxy.start();
   t.after(async () => {
@@ -223,7 +230,10 @@ test("4. the ACME path of a mode: 'http' listener forwards no client X-Forwarded
     `GET /.well-known/acme-challenge/t HTTP/1.1\r\nHost: ${SNI}\r\nX-Forwarded-For: 6.6.6.6\r\nX_Forwarded_For: 6.6.6.6\r\nX-JA4: spoofed\r\nx_ja4: spoofed\r\nConnection: keep-alive, X-Forwarded-For\r\n\r\n`
   );
   const want = `GET /.well-known/acme-challenge/t HTTP/1.1\r\nHost: ${SNI}\r\nConnection: close\r\n\r\n`;
-  assert.deepEqual(origin.conns.map((c) => c.heads), [[want]]);
+  assert.deepEqual(
+    origin.conns.map((c) => c.heads),
+    [[want]]
+  );
   assert.equal(challenge.head.split('\r\n')[0], 'HTTP/1.1 200 OK');
   assert.equal(challenge.body, want);
 
@@ -234,7 +244,7 @@ test("4. the ACME path of a mode: 'http' listener forwards no client X-Forwarded
   assert.equal(origin.conns.length, 1);
 });
 
-test('5. names listed in Connection never remove Rampart\'s headers, and underscore variants of them are removed', async (t) => {
+test("5. names listed in Connection never remove Rampart's headers, and underscore variants of them are removed", async (t) => {
   const fp = await clientFingerprints();
   const origin = await goLikeOrigin();
   const { port } = await proxyFor(t, origin, { sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja4' });
@@ -245,16 +255,21 @@ test('5. names listed in Connection never remove Rampart\'s headers, and undersc
   );
   await h.waitFor(() => origin.conns.length === 1 && origin.conns[0].heads.length === 2, { what: 'two requests at the origin' });
   const added = `${ADDED_XFF}X-JA4: ${fp.ja4}\r\n`;
-  assert.deepEqual(origin.conns[0].heads, [`GET /1 HTTP/1.1\r\nHost: ${SNI}\r\nConnection: keep-alive\r\n${added}\r\n`, `GET /2 HTTP/1.1\r\nHost: ${SNI}\r\n${added}\r\n`]);
+  assert.deepEqual(origin.conns[0].heads, [
+    `GET /1 HTTP/1.1\r\nHost: ${SNI}\r\nConnection: keep-alive\r\n${added}\r\n`,
+    `GET /2 HTTP/1.1\r\nHost: ${SNI}\r\n${added}\r\n`,
+  ]);
   c.socket.destroy();
 });
 
-test('5b. a chunked body\'s trailer section loses client copies of the forwarded fields, in any spelling', async (t) => {
+test("5b. a chunked body's trailer section loses client copies of the forwarded fields, in any spelling", async (t) => {
   const origin = await goLikeOrigin();
   const { port } = await proxyFor(t, origin, { sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja4' });
   const c = await client(port);
   const post = `POST / HTTP/1.1\r\nHost: ${SNI}\r\nTransfer-Encoding: chunked\r\nTrailer: X-Forwarded-For, X-JA4\r\n\r\n`;
-  c.socket.write(`${post}3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nx_ja4: spoofed\r\nExpires: 0\r\nX-Forwarded-Proto: http\r\n\r\nGET /next HTTP/1.1\r\nHost: ${SNI}\r\n\r\n`);
+  c.socket.write(
+    `${post}3\r\nabc\r\n0\r\nX-Forwarded-For: 6.6.6.6\r\nx_ja4: spoofed\r\nExpires: 0\r\nX-Forwarded-Proto: http\r\n\r\nGET /next HTTP/1.1\r\nHost: ${SNI}\r\n\r\n`
+  );
   await h.waitFor(() => origin.conns.length === 1 && origin.conns[0].bytes.includes('GET /next'), { what: 'both requests at the origin' });
   const seen = origin.conns[0].bytes.toString('latin1');
   assert.equal(seen.includes('6.6.6.6'), false, seen);

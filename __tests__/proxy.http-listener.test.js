@@ -181,7 +181,12 @@ test('mode http: ACME proxied by Host, 301 to https, 400 / 404 / 431, keep-alive
     for (let i = 0; i < 3; i++) {
       const c = rawClient(protectedPort, { localAddress: src });
       await c.send('GET / HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n');
-      answers.push(await c.response().then((r) => r.status, () => 'closed'));
+      answers.push(
+        await c.response().then(
+          (r) => r.status,
+          () => 'closed'
+        )
+      );
       await c.waitClosed();
     }
     assert.deepEqual(answers, [301, 301, 'closed']);
@@ -374,9 +379,16 @@ test('updateConfig on an http listener is all-or-nothing: a bad protection field
     return r.status;
   };
   assert.throws(
-    () => proxy.updateConfig({ routes: [{ sni: 'c.test', upstreams: up }], protection: [{ port, protection: { rateLimit: { connectionsPerSecond: NaN }, slowRequest: { headTimeoutMs: -1 } } }] }),
+    () =>
+      proxy.updateConfig({
+        routes: [{ sni: 'c.test', upstreams: up }],
+        protection: [{ port, protection: { rateLimit: { connectionsPerSecond: NaN }, slowRequest: { headTimeoutMs: -1 } } }],
+      }),
     (e) => {
-      assert.deepEqual(e.errors.map((x) => x.path), ['protection[0].protection.rateLimit.connectionsPerSecond', 'protection[0].protection.slowRequest.headTimeoutMs']);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        ['protection[0].protection.rateLimit.connectionsPerSecond', 'protection[0].protection.slowRequest.headTimeoutMs']
+      );
       return true;
     }
   );

@@ -140,7 +140,16 @@ test('maxConnections: 2 refuses the third concurrent connection on that listener
   const other = await h.tlsRoundTrip({ port: p2, servername: 'x', payload: Buffer.from('ok') });
   assert.equal(other.data.toString(), 'ok');
   await h.waitFor(() => events.length === 1, { what: 'blocked event' });
-  assert.deepEqual(events[0], { ip: '127.0.0.1', port: p1, listener: `127.0.0.1:${p1}`, reason: 'max_connections', ja3: '', ja4: '', observed: false, detail: '' });
+  assert.deepEqual(events[0], {
+    ip: '127.0.0.1',
+    port: p1,
+    listener: `127.0.0.1:${p1}`,
+    reason: 'max_connections',
+    ja3: '',
+    ja4: '',
+    observed: false,
+    detail: '',
+  });
   const m = proxy.metrics();
   assert.equal(m.listeners[0].blockedByReason.max_connections, 1);
   assert.equal(m.listeners[1].blockedByReason.max_connections, 0);
@@ -251,7 +260,11 @@ test("stop(1500), Symphony's stop(timeoutMs): new connections refused at once, o
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
     routes: [{ sni: '', upstreams: up(echo), terminateTls: true }],
   });
-  for (const [bad, shown] of [[-1, '-1'], [NaN, 'NaN'], ['5000', '"5000"']]) {
+  for (const [bad, shown] of [
+    [-1, '-1'],
+    [NaN, 'NaN'],
+    ['5000', '"5000"'],
+  ]) {
     await assert.rejects(proxy.stop(bad), (e) => {
       assert.ok(e instanceof ConfigError);
       assert.deepEqual(e.errors, [{ path: 'drainMs', message: `must be a finite number >= 0, got ${shown}` }]);

@@ -20,9 +20,28 @@ function pkiWithOcsp() {
   const run = (...args) => execFileSync('openssl', args, { cwd: chain.dir, stdio: 'pipe' });
   const serial = run('x509', '-in', 'leaf.pem', '-serial', '-noout').toString().trim().split('=')[1];
   const respond = (status, out) => {
-    const line = status === 'V' ? `V\t301231000000Z\t\t${serial}\tunknown\t/CN=localhost\n` : `R\t301231000000Z\t260101000000Z\t${serial}\tunknown\t/CN=localhost\n`;
+    const line =
+      status === 'V' ? `V\t301231000000Z\t\t${serial}\tunknown\t/CN=localhost\n` : `R\t301231000000Z\t260101000000Z\t${serial}\tunknown\t/CN=localhost\n`;
     fs.writeFileSync(path.join(chain.dir, 'index.txt'), line);
-    run('ocsp', '-index', 'index.txt', '-rsigner', 'int.pem', '-rkey', 'int.key', '-CA', 'int.pem', '-issuer', 'int.pem', '-cert', 'leaf.pem', '-respout', out, '-ndays', '1');
+    run(
+      'ocsp',
+      '-index',
+      'index.txt',
+      '-rsigner',
+      'int.pem',
+      '-rkey',
+      'int.key',
+      '-CA',
+      'int.pem',
+      '-issuer',
+      'int.pem',
+      '-cert',
+      'leaf.pem',
+      '-respout',
+      out,
+      '-ndays',
+      '1'
+    );
     return fs.readFileSync(path.join(chain.dir, out));
   };
   return { ...chain, good: respond('V', 'good.der'), revoked: respond('R', 'revoked.der') };
@@ -30,7 +49,10 @@ function pkiWithOcsp() {
 
 /** `openssl s_client -status`: the stapled response's status lines, or 'none'. */
 async function stapled(port) {
-  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', '-status', '-ign_eof'], { input: '', timeoutMs: 5000 });
+  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', '-status', '-ign_eof'], {
+    input: '',
+    timeoutMs: 5000,
+  });
   const out = r.stdout.toString();
   if (out.includes('OCSP response: no response sent')) return 'none';
   const status = out.match(/OCSP Response Status: (\S+)/);
@@ -44,7 +66,7 @@ async function upstream() {
     net.createServer((s) => {
       s.on('error', () => {});
       s.end('hello\n');
-    }),
+    })
   );
 }
 
@@ -84,15 +106,29 @@ test('an ocspResponse that is not a successful DER OCSPResponse is a ConfigError
         listeners: [{ port: 9443, defaultCert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.from('not der') } }],
         routes: [
           { sni: 'a.test', upstreams: up, cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: 'MIIFTAoBAKCC' } },
-          { sni: 'b.test', upstreams: up, cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.from([0x30, 0x03, 0x0a, 0x01, 0x03]) } },
-          { sni: 'c.test', upstreams: up, cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.concat([pki.good, Buffer.from([0])]) } },
+          {
+            sni: 'b.test',
+            upstreams: up,
+            cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.from([0x30, 0x03, 0x0a, 0x01, 0x03]) },
+          },
+          {
+            sni: 'c.test',
+            upstreams: up,
+            cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.concat([pki.good, Buffer.from([0])]) },
+          },
           { sni: 'd.test', upstreams: up, cert: { certChain: pki.certChain, privateKey: pki.privateKey, ocspResponse: Buffer.alloc(0) } },
         ],
-      }),
+      })
   );
   assert.deepEqual(
     errors.map((e) => e.path),
-    ['listeners[0].defaultCert.ocspResponse', 'routes[0].cert.ocspResponse', 'routes[1].cert.ocspResponse', 'routes[2].cert.ocspResponse', 'routes[3].cert.ocspResponse'],
+    [
+      'listeners[0].defaultCert.ocspResponse',
+      'routes[0].cert.ocspResponse',
+      'routes[1].cert.ocspResponse',
+      'routes[2].cert.ocspResponse',
+      'routes[3].cert.ocspResponse',
+    ]
   );
   assert.match(errors[0].message, /^is not a DER OCSPResponse \(RFC 6960 §4\.2\.1\): /);
   assert.equal(errors[1].message, 'must be a Buffer, got "MIIFTAoBAKCC"');
@@ -116,13 +152,16 @@ test('rampart serve config: ocspFile is read as bytes, and a new file is a hot r
         listeners: [{ port: 9443, defaultCert: { certChainFile: 'chain.pem', privateKeyFile: 'leaf.key.pem', ocspFile: 'live.ocsp' } }],
         routes: [{ sni: 'localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }],
       },
-    }),
+    })
   );
   const a = loadConfigFile(file);
   assert.deepEqual(a.errors, []);
   assert.ok(Buffer.isBuffer(a.proxy.listeners[0].defaultCert.ocspResponse));
   assert.ok(a.proxy.listeners[0].defaultCert.ocspResponse.equals(pki.good));
-  assert.ok(a.inputs.some((i) => i.path === path.join(dir, 'live.ocsp')), 'the watcher compares the OCSP file too');
+  assert.ok(
+    a.inputs.some((i) => i.path === path.join(dir, 'live.ocsp')),
+    'the watcher compares the OCSP file too'
+  );
   // The shared defaultCert (with its response) is copied into the route: a new response is a
   // route update, not a new proxy; the same bytes are no change.
   const runA = runConfig(a.proxy);
@@ -138,9 +177,12 @@ test('rampart serve config: ocspFile is read as bytes, and a new file is a hot r
   const c = loadConfigFile(file);
   assert.deepEqual(
     c.errors.map((e) => e.path),
-    ['proxy.listeners[0].defaultCert.ocspResponse'],
+    ['proxy.listeners[0].defaultCert.ocspResponse']
   );
-  assert.match(c.errors[0].message, /^is not a DER OCSPResponse .* \(from certChainFile .*chain\.pem, privateKeyFile .*leaf\.key\.pem, ocspFile .*live\.ocsp\)$/);
+  assert.match(
+    c.errors[0].message,
+    /^is not a DER OCSPResponse .* \(from certChainFile .*chain\.pem, privateKeyFile .*leaf\.key\.pem, ocspFile .*live\.ocsp\)$/
+  );
 });
 
 test('rampart serve: a rewritten ocspFile is stapled on the next handshakes (a hot certificate update)', async (t) => {

@@ -118,9 +118,16 @@ test("protocol 'any' keeps an upstream serving both beside an 'h2' one", async (
   if (!h.needTool(t, 'curl')) return;
   const both = await origin('both', (fn) => http2.createServer({ allowHTTP1: false }, fn));
   const h2c = await origin('h2c', (fn) => http2.createServer(fn));
-  const { proxy, port } = await start(t, [{ sni: 'localhost', balance: 'roundRobin', upstreams: [tcp(h2c, { protocol: 'h2' }), tcp(both, { protocol: 'any' })] }], [both, h2c]);
+  const { proxy, port } = await start(
+    t,
+    [{ sni: 'localhost', balance: 'roundRobin', upstreams: [tcp(h2c, { protocol: 'h2' }), tcp(both, { protocol: 'any' })] }],
+    [both, h2c]
+  );
   assert.equal(await curl(port, '--http2'), 'h2c 2.0 2');
   assert.equal(await curl(port, '--http2'), 'both 2.0 2');
   const r = proxy.metrics().routeMetrics[0];
-  assert.deepEqual(r.upstreams.map((u) => u.upstream), [`127.0.0.1:${h2c.address().port}`, `127.0.0.1:${both.address().port}`]);
+  assert.deepEqual(
+    r.upstreams.map((u) => u.upstream),
+    [`127.0.0.1:${h2c.address().port}`, `127.0.0.1:${both.address().port}`]
+  );
 });

@@ -73,7 +73,10 @@ test('a terminated connection without a client certificate: fingerprint, authori
   const cap = await h.captureServer();
   t.after(() => h.closeServer(cap));
   const port = await proxyFor(t, cap, [{ sni: 'tlv.test', forwardFingerprint: 'ja4' }]);
-  for (const [i, version] of [[0, 'TLSv1.3'], [1, 'TLSv1.2']]) {
+  for (const [i, version] of [
+    [0, 'TLSv1.3'],
+    [1, 'TLSv1.2'],
+  ]) {
     const client = { ALPNProtocols: ['http/1.1'], minVersion: version, maxVersion: version };
     // The JA4 of this very ClientHello, recorded from the same client options.
     const fp = await h.fingerprintOf((p) => connect(p, 'tlv.test', client).catch(() => {}));
@@ -118,11 +121,14 @@ test('mTLS: the SSL TLV says verified with the CN, and the client chain follows 
   ]);
   // The SSL TLV's sub-TLVs decode on their own, as Harper reads them.
   const subs = h.parseTlvs(v2.tlvs[1].value.subarray(5));
-  assert.deepEqual(subs.map((x) => [x.type, x.value.toString()]), [
-    [0x21, 'TLSv1.3'],
-    [0x23, rustlsSuite(cipher)],
-    [0x22, 'alice.harper.test'],
-  ]);
+  assert.deepEqual(
+    subs.map((x) => [x.type, x.value.toString()]),
+    [
+      [0x21, 'TLSv1.3'],
+      [0x23, rustlsSuite(cipher)],
+      [0x22, 'alice.harper.test'],
+    ]
+  );
 });
 
 test('passthrough: the SNI (and fingerprints) only, before the untouched ClientHello', async (t) => {

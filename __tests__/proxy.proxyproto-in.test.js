@@ -91,7 +91,10 @@ test('PROXY headers from a trusted load balancer name the client; others are not
     await h.waitFor(() => cap.captured.length > before && cap.captured[before].data.includes('DATA'), { what: 'upstream data' });
     const d = cap.captured[before].data;
     const v2h = h.parseProxyV2(d);
-    assert.deepEqual(v2h.tlvs.map((x) => x.type), [0x02, 0x20]);
+    assert.deepEqual(
+      v2h.tlvs.map((x) => x.type),
+      [0x02, 0x20]
+    );
     assert.equal(v2h.tlvs[0].value.toString(), 'app.test');
     const addrEnd = v2h.family === 0x11 ? 28 : 52;
     const head = Buffer.from(d.subarray(0, addrEnd));
@@ -265,5 +268,8 @@ test('acceptProxyProtocol is validated with paths', () => {
   assert.deepEqual(errs({ timeoutMs: 10 }), [
     { path: 'listeners[0].acceptProxyProtocol.trustedCidrs', message: "is required (the load balancers' addresses, e.g. ['10.0.0.0/24'])" },
   ]);
-  assert.deepEqual(errs('yes').map((e) => e.path), ['listeners[0].acceptProxyProtocol']);
+  assert.deepEqual(
+    errs('yes').map((e) => e.path),
+    ['listeners[0].acceptProxyProtocol']
+  );
 });

@@ -51,26 +51,33 @@ test('a tenant with a mismatched certificate is dropped and reported; its neighb
   await h.waitFor(() => errors.length === 1, { what: "the route's 'error' event" });
   const [ev] = errors;
   assert.match(ev.errors[0].message, MISMATCH);
-  assert.deepEqual({ ...ev, errors: withoutKeyMessage(ev.errors) }, {
-    code: 'route_failed',
-    message: `route "bad.test" (routes[0]) failed to build and is not served; the other routes are: routes[0].cert: ${ev.errors[0].message}`,
-    ip: null,
-    port: null,
-    listener: null,
-    route: 'bad.test',
-    index: 0,
-    errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }],
-    lastGoodCert: false,
-  });
+  assert.deepEqual(
+    { ...ev, errors: withoutKeyMessage(ev.errors) },
+    {
+      code: 'route_failed',
+      message: `route "bad.test" (routes[0]) failed to build and is not served; the other routes are: routes[0].cert: ${ev.errors[0].message}`,
+      ip: null,
+      port: null,
+      listener: null,
+      route: 'bad.test',
+      index: 0,
+      errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }],
+      lastGoodCert: false,
+    }
+  );
   const m = proxy.metrics();
   assert.deepEqual(
     { routes: m.routes, failingRoutes: m.failingRoutes, routeFailuresTotal: m.routeFailuresTotal },
-    { routes: 1, failingRoutes: 1, routeFailuresTotal: 1 },
+    { routes: 1, failingRoutes: 1, routeFailuresTotal: 1 }
   );
-  assert.deepEqual(m.routeFailures.map((f) => ({ ...f, errors: withoutKeyMessage(f.errors) })), [
-    { route: 'bad.test', index: 0, errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }], lastGoodCert: false },
-  ]);
-  assert.deepEqual(m.routeMetrics.map((r) => r.route), ['good.test']);
+  assert.deepEqual(
+    m.routeFailures.map((f) => ({ ...f, errors: withoutKeyMessage(f.errors) })),
+    [{ route: 'bad.test', index: 0, errors: [{ path: 'routes[0].cert', message: 'MISMATCH' }], lastGoodCert: false }]
+  );
+  assert.deepEqual(
+    m.routeMetrics.map((r) => r.route),
+    ['good.test']
+  );
   const prom = proxy.prometheus();
   for (const line of ['rampart_routes 1', 'rampart_failing_routes 1', 'rampart_route_failures_total 1']) {
     assert.ok(prom.split('\n').includes(line), line);
@@ -123,10 +130,7 @@ test('updateConfig: all routes broken throws and changes nothing; a fix serves; 
     { path: 'routes[1].cert', message: `is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:${port})` },
   ]);
   assert.equal(await roundTrip('a.test', a.certChain), 'Ax', 'the old table still serves');
-  assert.deepEqual(
-    [proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailuresTotal],
-    [1, 0, 0],
-  );
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailuresTotal], [1, 0, 0]);
   await new Promise((r) => setImmediate(r));
   assert.equal(errors.length, 0, 'a refused update emits nothing');
 
@@ -151,17 +155,16 @@ test('updateConfig: all routes broken throws and changes nothing; a fix serves; 
     errors: [{ path: 'routes[2].sni', message: 'duplicates the sni of routes[1]' }],
     lastGoodCert: false,
   });
-  assert.deepEqual(
-    [proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailuresTotal],
-    [2, 1, 1],
-  );
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailuresTotal], [2, 1, 1]);
 
   // The fixed table: nothing failing any more.
-  proxy.updateConfig({ routes: [{ sni: 'a.test', upstreams: upA, cert: a }, { sni: 'b.test', upstreams: upB, cert: b }] });
-  assert.deepEqual(
-    [proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailures, proxy.metrics().routeFailuresTotal],
-    [2, 0, [], 1],
-  );
+  proxy.updateConfig({
+    routes: [
+      { sni: 'a.test', upstreams: upA, cert: a },
+      { sni: 'b.test', upstreams: upB, cert: b },
+    ],
+  });
+  assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailures, proxy.metrics().routeFailuresTotal], [2, 0, [], 1]);
   assert.equal(await roundTrip('a.test', a.certChain), 'Ax');
 });
 
@@ -189,7 +192,10 @@ test('a renewal caught between its chain and its key keeps serving the last good
   assert.equal(await trip(old.certChain), '2x');
   await h.waitFor(() => errors.length === 1, { what: "the route's 'error'" });
   assert.equal(errors[0].lastGoodCert, true);
-  assert.match(errors[0].message, /^route "t\.test" \(routes\[0\]\) failed to build and serves its last good certificate: routes\[0\]\.cert: privateKey does not match/);
+  assert.match(
+    errors[0].message,
+    /^route "t\.test" \(routes\[0\]\) failed to build and serves its last good certificate: routes\[0\]\.cert: privateKey does not match/
+  );
   assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes, proxy.metrics().routeFailures[0].lastGoodCert], [1, 1, true]);
   // The key arrives: the renewed certificate serves, nothing fails.
   proxy.updateConfig({ routes: [route(renewed, two)] });
@@ -207,32 +213,47 @@ test('a conflicting setting is a build failure; a field of the wrong type fails 
       { sni: 'x.test', upstreams: [...up, { kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' }], http2: false },
     ],
   });
-  assert.deepEqual(proxy.metrics().routeFailures, [{
-    route: 'x.test',
-    index: 1,
-    errors: [{ path: 'routes[1].http2', message: "is false but upstreams[1] has protocol 'h2' (leave http2 out: an 'h2' upstream offers h2 in ALPN)" }],
-    lastGoodCert: false,
-  }]);
-  assert.deepEqual(h.errorsOf(() => new RampartProxy({
-    listeners: [{ port: 9, defaultCert: cert }],
-    routes: [{ sni: 'ok.test', upstreams: up }, { sni: 'x.test', upstreams: up, connectTimeoutMs: NaN }],
-  })), [{ path: 'routes[1].connectTimeoutMs', message: 'must be an integer in [1, 2^53-1], got NaN' }]);
+  assert.deepEqual(proxy.metrics().routeFailures, [
+    {
+      route: 'x.test',
+      index: 1,
+      errors: [{ path: 'routes[1].http2', message: "is false but upstreams[1] has protocol 'h2' (leave http2 out: an 'h2' upstream offers h2 in ALPN)" }],
+      lastGoodCert: false,
+    },
+  ]);
+  assert.deepEqual(
+    h.errorsOf(
+      () =>
+        new RampartProxy({
+          listeners: [{ port: 9, defaultCert: cert }],
+          routes: [
+            { sni: 'ok.test', upstreams: up },
+            { sni: 'x.test', upstreams: up, connectTimeoutMs: NaN },
+          ],
+        })
+    ),
+    [{ path: 'routes[1].connectTimeoutMs', message: 'must be an integer in [1, 2^53-1], got NaN' }]
+  );
 });
 
 test('isolateRoutes: false fails the whole config on any route that does not build', () => {
   const a = h.selfSigned(['a.test']);
   const b = h.selfSigned(['b.test']);
   const up = [{ kind: 'tcp', host: '127.0.0.1', port: 1 }];
-  const errs = h.errorsOf(() => new RampartProxy({
-    isolateRoutes: false,
-    listeners: [{ port: 9 }],
-    routes: [
-      { sni: 'a.test', upstreams: up, cert: a },
-      { sni: 'b.test', upstreams: up, cert: { certChain: b.certChain, privateKey: a.privateKey } },
-    ],
-  }));
+  const errs = h.errorsOf(
+    () =>
+      new RampartProxy({
+        isolateRoutes: false,
+        listeners: [{ port: 9 }],
+        routes: [
+          { sni: 'a.test', upstreams: up, cert: a },
+          { sni: 'b.test', upstreams: up, cert: { certChain: b.certChain, privateKey: a.privateKey } },
+        ],
+      })
+  );
   assert.deepEqual(withoutKeyMessage(errs), [{ path: 'routes[1].cert', message: 'MISMATCH' }]);
-  assert.deepEqual(h.errorsOf(() => new RampartProxy({ isolateRoutes: 'no', listeners: [{ port: 9 }], routes: [] })), [
-    { path: 'isolateRoutes', message: 'must be a boolean, got "no"' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy({ isolateRoutes: 'no', listeners: [{ port: 9 }], routes: [] })),
+    [{ path: 'isolateRoutes', message: 'must be a boolean, got "no"' }]
+  );
 });

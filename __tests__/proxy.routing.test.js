@@ -54,7 +54,9 @@ test('SNI routing picks the right upstream', async (t) => {
       await new Promise((r) => s.write(Buffer.from([b]), r));
       await new Promise((r) => setImmediate(r));
     }
-    await h.waitFor(() => capture.captured.length === 1 && capture.captured[0].data.length === hello.length, { what: 'the upstream to receive the whole hello' });
+    await h.waitFor(() => capture.captured.length === 1 && capture.captured[0].data.length === hello.length, {
+      what: 'the upstream to receive the whole hello',
+    });
     assert.equal(capture.captured[0].data.equals(hello), true);
     s.destroy();
   });

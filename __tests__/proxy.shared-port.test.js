@@ -31,13 +31,10 @@ test('two listeners on one port share one policy and keep their own tables and m
   assert.equal(await via('127.0.0.1', '127.0.3.1'), false);
   assert.equal(await via('127.0.0.2', '127.0.3.1'), false);
   await h.waitFor(() => events.length === 2, { what: 'two blocked events' });
-  assert.deepEqual(
-    events.map((e) => [e.listener, e.port, e.reason, e.ip]).sort(),
-    [
-      [`127.0.0.1:${port}`, port, 'rate_limited', '127.0.3.1'],
-      [`127.0.0.2:${port}`, port, 'rate_limited', '127.0.3.1'],
-    ]
-  );
+  assert.deepEqual(events.map((e) => [e.listener, e.port, e.reason, e.ip]).sort(), [
+    [`127.0.0.1:${port}`, port, 'rate_limited', '127.0.3.1'],
+    [`127.0.0.2:${port}`, port, 'rate_limited', '127.0.3.1'],
+  ]);
   const m = proxy.metrics().listeners;
   assert.deepEqual(
     m.map((l) => [l.address, l.port, l.accepted, l.blockedByReason.rate_limited, l.trackedIps]),
@@ -60,7 +57,10 @@ test('two listeners on one port share one policy and keep their own tables and m
   assert.equal(await via('127.0.0.2', '127.0.3.2'), false);
   await h.waitFor(() => events.filter((e) => e.reason === 'dynamic_blocked').length === 2, { what: 'dynamic_blocked on both' });
   assert.deepEqual(
-    events.filter((e) => e.reason === 'dynamic_blocked').map((e) => e.listener).sort(),
+    events
+      .filter((e) => e.reason === 'dynamic_blocked')
+      .map((e) => e.listener)
+      .sort(),
     [`127.0.0.1:${port}`, `127.0.0.2:${port}`]
   );
   assert.deepEqual(proxy.blockedIps({ port }).dynamicBlocklist, ['127.0.3.2/32']);
@@ -107,8 +107,7 @@ test('the same host and port twice, and a specific address beside a wildcard, ar
     },
     {
       path: 'listeners[7].protection',
-      message:
-        'differs from listeners[6].protection: the listeners on port 7445 share one policy (give it on one of them, or the same on each)',
+      message: 'differs from listeners[6].protection: the listeners on port 7445 share one policy (give it on one of them, or the same on each)',
     },
   ]);
 });

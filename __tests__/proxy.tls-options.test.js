@@ -18,7 +18,7 @@ async function greeter() {
     net.createServer((s) => {
       s.on('error', () => {});
       s.end('hello\n');
-    }),
+    })
   );
 }
 
@@ -27,12 +27,24 @@ async function greeter() {
  * version, tempKey, ticketHint, out }` from its report (`state` 'New' or 'Reused').
  */
 async function sClient(port, servername, args = []) {
-  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', servername, '-ign_eof', ...args], { input: '', timeoutMs: 5000 });
+  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', servername, '-ign_eof', ...args], {
+    input: '',
+    timeoutMs: 5000,
+  });
   const out = r.stdout.toString();
   const m = out.match(/^(New|Reused), (\S+), Cipher is (\S+)$/m) || [];
   const key = out.match(/^Server Temp Key: (.*)$/m);
   const hint = out.match(/lifetime hint: (\d+)/);
-  return { code: r.code, state: m[1], version: m[2], cipher: m[3], tempKey: key && key[1], ticketHint: hint && Number(hint[1]), greeted: out.includes('hello\n'), out: out + r.stderr.toString() };
+  return {
+    code: r.code,
+    state: m[1],
+    version: m[2],
+    cipher: m[3],
+    tempKey: key && key[1],
+    ticketHint: hint && Number(hint[1]),
+    greeted: out.includes('hello\n'),
+    out: out + r.stderr.toString(),
+  };
 }
 
 /**
@@ -63,11 +75,19 @@ test('tls config errors name every bad field', () => {
           { sni: 'b.test', upstreams: up, terminateTls: false, tls: { sessionTickets: 'yes' } },
           { sni: 'c.test', upstreams: up, tls: { cipherSuites: ['AES128-SHA'], sessionCacheSize: 1.5 } },
         ],
-      }),
+      })
   );
   assert.deepEqual(
     errors.map((e) => e.path),
-    ['listeners[0].tls.maxVersion', 'listeners[0].tls.groups[0]', 'routes[0].tls.cipherSuites', 'routes[1].tls.sessionTickets', 'routes[1].tls', 'routes[2].tls.cipherSuites[0]', 'routes[2].tls.sessionCacheSize'],
+    [
+      'listeners[0].tls.maxVersion',
+      'listeners[0].tls.groups[0]',
+      'routes[0].tls.cipherSuites',
+      'routes[1].tls.sessionTickets',
+      'routes[1].tls',
+      'routes[2].tls.cipherSuites[0]',
+      'routes[2].tls.sessionCacheSize',
+    ]
   );
   assert.equal(errors[0].message, 'TLSv1.2 is older than minVersion TLSv1.3 (minVersion must not be newer than maxVersion)');
   assert.match(errors[1].message, /^unknown group "X448": expected one of 'X25519MLKEM768', 'X25519', 'secp256r1'/);
@@ -120,7 +140,12 @@ test('tls fields against openssl s_client', async (t) => {
   });
 
   await t.test('preferServerCipherOrder: our order wins; without it the client order does', async () => {
-    const clientPrefs = ['-cipher', 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305', '-ciphersuites', 'TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256'];
+    const clientPrefs = [
+      '-cipher',
+      'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305',
+      '-ciphersuites',
+      'TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256',
+    ];
     const s12 = await sClient(port, 'server.localhost', ['-tls1_2', ...clientPrefs]);
     assert.equal(s12.cipher, 'ECDHE-ECDSA-CHACHA20-POLY1305');
     const s13 = await sClient(port, 'server.localhost', ['-tls1_3', ...clientPrefs]);
@@ -154,7 +179,12 @@ test('resumption survives an updateConfig that keeps the certificate', async (t)
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-sess-'));
   const certA = h.selfSigned(['localhost', '*.localhost']);
   const certB = h.selfSigned(['localhost', '*.localhost']);
-  const route = (cert, upstream, extra = {}) => ({ sni: 'localhost', cert, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upstream.address().port }], ...extra });
+  const route = (cert, upstream, extra = {}) => ({
+    sni: 'localhost',
+    cert,
+    upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: upstream.address().port }],
+    ...extra,
+  });
   // Tickets only (sessionCacheSize 0) and session ids only (sessionTickets false) on their own names.
   const routes = (cert, upstream) => [
     route(cert, upstream),

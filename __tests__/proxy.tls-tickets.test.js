@@ -27,7 +27,11 @@ const startOf = (e) => e * ROTATION_S * 1000;
  * `endByMs` into `e`: a step meant for an epoch never runs in another one.
  */
 async function step(e, fromMs, endByMs, fn) {
-  await h.waitFor(() => Date.now() >= startOf(e) + fromMs, { timeoutMs: startOf(e) + fromMs - Date.now() + 1000, intervalMs: 20, what: `${fromMs} ms into epoch ${e}` });
+  await h.waitFor(() => Date.now() >= startOf(e) + fromMs, {
+    timeoutMs: startOf(e) + fromMs - Date.now() + 1000,
+    intervalMs: 20,
+    what: `${fromMs} ms into epoch ${e}`,
+  });
   assert.ok(Date.now() < startOf(e) + fromMs + 500, `epoch ${e} was missed (this machine is too slow for a ${ROTATION_S} s rotation)`);
   const out = await fn();
   assert.ok(Date.now() < startOf(e) + endByMs, `the step meant for ${fromMs}..${endByMs} ms into epoch ${e} ran past it`);
@@ -39,13 +43,16 @@ async function greeter() {
     net.createServer((s) => {
       s.on('error', () => {});
       s.end('hello\n');
-    }),
+    })
   );
 }
 
 /** `openssl s_client`: 'New' or 'Reused'. */
 async function sClient(port, args) {
-  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', '-ign_eof', ...args], { input: '', timeoutMs: 5000 });
+  const r = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${port}`, '-servername', 'localhost', '-ign_eof', ...args], {
+    input: '',
+    timeoutMs: 5000,
+  });
   const m = r.stdout.toString().match(/^(New|Reused), (\S+), Cipher is/m);
   assert.ok(m, `no session line:\n${r.stdout}${r.stderr}`);
   return `${m[1]} ${m[2]}`;
@@ -92,7 +99,11 @@ async function makeTickets(port, dir, tag) {
 
 /** Offers every ticket of `tickets` to `port`: `[tls1.2 state, tls1.3 state, node reused]`. */
 async function offer(port, tickets) {
-  return [await sClient(port, ['-tls1_2', '-sess_in', tickets.files['-tls1_2']]), await sClient(port, ['-tls1_3', '-sess_in', tickets.files['-tls1_3']]), (await nodeTls(port, tickets.session)).reused];
+  return [
+    await sClient(port, ['-tls1_2', '-sess_in', tickets.files['-tls1_2']]),
+    await sClient(port, ['-tls1_3', '-sess_in', tickets.files['-tls1_3']]),
+    (await nodeTls(port, tickets.session)).reused,
+  ];
 }
 
 const RESUMED = ['Reused TLSv1.2', 'Reused TLSv1.3', true];
@@ -110,7 +121,9 @@ test('ticketKeyRotationS: a ticket resumes after one rotation, not after two (lo
   const local = await proxy(t, { cert, up, tls: { ticketKeyRotationS: ROTATION_S } });
   const a = await proxy(t, { cert, up, tls: { ticketKeyRotationS: ROTATION_S }, cluster: cluster('a') });
   const b = await proxy(t, { cert, up, tls: { ticketKeyRotationS: ROTATION_S }, cluster: cluster('b') });
-  await h.waitFor(() => a.p.metrics().cluster.ticketKeyUpdates >= 1 && b.p.metrics().cluster.ticketKeyUpdates >= 1, { what: 'both nodes hold the shared keys' });
+  await h.waitFor(() => a.p.metrics().cluster.ticketKeyUpdates >= 1 && b.p.metrics().cluster.ticketKeyUpdates >= 1, {
+    what: 'both nodes hold the shared keys',
+  });
   // The lifetime hint is two rotations.
   const hint = await h.run('openssl', ['s_client', '-connect', `127.0.0.1:${local.port}`, '-servername', 'localhost', '-tls1_2', '-ign_eof'], { input: '' });
   assert.match(hint.stdout.toString(), new RegExp(`lifetime hint: ${2 * ROTATION_S} \\(seconds\\)`));
@@ -127,11 +140,14 @@ test('ticketKeyRotationS: a ticket resumes after one rotation, not after two (lo
   assert.deepEqual(await step(e + 1, 1000, ROTATION_S * 1000, () => offer(local.port, made.local)), RESUMED, 'local keys, one rotation later');
   assert.deepEqual(await step(e + 1, 1000, ROTATION_S * 1000, () => offer(b.port, made.shared)), RESUMED, 'shared keys, one rotation later, on the other node');
   // Two rotations: k is gone; the clients still offer the tickets (younger than the hint).
-  const full = await step(e + 2, 1000, made.at + HINT_MS - 1000 - startOf(e + 2), async () => [await offer(local.port, made.local), await offer(b.port, made.shared)]);
+  const full = await step(e + 2, 1000, made.at + HINT_MS - 1000 - startOf(e + 2), async () => [
+    await offer(local.port, made.local),
+    await offer(b.port, made.shared),
+  ]);
   assert.deepEqual(full, [FULL, FULL], 'local keys, then shared keys, two rotations later');
 });
 
-test('cluster.shareTicketKeys: two nodes resume each other\'s sessions, keep the keys while Redis is gone; without it they do not', async (t) => {
+test("cluster.shareTicketKeys: two nodes resume each other's sessions, keep the keys while Redis is gone; without it they do not", async (t) => {
   if (!h.needTool(t, 'openssl') || !h.needTool(t, 'redis-server')) return;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-tickets-'));
   const cert = h.selfSigned(['localhost']);
@@ -139,12 +155,20 @@ test('cluster.shareTicketKeys: two nodes resume each other\'s sessions, keep the
   t.after(() => h.closeServer(up));
   const redis = await startRedis();
   t.after(() => redis.kill());
-  const cluster = (nodeId, share) => ({ redis: { url: redis.url, keyPrefix: 'tickets:' }, nodeId, shareBans: false, shareTicketKeys: share, breaker: { failures: 1, openMs: 100 } });
+  const cluster = (nodeId, share) => ({
+    redis: { url: redis.url, keyPrefix: 'tickets:' },
+    nodeId,
+    shareBans: false,
+    shareTicketKeys: share,
+    breaker: { failures: 1, openMs: 100 },
+  });
   const a = await proxy(t, { cert, up, cluster: cluster('a', true) });
   const b = await proxy(t, { cert, up, cluster: cluster('b', true) });
   const c = await proxy(t, { cert, up, cluster: cluster('c', false) });
   const d = await proxy(t, { cert, up, cluster: cluster('d', false) });
-  await h.waitFor(() => a.p.metrics().cluster.ticketKeyUpdates === 1 && b.p.metrics().cluster.ticketKeyUpdates === 1, { what: 'both nodes hold the shared keys' });
+  await h.waitFor(() => a.p.metrics().cluster.ticketKeyUpdates === 1 && b.p.metrics().cluster.ticketKeyUpdates === 1, {
+    what: 'both nodes hold the shared keys',
+  });
   assert.equal(c.p.metrics().cluster.ticketKeyUpdates, 0);
   // One key set in Redis under the prefix, for the default rotation (6 h).
   assert.deepEqual((await redis.cli('KEYS', 'tickets:tls-ticket-keys:*')).stdout.toString().trim().split('\n'), ['tickets:tls-ticket-keys:21600']);
@@ -185,7 +209,7 @@ test('shareTicketKeys and ticketKeyRotationS are validated', () => {
         listeners: [{ port: 9443, defaultCert: cert, tls: { ticketKeyRotationS: 0 } }],
         routes: [{ sni: 'a.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], tls: { ticketKeyRotationS: 302401 } }],
         cluster: { redis: { url: 'redis://127.0.0.1:1' }, shareTicketKeys: 'yes' },
-      }),
+      })
   );
   assert.deepEqual(
     errors.map((e) => [e.path, e.message]),
@@ -193,6 +217,6 @@ test('shareTicketKeys and ticketKeyRotationS are validated', () => {
       ['listeners[0].tls.ticketKeyRotationS', 'must be an integer in [1, 302400], got 0'],
       ['routes[0].tls.ticketKeyRotationS', 'must be an integer in [1, 302400], got 302401'],
       ['cluster.shareTicketKeys', 'must be a boolean, got "yes"'],
-    ],
+    ]
   );
 });

@@ -14,11 +14,13 @@ test('TLS termination round trips', async (t) => {
   const web = await h.listen(http.createServer((req, res) => res.end(`hello via rampart ${req.url}`)));
   // An h2c upstream as far as the first bytes go: its SETTINGS (empty), then an echo.
   const EMPTY_SETTINGS = Buffer.from('000000040000000000', 'hex');
-  const h2echo = await h.listen(net.createServer((s) => {
-    s.on('error', () => {});
-    s.write(EMPTY_SETTINGS);
-    s.pipe(s);
-  }));
+  const h2echo = await h.listen(
+    net.createServer((s) => {
+      s.on('error', () => {});
+      s.write(EMPTY_SETTINGS);
+      s.pipe(s);
+    })
+  );
   const port = await h.freePort();
   const chainRsa = h.opensslChain('rsa.example.com', 'rsa');
   const chainEc = h.opensslChain('ec.example.com', 'ec');
@@ -28,8 +30,18 @@ test('TLS termination round trips', async (t) => {
       { sni: 'localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
       { sni: 'web.localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: web.address().port }], terminateTls: true },
       { sni: 'h2.localhost', http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: h2echo.address().port }], terminateTls: true },
-      { sni: 'rsa.example.com', cert: { certChain: Buffer.from(chainRsa.certChain), privateKey: chainRsa.privateKey }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
-      { sni: 'ec.example.com', cert: { certChain: chainEc.certChain, privateKey: chainEc.privateKey }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true },
+      {
+        sni: 'rsa.example.com',
+        cert: { certChain: Buffer.from(chainRsa.certChain), privateKey: chainRsa.privateKey },
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }],
+        terminateTls: true,
+      },
+      {
+        sni: 'ec.example.com',
+        cert: { certChain: chainEc.certChain, privateKey: chainEc.privateKey },
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }],
+        terminateTls: true,
+      },
     ],
   });
   await proxy.start();
@@ -75,7 +87,15 @@ test('TLS termination round trips', async (t) => {
   });
 
   await t.test('curl --resolve gets an HTTP response through the proxy', async () => {
-    const r = await h.run('curl', ['-sk', '--http1.1', '--max-time', '5', '--resolve', `web.localhost:${port}:127.0.0.1`, `https://web.localhost:${port}/through`]);
+    const r = await h.run('curl', [
+      '-sk',
+      '--http1.1',
+      '--max-time',
+      '5',
+      '--resolve',
+      `web.localhost:${port}:127.0.0.1`,
+      `https://web.localhost:${port}/through`,
+    ]);
     assert.equal(r.code, 0, r.stderr.toString());
     assert.equal(r.stdout.toString(), 'hello via rampart /through');
   });

@@ -186,7 +186,8 @@ test("udsSourceAddressHeader: a route with a Unix-socket upstream that sets no s
 
 test('udsSourceAddressHeader is validated', () => {
   const base = { listeners: [{ port: 9 }], routes: [] };
-  assert.deepEqual(h.errorsOf(() => new RampartProxy({ ...base, udsSourceAddressHeader: 'xForwardedFor' })), [
-    { path: 'udsSourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', got \"xForwardedFor\"" },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy({ ...base, udsSourceAddressHeader: 'xForwardedFor' })),
+    [{ path: 'udsSourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', got \"xForwardedFor\"" }]
+  );
 });

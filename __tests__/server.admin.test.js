@@ -83,7 +83,10 @@ test('POST /block → 204 and the client is refused (logged as a blocked event);
   r = await s.admin(api, 'GET', '/explain?ip=127.0.0.2', tok);
   assert.equal(r.status, 200);
   assert.equal(r.json.ip, '127.0.0.2');
-  assert.deepEqual(r.json.listeners.map((l) => [l.port, l.verdict]), [[port, 'dynamic_blocked']]);
+  assert.deepEqual(
+    r.json.listeners.map((l) => [l.port, l.verdict]),
+    [[port, 'dynamic_blocked']]
+  );
   assert.deepEqual(r.json.listeners[0].dynamicBlocks, [{ cidr: '127.0.0.2/32', port: null, reason: 'INC-1 test' }]);
   r = await s.admin(api, 'GET', '/explain?ip=127.0.0.0/8', tok);
   assert.equal(r.status, 400);
@@ -124,11 +127,17 @@ test('bad input is a 400 naming every offending field; oversized bodies 413; unk
     return r.json;
   };
   let e = await bad('POST', '/block', { body: { cidr: '10.1.2.3/8', ttlMs: -1 } });
-  assert.deepEqual(e.errors.map((x) => x.path), ['cidr', 'ttlMs']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['cidr', 'ttlMs']
+  );
   assert.match(e.errors[0].message, /did you mean 10\.0\.0\.0\/8\?/);
   assert.match(e.error, /^invalid input \(2 problems\): cidr: /);
   e = await bad('POST', '/block', { body: { cidr: '192.0.2.1', port: 1 } });
-  assert.deepEqual(e.errors.map((x) => x.path), ['port']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['port']
+  );
   assert.match(e.errors[0].message, /no listener on port 1/);
   e = await bad('POST', '/block', { body: { ttlMs: 5, colour: 'red' } });
   assert.deepEqual(e.errors, [
@@ -136,29 +145,56 @@ test('bad input is a 400 naming every offending field; oversized bodies 413; unk
     { path: 'cidr', message: 'required' },
   ]);
   e = await bad('POST', '/block', { body: ['192.0.2.1'] });
-  assert.deepEqual(e.errors.map((x) => x.path), ['']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['']
+  );
   e = await bad('POST', '/block', { rawBody: '{"cidr": ' });
   assert.match(e.error, /^body is not JSON/);
   e = await bad('POST', '/block', {});
-  assert.deepEqual(e.errors.map((x) => x.path), ['']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['']
+  );
   e = await bad('DELETE', '/block', { body: { cidr: 'nonsense' } });
-  assert.deepEqual(e.errors.map((x) => x.path), ['cidr']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['cidr']
+  );
   e = await bad('DELETE', '/block', { body: { cidr: '192.0.2.1', ttlMs: 5 } });
-  assert.deepEqual(e.errors.map((x) => x.path), ['ttlMs']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['ttlMs']
+  );
   e = await bad('POST', '/reload', { body: { force: true } });
-  assert.deepEqual(e.errors.map((x) => x.path), ['force']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['force']
+  );
 
   e = await bad('GET', '/blocked?port=abc');
-  assert.deepEqual(e.errors.map((x) => x.path), ['query.port']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['query.port']
+  );
   e = await bad('GET', '/blocked?port=1');
-  assert.deepEqual(e.errors.map((x) => x.path), ['query.port']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['query.port']
+  );
   assert.match(e.errors[0].message, /no listener on port 1/);
   e = await bad('GET', '/blocked?detail=yes&colour=1');
   assert.deepEqual(e.errors.map((x) => x.path).sort(), ['query.colour']);
   e = await bad('GET', '/blocked?detail=yes');
-  assert.deepEqual(e.errors.map((x) => x.path), ['query.detail']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['query.detail']
+  );
   e = await bad('GET', '/health?verbose=1');
-  assert.deepEqual(e.errors.map((x) => x.path), ['query.verbose']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['query.verbose']
+  );
 
   const big = JSON.stringify({ cidr: '192.0.2.1', reason: 'x'.repeat(1 << 20) });
   await bad('POST', '/block', { rawBody: big }, 413);
@@ -202,7 +238,11 @@ test('without a token: GET routes answer, POST and DELETE are 403 and change not
   t.after(() => child.close());
   for (const p of ['/health', ...GETS]) assert.equal((await s.admin(api, 'GET', p)).status, 200, p);
   assert.equal((await s.admin(api, 'GET', `/blocked?port=${port}`)).status, 200);
-  for (const [method, p] of [['POST', '/block'], ['DELETE', '/block'], ['POST', '/reload']]) {
+  for (const [method, p] of [
+    ['POST', '/block'],
+    ['DELETE', '/block'],
+    ['POST', '/reload'],
+  ]) {
     const r = await s.admin(api, method, p, { body: { cidr: '127.0.0.1' } });
     assert.equal(r.status, 403, `${method} ${p}`);
     assert.match(r.json.error, /set admin\.token or admin\.tokenFile/);
@@ -227,7 +267,9 @@ test('admin.tokenFile: the token is read from the file (trailing newline ignored
 
 /** A unix socket left behind by a process that died without closing it. */
 async function staleSocket(p) {
-  const child = spawn(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(p)}, () => console.log('up'))`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(p)}, () => console.log('up'))`], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   await new Promise((r) => child.stdout.once('data', r));
   child.kill('SIGKILL');
   await new Promise((r) => child.on('exit', r));

@@ -46,13 +46,16 @@ test('every problem is printed with its path, and the exit status is 1', async (
   assert.equal(r.code, 1);
   assert.equal(r.stdout, '');
   assert.match(r.stderr.split('\n')[0], /rampart\.json: 5 problems$/);
-  assert.deepEqual(r.problems.sort(), [
-    'admin.port: must be an integer in [0, 65535], got 70000',
-    'drainMs: must be a finite number of ms in [0, 3600000], got -1',
-    'extra: unknown field; expected one of: proxy, admin, xdp, drainMs',
-    `proxy.listeners[0].defaultCert.certChainFile: cannot read ${path.join(dir, 'missing.pem')}: ENOENT (no such file or directory)`,
-    r.problems.find((p) => p.startsWith('proxy.listeners[0].idleTimeoutMs: ')),
-  ].sort());
+  assert.deepEqual(
+    r.problems.sort(),
+    [
+      'admin.port: must be an integer in [0, 65535], got 70000',
+      'drainMs: must be a finite number of ms in [0, 3600000], got -1',
+      'extra: unknown field; expected one of: proxy, admin, xdp, drainMs',
+      `proxy.listeners[0].defaultCert.certChainFile: cannot read ${path.join(dir, 'missing.pem')}: ENOENT (no such file or directory)`,
+      r.problems.find((p) => p.startsWith('proxy.listeners[0].idleTimeoutMs: ')),
+    ].sort()
+  );
 });
 
 test('a file that is not JSON is reported with its line and column', async () => {
@@ -79,7 +82,7 @@ test('the file must be an object with a proxy', async () => {
   assert.deepEqual(r.problems, ['proxy: required: the ProxyConfig { listeners, routes, ... }']);
 });
 
-test('ProxyConfig errors are the addon\'s own, prefixed proxy., and name the cert files they came from', async () => {
+test("ProxyConfig errors are the addon's own, prefixed proxy., and name the cert files they came from", async () => {
   const dir = configDir();
   fs.writeFileSync(path.join(dir, 'junk.pem'), 'not a certificate\n');
   const doc = valid();
@@ -88,7 +91,10 @@ test('ProxyConfig errors are the addon\'s own, prefixed proxy., and name the cer
   const r = await check(dir, doc);
   assert.equal(r.code, 1);
   assert.equal(r.problems.length, 2, r.stderr);
-  assert.ok(r.problems.some((p) => /^proxy\.listeners\[0\]\.port: /.test(p)), r.stderr);
+  assert.ok(
+    r.problems.some((p) => /^proxy\.listeners\[0\]\.port: /.test(p)),
+    r.stderr
+  );
   const cert = r.problems.find((p) => p.startsWith('proxy.listeners[0].defaultCert'));
   assert.ok(cert, r.stderr);
   assert.ok(cert.includes(`(from certChainFile ${path.join(dir, 'junk.pem')}, privateKeyFile ${path.join(dir, 'key.pem')})`), cert);
@@ -112,14 +118,23 @@ test('a route that fails to build is a warning (the others serve), naming its ce
   s.writeCert(dir, { cert: 'b.pem', key: 'b.key', hosts: ['b.test'] });
   const doc = valid();
   // b.test's new chain beside the listener's key: a mismatch, that route alone is dropped.
-  doc.proxy.routes.unshift({ sni: 'b.test', cert: { certChainFile: 'b.pem', privateKeyFile: 'key.pem' }, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 9926 }] });
+  doc.proxy.routes.unshift({
+    sni: 'b.test',
+    cert: { certChainFile: 'b.pem', privateKeyFile: 'key.pem' },
+    upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 9926 }],
+  });
   const r = await check(dir, doc);
   assert.equal(r.code, 0, r.stderr);
   assert.equal(r.stdout, 'ok\n');
   const lines = r.stderr.split('\n').filter(Boolean);
   assert.equal(lines.length, 1, r.stderr);
   assert.ok(lines[0].startsWith('warning: proxy.routes[0].cert: privateKey does not match the first certificate of certChain'), lines[0]);
-  assert.ok(lines[0].endsWith(`(from certChainFile ${path.join(dir, 'b.pem')}, privateKeyFile ${path.join(dir, 'key.pem')}): this route fails to build and is not served (the other routes are; see Route isolation)`), lines[0]);
+  assert.ok(
+    lines[0].endsWith(
+      `(from certChainFile ${path.join(dir, 'b.pem')}, privateKeyFile ${path.join(dir, 'key.pem')}): this route fails to build and is not served (the other routes are; see Route isolation)`
+    ),
+    lines[0]
+  );
 });
 
 test('admin: port and/or socketPath, a token of 16+ characters, token or tokenFile, an IP host', async () => {
@@ -133,7 +148,10 @@ test('admin: port and/or socketPath, a token of 16+ characters, token or tokenFi
     [{ port: 9901, token: 'has a space in it, quite long' }, ['admin.token: must be printable ASCII without spaces']],
     [{ port: 9901, token: s.TOKEN, tokenFile: 't' }, ['admin.tokenFile: give token or tokenFile, not both']],
     [{ port: 9901, tokenFile: 'missing-token' }, [`admin.tokenFile: cannot read ${path.join(dir, 'missing-token')}: ENOENT (no such file or directory)`]],
-    [{ port: 9901, tokn: 'x' }, ['admin.tokn: unknown field; expected one of: host, port, socketPath, token, tokenFile, allowedHosts, maxConnectionsPerAddress']],
+    [
+      { port: 9901, tokn: 'x' },
+      ['admin.tokn: unknown field; expected one of: host, port, socketPath, token, tokenFile, allowedHosts, maxConnectionsPerAddress'],
+    ],
     [{ port: 1.5 }, ['admin.port: must be an integer in [0, 65535], got 1.5']],
   ];
   for (const [adminCfg, want] of cases) {

@@ -54,11 +54,17 @@ test('examples/harper/rampart.local.json (docs/harper.md) passes rampart check a
   const prod = JSON.parse(read('harper/rampart.json'));
   assert.deepEqual(
     local.proxy.routes.map((x) => x.upstreams),
-    prod.proxy.routes.map((x) => x.upstreams),
+    prod.proxy.routes.map((x) => x.upstreams)
   );
   // Harper's plain HTTP port speaks HTTP/1.1 only: no route may send it h2c.
   for (const doc of [local, prod]) {
-    assert.deepEqual(doc.proxy.routes.map((x) => [x.http2, x.protocol]), [[undefined, undefined], [undefined, 'http']]);
+    assert.deepEqual(
+      doc.proxy.routes.map((x) => [x.http2, x.protocol]),
+      [
+        [undefined, undefined],
+        [undefined, 'http'],
+      ]
+    );
   }
   assert.deepEqual(local.admin, { host: '127.0.0.1', port: 9901, tokenFile: 'admin-token' });
   assert.equal(local.xdp, undefined);
@@ -115,7 +121,10 @@ test('the systemd unit: XDP capabilities, Restart=on-failure, ExecReload by SIGH
   assert.ok(Number(get('TimeoutStopSec')) * 1000 > doc.drainMs);
   // Rampart is not on the npm registry: the unit installs the packed tarball, never `rampart` by name.
   const installs = unit.match(/npm install[^`\n&]*/g);
-  assert.deepEqual(installs.map((l) => l.trim()), ['npm install', 'npm install --prefix /opt/rampart ./rampart-0.1.0.tgz']);
+  assert.deepEqual(
+    installs.map((l) => l.trim()),
+    ['npm install', 'npm install --prefix /opt/rampart ./rampart-0.1.0.tgz']
+  );
   assert.doesNotMatch(unit, /npmjs\.com/);
   assert.equal(get('ExecStart').split(' ')[1], '/opt/rampart/node_modules/rampart/bin/rampart.js');
 });

@@ -43,20 +43,38 @@ test('JS API: a config, an update or opts nested 2,000 deep (or cyclic) is a Con
   assert.equal(MAX_CONFIG_DEPTH, 64);
   const config = { listeners: [{ port: 1 }], routes: [{ sni: 'a.example', upstreams: [{ host: '127.0.0.1', port: 9, x: nested(2000) }] }] };
   // config 1, routes 2, routes[0] 3, upstreams 4, upstreams[0] 5, x 6
-  assert.deepEqual(h.errorsOf(() => new RampartProxy(config)), [{ path: `routes[0].upstreams[0].x${zeros(65 - 6)}`, message: DEPTH_MESSAGE }]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy(config)),
+    [{ path: `routes[0].upstreams[0].x${zeros(65 - 6)}`, message: DEPTH_MESSAGE }]
+  );
   // Deeper than V8's own JSON.stringify can go.
-  assert.deepEqual(h.errorsOf(() => new RampartProxy({ listeners: [{ port: 1 }], routes: nested(100000) })), [{ path: `routes${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy({ listeners: [{ port: 1 }], routes: nested(100000) })),
+    [{ path: `routes${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]
+  );
   const cyclic = {};
   cyclic.self = cyclic;
-  assert.deepEqual(h.errorsOf(() => new RampartProxy(cyclic)), [{ path: Array(64).fill('self').join('.'), message: DEPTH_MESSAGE }]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy(cyclic)),
+    [{ path: Array(64).fill('self').join('.'), message: DEPTH_MESSAGE }]
+  );
   // Exactly 64 levels is not refused for depth: only the unknown field is wrong.
   const at64 = h.errorsOf(() => new RampartProxy({ listeners: [{ port: 1 }], routes: [], x: nested(63) }));
-  assert.deepEqual(at64.map((e) => e.path), ['x']);
+  assert.deepEqual(
+    at64.map((e) => e.path),
+    ['x']
+  );
   assert.match(at64[0].message, /^unknown field/);
 
   const proxy = new RampartProxy({ listeners: [{ port: 1, host: '127.0.0.1' }], routes: [] });
-  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: nested(2000) })), [{ path: `routes${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]);
-  assert.deepEqual(h.errorsOf(() => proxy.blockIp('192.0.2.1', { reason: nested(2000) })), [{ path: `opts.reason${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]);
+  assert.deepEqual(
+    h.errorsOf(() => proxy.updateConfig({ routes: nested(2000) })),
+    [{ path: `routes${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]
+  );
+  assert.deepEqual(
+    h.errorsOf(() => proxy.blockIp('192.0.2.1', { reason: nested(2000) })),
+    [{ path: `opts.reason${zeros(65 - 2)}`, message: DEPTH_MESSAGE }]
+  );
   // Nothing was applied: a valid call still works.
   proxy.updateConfig({ routes: [] });
 });
@@ -107,7 +125,10 @@ test('rampart serve: a 2,000-deep file at start exits 1 naming the path; on relo
   assert.equal((await s.tlsAttempt(port)).ok, true);
   assert.equal((await s.admin(api, 'GET', '/health')).status, 200);
   assert.equal(child.exit, undefined);
-  assert.deepEqual(child.events.filter((e) => e.event === 'error'), []);
+  assert.deepEqual(
+    child.events.filter((e) => e.event === 'error'),
+    []
+  );
   const m = (await s.admin(api, 'GET', '/metrics', tok)).text;
   assert.match(m, /^rampart_config_reloads_total\{result="failure"\} 3$/m);
   // Fixed: applies.
@@ -146,8 +167,14 @@ test('admin API: 300 sockets that send nothing (more than the 256 slots) cannot 
   // head timeout (the first /health call took the slot of one more); the head timeout closes the rest.
   await h.waitFor(() => idle.every((i) => i.closedAt !== null), { timeoutMs: 8000, intervalMs: 50, what: 'every idle socket closed' });
   const held = idle.map((i) => i.closedAt - i.openedAt);
-  assert.ok(held.slice(0, 292).every((ms) => ms < 4000), `held: ${held.slice(0, 292).filter((ms) => ms >= 4000)}`);
-  assert.ok(held.every((ms) => ms < 7000), `held: ${held.filter((ms) => ms >= 7000)}`);
+  assert.ok(
+    held.slice(0, 292).every((ms) => ms < 4000),
+    `held: ${held.slice(0, 292).filter((ms) => ms >= 4000)}`
+  );
+  assert.ok(
+    held.every((ms) => ms < 7000),
+    `held: ${held.filter((ms) => ms >= 7000)}`
+  );
   assert.equal(child.exit, undefined);
 
   // A connection that sends part of a head and stops is closed after HEAD_TIMEOUT_MS (5 s).
@@ -172,7 +199,9 @@ test('admin.maxConnectionsPerAddress: past the cap with every connection busy, a
     const b = await idleSocket(adminPort);
     b.data = '';
     b.sock.on('data', (d) => (b.data += d));
-    b.sock.write(`POST /reload HTTP/1.1\r\nHost: 127.0.0.1:${adminPort}\r\nAuthorization: Bearer ${s.TOKEN}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n`);
+    b.sock.write(
+      `POST /reload HTTP/1.1\r\nHost: 127.0.0.1:${adminPort}\r\nAuthorization: Bearer ${s.TOKEN}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n`
+    );
     busy.push(b);
   }
   t.after(() => {
@@ -192,22 +221,37 @@ test('admin.maxConnectionsPerAddress: past the cap with every connection busy, a
   await h.waitFor(async () => (await s.admin(api, 'GET', '/health')).status === 200, { what: '/health again' });
 });
 
-test('admin API Host check: a foreign Host is 421 on every route (DNS rebinding); the API\'s own addresses, localhost and admin.allowedHosts pass', async (t) => {
+test("admin API Host check: a foreign Host is 421 on every route (DNS rebinding); the API's own addresses, localhost and admin.allowedHosts pass", async (t) => {
   const { file, adminPort, api, dir } = await configDir((doc) => {
     doc.admin.allowedHosts = ['Rampart.Internal'];
     doc.admin.socketPath = 'admin.sock';
   });
   const child = await s.ServerChild.serve(file);
   t.after(() => child.close());
-  const misdirected = (host) => ({ error: `misdirected request: Host ${JSON.stringify(host)} does not name this admin API; use its address, localhost, or a name listed in admin.allowedHosts` });
+  const misdirected = (host) => ({
+    error: `misdirected request: Host ${JSON.stringify(host)} does not name this admin API; use its address, localhost, or a name listed in admin.allowedHosts`,
+  });
   for (const host of ['evil.example', `evil.example:${adminPort}`, 'localhost.evil.example', '127.0.0.1.nip.io', 'rampart.internal.evil']) {
-    for (const [method, p, opts] of [['GET', '/health', {}], ['GET', '/metrics', tok], ['POST', '/reload', tok]]) {
+    for (const [method, p, opts] of [
+      ['GET', '/health', {}],
+      ['GET', '/metrics', tok],
+      ['POST', '/reload', tok],
+    ]) {
       const r = await s.admin(api, method, p, { ...opts, headers: { host } });
       assert.equal(r.status, 421, `${method} ${p} Host: ${host}`);
       assert.deepEqual(r.json, misdirected(host));
     }
   }
-  for (const host of [`127.0.0.1:${adminPort}`, '127.0.0.1', `localhost:${adminPort}`, 'LOCALHOST', `[::1]:${adminPort}`, '127.0.0.2:1', 'rampart.internal', `RAMPART.internal:${adminPort}`]) {
+  for (const host of [
+    `127.0.0.1:${adminPort}`,
+    '127.0.0.1',
+    `localhost:${adminPort}`,
+    'LOCALHOST',
+    `[::1]:${adminPort}`,
+    '127.0.0.2:1',
+    'rampart.internal',
+    `RAMPART.internal:${adminPort}`,
+  ]) {
     assert.equal((await s.admin(api, 'GET', '/health', { headers: { host } })).status, 200, `Host: ${host}`);
   }
   // An allowed Host still needs the token on token routes.
@@ -223,17 +267,33 @@ test('warnings at start, one log line each: a world-readable token file and trus
   });
   // Two more ports, distinct from the two configDir chose (free-port calls apart may repeat one).
   const [port1, port2] = (await h.freePorts(4)).filter((p) => p !== port && p !== adminPort);
-  doc.proxy.listeners.push({ host: '127.0.0.1', port: port1, defaultCert: doc.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['0.0.0.0/1', '128.0.0.0/1', '10.0.0.0/8'] } });
-  doc.proxy.listeners.push({ host: '127.0.0.1', port: port2, defaultCert: doc.proxy.listeners[0].defaultCert, acceptProxyProtocol: { trustedCidrs: ['10.0.0.0/8', '::/1'] } });
+  doc.proxy.listeners.push({
+    host: '127.0.0.1',
+    port: port1,
+    defaultCert: doc.proxy.listeners[0].defaultCert,
+    acceptProxyProtocol: { trustedCidrs: ['0.0.0.0/1', '128.0.0.0/1', '10.0.0.0/8'] },
+  });
+  doc.proxy.listeners.push({
+    host: '127.0.0.1',
+    port: port2,
+    defaultCert: doc.proxy.listeners[0].defaultCert,
+    acceptProxyProtocol: { trustedCidrs: ['10.0.0.0/8', '::/1'] },
+  });
   s.writeJson(file, doc);
   const tokenFile = path.join(dir, 'admin-token');
   fs.writeFileSync(tokenFile, `${s.TOKEN}\n`);
   fs.chmodSync(tokenFile, 0o644);
   const tokenMessage = `${tokenFile} is readable by every user (mode 0644): anyone on this host can take the admin token; chmod 600 it (or 640 with the service's group)`;
-  const cidrMessage = (families) => `covers every ${families} address: any client may send a PROXY header and pose as any address, past every per-IP limit; list only the load balancers' addresses`;
+  const cidrMessage = (families) =>
+    `covers every ${families} address: any client may send a PROXY header and pose as any address, past every per-IP limit; list only the load balancers' addresses`;
   const expected = [
     { event: 'warning', code: 'token_file_world_readable', path: 'admin.tokenFile', message: tokenMessage },
-    { event: 'warning', code: 'trusted_cidrs_cover_all', path: 'proxy.listeners[0].acceptProxyProtocol.trustedCidrs', message: cidrMessage('IPv4 and every IPv6') },
+    {
+      event: 'warning',
+      code: 'trusted_cidrs_cover_all',
+      path: 'proxy.listeners[0].acceptProxyProtocol.trustedCidrs',
+      message: cidrMessage('IPv4 and every IPv6'),
+    },
     { event: 'warning', code: 'trusted_cidrs_cover_all', path: 'proxy.listeners[1].acceptProxyProtocol.trustedCidrs', message: cidrMessage('IPv4') },
   ];
   const child = await s.ServerChild.serve(file);
@@ -277,6 +337,6 @@ test('admin.allowedHosts and admin.maxConnectionsPerAddress are validated with p
       `admin.allowedHosts[3]: ${hostMessage('"sp ace"')}`,
       'admin.maxConnectionsPerAddress: must be an integer in [1, 256], got 0',
       '',
-    ].join('\n'),
+    ].join('\n')
   );
 });

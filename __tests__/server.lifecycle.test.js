@@ -22,7 +22,6 @@ async function configFile(edit = () => {}, opts = {}) {
   return { dir, file, doc, port, adminPort, cert, api: { port: adminPort } };
 }
 
-
 const EVENTS = new Set(['start', 'stop', 'reload', 'blocked', 'blockedSummary', 'error', 'defense', 'block', 'unblock']);
 
 test('serve: the certificate from the files is served; the start event says what runs', async (t) => {
@@ -82,7 +81,12 @@ test('--log text writes one human line per event', async (t) => {
   t.after(() => child.close());
   await h.waitFor(() => child.lines.some((l) => / start /.test(l)), { what: 'start line' });
   const start = child.lines.find((l) => / start /.test(l));
-  assert.match(start, new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z start pid=${child.proc.pid} version=\\S+ config=\\S+ ports=\\[${port}\\] admin=\\["http://127\\.0\\.0\\.1:\\d+"\\] xdp=null drainMs=1000$`));
+  assert.match(
+    start,
+    new RegExp(
+      `^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z start pid=${child.proc.pid} version=\\S+ config=\\S+ ports=\\[${port}\\] admin=\\["http://127\\.0\\.0\\.1:\\d+"\\] xdp=null drainMs=1000$`
+    )
+  );
   child.signal('SIGTERM');
   assert.equal((await child.exited).code, 0);
   assert.match(child.lines.at(-1), /Z stop signal=SIGTERM drainMs=1000 durationMs=\d+$/);
@@ -143,7 +147,10 @@ test('start-up failures exit 1 and say why: an invalid file, a port in use, an a
   assert.equal((await child.exited).code, 1);
   const e = child.events.find((x) => x.event === 'error');
   assert.equal(e.code, 'config_invalid');
-  assert.deepEqual(e.errors.map((x) => x.path), ['proxy.listeners[0].port']);
+  assert.deepEqual(
+    e.errors.map((x) => x.path),
+    ['proxy.listeners[0].port']
+  );
   assert.match(child.stderr, /proxy\.listeners\[0\]\.port: /);
 
   const blocker = await h.listen(require('node:net').createServer());

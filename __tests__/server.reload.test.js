@@ -30,7 +30,6 @@ const blocklist = (doc, list) => {
   return doc;
 };
 
-
 test('a file rewritten in place is applied through updateConfig (protection), connections in flight kept', async (t) => {
   const { file, doc, port, child, api } = await setup();
   t.after(() => child.close());
@@ -108,7 +107,9 @@ test('a Kubernetes ..data symlink swap is caught, for the config file and for a 
   assert.equal((await s.tlsAttempt(port)).fingerprint256, c1.fingerprint256);
 
   // The config changes (a blocklist), the certificate not.
-  let ev = await child.reloadAfter(() => vol.publish({ 'rampart.json': JSON.stringify(blocklist(structuredClone(doc), ['127.0.0.4/32'])), 'tls.crt': c1.certChain, 'tls.key': c1.privateKey }));
+  let ev = await child.reloadAfter(() =>
+    vol.publish({ 'rampart.json': JSON.stringify(blocklist(structuredClone(doc), ['127.0.0.4/32'])), 'tls.crt': c1.certChain, 'tls.key': c1.privateKey })
+  );
   assert.equal(ev.trigger, 'file');
   assert.equal(ev.applied, 'update');
   assert.deepEqual(ev.changed, [`protection:${port}`]);
@@ -116,7 +117,9 @@ test('a Kubernetes ..data symlink swap is caught, for the config file and for a 
 
   // The Secret rotates: new connections get the new certificate.
   const c2 = gen();
-  ev = await child.reloadAfter(() => vol.publish({ 'rampart.json': JSON.stringify(blocklist(structuredClone(doc), ['127.0.0.4/32'])), 'tls.crt': c2.certChain, 'tls.key': c2.privateKey }));
+  ev = await child.reloadAfter(() =>
+    vol.publish({ 'rampart.json': JSON.stringify(blocklist(structuredClone(doc), ['127.0.0.4/32'])), 'tls.crt': c2.certChain, 'tls.key': c2.privateKey })
+  );
   assert.equal(ev.ok, true, JSON.stringify(ev));
   assert.equal(ev.applied, 'update');
   assert.deepEqual(ev.changed, ['certificates']);
@@ -156,7 +159,10 @@ test('SIGHUP reloads the file (and the watcher does not apply it a second time)'
   assert.equal(ev.applied, 'update');
   assert.equal(await h.admitted(port, '127.0.0.5'), false);
   const from = child.events.length;
-  await assert.rejects(child.waitEvent((e) => e.event === 'reload', { from, timeoutMs: 1500 }), /timed out/);
+  await assert.rejects(
+    child.waitEvent((e) => e.event === 'reload', { from, timeoutMs: 1500 }),
+    /timed out/
+  );
   // An unchanged file: SIGHUP still reloads, and nothing changes.
   const again = await child.reloadAfter(() => child.signal('SIGHUP'));
   assert.equal(again.trigger, 'sighup');
@@ -201,7 +207,10 @@ test('an invalid file keeps the running config and logs the ConfigError paths; f
   const paths = ev.errors.map((e) => e.path).sort();
   assert.ok(paths.includes('typo'), paths.join());
   assert.ok(paths.includes('proxy.listeners[0].protection.rateLimit.connectionsPerSecond'), paths.join());
-  assert.ok(paths.some((p) => p.startsWith('proxy.routes[0].upstreams')), paths.join());
+  assert.ok(
+    paths.some((p) => p.startsWith('proxy.routes[0].upstreams')),
+    paths.join()
+  );
   // still serving the old config
   assert.equal((await s.tlsAttempt(port)).ok, true);
   assert.equal((await s.admin(api, 'GET', '/health')).json.reloadedAt, healthBefore.reloadedAt);
@@ -298,7 +307,10 @@ test('a listener port change: the new port serves before the old stops, open con
 
   const b = await s.admin(api, 'GET', '/blocked?detail=1', tok);
   const dyn = b.json.dynamicBlocklist;
-  assert.deepEqual(dyn.map((e) => [e.ip, e.port]).sort(), [['127.0.0.2/32', next], ['198.51.100.0/24', next]]);
+  assert.deepEqual(dyn.map((e) => [e.ip, e.port]).sort(), [
+    ['127.0.0.2/32', next],
+    ['198.51.100.0/24', next],
+  ]);
   assert.equal(dyn.find((e) => e.ip === '127.0.0.2/32').note, 'INC-7 scraper');
   assert.equal(dyn.find((e) => e.ip === '127.0.0.2/32').remainingMs, undefined);
   // The remaining time carried over exactly (within 1 s of what was left), not restarted.
@@ -315,7 +327,10 @@ test('a handover that cannot bind (a port another process holds) keeps the old c
   t.after(() => h.closeServer(squatter));
   const taken = squatter.address().port;
   assert.equal((await s.admin(api, 'POST', '/block', { ...tok, body: { cidr: '127.0.0.2', reason: 'kept' } })).status, 204);
-  for (const order of [[port, taken], [taken, port]]) {
+  for (const order of [
+    [port, taken],
+    [taken, port],
+  ]) {
     const next = structuredClone(doc);
     next.proxy.listeners = order.map((p) => ({ ...doc.proxy.listeners[0], port: p }));
     s.writeJson(file, next);

@@ -28,8 +28,20 @@ async function symphonyDir({ echoPort, admin }) {
       {
         listeners: [{ host: '127.0.0.1', port: proxyPort }],
         routes: [
-          { sni: 'localhost', metricsGroup: 'tenant-exact', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echoPort }], terminateTls: true, cert: { certChainFile: 'cert.pem', privateKeyFile: 'key.pem' } },
-          { sni: '*.localhost', metricsGroup: 'tenant-wildcard', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echoPort }], terminateTls: true, cert: { certChainFile: 'cert.pem', privateKeyFile: 'key.pem' } },
+          {
+            sni: 'localhost',
+            metricsGroup: 'tenant-exact',
+            upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echoPort }],
+            terminateTls: true,
+            cert: { certChainFile: 'cert.pem', privateKeyFile: 'key.pem' },
+          },
+          {
+            sni: '*.localhost',
+            metricsGroup: 'tenant-wildcard',
+            upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echoPort }],
+            terminateTls: true,
+            cert: { certChainFile: 'cert.pem', privateKeyFile: 'key.pem' },
+          },
         ],
       },
     ],
@@ -71,7 +83,7 @@ test('rampart serve with a symphony-server file: status.json, admin routes, live
   assert.equal(status.configPath, d.config);
   assert.deepEqual(status.ports, [d.proxyPort]);
   // The socket is bound (and its mode set) before the port: once the port answers, both are up.
-  const health = await h.waitFor(async () => (await s.admin({ port: adminPort }, 'GET', '/health').catch(() => null)), { what: 'admin port' });
+  const health = await h.waitFor(async () => await s.admin({ port: adminPort }, 'GET', '/health').catch(() => null), { what: 'admin port' });
   assert.equal(fs.statSync(socketPath).mode & 0o777, 0o660);
   assert.equal(health.status, 200);
   assert.deepEqual(health.json, { ok: true, pid: c.proc.pid, version: status.version, ports: [d.proxyPort] });
@@ -83,26 +95,38 @@ test('rampart serve with a symphony-server file: status.json, admin routes, live
   // Traffic on the exact and the wildcard route, then one scrape of each kind.
   assert.equal((await h.tlsRoundTrip({ port: d.proxyPort, servername: 'localhost', payload: Buffer.from('hello') })).data.toString(), 'hello');
   assert.equal((await h.tlsRoundTrip({ port: d.proxyPort, servername: 'random.localhost', payload: Buffer.from('wild') })).data.toString(), 'wild');
-  const snap = await h.waitFor(async () => {
-    const r = await s.admin({ socketPath }, 'GET', '/metrics.json');
-    return r.json.proxies[0].metrics.activeConnections === 0 && r.json.proxies[0].metrics.listeners[0].bytesSent === 9 ? r : null;
-  }, { what: 'both sessions closed' });
+  const snap = await h.waitFor(
+    async () => {
+      const r = await s.admin({ socketPath }, 'GET', '/metrics.json');
+      return r.json.proxies[0].metrics.activeConnections === 0 && r.json.proxies[0].metrics.listeners[0].bytesSent === 9 ? r : null;
+    },
+    { what: 'both sessions closed' }
+  );
   assert.match(snap.headers['content-type'], /application\/json/);
   assert.deepEqual(Object.keys(snap.json), ['pid', 'version', 'startedAt', 'reloadedAt', 'proxies']);
   assert.equal(snap.json.proxies[0].ports, String(d.proxyPort));
   const m = snap.json.proxies[0].metrics;
-  assert.deepEqual([m.listeners[0].address, m.listeners[0].mode, m.listeners[0].accepted, m.routes, m.failingRoutes], [`127.0.0.1:${d.proxyPort}`, 'tls', 2, 2, 0]);
-  assert.deepEqual(m.routeMetrics.map((r) => [r.route, r.metricsGroup, r.connections, r.bytesReceived]), [
-    ['localhost', 'tenant-exact', 1, 5],
-    ['*.localhost', 'tenant-wildcard', 1, 4],
-  ]);
+  assert.deepEqual(
+    [m.listeners[0].address, m.listeners[0].mode, m.listeners[0].accepted, m.routes, m.failingRoutes],
+    [`127.0.0.1:${d.proxyPort}`, 'tls', 2, 2, 0]
+  );
+  assert.deepEqual(
+    m.routeMetrics.map((r) => [r.route, r.metricsGroup, r.connections, r.bytesReceived]),
+    [
+      ['localhost', 'tenant-exact', 1, 5],
+      ['*.localhost', 'tenant-wildcard', 1, 4],
+    ]
+  );
   const prom = await s.admin({ socketPath }, 'GET', '/metrics?foo=bar');
   assert.equal(prom.status, 200);
   assert.match(prom.headers['content-type'], /^text\/plain; version=0\.0\.4/);
   const lines = prom.text.split('\n');
   assert.ok(lines.includes(`symphony_listener_accepted_total{proxy="${d.proxyPort}",listener="127.0.0.1:${d.proxyPort}",mode="tls"} 2`), prom.text);
   assert.ok(lines.includes(`symphony_route_connections_total{proxy="${d.proxyPort}",route="*.localhost",group="tenant-wildcard"} 1`), prom.text);
-  assert.ok(lines.includes(`symphony_listener_errors_total{proxy="${d.proxyPort}",listener="127.0.0.1:${d.proxyPort}",mode="tls",reason="upstream_connect"} 0`), prom.text);
+  assert.ok(
+    lines.includes(`symphony_listener_errors_total{proxy="${d.proxyPort}",listener="127.0.0.1:${d.proxyPort}",mode="tls",reason="upstream_connect"} 0`),
+    prom.text
+  );
   assert.ok(!prom.text.includes('random.localhost'), 'no client-given host name in a label');
   const types = lines.filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2]);
   assert.equal(new Set(types).size, types.length, 'one TYPE line per metric name');
@@ -110,10 +134,13 @@ test('rampart serve with a symphony-server file: status.json, admin routes, live
   // A route update in the file is applied in place (same listener): the new group is served.
   d.doc.proxies[0].routes[0].metricsGroup = 'tenant-renamed';
   s.writeJsonAtomic(d.config, d.doc);
-  await h.waitFor(async () => {
-    const r = await s.admin({ port: adminPort }, 'GET', '/metrics.json');
-    return r.json.proxies[0].metrics.routeMetrics[0].metricsGroup === 'tenant-renamed';
-  }, { what: 'the renamed group' });
+  await h.waitFor(
+    async () => {
+      const r = await s.admin({ port: adminPort }, 'GET', '/metrics.json');
+      return r.json.proxies[0].metrics.routeMetrics[0].metricsGroup === 'tenant-renamed';
+    },
+    { what: 'the renamed group' }
+  );
   assert.equal(readJson(d.status).pid, c.proc.pid);
   assert.match(c.out, / \[symphony-server\] proxy listening on ports \[\d+\]\n/);
 
@@ -158,7 +185,10 @@ test('a stale admin socket left by a killed process is reclaimed; a live one is 
   const d = await symphonyDir({ echoPort: echo.address().port, admin: { socketPath } });
   const c = child([s.BIN, 'serve', '--config', d.config]);
   t.after(() => c.proc.kill('SIGKILL'));
-  const health = await h.waitFor(async () => (await s.admin({ socketPath }, 'GET', '/health').catch(() => null)), { timeoutMs: 10000, what: 'health over the reclaimed socket' });
+  const health = await h.waitFor(async () => await s.admin({ socketPath }, 'GET', '/health').catch(() => null), {
+    timeoutMs: 10000,
+    what: 'health over the reclaimed socket',
+  });
   assert.equal(health.json.pid, c.proc.pid);
   assert.match(c.out, /removing stale admin socket /);
 
@@ -174,20 +204,58 @@ test('a stale admin socket left by a killed process is reclaimed; a live one is 
   assert.equal((await h.tlsRoundTrip({ port: d2.proxyPort, servername: 'localhost', payload: Buffer.from('ok') })).data.toString(), 'ok');
 });
 
-test("admin /metrics text: label values escaped (CR, LF and CRLF all as \\n), one HELP/TYPE per name over several proxies", () => {
+test('admin /metrics text: label values escaped (CR, LF and CRLF all as \\n), one HELP/TYPE per name over several proxies', () => {
   const metrics = (address) => ({
-    routes: 1, failingRoutes: 0, halfClosedConnections: 0, pendingSuspended: 0, suspendedResolved: 0, suspendedUnresolved: 0,
-    listeners: [{ address, mode: 'tls', activeConnections: 0, accepted: 1, blocked: 0, errors: 0, bytesReceived: 0, bytesSent: 0, blockedByReason: [{ reason: 'no_sni', count: 0 }], errorsByReason: [] }],
-    routeMetrics: [{ route: 'a"b\\c\nroute', metricsGroup: 'tenant\rgroup\r\nend', activeConnections: 0, connections: 2, errors: 0, bytesReceived: 0, bytesSent: 0, errorsByReason: [{ reason: 'upstream_connect', count: 1 }] }],
+    routes: 1,
+    failingRoutes: 0,
+    halfClosedConnections: 0,
+    pendingSuspended: 0,
+    suspendedResolved: 0,
+    suspendedUnresolved: 0,
+    listeners: [
+      {
+        address,
+        mode: 'tls',
+        activeConnections: 0,
+        accepted: 1,
+        blocked: 0,
+        errors: 0,
+        bytesReceived: 0,
+        bytesSent: 0,
+        blockedByReason: [{ reason: 'no_sni', count: 0 }],
+        errorsByReason: [],
+      },
+    ],
+    routeMetrics: [
+      {
+        route: 'a"b\\c\nroute',
+        metricsGroup: 'tenant\rgroup\r\nend',
+        activeConnections: 0,
+        connections: 2,
+        errors: 0,
+        bytesReceived: 0,
+        bytesSent: 0,
+        errorsByReason: [{ reason: 'upstream_connect', count: 1 }],
+      },
+    ],
   });
   const text = renderPrometheus({
-    pid: 1, version: 'v"1', startedAt: '2026-01-01T00:00:00.000Z', reloadedAt: '2026-01-01T00:01:00.000Z',
-    proxies: [{ ports: '80,443', metrics: metrics('0.0.0.0:443') }, { ports: '8443', metrics: metrics('0.0.0.0:8443') }],
+    pid: 1,
+    version: 'v"1',
+    startedAt: '2026-01-01T00:00:00.000Z',
+    reloadedAt: '2026-01-01T00:01:00.000Z',
+    proxies: [
+      { ports: '80,443', metrics: metrics('0.0.0.0:443') },
+      { ports: '8443', metrics: metrics('0.0.0.0:8443') },
+    ],
   });
   const lines = text.split('\n');
   assert.ok(lines.includes('symphony_build_info{version="v\\"1"} 1'), text);
   assert.ok(lines.includes('symphony_route_connections_total{proxy="80,443",route="a\\"b\\\\c\\nroute",group="tenant\\ngroup\\nend"} 2'), text);
-  assert.ok(lines.includes('symphony_route_errors_total{proxy="8443",route="a\\"b\\\\c\\nroute",group="tenant\\ngroup\\nend",reason="upstream_connect"} 1'), text);
+  assert.ok(
+    lines.includes('symphony_route_errors_total{proxy="8443",route="a\\"b\\\\c\\nroute",group="tenant\\ngroup\\nend",reason="upstream_connect"} 1'),
+    text
+  );
   assert.ok(lines.includes('symphony_start_time_seconds 1767225600'), text);
   // Every sample of a name sits right under its one HELP/TYPE pair.
   let current = null;
@@ -221,7 +289,7 @@ test('rampart check with a symphony-server file: ok, or every problem with its p
       `${d.config}: 3 problems\n` +
         `proxies[0].routes: route '*.localhost': ENOENT: no such file or directory, open '${path.join(d.dir, 'missing.pem')}'\n` +
         'proxies[0].routes[0].metricsGroup: metricsGroup exceeds 128 UTF-8 bytes\n' +
-        'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [0, 2^53-1], got -1\n',
+        'proxies[0].listeners[0].idleTimeoutMs: must be an integer in [0, 2^53-1], got -1\n'
     );
     // A route left out beside one that serves (Symphony's xForwardedFor-with-http2 rule): a
     // problem all the same, at its own index.
@@ -229,8 +297,15 @@ test('rampart check with a symphony-server file: ok, or every problem with its p
     Object.assign(d2.doc.proxies[0].routes[1], { protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor' });
     s.writeJson(d2.config, d2.doc);
     const left = await s.runCli(['check', '--config', d2.config]);
-    assert.deepEqual([left.code, left.stdout, left.stderr], [1, '', `${d2.config}: 1 problem\n` +
-      "proxies[0].routes[1].http2: http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')\n"]);
+    assert.deepEqual(
+      [left.code, left.stdout, left.stderr],
+      [
+        1,
+        '',
+        `${d2.config}: 1 problem\n` +
+          "proxies[0].routes[1].http2: http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')\n",
+      ]
+    );
   } finally {
     await h.closeServer(echo);
   }

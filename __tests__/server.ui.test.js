@@ -52,7 +52,7 @@ async function floodUntilBoxed(port, api) {
       // At least two samples: a chart line needs two points.
       return l.blockedByReason.penalty_boxed === 5 && sampled === 5 && l.series.length >= 2 ? r.json : null;
     },
-    { timeoutMs: 5000, intervalMs: 100, what: 'the penalty_boxed refusals sampled into the chart' },
+    { timeoutMs: 5000, intervalMs: 100, what: 'the penalty_boxed refusals sampled into the chart' }
   );
 }
 
@@ -72,7 +72,10 @@ test('GET / and /ui serve the page under the token rules; Basic (token as passwo
   assert.equal(page.status, 200);
   assert.equal(page.headers['content-type'], 'text/html; charset=utf-8');
   assert.equal(page.headers['x-frame-options'], 'DENY');
-  assert.match(page.headers['content-security-policy'], /^default-src 'none'; script-src 'sha256-[A-Za-z0-9+/]{43}='; style-src 'sha256-[A-Za-z0-9+/]{43}='; connect-src 'self';/);
+  assert.match(
+    page.headers['content-security-policy'],
+    /^default-src 'none'; script-src 'sha256-[A-Za-z0-9+/]{43}='; style-src 'sha256-[A-Za-z0-9+/]{43}='; connect-src 'self';/
+  );
   assert.match(page.text, /^<!doctype html>/);
   const root = await s.admin(api, 'GET', '/', { headers: { authorization: basic(s.TOKEN) } });
   assert.equal(root.status, 200);
@@ -81,7 +84,11 @@ test('GET / and /ui serve the page under the token rules; Basic (token as passwo
   assert.equal((await s.admin(api, 'GET', '/blocked', { headers: { authorization: basic(s.TOKEN, '') } })).status, 200);
   assert.equal((await s.admin(api, 'GET', '/ui.json', { headers: { authorization: basic(s.TOKEN) } })).status, 200);
   // ...but never a change: a browser that saved it must not be able to block or reload for another site.
-  for (const [method, p, body] of [['POST', '/block', { cidr: '192.0.2.1' }], ['DELETE', '/block', { cidr: '192.0.2.1' }], ['POST', '/reload', undefined]]) {
+  for (const [method, p, body] of [
+    ['POST', '/block', { cidr: '192.0.2.1' }],
+    ['DELETE', '/block', { cidr: '192.0.2.1' }],
+    ['POST', '/reload', undefined],
+  ]) {
     const r = await s.admin(api, method, p, { headers: { authorization: basic(s.TOKEN) }, body });
     assert.equal(r.status, 401, `${method} ${p}`);
     assert.equal(r.headers['www-authenticate'], 'Bearer realm="rampart"');
@@ -111,14 +118,29 @@ test('/ui.json: per-second series by reason, the boxed address with its reason a
   assert.deepEqual(l.shadowByReason, { rate_limited: 1 });
   // The sampled seconds add up to the counters (the first sample, taken at start, is the baseline).
   const sum = (f) => l.series.reduce((a, p) => a + f(p), 0);
-  assert.ok(l.series.every((p, i) => p.ms > 0 && (i === 0 || p.t - l.series[i - 1].t === p.ms)), JSON.stringify(l.series));
-  assert.equal(sum((p) => p.accepted), 2);
-  assert.equal(sum((p) => p.refused.penalty_boxed || 0), 5);
-  assert.equal(sum((p) => p.refused.rate_limited || 0), 1);
+  assert.ok(
+    l.series.every((p, i) => p.ms > 0 && (i === 0 || p.t - l.series[i - 1].t === p.ms)),
+    JSON.stringify(l.series)
+  );
+  assert.equal(
+    sum((p) => p.accepted),
+    2
+  );
+  assert.equal(
+    sum((p) => p.refused.penalty_boxed || 0),
+    5
+  );
+  assert.equal(
+    sum((p) => p.refused.rate_limited || 0),
+    1
+  );
   assert.equal(state.blocked.total, 1);
   assert.equal(state.blocked.entries.length, 1);
   const b = state.blocked.entries[0];
-  assert.deepEqual({ ...b, remainingMs: undefined }, { ip: FLOODER, prefix: false, port, list: 'penaltyBoxed', reason: 'penalty_boxed', remainingMs: undefined, note: null, node: null });
+  assert.deepEqual(
+    { ...b, remainingMs: undefined },
+    { ip: FLOODER, prefix: false, port, list: 'penaltyBoxed', reason: 'penalty_boxed', remainingMs: undefined, note: null, node: null }
+  );
   assert.ok(b.remainingMs > 50000 && b.remainingMs <= 60000, String(b.remainingMs));
   assert.equal(state.routes.length, 1);
   const { upstream, ...route } = state.routes[0];
@@ -195,17 +217,22 @@ test('the demo (npm start) serves the page and prints its URL', async () => {
     assert.ok(m, demo.out());
     const get = (p) =>
       new Promise((resolve, reject) => {
-        http.get(`${m[1]}${p}`, (res) => {
-          let body = '';
-          res.on('data', (d) => (body += d));
-          res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'], body }));
-        }).on('error', reject);
+        http
+          .get(`${m[1]}${p}`, (res) => {
+            let body = '';
+            res.on('data', (d) => (body += d));
+            res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'], body }));
+          })
+          .on('error', reject);
       });
     const page = await get('/ui');
     assert.equal(page.status, 200);
     assert.equal(page.type, 'text/html; charset=utf-8');
     const state = JSON.parse((await get('/ui.json')).body);
-    assert.deepEqual(state.listeners.map((l) => l.address), [`127.0.0.1:${demo.port}`]);
+    assert.deepEqual(
+      state.listeners.map((l) => l.address),
+      [`127.0.0.1:${demo.port}`]
+    );
   } finally {
     await demo.stop();
   }

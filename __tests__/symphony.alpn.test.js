@@ -140,17 +140,23 @@ test('ALPN split: each client goes to an upstream that speaks the protocol it ne
   await t.test('a set of h2 upstreams: HTTP/1.1 and no-ALPN clients reach none', async () => {
     assert.deepEqual(await h2Get(port, 'h2only.test'), { body: 'h2c 2.0', alpn: 'h2' });
     // The route offers h2 only: an http/1.1-only client fails the handshake (no_application_protocol).
-    const e1 = await httpsGet(port, 'h2only.test', ['http/1.1']).then(() => null, (e) => e);
+    const e1 = await httpsGet(port, 'h2only.test', ['http/1.1']).then(
+      () => null,
+      (e) => e
+    );
     assert.ok(e1 && /no application protocol/i.test(e1.message), String(e1));
     // Without ALPN the handshake completes, and the connection is closed before any upstream.
-    const e2 = await httpsGet(port, 'h2only.test', undefined).then(() => null, (e) => e);
+    const e2 = await httpsGet(port, 'h2only.test', undefined).then(
+      () => null,
+      (e) => e
+    );
     assert.ok(e2 && e2.code === 'ECONNRESET', String(e2 && e2.code));
     await h.waitFor(() => route('h2only.test').errorsByReason.no_upstream_for_alpn === 1, { what: 'no_upstream_for_alpn' });
     assert.equal(h2c.conns, 3);
     assert.equal(h1.conns, 2);
   });
 
-  await t.test('passthrough: the ClientHello\'s ALPN list picks the upstream', async () => {
+  await t.test("passthrough: the ClientHello's ALPN list picks the upstream", async () => {
     assert.deepEqual(await h2Get(port, 'pt.test'), { body: 'h2s 2.0', alpn: 'h2' });
     assert.deepEqual(await httpsGet(port, 'pt.test', ['http/1.1']), { body: 'h1s 1.1', alpn: 'http/1.1' });
     assert.deepEqual(await httpsGet(port, 'pt.test', undefined), { body: 'h1s 1.1', alpn: false });
@@ -171,7 +177,10 @@ test('ALPN split: each client goes to an upstream that speaks the protocol it ne
     assert.equal(l.errorsByReason.no_upstream_for_alpn, 1);
     assert.equal(l.errorsByReason.handshake_failed, 1);
     // The refusal is counted, not an 'error' event; the failed handshake is one.
-    assert.deepEqual(errors.map((e) => e.code), ['handshake_failed']);
+    assert.deepEqual(
+      errors.map((e) => e.code),
+      ['handshake_failed']
+    );
   });
 });
 

@@ -68,13 +68,23 @@ test('least connections over 3 UDS upstreams: exact placement of held connection
   const rr = [];
   for (let i = 0; i < 3; i++) rr.push(await hold(port, 'rr.test'));
   held.push(...rr);
-  assert.deepEqual(rr.map((x) => x.tag), ['u0', 'u1', 'u2']);
+  assert.deepEqual(
+    rr.map((x) => x.tag),
+    ['u0', 'u1', 'u2']
+  );
 });
 
 test('balance is validated', () => {
   assert.throws(
-    () => new RampartProxy({ listeners: [{ port: 9 }], routes: [{ sni: '', terminateTls: false, balance: 'random', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }] }),
-    (e) => e.errors.length === 1 && e.errors[0].path === 'routes[0].balance' && e.errors[0].message === "must be one of 'leastConnections', 'roundRobin', got \"random\""
+    () =>
+      new RampartProxy({
+        listeners: [{ port: 9 }],
+        routes: [{ sni: '', terminateTls: false, balance: 'random', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }],
+      }),
+    (e) =>
+      e.errors.length === 1 &&
+      e.errors[0].path === 'routes[0].balance' &&
+      e.errors[0].message === "must be one of 'leastConnections', 'roundRobin', got \"random\""
   );
 });
 

@@ -13,12 +13,35 @@ test('a Symphony-shaped config with every supported field runs unchanged', async
   const cert = h.selfSigned(['localhost']);
   const ca = h.selfSigned(['client-ca']).certChain;
   const proxy = new RampartProxy({
-    listeners: [{ host: '127.0.0.1', port, defaultCert: cert, maxConnections: 100, idleTimeoutMs: 60000, protection: { rateLimit: { connectionsPerSecond: 50 } } }],
+    listeners: [
+      { host: '127.0.0.1', port, defaultCert: cert, maxConnections: 100, idleTimeoutMs: 60000, protection: { rateLimit: { connectionsPerSecond: 50 } } },
+    ],
     routes: [
-      { sni: 'localhost', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true, cert, metricsGroup: 'app', maxConnectionsPerSecond: 100, burst: 100, sourceAddressHeader: 'none' },
+      {
+        sni: 'localhost',
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }],
+        terminateTls: true,
+        cert,
+        metricsGroup: 'app',
+        maxConnectionsPerSecond: 100,
+        burst: 100,
+        sourceAddressHeader: 'none',
+      },
       { sni: 'secure.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], mtls: { clientCaCert: ca, requireClientCert: false } },
-      { sni: 'split.test', upstreams: [{ kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' }, { kind: 'tcp', host: '127.0.0.1', port: echo.address().port, protocol: 'http/1.1' }] },
-      { sni: 'held.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true, suspended: true, suspendTimeoutMs: 5000 },
+      {
+        sni: 'split.test',
+        upstreams: [
+          { kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' },
+          { kind: 'tcp', host: '127.0.0.1', port: echo.address().port, protocol: 'http/1.1' },
+        ],
+      },
+      {
+        sni: 'held.test',
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }],
+        terminateTls: true,
+        suspended: true,
+        suspendTimeoutMs: 5000,
+      },
     ],
     tcpKeepalive: { enabled: true, idleMs: 300000, intervalMs: 30000, retries: 5 },
     halfCloseTimeoutMs: 300000,
@@ -62,7 +85,5 @@ test('a Symphony config with every field is accepted but for real errors, each n
     assert.ok(e instanceof ConfigError);
     errs = e.errors;
   }
-  assert.deepEqual(errs, [
-    { path: 'routes[1].upstreams[0].ipAffinity', message: 'must be a boolean, got "yes"' },
-  ]);
+  assert.deepEqual(errs, [{ path: 'routes[1].upstreams[0].ipAffinity', message: 'must be a boolean, got "yes"' }]);
 });

@@ -14,25 +14,63 @@ const { SymphonyProxy, RampartProxy, ConfigError } = require('..');
 const h = require('./helpers');
 
 const BLOCK_REASONS = [
-  'max_connections', 'cidr_blocked', 'ja3_blocked', 'ja4_blocked', 'incomplete_handshake', 'no_sni', 'rate_limited',
-  'too_many_connections', 'penalty_boxed',
+  'max_connections',
+  'cidr_blocked',
+  'ja3_blocked',
+  'ja4_blocked',
+  'incomplete_handshake',
+  'no_sni',
+  'rate_limited',
+  'too_many_connections',
+  'penalty_boxed',
   // Rampart's others, in the engine's order
-  'cluster_rate_limited', 'dynamic_blocked', 'h2_flood', 'handshake_timeout', 'listener_overloaded', 'prefix_rate_limited',
-  'prefix_too_many_connections', 'request_rate_limited', 'slow_handshake', 'slow_request', 'upstream_overloaded',
+  'cluster_rate_limited',
+  'dynamic_blocked',
+  'h2_flood',
+  'handshake_timeout',
+  'listener_overloaded',
+  'prefix_rate_limited',
+  'prefix_too_many_connections',
+  'request_rate_limited',
+  'slow_handshake',
+  'slow_request',
+  'upstream_overloaded',
 ];
 const ERROR_REASONS = [
-  'no_route', 'route_rate_limited', 'suspend_unresolved', 'tls_handshake', 'tls_missing_cert', 'upstream_connect',
-  'idle_timeout', 'stream', 'http_header', 'half_closed',
+  'no_route',
+  'route_rate_limited',
+  'suspend_unresolved',
+  'tls_handshake',
+  'tls_missing_cert',
+  'upstream_connect',
+  'idle_timeout',
+  'stream',
+  'http_header',
+  'half_closed',
   // Rampart's others
-  'accept_failed', 'client_closed', 'h2_protocol_error', 'no_upstream_for_alpn', 'proxy_header_invalid', 'suspend_queue_full',
+  'accept_failed',
+  'client_closed',
+  'h2_protocol_error',
+  'no_upstream_for_alpn',
+  'proxy_header_invalid',
+  'suspend_queue_full',
   'upstream_protocol_mismatch',
 ];
 const zeros = (names, counts = {}) => names.map((reason) => ({ reason, count: counts[reason] || 0 }));
 
 function idleListener(address, mode) {
   return {
-    address, mode, activeConnections: 0, accepted: 0, blocked: 0, errors: 0, bytesReceived: 0, bytesSent: 0, halfClosedConnections: 0,
-    blockedByReason: zeros(BLOCK_REASONS), errorsByReason: zeros(ERROR_REASONS),
+    address,
+    mode,
+    activeConnections: 0,
+    accepted: 0,
+    blocked: 0,
+    errors: 0,
+    bytesReceived: 0,
+    bytesSent: 0,
+    halfClosedConnections: 0,
+    blockedByReason: zeros(BLOCK_REASONS),
+    errorsByReason: zeros(ERROR_REASONS),
   };
 }
 
@@ -61,7 +99,10 @@ test('metrics(): Symphony shape, exact, on an idle proxy and after traffic; reas
   const [tlsPort, httpPort] = await h.freePorts(2);
   const dead = socketPath('missing.sock');
   const proxy = new SymphonyProxy({
-    listeners: [{ host: '127.0.0.1', port: tlsPort }, { host: '127.0.0.1', port: httpPort, mode: 'http' }],
+    listeners: [
+      { host: '127.0.0.1', port: tlsPort },
+      { host: '127.0.0.1', port: httpPort, mode: 'http' },
+    ],
     routes: [
       { sni: 'localhost', metricsGroup: 'tenant-1', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: echo.address().port }], terminateTls: true, cert },
       { sni: 'dead.test', upstreams: [{ kind: 'uds', path: dead }], terminateTls: true, cert },
@@ -78,8 +119,14 @@ test('metrics(): Symphony shape, exact, on an idle proxy and after traffic; reas
   });
 
   assert.deepEqual(proxy.metrics(), {
-    activeConnections: 0, blockedConnections: 0, pendingSuspended: 0, suspendedResolved: 0, suspendedUnresolved: 0,
-    halfClosedConnections: 0, routes: 2, failingRoutes: 0,
+    activeConnections: 0,
+    blockedConnections: 0,
+    pendingSuspended: 0,
+    suspendedResolved: 0,
+    suspendedUnresolved: 0,
+    halfClosedConnections: 0,
+    routes: 2,
+    failingRoutes: 0,
     listeners: [idleListener(`127.0.0.1:${tlsPort}`, 'tls'), idleListener(`127.0.0.1:${httpPort}`, 'http')],
     routeMetrics: [idleRoute('localhost', 'tenant-1'), idleRoute('dead.test')],
   });
@@ -96,17 +143,26 @@ test('metrics(): Symphony shape, exact, on an idle proxy and after traffic; reas
   const m = proxy.metrics();
   assert.deepEqual(m.listeners[0], {
     ...idleListener(`127.0.0.1:${tlsPort}`, 'tls'),
-    accepted: 3, errors: 2, bytesReceived: 4096, bytesSent: 4096,
+    accepted: 3,
+    errors: 2,
+    bytesReceived: 4096,
+    bytesSent: 4096,
     errorsByReason: zeros(ERROR_REASONS, { no_route: 1, upstream_connect: 1 }),
   });
-  assert.equal(m.listeners[0].errorsByReason.reduce((s, r) => s + r.count, 0), m.listeners[0].errors);
+  assert.equal(
+    m.listeners[0].errorsByReason.reduce((s, r) => s + r.count, 0),
+    m.listeners[0].errors
+  );
   assert.deepEqual(m.routeMetrics, [
     { ...idleRoute('localhost', 'tenant-1'), connections: 1, bytesReceived: 4096, bytesSent: 4096 },
     { ...idleRoute('dead.test'), connections: 1, errors: 1, errorsByReason: [{ reason: 'upstream_connect', count: 1 }] },
   ]);
   // A per-connection failure the engine reports with a message is a 'connectionError' event
   // (Symphony's name), never 'error' (no_route is counted only).
-  assert.deepEqual(connectionErrors.map((e) => [e.reason, e.ip, e.listener]), [['upstream_connect', '127.0.0.1', `127.0.0.1:${tlsPort}`]]);
+  assert.deepEqual(
+    connectionErrors.map((e) => [e.reason, e.ip, e.listener]),
+    [['upstream_connect', '127.0.0.1', `127.0.0.1:${tlsPort}`]]
+  );
   assert.match(connectionErrors[0].message, /missing\.sock/);
   assert.deepEqual(errors, []);
   // The engine's own shape stays reachable.
@@ -142,30 +198,39 @@ test("route identity limits: Symphony's words, at construction and in updateConf
     listeners: [{ host: '127.0.0.1', port: 443 }],
     routes: [{ sni: 'tenant.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], terminateTls: false, ...route }],
   });
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy(base({ metricsGroup: 'x'.repeat(129) }))), [
-    { path: 'routes[0].metricsGroup', message: 'metricsGroup exceeds 128 UTF-8 bytes' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy(base({ metricsGroup: 'x'.repeat(129) }))),
+    [{ path: 'routes[0].metricsGroup', message: 'metricsGroup exceeds 128 UTF-8 bytes' }]
+  );
   assert.throws(() => new SymphonyProxy(base({ metricsGroup: 'tenant\rbreak' })), /metricsGroup must not contain control characters/);
   assert.throws(() => new SymphonyProxy(base({ sni: 'x'.repeat(256) })), /route SNI exceeds 255 UTF-8 bytes/);
   assert.throws(() => new SymphonyProxy(base({ sni: 'tenant\ttest' })), /route SNI must not contain control characters/);
   // 128 bytes of two-byte characters is 64 characters: the limit is in UTF-8 bytes.
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy(base({ metricsGroup: 'é'.repeat(65) }))), [
-    { path: 'routes[0].metricsGroup', message: 'metricsGroup exceeds 128 UTF-8 bytes' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy(base({ metricsGroup: 'é'.repeat(65) }))),
+    [{ path: 'routes[0].metricsGroup', message: 'metricsGroup exceeds 128 UTF-8 bytes' }]
+  );
   const proxy = new SymphonyProxy(base({ metricsGroup: 'é'.repeat(64) }));
   assert.throws(() => proxy.updateConfig({ routes: [{ ...base({}).routes[0], sni: 'a\u0000b' }] }), ConfigError);
   // A protection update for a port with no listener: Symphony's words; the routes given with it are not applied.
-  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [], protection: [{ port: 9999, protection: {} }] })), [
-    { path: 'protection[0].port', message: 'port 9999 matches no listener; listeners: 443' },
-  ]);
-  assert.deepEqual(proxy.metrics().routeMetrics.map((r) => [r.route, r.metricsGroup]), [['tenant.test', 'é'.repeat(64)]]);
+  assert.deepEqual(
+    h.errorsOf(() => proxy.updateConfig({ routes: [], protection: [{ port: 9999, protection: {} }] })),
+    [{ path: 'protection[0].port', message: 'port 9999 matches no listener; listeners: 443' }]
+  );
+  assert.deepEqual(
+    proxy.metrics().routeMetrics.map((r) => [r.route, r.metricsGroup]),
+    [['tenant.test', 'é'.repeat(64)]]
+  );
 });
 
 test("resolveConnection: a route that cannot be built closes the connection and emits 'error'; suspended counts", async (t) => {
   const cert = h.selfSigned(['a.hold.test', 'b.hold.test', 'c.hold.test']);
   const echo = await h.echoServer();
   const port = await h.freePort();
-  const proxy = new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [{ sni: '*.hold.test', suspended: true, upstreams: [], terminateTls: true }] });
+  const proxy = new SymphonyProxy({
+    listeners: [{ host: '127.0.0.1', port }],
+    routes: [{ sni: '*.hold.test', suspended: true, upstreams: [], terminateTls: true }],
+  });
   const suspended = [];
   const errors = [];
   proxy.on('suspended', (e) => suspended.push(e));
@@ -203,7 +268,10 @@ test("resolveConnection: a route that cannot be built closes the connection and 
   const served = tls.connect({ port, host: '127.0.0.1', servername: 'c.hold.test', rejectUnauthorized: false });
   served.on('error', () => {});
   await h.waitFor(() => suspended.length === 3, { what: "third 'suspended'" });
-  assert.equal(proxy.resolveConnection(suspended[2].id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port }, terminateTls: true, cert }), true);
+  assert.equal(
+    proxy.resolveConnection(suspended[2].id, { upstream: { kind: 'tcp', host: '127.0.0.1', port: echo.address().port }, terminateTls: true, cert }),
+    true
+  );
   await new Promise((r) => served.once('secureConnect', r));
   served.write('hi');
   await new Promise((r) => served.once('data', r));
@@ -212,7 +280,10 @@ test("resolveConnection: a route that cannot be built closes the connection and 
   await h.waitFor(() => proxy.metrics().suspendedUnresolved === 2, { what: 'two unresolved' });
   const m = proxy.metrics();
   assert.deepEqual([m.pendingSuspended, m.suspendedResolved, m.suspendedUnresolved], [0, 1, 2]);
-  assert.deepEqual(m.listeners[0].errorsByReason.find((r) => r.reason === 'suspend_unresolved'), { reason: 'suspend_unresolved', count: 2 });
+  assert.deepEqual(
+    m.listeners[0].errorsByReason.find((r) => r.reason === 'suspend_unresolved'),
+    { reason: 'suspend_unresolved', count: 2 }
+  );
 });
 
 test('stop(ms) drains for ms, then closes; start() twice binds once; ready and close once each', async () => {
@@ -284,11 +355,13 @@ test('a route whose upstreams are all UDS sends a PROXY v1 header (Symphony defa
 test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Symphony\'s words ("no carrier")', async (t) => {
   const upstream = { kind: 'tcp', host: '127.0.0.1', port: 1 };
   const passthrough = { sni: 'localhost', terminateTls: false, forwardFingerprint: 'ja3', upstreams: [upstream] };
-  const noCarrier = "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
+  const noCarrier =
+    "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
   // The only route: nothing would serve, the constructor throws.
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [passthrough] })), [
-    { path: 'routes[0].forwardFingerprint', message: noCarrier },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [passthrough] })),
+    [{ path: 'routes[0].forwardFingerprint', message: noCarrier }]
+  );
   // Beside a good route (route isolation): left out, 'error' route_failed with the same words.
   const port = await h.freePort();
   const proxy = new SymphonyProxy({
@@ -335,25 +408,46 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
 });
 
 test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
-  const route = { sni: 'a.test', terminateTls: true, protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
+  const route = {
+    sni: 'a.test',
+    terminateTls: true,
+    protocol: 'http',
+    http2: true,
+    sourceAddressHeader: 'xForwardedFor',
+    upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }],
+  };
   const message = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
   const listeners = [{ host: '127.0.0.1', port: 443, defaultCert: h.selfSigned(['a.test']) }];
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [route] })), [{ path: 'routes[0].http2', message }]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy({ listeners, routes: [route] })),
+    [{ path: 'routes[0].http2', message }]
+  );
   const proxy = new SymphonyProxy({ listeners, routes: [] });
-  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [route] })), [{ path: 'routes[0].http2', message }]);
+  assert.deepEqual(
+    h.errorsOf(() => proxy.updateConfig({ routes: [route] })),
+    [{ path: 'routes[0].http2', message }]
+  );
   const errors = [];
   proxy.on('error', (err) => errors.push(err.errors));
   const { sni: _sni, upstreams, ...rest } = route;
   assert.equal(proxy.resolveConnection('7', { ...rest, upstream: upstreams[0] }), false);
   assert.deepEqual(errors, [[{ path: 'route.http2', message }]]);
   // Header rewriting needs the route to declare HTTP.
-  const undeclared = { sni: 'a.test', terminateTls: true, sourceAddressHeader: 'xForwardedFor', forwardFingerprint: 'ja3', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] };
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [undeclared] })), [
-    { path: 'routes[0].protocol', message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route" },
-  ]);
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'none' }] })), [
-    { path: 'routes[0].protocol', message: "forwardFingerprint rewrites HTTP request headers: declare protocol: 'http' on the route" },
-  ]);
+  const undeclared = {
+    sni: 'a.test',
+    terminateTls: true,
+    sourceAddressHeader: 'xForwardedFor',
+    forwardFingerprint: 'ja3',
+    upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }],
+  };
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy({ listeners, routes: [undeclared] })),
+    [{ path: 'routes[0].protocol', message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route" }]
+  );
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'none' }] })),
+    [{ path: 'routes[0].protocol', message: "forwardFingerprint rewrites HTTP request headers: declare protocol: 'http' on the route" }]
+  );
   // With PROXY v2 the fingerprint rides a TLV: no declaration needed.
   assert.ok(new SymphonyProxy({ listeners, routes: [{ ...undeclared, sourceAddressHeader: 'proxyProtocolV2' }] }));
 });
@@ -368,7 +462,12 @@ test('xForwardedFor with http2 beside routes that serve: that route alone is lef
   const conflict = { sni: 'b.test', terminateTls: true, protocol: 'http', http2: true, sourceAddressHeader: 'xForwardedFor', upstreams };
   // A route the engine fails to build (a key that is not the certificate's), after it: its index
   // is the config's, not the engine's.
-  const mismatch = { sni: 'c.test', terminateTls: true, upstreams, cert: { certChain: h.selfSigned(['c.test']).certChain, privateKey: h.selfSigned(['c.test']).privateKey } };
+  const mismatch = {
+    sni: 'c.test',
+    terminateTls: true,
+    upstreams,
+    cert: { certChain: h.selfSigned(['c.test']).certChain, privateKey: h.selfSigned(['c.test']).privateKey },
+  };
   const proxy = new SymphonyProxy({ listeners, routes: [good, conflict, mismatch] });
   const failed = [];
   proxy.on('error', (err) => failed.push(err));
@@ -382,10 +481,19 @@ test('xForwardedFor with http2 beside routes that serve: that route alone is lef
   const [conflictErr, mismatchErr] = [...failed].sort((x, y) => x.index - y.index);
   assert.deepEqual(pick(conflictErr), { code: 'route_failed', route: 'b.test', index: 1, errors: [{ path: 'routes[1].http2', message }], lastGoodCert: false });
   assert.equal(conflictErr.message, `route "b.test" (routes[1]) failed to build and is not served; the other routes are: routes[1].http2: ${message}`);
-  assert.deepEqual(pick(mismatchErr), { code: 'route_failed', route: 'c.test', index: 2, errors: [{ path: 'routes[2].cert', message: 'privateKey does not match the first certificate of certChain: keys may not be consistent: KeyMismatch' }], lastGoodCert: false });
+  assert.deepEqual(pick(mismatchErr), {
+    code: 'route_failed',
+    route: 'c.test',
+    index: 2,
+    errors: [{ path: 'routes[2].cert', message: 'privateKey does not match the first certificate of certChain: keys may not be consistent: KeyMismatch' }],
+    lastGoodCert: false,
+  });
   assert.ok(mismatchErr.message.startsWith('route "c.test" (routes[2]) failed to build'), mismatchErr.message);
   assert.equal(proxy.metrics().failingRoutes, 2);
-  assert.deepEqual(proxy.rampartMetrics().routeFailures, [pick(conflictErr), pick(mismatchErr)].map(({ code: _c, ...f }) => f));
+  assert.deepEqual(
+    proxy.rampartMetrics().routeFailures,
+    [pick(conflictErr), pick(mismatchErr)].map(({ code: _c, ...f }) => f)
+  );
   assert.equal(proxy.rampartMetrics().failingRoutes, 2);
   // The other route serves; the one left out has no route.
   assert.equal((await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('hi') })).data.toString(), 'hi');
@@ -399,19 +507,28 @@ test('xForwardedFor with http2 beside routes that serve: that route alone is lef
   assert.equal(proxy.metrics().failingRoutes, 1);
   assert.equal((await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('ok') })).data.toString(), 'ok');
   // With isolateRoutes: false, or when no route would serve, the config fails whole.
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy({ listeners, isolateRoutes: false, routes: [good, conflict] })), [{ path: 'routes[1].http2', message }]);
-  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [conflict] })), [{ path: 'routes[0].http2', message }]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy({ listeners, isolateRoutes: false, routes: [good, conflict] })),
+    [{ path: 'routes[1].http2', message }]
+  );
+  assert.deepEqual(
+    h.errorsOf(() => proxy.updateConfig({ routes: [conflict] })),
+    [{ path: 'routes[0].http2', message }]
+  );
   assert.equal(proxy.metrics().failingRoutes, 1);
   assert.equal(failed.length, 3);
 });
 
 test("tcpKeepalive and halfCloseTimeoutMs errors carry Symphony's words", () => {
   const build = (extra) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [], ...extra });
-  assert.deepEqual(h.errorsOf(() => build({ tcpKeepalive: { idleMs: 500, retries: 128 }, halfCloseTimeoutMs: 0.5 })), [
-    { path: 'tcpKeepalive.idleMs', message: 'idleMs must be a number of ms (whole seconds, at least 1000): must be an integer in [1000, 32767000], got 500' },
-    { path: 'tcpKeepalive.retries', message: 'retries must be in [1, 127], an integer, got 128' },
-    { path: 'halfCloseTimeoutMs', message: 'halfCloseTimeoutMs must be a number of ms (0 = none): must be an integer in [0, 2^53-1], got 0.5' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => build({ tcpKeepalive: { idleMs: 500, retries: 128 }, halfCloseTimeoutMs: 0.5 })),
+    [
+      { path: 'tcpKeepalive.idleMs', message: 'idleMs must be a number of ms (whole seconds, at least 1000): must be an integer in [1000, 32767000], got 500' },
+      { path: 'tcpKeepalive.retries', message: 'retries must be in [1, 127], an integer, got 128' },
+      { path: 'halfCloseTimeoutMs', message: 'halfCloseTimeoutMs must be a number of ms (0 = none): must be an integer in [0, 2^53-1], got 0.5' },
+    ]
+  );
 });
 
 test('port: 0 takes a port the kernel picks at start; the routes and protection set before start apply', async (t) => {
@@ -460,9 +577,10 @@ test("port: 0 with a route that fails to build: one 'error' route_failed (the en
 
 test("fingerprint blocklist entries: Symphony's 'invalid ja3Blocklist/ja4Blocklist entry' words", () => {
   const build = (protection) => new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 0, protection }], routes: [] });
-  assert.deepEqual(h.errorsOf(() => build({ ja3Blocklist: ['deadbeef'] })), [
-    { path: 'listeners[0].protection.ja3Blocklist[0]', message: 'invalid ja3Blocklist entry: must be 32 hex characters (a JA3 MD5), got "deadbeef"' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => build({ ja3Blocklist: ['deadbeef'] })),
+    [{ path: 'listeners[0].protection.ja3Blocklist[0]', message: 'invalid ja3Blocklist entry: must be 32 hex characters (a JA3 MD5), got "deadbeef"' }]
+  );
   assert.match(h.errorsOf(() => build({ ja4Blocklist: ['not-a-ja4'] }))[0].message, /^invalid ja4Blocklist entry: must be a JA4 fingerprint/);
 });
 

@@ -31,7 +31,16 @@ async function setup(t, route = {}, listener = {}) {
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned([SNI]), ...listener }],
     // A Symphony route: no `protocol` field (the headers make it an HTTP route); `http2: true`
     // is not offered on a rewriting route, so every request is HTTP/1.1 and gets the headers.
-    routes: [{ sni: SNI, http2: true, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }], sourceAddressHeader: 'xForwardedFor', forwardFingerprint: ['ja3', 'ja4'], ...route }],
+    routes: [
+      {
+        sni: SNI,
+        http2: true,
+        upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }],
+        sourceAddressHeader: 'xForwardedFor',
+        forwardFingerprint: ['ja3', 'ja4'],
+        ...route,
+      },
+    ],
   });
   await proxy.start();
   t.after(async () => {
@@ -124,7 +133,13 @@ test("with sourceAddressHeader 'proxyProtocolV2' both fingerprints ride TLVs and
   const v2 = h.parseProxyV2(cap.captured[0].data);
   // The fingerprints first, then the SNI, the ALPN and the SSL TLV (proxy.proxy-v2-tlvs.test.js).
   const got = v2.tlvs.map((x) => [x.type, x.type === 0x20 ? 'ssl' : x.value.toString()]);
-  assert.deepEqual(got, [[0xe0, fp.ja3], [0xe1, fp.ja4], [0x02, SNI], [0x01, 'http/1.1'], [0x20, 'ssl']]);
+  assert.deepEqual(got, [
+    [0xe0, fp.ja3],
+    [0xe1, fp.ja4],
+    [0x02, SNI],
+    [0x01, 'http/1.1'],
+    [0x20, 'ssl'],
+  ]);
   assert.equal(v2.rest.toString(), req);
   s.destroy();
 });
@@ -171,8 +186,21 @@ test('header routes are validated: passthrough and opaque routes are refused, a 
         { sni: 'b.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], protocol: 'opaque', forwardFingerprint: ['ja3'] },
         { sni: 'c.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], forwardFingerprint: ['ja3', 'ja3', 'md5'] },
         { sni: 'd.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], forwardFingerprint: [] },
-        { sni: 'e.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], sourceAddressHeader: 'proxyProtocolV2', protocol: 'opaque', forwardFingerprint: ['ja3', 'ja4'] },
-        { sni: 'f.test', upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }, { kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' }], sourceAddressHeader: 'xForwardedFor' },
+        {
+          sni: 'e.test',
+          upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }],
+          sourceAddressHeader: 'proxyProtocolV2',
+          protocol: 'opaque',
+          forwardFingerprint: ['ja3', 'ja4'],
+        },
+        {
+          sni: 'f.test',
+          upstreams: [
+            { kind: 'tcp', host: '127.0.0.1', port: 1 },
+            { kind: 'uds', path: '/tmp/h2.sock', protocol: 'h2' },
+          ],
+          sourceAddressHeader: 'xForwardedFor',
+        },
       ],
     });
   } catch (e) {
@@ -180,10 +208,16 @@ test('header routes are validated: passthrough and opaque routes are refused, a 
   }
   assert.deepEqual(errs, [
     { path: 'routes[0].sourceAddressHeader', message: 'sets HTTP request headers: needs terminateTls: true' },
-    { path: 'routes[1].forwardFingerprint', message: "sets HTTP request headers: needs protocol: 'http' (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)" },
+    {
+      path: 'routes[1].forwardFingerprint',
+      message: "sets HTTP request headers: needs protocol: 'http' (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)",
+    },
     { path: 'routes[2].forwardFingerprint[1]', message: 'repeats an earlier entry' },
     { path: 'routes[2].forwardFingerprint[2]', message: "must be one of 'ja3', 'ja4', got \"md5\"" },
     { path: 'routes[3].forwardFingerprint', message: "must name 'ja3' and/or 'ja4' ('none' for none), got []" },
-    { path: 'routes[5].sourceAddressHeader', message: "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[1] has protocol 'h2' and would never be used" },
+    {
+      path: 'routes[5].sourceAddressHeader',
+      message: "sets HTTP/1.1 request headers, so the route offers http/1.1 only: upstreams[1] has protocol 'h2' and would never be used",
+    },
   ]);
 });

@@ -208,9 +208,7 @@ test('mtls config errors name every field', () => {
   try {
     new RampartProxy({
       listeners: [{ port: 9, defaultCert: h.selfSigned(['localhost']), mtls: { requireClientCert: 'yes' } }],
-      routes: [
-        { sni: '', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], mtls: { clientCaCert: 'not pem', verify: 1 } },
-      ],
+      routes: [{ sni: '', terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }], mtls: { clientCaCert: 'not pem', verify: 1 } }],
     });
   } catch (e) {
     assert.ok(e instanceof ConfigError);

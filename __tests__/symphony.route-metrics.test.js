@@ -10,8 +10,23 @@ const h = require('./helpers');
 
 /** `routeMetrics[].upstream` of an idle route with `concurrency: { mode: 'off' }`. */
 const IDLE_OFF = {
-  mode: 'off', inFlight: 0, inFlightPriority: 0, limit: null, otherLimit: null, latencyMs: 0, proxyDelayMs: 0, baselineMs: 0,
-  overloaded: false, refused: 0, refusedPriority: 0, queued: 0, waited: 0, queueTimeouts: 0, answered: 0, connectFailures: 0, connectMs: 0,
+  mode: 'off',
+  inFlight: 0,
+  inFlightPriority: 0,
+  limit: null,
+  otherLimit: null,
+  latencyMs: 0,
+  proxyDelayMs: 0,
+  baselineMs: 0,
+  overloaded: false,
+  refused: 0,
+  refusedPriority: 0,
+  queued: 0,
+  waited: 0,
+  queueTimeouts: 0,
+  answered: 0,
+  connectFailures: 0,
+  connectMs: 0,
 };
 
 test('routeMetrics: exact per-route counts, route_rate_limited without a blocked event', async (t) => {
@@ -53,18 +68,46 @@ test('routeMetrics: exact per-route counts, route_rate_limited without a blocked
     m[r].upstream.connectMs = 0;
   }
   assert.deepEqual(m['a.test'], {
-    route: 'a.test', metricsGroup: 'tenant1', activeConnections: 0, connections: 2, errors: 1,
-    bytesReceived: 10, bytesSent: 10, errorsByReason: { ...zero, route_rate_limited: 1 }, upstream, upstreams: upstreams(0),
+    route: 'a.test',
+    metricsGroup: 'tenant1',
+    activeConnections: 0,
+    connections: 2,
+    errors: 1,
+    bytesReceived: 10,
+    bytesSent: 10,
+    errorsByReason: { ...zero, route_rate_limited: 1 },
+    upstream,
+    upstreams: upstreams(0),
   });
   assert.deepEqual(m['b.test'], {
-    route: 'b.test', metricsGroup: 'tenant1', activeConnections: 1, connections: 2, errors: 0,
-    bytesReceived: 4, bytesSent: 4, errorsByReason: zero, upstream, upstreams: upstreams(1),
+    route: 'b.test',
+    metricsGroup: 'tenant1',
+    activeConnections: 1,
+    connections: 2,
+    errors: 0,
+    bytesReceived: 4,
+    bytesSent: 4,
+    errorsByReason: zero,
+    upstream,
+    upstreams: upstreams(1),
   });
   assert.deepEqual(m[''], {
-    route: '', metricsGroup: '', activeConnections: 0, connections: 0, errors: 0, bytesReceived: 0, bytesSent: 0, errorsByReason: zero, upstream, upstreams: upstreams(0),
+    route: '',
+    metricsGroup: '',
+    activeConnections: 0,
+    connections: 0,
+    errors: 0,
+    bytesReceived: 0,
+    bytesSent: 0,
+    errorsByReason: zero,
+    upstream,
+    upstreams: upstreams(0),
   });
-  assert.deepEqual(proxy.metrics().routeMetrics.map((r) => r.route), ['a.test', 'b.test', '']);
-  assert.deepEqual(blocked, [], 'a route-limit refusal is not the client\'s fault: no blocked event');
+  assert.deepEqual(
+    proxy.metrics().routeMetrics.map((r) => r.route),
+    ['a.test', 'b.test', '']
+  );
+  assert.deepEqual(blocked, [], "a route-limit refusal is not the client's fault: no blocked event");
   const l = proxy.metrics().listeners[0];
   assert.equal(l.blockedByReason.rate_limited, 0);
   assert.equal(l.errorsByReason.route_rate_limited, 1);
@@ -88,8 +131,15 @@ test('routeMetrics: exact per-route counts, route_rate_limited without a blocked
 
 test('metricsGroup is validated', () => {
   assert.throws(
-    () => new RampartProxy({ listeners: [{ port: 9 }], routes: [{ sni: '', terminateTls: false, metricsGroup: '', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }] }),
-    (e) => e.errors.length === 1 && e.errors[0].path === 'routes[0].metricsGroup' && e.errors[0].message === 'must be 1..=128 characters without control characters, got ""'
+    () =>
+      new RampartProxy({
+        listeners: [{ port: 9 }],
+        routes: [{ sni: '', terminateTls: false, metricsGroup: '', upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] }],
+      }),
+    (e) =>
+      e.errors.length === 1 &&
+      e.errors[0].path === 'routes[0].metricsGroup' &&
+      e.errors[0].message === 'must be 1..=128 characters without control characters, got ""'
   );
 });
 
@@ -132,19 +182,23 @@ test('routeMetrics[].upstream: exact idle capacity per mode, in Prometheus, kept
 test('concurrency and overload are validated, every bad field named', () => {
   const route = (concurrency) => ({ sni: '', terminateTls: false, protocol: 'http', concurrency, upstreams: [{ kind: 'tcp', host: 'h', port: 1 }] });
   assert.throws(
-    () => new RampartProxy({
-      listeners: [{ port: 9 }],
-      overload: { eventLoopDelayMs: 0 },
-      routes: [route({ mode: 'fixed', minLimit: 3, priorityShare: 1, retryAfterS: Infinity })],
-    }),
+    () =>
+      new RampartProxy({
+        listeners: [{ port: 9 }],
+        overload: { eventLoopDelayMs: 0 },
+        routes: [route({ mode: 'fixed', minLimit: 3, priorityShare: 1, retryAfterS: Infinity })],
+      }),
     (e) => {
-      assert.deepEqual(e.errors.map((x) => x.path), [
-        'routes[0].concurrency.limit',
-        'routes[0].concurrency.minLimit',
-        'routes[0].concurrency.priorityShare',
-        'routes[0].concurrency.retryAfterS',
-        'overload.eventLoopDelayMs',
-      ]);
+      assert.deepEqual(
+        e.errors.map((x) => x.path),
+        [
+          'routes[0].concurrency.limit',
+          'routes[0].concurrency.minLimit',
+          'routes[0].concurrency.priorityShare',
+          'routes[0].concurrency.retryAfterS',
+          'overload.eventLoopDelayMs',
+        ]
+      );
       assert.equal(e.errors[0].message, "is required with mode: 'fixed'");
       assert.equal(e.errors[1].message, "needs mode: 'adaptive'");
       return true;

@@ -65,7 +65,10 @@ test('the socket fields are validated, every offending field named at once (no c
   assert.deepEqual(errs, [
     { path: 'tcpKeepalive.probes', message: 'unknown field; expected one of: enabled, idleMs, intervalMs, retries' },
     { path: 'tcpKeepalive.enabled', message: 'must be a boolean, got 1' },
-    { path: 'tcpKeepalive.idleMs', message: 'must be a whole number of seconds (a multiple of 1000 ms: the kernel counts keepalive time in seconds), got 1500' },
+    {
+      path: 'tcpKeepalive.idleMs',
+      message: 'must be a whole number of seconds (a multiple of 1000 ms: the kernel counts keepalive time in seconds), got 1500',
+    },
     { path: 'tcpKeepalive.intervalMs', message: 'must be an integer in [1000, 32767000], got 0' },
     { path: 'tcpKeepalive.retries', message: 'must be an integer in [1, 127], got 200' },
     { path: 'halfCloseTimeoutMs', message: 'must be an integer in [0, 2^53-1], got NaN' },

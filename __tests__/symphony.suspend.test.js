@@ -74,15 +74,18 @@ test('suspend â†’ resolve with a route and certificate chosen at connect time â†
   assert.equal(typeof ev.id, 'string');
   assert.deepEqual(
     { sni: ev.sni, peerIp: ev.peerIp, peerPort: ev.peerPort, listener: ev.listener },
-    { sni: 'app.hold.test', peerIp: '127.0.0.1', peerPort: c.sock.localPort, listener: `127.0.0.1:${s.port}` },
+    { sni: 'app.hold.test', peerIp: '127.0.0.1', peerPort: c.sock.localPort, listener: `127.0.0.1:${s.port}` }
   );
   c.sock.end();
   await h.waitFor(() => c.closedAt, { what: 'close' });
   // The connection counts in the suspended route's metrics, with its bytes, and no error.
-  const rm = await h.waitFor(() => {
-    const r = s.proxy.metrics().routeMetrics.find((x) => x.route === '*.hold.test');
-    return r.activeConnections === 0 && r;
-  }, { what: 'route closed' });
+  const rm = await h.waitFor(
+    () => {
+      const r = s.proxy.metrics().routeMetrics.find((x) => x.route === '*.hold.test');
+      return r.activeConnections === 0 && r;
+    },
+    { what: 'route closed' }
+  );
   assert.equal(rm.connections, 1);
   assert.equal(rm.bytesReceived, 26);
   assert.equal(rm.bytesSent, 26);
@@ -160,8 +163,14 @@ test('unknown ids are a no-op', async (t) => {
   assert.equal(s.proxy.resolveConnection('not-an-id', null), false);
   assert.equal(s.proxy.resolveConnection('', { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, terminateTls: false }), false);
   assert.equal(JSON.stringify(s.proxy.metrics().listeners), before);
-  assert.throws(() => s.proxy.resolveConnection(7, null), (e) => e instanceof ConfigError && e.errors[0].path === 'id');
-  assert.throws(() => s.proxy.resolveConnection('1'), (e) => e instanceof ConfigError && e.errors[0].path === 'route');
+  assert.throws(
+    () => s.proxy.resolveConnection(7, null),
+    (e) => e instanceof ConfigError && e.errors[0].path === 'id'
+  );
+  assert.throws(
+    () => s.proxy.resolveConnection('1'),
+    (e) => e instanceof ConfigError && e.errors[0].path === 'route'
+  );
 });
 
 test('the client leaving while held expires its id (client_closed)', async (t) => {
@@ -218,9 +227,16 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   // Decided in an async 'suspended' listener, as Harper does: nothing may reject.
   s.proxy.on('suspended', async (e) => {
     await new Promise((r) => setImmediate(r));
-    const route = e.sni === 'bad.hold.test'
-      ? { upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }], sourceAddressHeader: 'bogus', connectTimeoutMs: NaN, suspended: true, metricsGroup: 'x' }
-      : { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, upstreams: [], terminateTls: false };
+    const route =
+      e.sni === 'bad.hold.test'
+        ? {
+            upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }],
+            sourceAddressHeader: 'bogus',
+            connectTimeoutMs: NaN,
+            suspended: true,
+            metricsGroup: 'x',
+          }
+        : { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, upstreams: [], terminateTls: false };
     assert.equal(s.proxy.resolveConnection(e.id, route), true);
   });
   const c = client(s.port, 'bad.hold.test');
@@ -229,16 +245,15 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   // Every problem twice: as `errors` ({ path, message }, as a ConfigError's) and in the message.
   const problems = [
     { path: 'route.suspended', message: 'is a route-table field: a resolved connection cannot be suspended again' },
-    { path: 'route.metricsGroup', message: 'is a route-table field: the connection counts in the suspended route\'s routeMetrics' },
+    { path: 'route.metricsGroup', message: "is a route-table field: the connection counts in the suspended route's routeMetrics" },
     { path: 'route.upstreams[0].port', message: 'must be an integer in [1, 65535], got 70000' },
     { path: 'route.sourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"" },
     { path: 'route.connectTimeoutMs', message: 'must be an integer in [1, 2^53-1], got NaN' },
-    { path: 'route.cert', message: 'is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:' + s.port + ')' },
+    { path: 'route.cert', message: `is required when terminateTls is true and a listener has no defaultCert (127.0.0.1:${s.port})` },
   ];
   assert.deepEqual(errors[0], {
     code: 'resolve_route_invalid',
-    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ` +
-      problems.map((p) => `${p.path}: ${p.message}`).join('; '),
+    message: `resolveConnection(${ev.id}): the route is not valid, the connection is closed: ${problems.map((p) => `${p.path}: ${p.message}`).join('; ')}`,
     ip: '127.0.0.1',
     port: s.port,
     listener: `127.0.0.1:${s.port}`,
@@ -247,7 +262,10 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   assert.equal(c.secure, false);
   const c2 = client(s.port, 'both.hold.test');
   await h.waitFor(() => errors.length === 2 && c2.closedAt, { what: 'the second error' });
-  assert.equal(errors[1].message.split(': the route is not valid, the connection is closed: ')[1], 'route.upstream: give either upstream (one) or upstreams, not both');
+  assert.equal(
+    errors[1].message.split(': the route is not valid, the connection is closed: ')[1],
+    'route.upstream: give either upstream (one) or upstreams, not both'
+  );
   assert.deepEqual(errors[1].errors, [{ path: 'route.upstream', message: 'give either upstream (one) or upstreams, not both' }]);
   assert.equal(s.errors().resolve_route_invalid, 2);
   assert.equal(s.proxy.metrics().routeMetrics[0].errorsByReason.resolve_route_invalid, 2);
@@ -261,7 +279,13 @@ test('an invalid route in resolveConnection closes the connection and emits an e
 
 test('config: suspended routes may leave out upstreams; bad values are ConfigErrors', () => {
   // Valid: no upstreams, no cert, and no defaultCert on the listener.
-  new RampartProxy({ listeners: [{ port: 9 }], routes: [{ sni: 'a.test', suspended: true }, { sni: 'b.test', suspended: false, suspendTimeoutMs: 5000, terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] }] });
+  new RampartProxy({
+    listeners: [{ port: 9 }],
+    routes: [
+      { sni: 'a.test', suspended: true },
+      { sni: 'b.test', suspended: false, suspendTimeoutMs: 5000, terminateTls: false, upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 1 }] },
+    ],
+  });
   let err;
   try {
     new RampartProxy({
@@ -277,13 +301,16 @@ test('config: suspended routes may leave out upstreams; bad values are ConfigErr
     err = e;
   }
   assert.ok(err instanceof ConfigError);
-  assert.deepEqual(err.errors.map((e) => e.path), [
-    'listeners[0].maxPendingSuspended',
-    'routes[0].suspended',
-    'routes[0].upstreams',
-    'routes[1].suspendTimeoutMs',
-    'routes[2].suspendTimeoutMs',
-    'routes[3].upstreams',
-  ]);
+  assert.deepEqual(
+    err.errors.map((e) => e.path),
+    [
+      'listeners[0].maxPendingSuspended',
+      'routes[0].suspended',
+      'routes[0].upstreams',
+      'routes[1].suspendTimeoutMs',
+      'routes[2].suspendTimeoutMs',
+      'routes[3].upstreams',
+    ]
+  );
   assert.equal(err.errors[5].message, 'is required (it may be left out on a suspended route)');
 });

@@ -168,7 +168,11 @@ function typeCheck(ts, dir, files) {
 
 test('TypeScript 5, 6 and 7 and @types/node 20 and 22 are installed (devDependencies)', () => {
   const major = (dir) => Number(JSON.parse(fs.readFileSync(path.join(root, 'node_modules', dir, 'package.json'), 'utf8')).version.split('.')[0]);
-  assert.deepEqual(TYPESCRIPT.map((ts) => fs.existsSync(tscOf(ts)) && major(ts)), [5, 6, 7], 'run npm install');
+  assert.deepEqual(
+    TYPESCRIPT.map((ts) => fs.existsSync(tscOf(ts)) && major(ts)),
+    [5, 6, 7],
+    'run npm install'
+  );
   assert.deepEqual(Object.values(TYPES_NODE).map(major), [20, 22], 'run npm install');
 });
 

@@ -50,7 +50,9 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
   assert.equal(await client('plain', BOXED, PLAIN), 'ok');
 
   // A SYN flood from a third address, bounded: 200 SYNs at 1 per ms.
-  const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-c', '200', '-i', 'u1000', '-a', FLOOD, PROXY], { timeoutMs: 20000 });
+  const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-c', '200', '-i', 'u1000', '-a', FLOOD, PROXY], {
+    timeoutMs: 20000,
+  });
   // The legit address stays within its own limit (burst 3 at 1/s) and is served during the flood.
   const legitDuring = await client('tls', LEGIT, PORT, 3000);
   const fr = await flood;
@@ -61,7 +63,11 @@ test('XDP drops a boxed client and a SYN flood in the kernel while others are se
   assert.ok(st.bannedIps.includes(FLOOD), `banned: ${st.bannedIps}`);
 
   // After the ban expires (4 s, no excess meanwhile) BOXED is served again.
-  await h.waitFor(async () => (await client('tls', BOXED, PORT, 1000)) === 'ok', { timeoutMs: 12000, intervalMs: 500, what: 'the boxed client to be readmitted' });
+  await h.waitFor(async () => (await client('tls', BOXED, PORT, 1000)) === 'ok', {
+    timeoutMs: 12000,
+    intervalMs: 500,
+    what: 'the boxed client to be readmitted',
+  });
 
   await p.call('detach');
   const gone = await p.call('status');

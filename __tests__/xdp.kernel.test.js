@@ -69,7 +69,11 @@ test('a boxed client that keeps flooding stays banned in the kernel and is relea
 
   // It keeps sending SYNs at 10/s (over its 1/s) for twice durationMs: the kernel keeps extending.
   const floodMs = 2 * DURATION_MS;
-  const flood = h.run('ip', ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-i', 'u100000', '-c', String(floodMs / 100), '-a', BOXED, PROXY], { timeoutMs: floodMs + 10000 });
+  const flood = h.run(
+    'ip',
+    ['netns', 'exec', NS_C, 'hping3', '-q', '-S', '-p', String(PORT), '-i', 'u100000', '-c', String(floodMs / 100), '-a', BOXED, PROXY],
+    { timeoutMs: floodMs + 10000 }
+  );
   const floodStart = Date.now();
   await h.waitFor(async () => (await p.call('status')).counters.banExtended > 0, { what: 'a kernel ban extension' });
   await h.waitFor(() => Date.now() - floodStart > DURATION_MS + 1000, { timeoutMs: floodMs, intervalMs: 100, what: 'the userspace box to run out' });
@@ -106,7 +110,7 @@ test('a boxed client that keeps flooding stays banned in the kernel and is relea
       servedAt = Date.now();
       return true;
     },
-    { timeoutMs: DURATION_MS + 8000, intervalMs: 1000, what: 'the boxed client to be served again' },
+    { timeoutMs: DURATION_MS + 8000, intervalMs: 1000, what: 'the boxed client to be served again' }
   );
   const released = servedAt - stopped;
   assert.ok(released >= DURATION_MS - 300, `served again ${released} ms after the flood stopped (durationMs ${DURATION_MS})`);
@@ -155,7 +159,9 @@ test('a spoofed-source SYN flood is shed by the SYN budget while a known-good cl
   assert.equal(again.knownGoodMirrored, before + 1);
   const cookiesBefore = await nstat('TcpExtSyncookiesSent');
 
-  const flood = h.run('ip', ['netns', 'exec', NS_C, 'timeout', '-s', 'INT', '5', 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY], { timeoutMs: 20000 });
+  const flood = h.run('ip', ['netns', 'exec', NS_C, 'timeout', '-s', 'INT', '5', 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY], {
+    timeoutMs: 20000,
+  });
   const legit = client('tlsmany', LEGIT, PORT, 4000, 100);
   const fr = await flood;
   const legitOut = await legit;
@@ -163,7 +169,10 @@ test('a spoofed-source SYN flood is shed by the SYN budget while a known-good cl
   const cookies = (await nstat('TcpExtSyncookiesSent')) - cookiesBefore;
   const sent = Number((fr.stderr.toString().match(/(\d+) packets transmitted/) || [])[1]);
   t.diagnostic(`hping3 sent ${sent} SYNs in 5 s; dropped.synBudget ${st.counters.dropped.synBudget}; legit ${legitOut}; TcpExtSyncookiesSent +${cookies}`);
-  const [ok, fail] = legitOut.match(/ok=(\d+),fail=(\d+)/).slice(1).map(Number);
+  const [ok, fail] = legitOut
+    .match(/ok=(\d+),fail=(\d+)/)
+    .slice(1)
+    .map(Number);
   assert.equal(ok + fail, 100);
   assert.ok(ok >= 99, `known-good success ${ok}/100`);
   assert.ok(sent > 20000, `flood sent ${sent}`);

@@ -32,7 +32,21 @@ const crypto = require('node:crypto');
 const { answerStats } = require('./lib');
 const H = require('../__tests__/helpers/h2');
 
-const st = { attempts: 0, served: 0, refused: 0, established: 0, closedByProxy: 0, open: 0, bytesSent: 0, requests: 0, answered: 0, status: {}, timeouts: 0, streams: 0, goaway: 0 };
+const st = {
+  attempts: 0,
+  served: 0,
+  refused: 0,
+  established: 0,
+  closedByProxy: 0,
+  open: 0,
+  bytesSent: 0,
+  requests: 0,
+  answered: 0,
+  status: {},
+  timeouts: 0,
+  streams: 0,
+  goaway: 0,
+};
 let stopped = false;
 let cursor = 0;
 

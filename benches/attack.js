@@ -121,7 +121,12 @@ function shuffle(xs) {
 function rows(hello) {
   const all = [
     { id: 'baseline', name: 'no attack' },
-    { id: 'hs-single', name: 'single-IP handshake flood (256 in flight from 127.0.50.1)', mode: 'hsflood', opts: { sources: ['127.0.50.1'], concurrency: 256, hello } },
+    {
+      id: 'hs-single',
+      name: 'single-IP handshake flood (256 in flight from 127.0.50.1)',
+      mode: 'hsflood',
+      opts: { sources: ['127.0.50.1'], concurrency: 256, hello },
+    },
     {
       id: 'hs-diverse',
       name: 'IP-diverse handshake flood (4,000 sources spread over the 256 /24s of 127.1.0.0/16, 256 in flight: each source and each /24 under its limits)',
@@ -140,7 +145,12 @@ function rows(hello) {
       mode: 'slowhs',
       opts: { sources: sources(4, 500, 5), perSource: 8, intervalMs: 1000, inflight: 200, hello },
     },
-    { id: 'garbage', name: 'garbage-bytes flood (100 sources, 256 in flight, 512 random bytes each)', mode: 'garbage', opts: { sources: sources(5, 100, 100), concurrency: 256, bytes: 512 } },
+    {
+      id: 'garbage',
+      name: 'garbage-bytes flood (100 sources, 256 in flight, 512 random bytes each)',
+      mode: 'garbage',
+      opts: { sources: sources(5, 100, 100), concurrency: 256, bytes: 512 },
+    },
     {
       id: 'req-flood',
       name: 'HTTP request flood (512 TLS keep-alive connections from 4,000 sources in the 256 /24s of 127.1.0.0/16, each a `GET /` at most every 250 ms, 20 per connection, then the next source: each source and /24 far under every per-client limit)',
@@ -277,7 +287,13 @@ backend st_src
 function upstreamOf(m) {
   const out = {};
   for (const r of m.routeMetrics || []) {
-    if (r.upstream) out[r.route || 'default'] = { limit: r.upstream.limit, inFlight: r.upstream.inFlight, refused: r.upstream.refused, refusedPriority: r.upstream.refusedPriority };
+    if (r.upstream)
+      out[r.route || 'default'] = {
+        limit: r.upstream.limit,
+        inFlight: r.upstream.inFlight,
+        refused: r.upstream.refused,
+        refusedPriority: r.upstream.refusedPriority,
+      };
   }
   return out;
 }
@@ -446,12 +462,28 @@ async function measure(ctx, kind, row) {
   const probeMs = PREROLL_MS + DURATION * 1000;
   if (WARM_MS > 0) {
     await Promise.all([
-      legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: WARM_MS, minBytes: 64 }),
+      legitProbe({
+        host: '127.0.0.1',
+        port: ctx.port,
+        localAddress: '127.0.0.2',
+        servername: 'localhost',
+        rate: PROBE_RATE,
+        durationMs: WARM_MS,
+        minBytes: 64,
+      }),
       h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: WARM_MS }),
     ]);
   }
   const o0 = await ctx.origin.ask('stats');
-  const h1 = legitProbe({ host: '127.0.0.1', port: ctx.port, localAddress: '127.0.0.2', servername: 'localhost', rate: PROBE_RATE, durationMs: probeMs, minBytes: 64 });
+  const h1 = legitProbe({
+    host: '127.0.0.1',
+    port: ctx.port,
+    localAddress: '127.0.0.2',
+    servername: 'localhost',
+    rate: PROBE_RATE,
+    durationMs: probeMs,
+    minBytes: 64,
+  });
   const h2 = h2Probe({ port: ctx.port, localAddress: '127.0.0.3', rate: PROBE_RATE, durationMs: probeMs });
   await L.sleep(PREROLL_MS);
   const t0 = Date.now();
@@ -480,7 +512,13 @@ async function measure(ctx, kind, row) {
     secs,
     offered,
     mode: row.mode,
-    h1: { attempts: r1.attempts, ok: r1.ok, p99: q(r1.latenciesMs), p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN, latenciesMs: r1.latenciesMs.map((x) => Math.round(x * 10) / 10) },
+    h1: {
+      attempts: r1.attempts,
+      ok: r1.ok,
+      p99: q(r1.latenciesMs),
+      p50: r1.latenciesMs.length ? L.quantile(r1.latenciesMs, 0.5) : NaN,
+      latenciesMs: r1.latenciesMs.map((x) => Math.round(x * 10) / 10),
+    },
     h2: { attempts: r2.attempts, ok: r2.ok, p99: q(r2.latenciesMs), sessions: r2.sessions },
     upstreamRps: (o1.h1Requests + o1.h2Requests - o0.h1Requests - o0.h2Requests) / ((probeMs + 300) / 1000),
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
@@ -504,17 +542,23 @@ function offeredText(r) {
   const n = (x) => x.toLocaleString('en-US');
   if (r.mode === 'hsflood' || r.mode === 'garbage') return `${n(o.attempts)} conns (${n(Math.round(o.attempts / r.secs))}/s)`;
   if (r.mode === 'reqflood') {
-    const st = Object.entries(o.status).map(([k, v]) => `${k}: ${n(v)}`).join(', ') || 'none';
+    const st =
+      Object.entries(o.status)
+        .map(([k, v]) => `${k}: ${n(v)}`)
+        .join(', ') || 'none';
     return `${n(o.requests)} reqs (${n(Math.round(o.requests / r.secs))}/s; answered ${st}; ${n(o.timeouts)} timed out) on ${n(o.attempts)} conns (${n(o.refused)} refused)`;
   }
-  if (r.mode === 'h2reset') return `${n(o.streams)} reset streams (${n(Math.round(o.streams / r.secs))}/s) on ${n(o.attempts)} conns (${n(o.goaway)} GOAWAY, ${n(o.refused)} refused)`;
+  if (r.mode === 'h2reset')
+    return `${n(o.streams)} reset streams (${n(Math.round(o.streams / r.secs))}/s) on ${n(o.attempts)} conns (${n(o.goaway)} GOAWAY, ${n(o.refused)} refused)`;
   return `${n(o.attempts)} conns (${n(o.established)} established, ${n(o.open)} held at the end)`;
 }
 function refusalText(x) {
-  return Object.entries(x)
-    .filter(([k, v]) => v && !['knownGood', 'defense', 'routes', 'upstream_overloaded'].includes(k))
-    .map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`)
-    .join(', ') || '–';
+  return (
+    Object.entries(x)
+      .filter(([k, v]) => v && !['knownGood', 'defense', 'routes', 'upstream_overloaded'].includes(k))
+      .map(([k, v]) => `${k} ${v.toLocaleString('en-US')}`)
+      .join(', ') || '–'
+  );
 }
 
 /** Which proxy a measured kind is ('rampart-plain' → 'rampart', 'haproxy-capacity' → 'haproxy'). */
@@ -550,7 +594,9 @@ function overloadedText(r) {
 
 function table(results, base) {
   const out = [];
-  out.push('| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | learned limit | upstream_overloaded (requests; priority) | refusals |');
+  out.push(
+    '| attack | proxy | offered | probe TLS+GET ok | p99 (target) | probe h2 ok | h2 p99 | upstream req/s | attack req/s at origin | origin in-flight peak | upstream conns | peak RSS | CPU | learned limit | upstream_overloaded (requests; priority) | refusals |'
+  );
   out.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|');
   for (const r of results) {
     const target = 2 * baseP99(base, r.kind) + 20;
@@ -600,17 +646,23 @@ async function main() {
       const r = await measure(ctx, kind, row);
       results.push(r);
       if (row.id.startsWith('baseline')) (base[kind] = base[kind] || []).push(r.h1.p99);
-      log(`  probe ${pct(r.h1.ok, r.h1.attempts)} p99 ${ms(r.h1.p99)} ms, h2 ${pct(r.h2.ok, r.h2.attempts)} p99 ${ms(r.h2.p99)} ms; upstream ${r.upstreamRps.toFixed(1)} req/s (attack ${r.attackRps.toFixed(1)}, served ${r.originServedRps.toFixed(1)}/s, in flight peak ${r.originPeak}); RSS ${r.rssMiB.toFixed(0)} MiB; CPU ${r.cpuPct.toFixed(0)} %; ${refusalText(r.refusals)}; offered ${JSON.stringify(r.offered)}`);
+      log(
+        `  probe ${pct(r.h1.ok, r.h1.attempts)} p99 ${ms(r.h1.p99)} ms, h2 ${pct(r.h2.ok, r.h2.attempts)} p99 ${ms(r.h2.p99)} ms; upstream ${r.upstreamRps.toFixed(1)} req/s (attack ${r.attackRps.toFixed(1)}, served ${r.originServedRps.toFixed(1)}/s, in flight peak ${r.originPeak}); RSS ${r.rssMiB.toFixed(0)} MiB; CPU ${r.cpuPct.toFixed(0)} %; ${refusalText(r.refusals)}; offered ${JSON.stringify(r.offered)}`
+      );
     }
   }
   const load1 = os.loadavg();
   const out = [];
   const env = `${os.cpus().length} × ${(os.cpus()[0] || {}).model || 'cpu'}, ${os.type()} ${os.release()}, Node ${process.version}${WITH_HAPROXY ? `, ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}` : ''}`;
-  out.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before${WARM_MS ? ` (its clients warmed up for ${WARM_MS / 1000} s more, unmeasured)` : ''}; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`);
+  out.push(
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${env}; load average before ${load0.map((x) => x.toFixed(2)).join(', ')}, after ${load1.map((x) => x.toFixed(2)).join(', ')}. Each row: a fresh proxy, ${DURATION} s of attack; probe from 1 s before${WARM_MS ? ` (its clients warmed up for ${WARM_MS / 1000} s more, unmeasured)` : ''}; ${PIN ? `attacker pinned to CPUs ${ATTACKER_CPUS}, proxy, origin and probe to CPU ${DEFENDED_CPUS}` : 'no CPU pinning'}; origin CPU per request ${WORK_MS} ms.`
+  );
   out.push('');
   out.push(table(results, base));
   out.push('');
-  out.push(`- Probe p99 without attack (mean of the first and last row): Rampart ${ms(baseP99(base, 'rampart'))} ms${WITH_HAPROXY ? `, HAProxy ${ms(baseP99(base, 'haproxy'))} ms` : ''}; the target column is 2 × that + 20 ms.`);
+  out.push(
+    `- Probe p99 without attack (mean of the first and last row): Rampart ${ms(baseP99(base, 'rampart'))} ms${WITH_HAPROXY ? `, HAProxy ${ms(baseP99(base, 'haproxy'))} ms` : ''}; the target column is 2 × that + 20 ms.`
+  );
   for (const row of rows(hello).filter((r) => !r.id.startsWith('baseline'))) {
     const r = results.find((x) => x.row === row.id && x.kind === 'rampart');
     const h = results.find((x) => x.row === row.id && proxyOf(x.kind) === 'haproxy');

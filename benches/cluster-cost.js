@@ -21,7 +21,11 @@ async function node(redisPort, port, upstreamPort) {
     host: '127.0.0.31',
     port,
     upstreamPort,
-    protection: { clusterRateLimit: { connectionsPerSecond: LIMIT, burst: LIMIT * 2 }, rateLimit: { connectionsPerSecond: LIMIT * 4 }, penaltyBox: { durationMs: 2000 } },
+    protection: {
+      clusterRateLimit: { connectionsPerSecond: LIMIT, burst: LIMIT * 2 },
+      rateLimit: { connectionsPerSecond: LIMIT * 4 },
+      penaltyBox: { durationMs: 2000 },
+    },
     cluster: { redis: { url: `redis://127.0.0.1:${redisPort}`, keyPrefix: 'rcost:' }, nodeId: 'cost-0', shareBans: true },
   };
   const { child, call, stop } = await forkClusterNode(opts);
@@ -63,7 +67,7 @@ function connectOnce(host, port, localAddress) {
     while (performance.now() - t0 < SECS * 1000) {
       const due = Math.floor(((performance.now() - t0) / 1000) * RATE);
       while (sent < due) {
-        const ip = `127.0.${40 + Math.floor((k % CLIENTS) / 250)}.${(k % CLIENTS) % 250 + 1}`;
+        const ip = `127.0.${40 + Math.floor((k % CLIENTS) / 250)}.${((k % CLIENTS) % 250) + 1}`;
         k++;
         sent++;
         const p = connectOnce(a.host, port, ip).finally(() => inflight.delete(p));
@@ -97,7 +101,7 @@ function connectOnce(host, port, localAddress) {
         refusedByReason: m.listeners[0].blockedByReason,
         redisCommandsPerSecond: Math.round((total / secs) * 10) / 10,
         perCommand: perCmd,
-        redisCommandsPerSecondPer1000ConnPerSecond: Math.round(((total / secs) / connPerSec) * 1000 * 10) / 10,
+        redisCommandsPerSecondPer1000ConnPerSecond: Math.round((total / secs / connPerSec) * 1000 * 10) / 10,
         cluster: m.cluster,
         loadAverage: os.loadavg().map((x) => Math.round(x * 100) / 100),
       })

@@ -78,12 +78,20 @@ async function node(redis, keyPrefix, port, upstreamPort) {
           m = (await nd.call('metrics')).cluster;
           return m.bansReceived >= n;
         },
-        { timeoutMs: 1_800_000, intervalMs: 50, what: `${n} bans loaded` },
+        { timeoutMs: 1_800_000, intervalMs: 50, what: `${n} bans loaded` }
       );
       const s = (performance.now() - t0) / 1000;
       const kb = rssKb(nd.child.pid);
       console.log(
-        JSON.stringify({ kind: KIND, bans: n, received: m.bansReceived, seconds: +s.toFixed(2), keysPerSecond: Math.round(n / s), rssDeltaMB: +((kb - baseKb) / 1024).toFixed(1), redis: filled }),
+        JSON.stringify({
+          kind: KIND,
+          bans: n,
+          received: m.bansReceived,
+          seconds: +s.toFixed(2),
+          keysPerSecond: Math.round(n / s),
+          rssDeltaMB: +((kb - baseKb) / 1024).toFixed(1),
+          redis: filled,
+        })
       );
       await nd.stop();
     }

@@ -233,7 +233,16 @@ async function measureCost(ctx, guard, route) {
     const up = all.routeMetrics[0].upstream;
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
     const floodDetail = Object.fromEntries(Object.entries(m.h2FloodByDetail).filter(([, v]) => v));
-    return { ...h, cpuUsPerReq: (cpuSec * 1e6) / h.succeeded, cpuPct: (cpuSec / h.secs) * 100, floods: m.blockedByReason.h2_flood, floodDetail, refused: up.refused, limit: up.limit, answered: up.answered };
+    return {
+      ...h,
+      cpuUsPerReq: (cpuSec * 1e6) / h.succeeded,
+      cpuPct: (cpuSec / h.secs) * 100,
+      floods: m.blockedByReason.h2_flood,
+      floodDetail,
+      refused: up.refused,
+      limit: up.limit,
+      answered: up.answered,
+    };
   } finally {
     await p.stop();
   }
@@ -281,7 +290,7 @@ async function measureAttack(ctx, row) {
       floodsPerSec: (m1.blockedByReason.h2_flood - m0.blockedByReason.h2_flood) / dt,
       detailPct: m1.blockedByReason.h2_flood > m0.blockedByReason.h2_flood ? (detail / (m1.blockedByReason.h2_flood - m0.blockedByReason.h2_flood)) * 100 : NaN,
       boxedPerSec: (m1.blockedByReason.penalty_boxed - m0.blockedByReason.penalty_boxed) / dt,
-      cpuPct: (((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK) / dt) * 100,
+      cpuPct: ((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK / dt) * 100,
       rssMiB: s1.rssKb / 1024,
     };
   } finally {
@@ -340,7 +349,9 @@ async function main() {
       for (const k of keys.map((_, i) => keys[(i + round) % keys.length])) {
         const r = await measureCost(ctx, { clientFactor: 1000, maxStreamsPerConnection: 2 ** 30 }, routes[k]);
         results.capacity[k].push(r);
-        log(`  capacity round ${round + 1} concurrency ${k}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, limit ${r.limit}, refused ${r.refused}, answered ${r.answered}`);
+        log(
+          `  capacity round ${round + 1} concurrency ${k}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, limit ${r.limit}, refused ${r.refused}, answered ${r.answered}`
+        );
       }
     }
   }
@@ -353,32 +364,70 @@ async function main() {
         // the guard's inspection cost, as before those limits existed.
         const r = await measureCost(ctx, enabled ? { enabled, clientFactor: 1000, maxStreamsPerConnection: 2 ** 30 } : false);
         results.cost[enabled ? 'on' : 'off'].push(r);
-        log(`  cost round ${round + 1} guard ${enabled ? 'on ' : 'off'}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, h2_flood ${r.floods} ${JSON.stringify(r.floodDetail)}`);
+        log(
+          `  cost round ${round + 1} guard ${enabled ? 'on ' : 'off'}: ${r.rps.toFixed(0)} req/s, ${r.cpuUsPerReq.toFixed(2)} µs/req, failed ${r.failed + r.errored}, h2_flood ${r.floods} ${JSON.stringify(r.floodDetail)}`
+        );
       }
     }
   }
   const attackRows = [
     { id: 'baseline', title: 'no attack (probe only)', http2: { enabled: true } },
-    { id: 'rapid', title: 'rapid reset, 16 conns, defaults (boxed after 3)', kind: 'rapid', detail: 'rapid_reset', http2: { enabled: true }, sources: Array.from({ length: 16 }, (_, i) => `127.0.1.${i + 1}`) },
-    { id: 'rapid-nobox', title: 'rapid reset, 16 conns, boxAfterViolations 1000', kind: 'rapid', detail: 'rapid_reset', http2: { boxAfterViolations: 1000 }, sources: Array.from({ length: 16 }, (_, i) => `127.0.1.${i + 1}`) },
-    { id: 'cont', title: 'CONTINUATION flood, 8 conns, defaults (boxed after 3)', kind: 'continuation', detail: 'continuation', http2: { enabled: true }, sources: Array.from({ length: 8 }, (_, i) => `127.0.2.${i + 1}`) },
-    { id: 'cont-nobox', title: 'CONTINUATION flood, 8 conns, boxAfterViolations 1000', kind: 'continuation', detail: 'continuation', http2: { boxAfterViolations: 1000 }, sources: Array.from({ length: 8 }, (_, i) => `127.0.2.${i + 1}`) },
+    {
+      id: 'rapid',
+      title: 'rapid reset, 16 conns, defaults (boxed after 3)',
+      kind: 'rapid',
+      detail: 'rapid_reset',
+      http2: { enabled: true },
+      sources: Array.from({ length: 16 }, (_, i) => `127.0.1.${i + 1}`),
+    },
+    {
+      id: 'rapid-nobox',
+      title: 'rapid reset, 16 conns, boxAfterViolations 1000',
+      kind: 'rapid',
+      detail: 'rapid_reset',
+      http2: { boxAfterViolations: 1000 },
+      sources: Array.from({ length: 16 }, (_, i) => `127.0.1.${i + 1}`),
+    },
+    {
+      id: 'cont',
+      title: 'CONTINUATION flood, 8 conns, defaults (boxed after 3)',
+      kind: 'continuation',
+      detail: 'continuation',
+      http2: { enabled: true },
+      sources: Array.from({ length: 8 }, (_, i) => `127.0.2.${i + 1}`),
+    },
+    {
+      id: 'cont-nobox',
+      title: 'CONTINUATION flood, 8 conns, boxAfterViolations 1000',
+      kind: 'continuation',
+      detail: 'continuation',
+      http2: { boxAfterViolations: 1000 },
+      sources: Array.from({ length: 8 }, (_, i) => `127.0.2.${i + 1}`),
+    },
   ];
   if (ONLY.includes('attack')) {
     for (let round = 0; round < ROUNDS; round++) {
       for (const row of attackRows) {
         const r = await measureAttack(ctx, row);
         (results.attack[row.id] = results.attack[row.id] || []).push(r);
-        log(`  ${row.id} round ${round + 1}: probe ${r.okPct.toFixed(1)}% p99 ${r.p99Ms.toFixed(1)} ms, attack ${r.attemptsPerSec.toFixed(0)} conn/s, cut ${r.cutPerSec.toFixed(0)}/s, refused ${r.refusedPerSec.toFixed(0)}/s, proxy CPU ${r.cpuPct.toFixed(0)}%${Object.keys(r.probeFails).length ? `, probe failures ${JSON.stringify(r.probeFails)}` : ''}${Object.keys(r.proxyErrors).length ? `, proxy errors ${JSON.stringify(r.proxyErrors)}` : ''}`);
+        log(
+          `  ${row.id} round ${round + 1}: probe ${r.okPct.toFixed(1)}% p99 ${r.p99Ms.toFixed(1)} ms, attack ${r.attemptsPerSec.toFixed(0)} conn/s, cut ${r.cutPerSec.toFixed(0)}/s, refused ${r.refusedPerSec.toFixed(0)}/s, proxy CPU ${r.cpuPct.toFixed(0)}%${Object.keys(r.probeFails).length ? `, probe failures ${JSON.stringify(r.probeFails)}` : ''}${Object.keys(r.proxyErrors).length ? `, proxy errors ${JSON.stringify(r.proxyErrors)}` : ''}`
+        );
       }
     }
   }
   await origin.stop();
   const loadAfter = os.loadavg();
 
-  out.push(`Rampart HTTP/2 guard, ${new Date().toISOString()}, ${QUICK ? 'quick' : 'full'} run: ${ROUNDS} round(s), h2load ${DURATION} s, attacks ${ATTACK_SECS} s, ${((Date.now() - started) / 60000).toFixed(1)} min`);
-  out.push(`machine: ${os.cpus().length} cores (${os.cpus()[0].model}), load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}`);
-  out.push(`versions: node ${process.version}; ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}; ${(await L.run('h2load', ['--version'])).stdout.trim()}; commit ${commit}`);
+  out.push(
+    `Rampart HTTP/2 guard, ${new Date().toISOString()}, ${QUICK ? 'quick' : 'full'} run: ${ROUNDS} round(s), h2load ${DURATION} s, attacks ${ATTACK_SECS} s, ${((Date.now() - started) / 60000).toFixed(1)} min`
+  );
+  out.push(
+    `machine: ${os.cpus().length} cores (${os.cpus()[0].model}), load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}`
+  );
+  out.push(
+    `versions: node ${process.version}; ${(await L.run('haproxy', ['-v'])).stdout.split('\n')[0]}; ${(await L.run('h2load', ['--version'])).stdout.trim()}; commit ${commit}`
+  );
   out.push('');
   if (results.cost.on.length) {
     const f0 = fmt(0);
@@ -398,7 +447,9 @@ async function main() {
     }
     const med = (m, k) => L.median(results.cost[m].map((x) => x[k]));
     out.push('');
-    out.push(`guard cost (medians, same rounds): ${((1 - med('on', 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med('on', 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request; h2_flood during the guard-on runs: ${results.cost.on.reduce((a, x) => a + x.floods, 0)}`);
+    out.push(
+      `guard cost (medians, same rounds): ${((1 - med('on', 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med('on', 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request; h2_flood during the guard-on runs: ${results.cost.on.reduce((a, x) => a + x.floods, 0)}`
+    );
     out.push('');
   }
   if (results.capacity.on.length) {
@@ -409,7 +460,10 @@ async function main() {
       ['failed + errored requests', 'failed', fmt(0)],
       ['refused for capacity (upstream.refused)', 'refused', fmt(0)],
     ];
-    out.push("| h2load -c 64 -m 32, `protocol: 'http'` | `concurrency: { mode: 'off' }` | adaptive (default) | adaptive held at 10,000 | adaptive/off | held/off |", '|---|---|---|---|---|---|');
+    out.push(
+      "| h2load -c 64 -m 32, `protocol: 'http'` | `concurrency: { mode: 'off' }` | adaptive (default) | adaptive held at 10,000 | adaptive/off | held/off |",
+      '|---|---|---|---|---|---|'
+    );
     for (const [label, k, f] of rows) {
       const get = (x) => (k === 'failed' ? x.failed + x.errored : x[k]);
       const [off, on, held] = ['off', 'on', 'held'].map((m) => cell(results.capacity[m].map(get), f));
@@ -417,9 +471,12 @@ async function main() {
       out.push(`| ${label} | ${off.text} | ${on.text} | ${held.text} | ${ratio(on)} | ${ratio(held)} |`);
     }
     const med = (m, k) => L.median(results.capacity[m].map((x) => x[k]));
-    const cost = (m) => `${((1 - med(m, 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med(m, 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request`;
+    const cost = (m) =>
+      `${((1 - med(m, 'rps') / med('off', 'rps')) * 100).toFixed(1)}% req/s, ${((med(m, 'cpuUsPerReq') / med('off', 'cpuUsPerReq') - 1) * 100).toFixed(1)}% proxy CPU per request`;
     out.push('');
-    out.push(`tracking cost vs off (medians, same rounds): adaptive ${cost('on')} (its limit at the end of each run: ${results.capacity.on.map((x) => x.limit).join(', ')}); held ${cost('held')}`);
+    out.push(
+      `tracking cost vs off (medians, same rounds): adaptive ${cost('on')} (its limit at the end of each run: ${results.capacity.on.map((x) => x.limit).join(', ')}); held ${cost('held')}`
+    );
     out.push('');
   }
   if (Object.keys(results.attack).length) {
@@ -441,7 +498,10 @@ async function main() {
       const rs = results.attack[row.id];
       if (!rs) continue;
       const cells = cols.map(([, k, f]) => {
-        const c = cell(rs.map((x) => x[k]), f);
+        const c = cell(
+          rs.map((x) => x[k]),
+          f
+        );
         if (k === 'floodsPerSec' && row.detail) return `${c.text} (${fmt(0)(L.median(rs.map((x) => x.detailPct)))}% ${row.detail})`;
         return c.text;
       });

@@ -74,9 +74,16 @@ async function main() {
   await proxy.stop();
   const lat = samples.map((s) => s[0]).sort((a, b) => a - b);
   const q = (p) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))];
-  const big = swaps.filter((s) => s.entries > 1).map((s) => s.ms).sort((a, b) => a - b);
-  console.log(`updateConfig with ${list.length} CIDRs (validate + compile + swap, JS call included): median ${big[Math.floor(big.length / 2)].toFixed(1)} ms, min ${big[0].toFixed(1)}, max ${big[big.length - 1].toFixed(1)}`);
-  console.log(`admission probe (connect → close from a blocklisted address, ${lat.length} samples across the swaps): p50 ${q(0.5).toFixed(3)} ms, p99 ${q(0.99).toFixed(3)} ms, max ${lat[lat.length - 1].toFixed(3)} ms`);
+  const big = swaps
+    .filter((s) => s.entries > 1)
+    .map((s) => s.ms)
+    .sort((a, b) => a - b);
+  console.log(
+    `updateConfig with ${list.length} CIDRs (validate + compile + swap, JS call included): median ${big[Math.floor(big.length / 2)].toFixed(1)} ms, min ${big[0].toFixed(1)}, max ${big[big.length - 1].toFixed(1)}`
+  );
+  console.log(
+    `admission probe (connect → close from a blocklisted address, ${lat.length} samples across the swaps): p50 ${q(0.5).toFixed(3)} ms, p99 ${q(0.99).toFixed(3)} ms, max ${lat[lat.length - 1].toFixed(3)} ms`
+  );
 }
 
 if (!isMainThread) {

@@ -52,7 +52,17 @@ async function main() {
     await Promise.all(traffic);
     await sleep(1500); // the last second sampled
     const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-chromium-'));
-    const args = ['--headless', '--disable-gpu', '--no-first-run', '--hide-scrollbars', `--user-data-dir=${profile}`, '--window-size=1300,780', '--virtual-time-budget=3000', `--screenshot=${out}`, `http://oncall:${s.TOKEN}@127.0.0.1:${api.port}/ui`];
+    const args = [
+      '--headless',
+      '--disable-gpu',
+      '--no-first-run',
+      '--hide-scrollbars',
+      `--user-data-dir=${profile}`,
+      '--window-size=1300,780',
+      '--virtual-time-budget=3000',
+      `--screenshot=${out}`,
+      `http://oncall:${s.TOKEN}@127.0.0.1:${api.port}/ui`,
+    ];
     if (process.getuid && process.getuid() === 0) args.unshift('--no-sandbox');
     const r = await h.run('chromium', args, { timeoutMs: 90000 });
     fs.rmSync(profile, { recursive: true, force: true });

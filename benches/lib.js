@@ -440,7 +440,12 @@ function cli(file) {
     const lines = fs.readFileSync(file, 'utf8').split('\n');
     const from = lines.findIndex((l) => /^'use strict';/.test(l)) + 1;
     const to = lines.findIndex((l, i) => i >= from && !l.startsWith('//'));
-    console.log(lines.slice(from, to).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+    console.log(
+      lines
+        .slice(from, to)
+        .map((l) => l.replace(/^\/\/ ?/, ''))
+        .join('\n')
+    );
     process.exit(0);
   }
   const rampartPath = path.resolve(process.env.RAMPART_PATH || path.join(__dirname, '..'));

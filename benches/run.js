@@ -161,8 +161,7 @@ function raiseNofile() {
   // Children inherit the soft limit; the hard limit needs CAP_SYS_RESOURCE to go up.
   const before = L.nofileLimits();
   const want = 1048576;
-  const trySet = (soft, hard) =>
-    require('node:child_process').spawnSync('prlimit', ['--pid', String(process.pid), `--nofile=${soft}:${hard}`]).status === 0;
+  const trySet = (soft, hard) => require('node:child_process').spawnSync('prlimit', ['--pid', String(process.pid), `--nofile=${soft}:${hard}`]).status === 0;
   if (before.hard < want && trySet(want, want)) return L.nofileLimits();
   if (before.soft < before.hard) trySet(before.hard, before.hard);
   return L.nofileLimits();
@@ -340,7 +339,9 @@ async function measureWrk(ctx, kind, row) {
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
     // An HTTP route: what its upstream capacity saw (`routeMetrics[0].upstream`, at the end).
     const upstream = kind === 'rampart' && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
-    ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk).map((x) => (/\s/.test(x) ? `'${x}'` : x)).join(' ')}`;
+    ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk)
+      .map((x) => (/\s/.test(x) ? `'${x}'` : x))
+      .join(' ')}`;
     return {
       rps: w.rps,
       mbps: w.mbps,
@@ -398,7 +399,7 @@ async function measureFlood(ctx, kind) {
       p99Ms: L.quantile(probe.latenciesMs, 0.99),
       floodPerSec: attempts / dt,
       refusedPct: ((f1.refused - f0.refused) / Math.max(1, f1.refused - f0.refused + f1.served - f0.served)) * 100,
-      cpuPct: (((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK) / dt) * 100,
+      cpuPct: ((s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK / dt) * 100,
     };
   } finally {
     await L.killWait(flood);
@@ -422,7 +423,10 @@ async function measureIdle(ctx, kind, row) {
       const c = track(
         fork(
           path.join(__dirname, 'clients.js'),
-          ['idle', JSON.stringify({ host: '127.0.0.1', port: p.port, count, concurrency: 32, sources, servername: SNI, requestBytes: row.request ? BODY_BYTES : 0 })],
+          [
+            'idle',
+            JSON.stringify({ host: '127.0.0.1', port: p.port, count, concurrency: 32, sources, servername: SNI, requestBytes: row.request ? BODY_BYTES : 0 }),
+          ],
           { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }
         )
       );
@@ -447,7 +451,8 @@ async function measureIdle(ctx, kind, row) {
     }
     await L.sleep(1000);
     const rss = p.stat().rssKb;
-    ctx.commands[row.id] = `clients.js idle: ${procs} processes × node:tls full handshakes, sources 127.1.{0,1}.1-64,${row.request ? ` one GET / (${BODY_BYTES} B body) each,` : ''} then held idle`;
+    ctx.commands[row.id] =
+      `clients.js idle: ${procs} processes × node:tls full handshakes, sources 127.1.{0,1}.1-64,${row.request ? ` one GET / (${BODY_BYTES} B body) each,` : ''} then held idle`;
     return {
       rssMiB: rss / 1024,
       baseMiB: base / 1024,
@@ -465,22 +470,87 @@ async function measureIdle(ctx, kind, row) {
 
 // ---------- rows ----------
 const ROWS = [
-  { id: 'hs-full', title: 'new TLS conn/s, full handshake, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, noResume: true, metrics: ['rps', 'cpuUsPerReq'] },
+  {
+    id: 'hs-full',
+    title: 'new TLS conn/s, full handshake, 1 req/conn, 64 clients',
+    wrk: { conns: 64, close: true },
+    noResume: true,
+    metrics: ['rps', 'cpuUsPerReq'],
+  },
   { id: 'hs-resumed', title: 'new TLS conn/s, resumed session, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, metrics: ['rps', 'cpuUsPerReq'] },
   { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
   { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
   { id: 'bulk', title: `keep-alive, 64 conns, ${BULK_BYTES / 1024} KiB body`, wrk: { conns: 64, urlPath: '/bulk' }, metrics: ['mbps', 'cpuUsPerReq'] },
-  { id: 'hs-full-prot', title: 'protection on: new TLS conn/s, full handshake', wrk: { conns: 64, close: true }, noResume: true, protection: PROT_HIGH, metrics: ['rps', 'cpuUsPerReq'], baseline: 'hs-full' },
-  { id: 'ka64-prot', title: 'protection on: keep-alive, 64 conns', wrk: { conns: 64 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka64' },
-  { id: 'ka512-prot', title: 'protection on: keep-alive, 512 conns', wrk: { conns: 512 }, protection: PROT_HIGH, metrics: ['rps', 'mbps', 'cpuUsPerReq'], baseline: 'ka512' },
+  {
+    id: 'hs-full-prot',
+    title: 'protection on: new TLS conn/s, full handshake',
+    wrk: { conns: 64, close: true },
+    noResume: true,
+    protection: PROT_HIGH,
+    metrics: ['rps', 'cpuUsPerReq'],
+    baseline: 'hs-full',
+  },
+  {
+    id: 'ka64-prot',
+    title: 'protection on: keep-alive, 64 conns',
+    wrk: { conns: 64 },
+    protection: PROT_HIGH,
+    metrics: ['rps', 'mbps', 'cpuUsPerReq'],
+    baseline: 'ka64',
+  },
+  {
+    id: 'ka512-prot',
+    title: 'protection on: keep-alive, 512 conns',
+    wrk: { conns: 512 },
+    protection: PROT_HIGH,
+    metrics: ['rps', 'mbps', 'cpuUsPerReq'],
+    baseline: 'ka512',
+  },
   ...[64, 512].flatMap((conns) => [
-    { id: `ka${conns}-http-off`, title: `keep-alive, ${conns} conns, protocol http, concurrency off`, wrk: { conns }, route: { protocol: 'http', concurrency: { mode: 'off' } }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'] },
-    { id: `ka${conns}-http`, title: `keep-alive, ${conns} conns, protocol http, concurrency adaptive (default)`, wrk: { conns }, route: { protocol: 'http' }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
-    { id: `ka${conns}-http-held`, title: `keep-alive, ${conns} conns, protocol http, adaptive held at 10,000`, wrk: { conns }, route: { protocol: 'http', concurrency: HELD }, optIn: true, rampartOnly: true, metrics: ['rps', 'p99Ms', 'cpuUsPerReq'], baseline: `ka${conns}-http-off` },
+    {
+      id: `ka${conns}-http-off`,
+      title: `keep-alive, ${conns} conns, protocol http, concurrency off`,
+      wrk: { conns },
+      route: { protocol: 'http', concurrency: { mode: 'off' } },
+      optIn: true,
+      rampartOnly: true,
+      metrics: ['rps', 'p99Ms', 'cpuUsPerReq'],
+    },
+    {
+      id: `ka${conns}-http`,
+      title: `keep-alive, ${conns} conns, protocol http, concurrency adaptive (default)`,
+      wrk: { conns },
+      route: { protocol: 'http' },
+      optIn: true,
+      rampartOnly: true,
+      metrics: ['rps', 'p99Ms', 'cpuUsPerReq'],
+      baseline: `ka${conns}-http-off`,
+    },
+    {
+      id: `ka${conns}-http-held`,
+      title: `keep-alive, ${conns} conns, protocol http, adaptive held at 10,000`,
+      wrk: { conns },
+      route: { protocol: 'http', concurrency: HELD },
+      optIn: true,
+      rampartOnly: true,
+      metrics: ['rps', 'p99Ms', 'cpuUsPerReq'],
+      baseline: `ka${conns}-http-off`,
+    },
   ]),
-  { id: 'flood', title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`, flood: true, metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'] },
+  {
+    id: 'flood',
+    title: `flood: 127.0.0.2 over ${PROT_FLOOD.connectionsPerSecond} conn/s, probe 127.0.0.3 at ${PROBE_RATE}/s`,
+    flood: true,
+    metrics: ['okPct', 'p50Ms', 'p99Ms', 'floodPerSec', 'refusedPct', 'cpuPct'],
+  },
   { id: 'idle', title: 'idle TLS connections (handshake only)', idle: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
-  { id: 'idle-req', title: `idle TLS connections after one ${BODY_BYTES} B request each`, idle: true, request: true, metrics: ['rssMiB', 'kibPerConn', 'established'] },
+  {
+    id: 'idle-req',
+    title: `idle TLS connections after one ${BODY_BYTES} B request each`,
+    idle: true,
+    request: true,
+    metrics: ['rssMiB', 'kibPerConn', 'established'],
+  },
 ];
 
 const METRIC = {
@@ -516,8 +586,17 @@ function table(rows, results, peers) {
     if (!res) continue;
     for (const m of row.metrics) {
       const M = METRIC[m];
-      const r = summarize(res.rampart.map((x) => x[m]), M.fmt);
-      const ps = peers.map((k) => ({ k, ...summarize((res[k] || []).map((x) => x[m]), M.fmt) }));
+      const r = summarize(
+        res.rampart.map((x) => x[m]),
+        M.fmt
+      );
+      const ps = peers.map((k) => ({
+        k,
+        ...summarize(
+          (res[k] || []).map((x) => x[m]),
+          M.fmt
+        ),
+      }));
       const cells = ps.map((p) => (row.na && row.na[p.k] ? `n/a (${row.na[p.k]})` : p.text));
       const valid = ps.filter((p) => Number.isFinite(p.med) && p.med !== 0 && !(row.na && row.na[p.k]));
       let ratio = '–';
@@ -572,7 +651,9 @@ async function measureFloor() {
   }
   const f = JSON.parse(line);
   f.command = `cargo bench --bench floor -- ${args[args.length - 1]}`;
-  log(`floor: handshake server ${f.handshake.serverUs.toFixed(1)} µs (client+server ${f.handshake.totalUs.toFixed(1)} µs); per MiB: memcpy ${f.perMiB.memcpyUs.toFixed(1)} µs, TLS records (seal+open) ${f.perMiB.sealUs.toFixed(1)}+${f.perMiB.openUs.toFixed(1)} µs`);
+  log(
+    `floor: handshake server ${f.handshake.serverUs.toFixed(1)} µs (client+server ${f.handshake.totalUs.toFixed(1)} µs); per MiB: memcpy ${f.perMiB.memcpyUs.toFixed(1)} µs, TLS records (seal+open) ${f.perMiB.sealUs.toFixed(1)}+${f.perMiB.openUs.toFixed(1)} µs`
+  );
   return f;
 }
 
@@ -587,12 +668,16 @@ function floorLines(f, results) {
   ];
   const x = (a, b) => (Number.isFinite(a / b) ? `${(a / b).toFixed(1)}×` : '–');
   const hs = med('hs-full');
-  lines.push(`| full TLS 1.3 handshake, server side | ${f.handshake.serverUs.toFixed(1)} µs | ${Number.isFinite(hs) ? `${hs.toFixed(1)} µs/new conn (hs-full)` : '–'} | ${x(hs, f.handshake.serverUs)} |`);
+  lines.push(
+    `| full TLS 1.3 handshake, server side | ${f.handshake.serverUs.toFixed(1)} µs | ${Number.isFinite(hs) ? `${hs.toFixed(1)} µs/new conn (hs-full)` : '–'} | ${x(hs, f.handshake.serverUs)} |`
+  );
   lines.push(`| full TLS 1.3 handshake, client + server | ${f.handshake.totalUs.toFixed(1)} µs | | |`);
   // Bulk row: one 64 KiB body per request; per MiB of response body.
   const bulk = med('bulk');
   const perMiB = bulk / (BULK_BYTES / 2 ** 20);
-  lines.push(`| memcpy, per MiB | ${f.perMiB.memcpyUs.toFixed(1)} µs | ${Number.isFinite(perMiB) ? `${perMiB.toFixed(0)} µs/MiB (bulk)` : '–'} | ${x(perMiB, f.perMiB.memcpyUs)} |`);
+  lines.push(
+    `| memcpy, per MiB | ${f.perMiB.memcpyUs.toFixed(1)} µs | ${Number.isFinite(perMiB) ? `${perMiB.toFixed(0)} µs/MiB (bulk)` : '–'} | ${x(perMiB, f.perMiB.memcpyUs)} |`
+  );
   lines.push(`| TLS records (seal), per MiB | ${f.perMiB.sealUs.toFixed(1)} µs | | ${x(perMiB, f.perMiB.sealUs)} |`);
   lines.push(`| memcpy + seal, per MiB | ${(f.perMiB.memcpyUs + f.perMiB.sealUs).toFixed(1)} µs | | ${x(perMiB, f.perMiB.memcpyUs + f.perMiB.sealUs)} |`);
   return lines;
@@ -615,10 +700,16 @@ function merge(files) {
   }
   const out = [`${runs.length} runs pooled (${ROUNDS_OF(runs)} rounds per cell): ${files.join(', ')}`];
   for (const r of runs) {
-    out.push(`- ${r.file}: commit ${r.env.commit || '?'}, load before ${r.loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${r.loadAfter.map((x) => x.toFixed(2)).join(' ')}`);
+    out.push(
+      `- ${r.file}: commit ${r.env.commit || '?'}, load before ${r.loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${r.loadAfter.map((x) => x.toFixed(2)).join(' ')}`
+    );
   }
-  out.push('', table(rows, pooled, peers), '', 'per run (Rampart / better peer, each run\'s own medians):', '');
-  const perRun = runs.map((r) => table(rows, r.results, peers).split('\n').map((l) => l.split(' | ').slice(-2, -1)[0]));
+  out.push('', table(rows, pooled, peers), '', "per run (Rampart / better peer, each run's own medians):", '');
+  const perRun = runs.map((r) =>
+    table(rows, r.results, peers)
+      .split('\n')
+      .map((l) => l.split(' | ').slice(-2, -1)[0])
+  );
   const lines = table(rows, pooled, peers).split('\n');
   out.push(`| scenario | metric | ${runs.map((_, i) => `run ${i + 1}`).join(' | ')} |`, `|---|---|${runs.map(() => '---|').join('')}`);
   for (let i = 2; i < lines.length; i++) {
@@ -684,7 +775,9 @@ async function main() {
   log(`rampart bench: ${QUICK ? 'quick, ' : ''}${ROUNDS} round(s) × ${DURATION} s, ${env.cores} cores, load ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   log(`addon ${env.addon} (${env.addonBuild}); RLIMIT_NOFILE ${lim.soft}/${lim.hard} → ${ctx.idleCount} idle connections`);
   if (ctx.idleCount < IDLE_TARGET) {
-    log(`note: ${IDLE_TARGET} idle connections need ~${2 * IDLE_TARGET} descriptors per proxy; the hard limit is ${lim.hard} and cannot be raised here (no CAP_SYS_RESOURCE), so ${ctx.idleCount} are used`);
+    log(
+      `note: ${IDLE_TARGET} idle connections need ~${2 * IDLE_TARGET} descriptors per proxy; the hard limit is ${lim.hard} and cannot be raised here (no CAP_SYS_RESOURCE), so ${ctx.idleCount} are used`
+    );
   }
   const tlsInfo = {};
   for (const kind of kinds) {
@@ -717,7 +810,9 @@ async function main() {
           else r = await measureWrk(ctx, kind, row);
           results[row.id][kind].push(r);
           const brief = row.metrics.map((m) => `${m}=${METRIC[m].fmt(r[m])}`).join(' ');
-          const up = r.upstream ? ` upstream: limit ${r.upstream.limit}, refused ${r.upstream.refused}, answered ${r.upstream.answered}, latency ${r.upstream.latencyMs.toFixed(2)} ms (baseline ${r.upstream.baselineMs.toFixed(2)})` : '';
+          const up = r.upstream
+            ? ` upstream: limit ${r.upstream.limit}, refused ${r.upstream.refused}, answered ${r.upstream.answered}, latency ${r.upstream.latencyMs.toFixed(2)} ms (baseline ${r.upstream.baselineMs.toFixed(2)})`
+            : '';
           log(`  ${row.id} round ${round + 1} ${kind}: ${brief}${r.errors ? ` errors=${r.errors}` : ''}${up}`);
         }
       }
@@ -728,15 +823,23 @@ async function main() {
   const minutes = ((Date.now() - started) / 60000).toFixed(1);
 
   const out = [];
-  out.push(`Rampart vs ${peers.map((k) => NAME[k]).join(' and ') || 'no peer'}, ${new Date().toISOString()}, ${QUICK ? 'quick' : 'full'} run: ${ROUNDS} round(s), ${DURATION} s per wrk run, ${minutes} min total`);
-  out.push(`machine: ${env.cores} cores (${env.cpu}), ${env.memGiB} GiB, ${env.kernel}; load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}`);
+  out.push(
+    `Rampart vs ${peers.map((k) => NAME[k]).join(' and ') || 'no peer'}, ${new Date().toISOString()}, ${QUICK ? 'quick' : 'full'} run: ${ROUNDS} round(s), ${DURATION} s per wrk run, ${minutes} min total`
+  );
+  out.push(
+    `machine: ${env.cores} cores (${env.cpu}), ${env.memGiB} GiB, ${env.kernel}; load average before ${loadBefore.map((x) => x.toFixed(2)).join(' ')}, after ${loadAfter.map((x) => x.toFixed(2)).join(' ')}`
+  );
   out.push(`versions: node ${env.node}; ${env.haproxy}; ${env.nginx}; ${env.wrk}; ${env.openssl}`);
   out.push(`peers: ${peers.map((k) => NAME[k]).join(', ') || 'none'}${peerNotes.length ? ` (${peerNotes.join('; ')})` : ''}`);
   out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
   out.push(`TLS negotiated: ${tlsLine}`);
   if (ROUTE.protocol) out.push(`Rampart's route (rows without their own): ${JSON.stringify(ROUTE)}`);
-  out.push(`workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}, nginx worker_processes ${THREADS} (CPU and RSS: master + workers); origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}; wrk -t ${WRK_THREADS}`);
-  out.push(PIN ? `pinned (taskset): proxies on CPUs ${CPUS.proxy}, wrk and the origin on CPUs ${CPUS.load}` : 'not pinned: proxies, wrk and the origin share every CPU');
+  out.push(
+    `workers: Rampart workerThreads ${THREADS}, HAProxy nbthread ${THREADS}, nginx worker_processes ${THREADS} (CPU and RSS: master + workers); origin: HAProxy mode http, nbthread 1, http-request return, on ${originAddrs.join(', ')}; wrk -t ${WRK_THREADS}`
+  );
+  out.push(
+    PIN ? `pinned (taskset): proxies on CPUs ${CPUS.proxy}, wrk and the origin on CPUs ${CPUS.load}` : 'not pinned: proxies, wrk and the origin share every CPU'
+  );
   out.push('');
   out.push(table(rows, results, peers));
   out.push('');
@@ -752,7 +855,13 @@ async function main() {
   for (const id of ['idle', 'idle-req']) {
     const idle = results[id];
     if (!idle) continue;
-    const est = (k) => idle[k].map((r) => `${r.established}/${ctx.idleCount} held, ${r.failed} failed, proxy reported ${r.active}, base RSS ${r.baseMiB.toFixed(1)} MiB, set up in ${r.setupSec.toFixed(1)} s`).join('; ');
+    const est = (k) =>
+      idle[k]
+        .map(
+          (r) =>
+            `${r.established}/${ctx.idleCount} held, ${r.failed} failed, proxy reported ${r.active}, base RSS ${r.baseMiB.toFixed(1)} MiB, set up in ${r.setupSec.toFixed(1)} s`
+        )
+        .join('; ');
     for (const k of kinds) out.push(`${id}: ${NAME[k]} ${est(k)}`);
   }
   const errs = rows

@@ -103,7 +103,10 @@ async function main() {
         };
         p = await L.startRampart(cfg, path.join(dir, 'rampart.json'), RAMPART_PATH);
       } else if (kind === 'haproxy') {
-        fs.writeFileSync(path.join(dir, 'haproxy.cfg'), L.haproxyConfig({ port, pem: pemFile, upstreams, threads: 2, maxconn: 4000, statsSocket: path.join(dir, 'ha.sock') }));
+        fs.writeFileSync(
+          path.join(dir, 'haproxy.cfg'),
+          L.haproxyConfig({ port, pem: pemFile, upstreams, threads: 2, maxconn: 4000, statsSocket: path.join(dir, 'ha.sock') })
+        );
         p = await L.startHaproxy(path.join(dir, 'haproxy.cfg'), port);
       } else if (kind === 'nginx') {
         if (!st.ok) {
@@ -140,13 +143,21 @@ async function main() {
           const report = async (extra) => {
             const rep = await L.run('perf', ['report', '-i', out, '--no-children', '--stdio', '-g', 'none', '-n', ...extra]);
             const samples = Number((/# Samples: (\d+)/.exec(rep.stdout) || [])[1]) || 0;
-            return { samples, lines: rep.stdout.split('\n').filter((l) => /^\s+[\d.]+%/.test(l)).map((l) => l.replace(/\s+-\s+-\s*$/, '')) };
+            return {
+              samples,
+              lines: rep.stdout
+                .split('\n')
+                .filter((l) => /^\s+[\d.]+%/.test(l))
+                .map((l) => l.replace(/\s+-\s+-\s*$/, '')),
+            };
           };
           const byDso = await report(['--sort', 'dso', '--percent-limit', '1']);
           const user = await report(['--sort', 'dso,symbol', '--percent-limit', '0.7']);
           // cpu-clock samples at the default 4000 Hz: 250 µs each.
           const usPerReq = (byDso.samples * 250) / parsed.requests;
-          console.log(`${kind}: ${parsed.requests} requests, ${parsed.rps.toFixed(0)} req/s under perf, ${byDso.samples} samples ≈ ${usPerReq.toFixed(1)} µs CPU/req\nby object:\n${byDso.lines.join('\n')}\ntop symbols:\n${user.lines.join('\n')}\n`);
+          console.log(
+            `${kind}: ${parsed.requests} requests, ${parsed.rps.toFixed(0)} req/s under perf, ${byDso.samples} samples ≈ ${usPerReq.toFixed(1)} µs CPU/req\nby object:\n${byDso.lines.join('\n')}\ntop symbols:\n${user.lines.join('\n')}\n`
+          );
           continue;
         }
         const sc = parseStraceC(fs.readFileSync(out, 'utf8'));

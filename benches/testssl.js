@@ -83,7 +83,7 @@ async function startHaproxy(ctx) {
       threads: 1,
       maxconn: 1000,
       statsSocket: path.join(ctx.dir, 'haproxy.sock'),
-    }),
+    })
   );
   const h = await L.startHaproxy(cfg, port);
   return { port, stop: h.stop };
@@ -163,7 +163,11 @@ async function main() {
       start: () => startRampart(ctx, { preferServerCipherOrder: true }),
       pq: 'offered (rustls aws-lc-rs default)',
     },
-    haproxy: { label: `HAProxy ${((await L.run('haproxy', ['-v'])).stdout.match(/version (\S+)/) || [])[1]} (\`ssl crt\`, distribution defaults)`, start: () => startHaproxy(ctx), pq: 'no (OpenSSL 3.0)' },
+    haproxy: {
+      label: `HAProxy ${((await L.run('haproxy', ['-v'])).stdout.match(/version (\S+)/) || [])[1]} (\`ssl crt\`, distribution defaults)`,
+      start: () => startHaproxy(ctx),
+      pq: 'no (OpenSSL 3.0)',
+    },
     nginx: { label: `${(await L.nginxStream()).version} (stream, default \`ssl_protocols\`)`, start: () => startNginx(ctx), pq: 'no (OpenSSL 3.0)' },
   };
   const rows = [];
@@ -180,7 +184,7 @@ async function main() {
     }
   }
   o.close();
-  // eslint-disable-next-line no-control-regex
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips the ANSI colour escapes (ESC [ ... m) testssl prints
   const plain = (await L.run('testssl', ['--version'])).stdout.replace(/\x1b\[[0-9;]*m/g, '');
   const testsslVersion = (plain.match(/testssl\S*\s+(\d\S*)/) || [])[1] || '?';
   const cell = (ids) => (ids.length ? `${ids.length} (${ids.join(', ')})` : '0');
@@ -192,7 +196,11 @@ async function main() {
     '|---|---|---|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.label} | ${cell(r.by.CRITICAL)} | ${cell(r.by.HIGH)} | ${cell(r.by.MEDIUM)} | ${cell(r.by.LOW)} | ${r.protocols.join(', ')} | ${r.cipherOrder} | ${r.pq} | ${SEVERITIES.map((s) => r.certBy[s].length && `${s} ${r.certBy[s].join(', ')}`).filter(Boolean).join('; ') || 'none'} |`,
+        `| ${r.label} | ${cell(r.by.CRITICAL)} | ${cell(r.by.HIGH)} | ${cell(r.by.MEDIUM)} | ${cell(r.by.LOW)} | ${r.protocols.join(', ')} | ${r.cipherOrder} | ${r.pq} | ${
+          SEVERITIES.map((s) => r.certBy[s].length && `${s} ${r.certBy[s].join(', ')}`)
+            .filter(Boolean)
+            .join('; ') || 'none'
+        } |`
     ),
     '<!-- testssl:end -->',
   ].join('\n');

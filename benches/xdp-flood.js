@@ -208,7 +208,14 @@ async function main() {
     throw new Error(`unknown role ${role}`);
   }
   if (flag('--help') || flag('-h')) {
-    console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 24).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+    console.log(
+      fs
+        .readFileSync(__filename, 'utf8')
+        .split('\n')
+        .slice(2, 24)
+        .map((l) => l.replace(/^\/\/ ?/, ''))
+        .join('\n')
+    );
     return;
   }
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) {
@@ -270,7 +277,10 @@ async function main() {
   await ip('link', 'set', VC, 'netns', NS_C);
   await ip('-n', NS_P, 'addr', 'add', `${PROXY}/24`, 'dev', VP);
   for (const a of [LEGIT, FLOOD, NEWC]) await ip('-n', NS_C, 'addr', 'add', `${a}/24`, 'dev', VC);
-  for (const [ns, dev] of [[NS_P, VP], [NS_C, VC]]) {
+  for (const [ns, dev] of [
+    [NS_P, VP],
+    [NS_C, VC],
+  ]) {
     await ip('-n', ns, 'link', 'set', 'lo', 'up');
     await ip('-n', ns, 'link', 'set', dev, 'up');
   }
@@ -286,13 +296,22 @@ async function main() {
   const proxyPid = nodePid(child.pid);
 
   const inClients = (args, timeoutMs) => run('ip', ['netns', 'exec', NS_C, ...args], { timeoutMs });
-  const legit = (from = LEGIT) => inClients([process.execPath, __filename, '--role', 'legit', PROXY, String(PORT), from, String(LEGIT_TIMEOUT), String(D * 1000)], D * 1000 + LEGIT_TIMEOUT + 10000);
+  const legit = (from = LEGIT) =>
+    inClients(
+      [process.execPath, __filename, '--role', 'legit', PROXY, String(PORT), from, String(LEGIT_TIMEOUT), String(D * 1000)],
+      D * 1000 + LEGIT_TIMEOUT + 10000
+    );
   const floods = {
     none: async () => null,
     conn: async () => {
       const per = Math.ceil(CONC / NCONN);
       const rs = await Promise.all(
-        Array.from({ length: NCONN }, () => inClients([process.execPath, __filename, '--role', 'connector', PROXY, String(PORT), FLOOD, String(per), String(CTO), String(D * 1000)], D * 1000 + 10000)),
+        Array.from({ length: NCONN }, () =>
+          inClients(
+            [process.execPath, __filename, '--role', 'connector', PROXY, String(PORT), FLOOD, String(per), String(CTO), String(D * 1000)],
+            D * 1000 + 10000
+          )
+        )
       );
       const js = rs.map((r) => JSON.parse(r.stdout || '{}'));
       const sum = {};
@@ -306,7 +325,10 @@ async function main() {
       return { sent: m ? Number(m[1]) : null, unit: 'SYNs', detail: m ? undefined : (r.stdout + r.stderr).slice(-300) };
     },
     spoofed: async () => {
-      const r = await inClients(['timeout', '-s', 'INT', String(D), 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY], D * 1000 + 10000);
+      const r = await inClients(
+        ['timeout', '-s', 'INT', String(D), 'hping3', '-q', '-S', '--rand-source', '--flood', '-p', String(PORT), PROXY],
+        D * 1000 + 10000
+      );
       const m = /(\d+) packets transmitted/.exec(r.stdout + r.stderr);
       return { sent: m ? Number(m[1]) : null, unit: 'SYNs', detail: m ? undefined : (r.stdout + r.stderr).slice(-300) };
     },
@@ -366,10 +388,15 @@ async function main() {
     };
     rows.push(row);
     const okPct = lj.attempts ? (100 * lj.ok) / lj.attempts : 0;
-    console.log(`${name}: offered ${row.sent} ${row.unit}, engine refused ${row.refused}, XDP dropped ${row.dropped}, proxy CPU ${row.proxyCpu.toFixed(0)} %, legit ${lj.ok}/${lj.attempts} (${okPct.toFixed(2)} %) p50 ${fmt(lj.p50)} p99 ${fmt(lj.p99)} ms; kernel ${JSON.stringify(row.kernel)}${row.flood ? `; flood ${JSON.stringify(row.flood)}` : ''}`);
+    console.log(
+      `${name}: offered ${row.sent} ${row.unit}, engine refused ${row.refused}, XDP dropped ${row.dropped}, proxy CPU ${row.proxyCpu.toFixed(0)} %, legit ${lj.ok}/${lj.attempts} (${okPct.toFixed(2)} %) p50 ${fmt(lj.p50)} p99 ${fmt(lj.p99)} ms; kernel ${JSON.stringify(row.kernel)}${row.flood ? `; flood ${JSON.stringify(row.flood)}` : ''}`
+    );
   };
 
-  const load = os.loadavg().map((x) => x.toFixed(2)).join(', ');
+  const load = os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(', ');
   console.log(`xdp-flood: D = ${D} s, connector concurrency ${CONC}, connect timeout ${CTO} ms; load average ${load}`);
   await phase('baseline (no flood)', 'userspace', 'none');
   await phase('connect flood', 'userspace', 'conn');
@@ -388,7 +415,10 @@ async function main() {
     await phase('hping3 -S --rand-source --flood', `XDP (${xdpMode}), synBudgetPerSecond ${SYN_BUDGET}`, 'spoofed');
     await call('detach');
   }
-  const loadAfter = os.loadavg().map((x) => x.toFixed(2)).join(', ');
+  const loadAfter = os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(', ');
   await Promise.race([call('exit'), sleep(3000)]);
 
   const md = render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter });
@@ -410,16 +440,22 @@ function render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter }) {
   const kernel = os.release();
   const lines = [];
   lines.push(SECTION, '');
-  lines.push(`Measured ${new Date().toISOString().slice(0, 10)} on ${cpus.length} × ${cpus[0].model.trim()}, Linux ${kernel}, Node ${process.version}; the machine was shared with other jobs (load average before ${load}, after ${loadAfter}).`);
+  lines.push(
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus.length} × ${cpus[0].model.trim()}, Linux ${kernel}, Node ${process.version}; the machine was shared with other jobs (load average before ${load}, after ${loadAfter}).`
+  );
   lines.push('');
-  lines.push(`Command: \`sudo node benches/xdp-flood.js\` (add \`--write\` to refresh this section). Two network namespaces joined by a veth pair; the proxy listens on ${PROXY}:${PORT} with \`protection: { blocklist: ['${FLOOD}/32'] }\`; every row runs ${D} s. The *connect flood* is ${CONC} non-blocking TCP connects in flight from ${FLOOD} (each completed handshake waits for the server to close it; a SYN unanswered after ${CTO} ms is abandoned and replaced); *hping3* is \`hping3 -S --flood\` from ${FLOOD} bounded by \`timeout -s INT ${D}\`. The legitimate client, ${LEGIT}, does one TLS handshake + 4-byte echo after another (a round trip not done within ${LEGIT_TIMEOUT} ms fails). Engine refusals are \`metrics().listeners[0].blockedByReason.cidr_blocked\`, kernel drops \`xdpStatus().counters.dropped.cidr\`, both per second of flood. Proxy CPU is the proxy process (user + system, 100 % = one core); softirq is machine-wide (of ${cpus.length * 100} %), where XDP and the kernel TCP stack run.`);
+  lines.push(
+    `Command: \`sudo node benches/xdp-flood.js\` (add \`--write\` to refresh this section). Two network namespaces joined by a veth pair; the proxy listens on ${PROXY}:${PORT} with \`protection: { blocklist: ['${FLOOD}/32'] }\`; every row runs ${D} s. The *connect flood* is ${CONC} non-blocking TCP connects in flight from ${FLOOD} (each completed handshake waits for the server to close it; a SYN unanswered after ${CTO} ms is abandoned and replaced); *hping3* is \`hping3 -S --flood\` from ${FLOOD} bounded by \`timeout -s INT ${D}\`. The legitimate client, ${LEGIT}, does one TLS handshake + 4-byte echo after another (a round trip not done within ${LEGIT_TIMEOUT} ms fails). Engine refusals are \`metrics().listeners[0].blockedByReason.cidr_blocked\`, kernel drops \`xdpStatus().counters.dropped.cidr\`, both per second of flood. Proxy CPU is the proxy process (user + system, 100 % = one core); softirq is machine-wide (of ${cpus.length * 100} %), where XDP and the kernel TCP stack run.`
+  );
   lines.push('');
   lines.push('| flood | filter | offered | offered/s | refused by engine /s | dropped by XDP /s | proxy CPU | softirq | legit ok | legit p50 / p99 |');
   lines.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
     const l = r.legit;
     const ok = l.attempts ? `${((100 * l.ok) / l.attempts).toFixed(2)} % of ${l.attempts}` : '–';
-    lines.push(`| ${r.name} | ${r.mode} | ${r.kind === 'none' ? '–' : `${int(r.sent)} ${r.unit}`} | ${r.kind === 'none' ? '–' : int(r.sentPerSec)} | ${int(r.refusedPerSec)} | ${int(r.droppedPerSec)} | ${fmt(r.proxyCpu, 0)} % | ${fmt(r.softirq, 0)} % | ${ok} | ${fmt(l.p50)} / ${fmt(l.p99)} ms |`);
+    lines.push(
+      `| ${r.name} | ${r.mode} | ${r.kind === 'none' ? '–' : `${int(r.sent)} ${r.unit}`} | ${r.kind === 'none' ? '–' : int(r.sentPerSec)} | ${int(r.refusedPerSec)} | ${int(r.droppedPerSec)} | ${fmt(r.proxyCpu, 0)} % | ${fmt(r.softirq, 0)} % | ${ok} | ${fmt(l.p50)} / ${fmt(l.p99)} ms |`
+    );
   }
   lines.push('');
   const find = (kind, xdp) => rows.find((r) => r.kind === kind && r.mode.startsWith('XDP') === xdp);
@@ -431,34 +467,50 @@ function render({ rows, D, CONC, CTO, LEGIT_TIMEOUT, load, loadAfter }) {
   const base = rows.find((r) => r.kind === 'none');
   if (uConn && xHping && uConn.refusedPerSec > 0) {
     const ratio = xHping.droppedPerSec / uConn.refusedPerSec;
-    notes.push(`**Ratio: ${ratio.toFixed(1)}×** (target ≥ 10×) = XDP drops/s under the hping3 flood ÷ engine refusals/s under the connect flood (the most the userspace path shed here). Read it as a ratio of what each path shed on this machine, not of capacities: both sides are bounded by the load generators sharing the ${os.cpus().length} cores with the proxy (see the next two points).`);
+    notes.push(
+      `**Ratio: ${ratio.toFixed(1)}×** (target ≥ 10×) = XDP drops/s under the hping3 flood ÷ engine refusals/s under the connect flood (the most the userspace path shed here). Read it as a ratio of what each path shed on this machine, not of capacities: both sides are bounded by the load generators sharing the ${os.cpus().length} cores with the proxy (see the next two points).`
+    );
   }
   if (xHping) {
     const pct = xHping.sent ? (100 * xHping.dropped) / xHping.sent : null;
     const full = pct != null && pct >= 99.9;
-    notes.push(`XDP side: ${int(xHping.dropped)} \`cidr\` drops for the ${int(xHping.sent)} SYNs hping3 reports sending (${pct == null ? '–' : pct.toFixed(1)} %${xHping.dropped === xHping.sent + 1 ? '; the one extra is presumably the SYN hping3 was sending when SIGINT stopped it' : ''})${full ? ", i.e. everything offered was dropped and the rate is hping3's own send rate here, a floor for what the XDP program can drop" : ', i.e. not everything offered was dropped'}.${uHping ? ` hping3 itself sent ${(xHping.sentPerSec / Math.max(1, uHping.sentPerSec)).toFixed(1)}× faster with XDP attached (${int(xHping.sentPerSec)} vs ${int(uHping.sentPerSec)} SYNs/s), because the kernel no longer spends the shared cores on SYN-ACKs and RSTs (softirq ${fmt(xHping.softirq, 0)} % vs ${fmt(uHping.softirq, 0)} %).` : ''}`);
+    notes.push(
+      `XDP side: ${int(xHping.dropped)} \`cidr\` drops for the ${int(xHping.sent)} SYNs hping3 reports sending (${pct == null ? '–' : pct.toFixed(1)} %${xHping.dropped === xHping.sent + 1 ? '; the one extra is presumably the SYN hping3 was sending when SIGINT stopped it' : ''})${full ? ", i.e. everything offered was dropped and the rate is hping3's own send rate here, a floor for what the XDP program can drop" : ', i.e. not everything offered was dropped'}.${uHping ? ` hping3 itself sent ${(xHping.sentPerSec / Math.max(1, uHping.sentPerSec)).toFixed(1)}× faster with XDP attached (${int(xHping.sentPerSec)} vs ${int(uHping.sentPerSec)} SYNs/s), because the kernel no longer spends the shared cores on SYN-ACKs and RSTs (softirq ${fmt(xHping.softirq, 0)} % vs ${fmt(uHping.softirq, 0)} %).` : ''}`
+    );
   }
   if (uConn) {
     const fl = uConn.flood || {};
-    notes.push(`Userspace side: the engine refused ${int(uConn.refused)} connections for the ${int(fl.attempts)} connects the flooders started (${int(fl.connected)} of them seen as connected before the flooder's ${CTO} ms timer), ${int(uConn.refusedPerSec)}/s, with the proxy process at ${fmt(uConn.proxyCpu, 0)} % of one core (less than in the baseline, where legit TLS handshakes are the proxy's work): the refusal itself is cheap, and the rate is bounded by the kernel handshakes (softirq ${fmt(uConn.softirq, 0)} %) and the flooders (${fmt(fl.cpuPct, 0)} % CPU) on the same cores.`);
+    notes.push(
+      `Userspace side: the engine refused ${int(uConn.refused)} connections for the ${int(fl.attempts)} connects the flooders started (${int(fl.connected)} of them seen as connected before the flooder's ${CTO} ms timer), ${int(uConn.refusedPerSec)}/s, with the proxy process at ${fmt(uConn.proxyCpu, 0)} % of one core (less than in the baseline, where legit TLS handshakes are the proxy's work): the refusal itself is cheap, and the rate is bounded by the kernel handshakes (softirq ${fmt(uConn.softirq, 0)} %) and the flooders (${fmt(fl.cpuPct, 0)} % CPU) on the same cores.`
+    );
   }
   if (uHping) {
-    notes.push(`Without XDP the SYN flood never reaches the engine (${int(uHping.refused)} refusals): the proxy's kernel TCP stack takes every SYN (TcpInSegs +${int(uHping.kernel.inSegs)}, TcpOutSegs +${int(uHping.kernel.outSegs)}: a SYN-ACK per SYN, ${int(uHping.kernel.syncookiesSent)} of them SYN cookies, ${int(uHping.kernel.listenDrops)} listen drops) and the flooder's kernel resets the unexpected SYN-ACKs; the cost lands in softirq, not in the proxy process.`);
+    notes.push(
+      `Without XDP the SYN flood never reaches the engine (${int(uHping.refused)} refusals): the proxy's kernel TCP stack takes every SYN (TcpInSegs +${int(uHping.kernel.inSegs)}, TcpOutSegs +${int(uHping.kernel.outSegs)}: a SYN-ACK per SYN, ${int(uHping.kernel.syncookiesSent)} of them SYN cookies, ${int(uHping.kernel.listenDrops)} listen drops) and the flooder's kernel resets the unexpected SYN-ACKs; the cost lands in softirq, not in the proxy process.`
+    );
   }
   if (uConn && xConn) {
-    notes.push(`The connect flood with XDP: ${int(xConn.droppedPerSec)} SYNs/s dropped against ${int(uConn.refusedPerSec)} refusals/s without. A connect()-based flooder whose SYNs go unanswered can only offer concurrency ÷ connect timeout (${CONC} ÷ ${CTO} ms ≈ ${int((CONC * 1000) / CTO)} SYNs/s), so this pair compares offered loads, not capacities.`);
+    notes.push(
+      `The connect flood with XDP: ${int(xConn.droppedPerSec)} SYNs/s dropped against ${int(uConn.refusedPerSec)} refusals/s without. A connect()-based flooder whose SYNs go unanswered can only offer concurrency ÷ connect timeout (${CONC} ÷ ${CTO} ms ≈ ${int((CONC * 1000) / CTO)} SYNs/s), so this pair compares offered loads, not capacities.`
+    );
   }
   const legitLine = (r) => `${r.legit.ok}/${r.legit.attempts} ok, p99 ${fmt(r.legit.p99)} ms`;
   const sp = rows.find((r) => r.kind === 'spoofed');
   if (sp) {
     const nc = sp.newClient || {};
     const pct = sp.sent ? (100 * sp.dropped) / sp.sent : null;
-    notes.push(`Spoofed-source SYN flood (\`hping3 -S --rand-source --flood\`, no per-source signal) against \`xdp.synBudgetPerSecond: ${SYN_BUDGET}\`: ${int(sp.dropped)} \`synBudget\` drops for ${int(sp.sent)} SYNs sent (${pct == null ? '–' : pct.toFixed(1)} %, ${int(sp.droppedPerSec)}/s), softirq ${fmt(sp.softirq, 0)} %, proxy CPU ${fmt(sp.proxyCpu, 0)} %; the kernel sent ${int(sp.kernel.syncookiesSent)} SYN cookies (${int(sp.kernel.listenDrops)} listen drops) for what the budget let through. The known-good client (mirrored into the kernel) ${legitLine(sp)}; a new client from ${NEWC}, whose SYNs share the budget with the flood, ${nc.attempts ? `${nc.ok}/${nc.attempts} ok (${((100 * nc.ok) / nc.attempts).toFixed(1)} %), p99 ${fmt(nc.p99)} ms (its SYN retransmits at 1 s, 3 s, … are what gets it in)` : 'made no attempt'}.`);
+    notes.push(
+      `Spoofed-source SYN flood (\`hping3 -S --rand-source --flood\`, no per-source signal) against \`xdp.synBudgetPerSecond: ${SYN_BUDGET}\`: ${int(sp.dropped)} \`synBudget\` drops for ${int(sp.sent)} SYNs sent (${pct == null ? '–' : pct.toFixed(1)} %, ${int(sp.droppedPerSec)}/s), softirq ${fmt(sp.softirq, 0)} %, proxy CPU ${fmt(sp.proxyCpu, 0)} %; the kernel sent ${int(sp.kernel.syncookiesSent)} SYN cookies (${int(sp.kernel.listenDrops)} listen drops) for what the budget let through. The known-good client (mirrored into the kernel) ${legitLine(sp)}; a new client from ${NEWC}, whose SYNs share the budget with the flood, ${nc.attempts ? `${nc.ok}/${nc.attempts} ok (${((100 * nc.ok) / nc.attempts).toFixed(1)} %), p99 ${fmt(nc.p99)} ms (its SYN retransmits at 1 s, 3 s, … are what gets it in)` : 'made no attempt'}.`
+    );
   }
   const all = rows.filter((r) => r.legit.attempts);
   const worst = all.reduce((m, r) => Math.min(m, r.legit.ok / r.legit.attempts), 1);
-  notes.push(`Legit client: lowest success rate ${(100 * worst).toFixed(2)} % over all rows (target ≥ 99 %).${base ? ` Its sequential round trips measure how much of the machine is left: baseline ${legitLine(base)}` : ''}${uConn ? `; userspace connect flood ${legitLine(uConn)}` : ''}${uHping ? `; userspace hping3 ${legitLine(uHping)}` : ''}${xConn ? `; XDP connect flood ${legitLine(xConn)}` : ''}${xHping ? `; XDP hping3 ${legitLine(xHping)}` : ''}.`);
-  notes.push('Caveats: veth has no hardware queue; native XDP on veth runs in the veth NAPI poll, on the same cores as the flooder, the proxy and the clients, and the machine also ran other jobs (load above). A physical NIC with native XDP drops in the driver before an skb exists; this bench does not measure that.');
+  notes.push(
+    `Legit client: lowest success rate ${(100 * worst).toFixed(2)} % over all rows (target ≥ 99 %).${base ? ` Its sequential round trips measure how much of the machine is left: baseline ${legitLine(base)}` : ''}${uConn ? `; userspace connect flood ${legitLine(uConn)}` : ''}${uHping ? `; userspace hping3 ${legitLine(uHping)}` : ''}${xConn ? `; XDP connect flood ${legitLine(xConn)}` : ''}${xHping ? `; XDP hping3 ${legitLine(xHping)}` : ''}.`
+  );
+  notes.push(
+    'Caveats: veth has no hardware queue; native XDP on veth runs in the veth NAPI poll, on the same cores as the flooder, the proxy and the clients, and the machine also ran other jobs (load above). A physical NIC with native XDP drops in the driver before an skb exists; this bench does not measure that.'
+  );
   lines.push(...notes.map((x) => `- ${x}`));
   lines.push('');
   return lines.join('\n');

@@ -109,5 +109,5 @@ main(process.argv.slice(2)).then(
   (e) => {
     process.stderr.write(`rampart: ${e && e.stack ? e.stack : e}\n`);
     process.exit(1);
-  },
+  }
 );

@@ -49,5 +49,5 @@ main().then(
   (e) => {
     process.stderr.write(`${new Date().toISOString()} [symphony-server] fatal: ${e && e.stack ? e.stack : e}\n`);
     process.exit(1);
-  },
+  }
 );

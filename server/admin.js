@@ -168,7 +168,11 @@ function query(url, allowed) {
   const errors = [];
   const out = {};
   for (const [k, v] of url.searchParams) {
-    if (!allowed.includes(k)) errors.push({ path: `query.${k}`, message: allowed.length ? `unknown parameter; expected one of: ${allowed.join(', ')}` : 'this route takes no parameters' });
+    if (!allowed.includes(k))
+      errors.push({
+        path: `query.${k}`,
+        message: allowed.length ? `unknown parameter; expected one of: ${allowed.join(', ')}` : 'this route takes no parameters',
+      });
     else out[k] = v;
   }
   if (errors.length) throw new HttpError(400, `invalid query: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
@@ -256,7 +260,10 @@ function createHandler({ supervisor, log, version, listen = null, history = new 
       GET: (url) => {
         query(url, []);
         const ok = supervisor.running;
-        return [ok ? 200 : 503, { ok, pid: process.pid, version, ports: supervisor.ports(), reloadedAt: supervisor.reloadedAt && supervisor.reloadedAt.toISOString() }];
+        return [
+          ok ? 200 : 503,
+          { ok, pid: process.pid, version, ports: supervisor.ports(), reloadedAt: supervisor.reloadedAt && supervisor.reloadedAt.toISOString() },
+        ];
       },
     },
     '/metrics': {
@@ -277,12 +284,14 @@ function createHandler({ supervisor, log, version, listen = null, history = new 
         const errors = [];
         const opts = {};
         if (q.port !== undefined && q.port !== '') {
-          if (!/^\d{1,5}$/.test(q.port) || Number(q.port) < 1 || Number(q.port) > 65535) errors.push({ path: 'query.port', message: `must be a port number in [1, 65535], got ${JSON.stringify(q.port)}` });
+          if (!/^\d{1,5}$/.test(q.port) || Number(q.port) < 1 || Number(q.port) > 65535)
+            errors.push({ path: 'query.port', message: `must be a port number in [1, 65535], got ${JSON.stringify(q.port)}` });
           else opts.port = Number(q.port);
         }
         if (q.detail !== undefined) {
           if (['1', 'true'].includes(q.detail)) opts.detail = true;
-          else if (!['', '0', 'false'].includes(q.detail)) errors.push({ path: 'query.detail', message: `must be 1, true, 0 or false, got ${JSON.stringify(q.detail)}` });
+          else if (!['', '0', 'false'].includes(q.detail))
+            errors.push({ path: 'query.detail', message: `must be 1, true, 0 or false, got ${JSON.stringify(q.detail)}` });
         }
         if (errors.length) throw new HttpError(400, `invalid query: ${errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`, errors);
         return [200, call(() => supervisor.blockedIps(opts), 'query.')];
@@ -346,7 +355,10 @@ function createHandler({ supervisor, log, version, listen = null, history = new 
       const admin = { ...(listen || {}), ...(supervisor.adminConfig ? supervisor.adminConfig() || {} : {}) };
       if (listen) admin.host = listen.host;
       if (!hostAllowed(req, admin)) {
-        throw new HttpError(421, `misdirected request: Host ${JSON.stringify(req.headers.host)} does not name this admin API; use its address, localhost, or a name listed in admin.allowedHosts`);
+        throw new HttpError(
+          421,
+          `misdirected request: Host ${JSON.stringify(req.headers.host)} does not name this admin API; use its address, localhost, or a name listed in admin.allowedHosts`
+        );
       }
       let url;
       try {
@@ -358,7 +370,12 @@ function createHandler({ supervisor, log, version, listen = null, history = new 
       const readOnly = req.method === 'GET' || req.method === 'HEAD';
       if (url.pathname !== '/health' && token && !authorized(req, token, readOnly)) {
         const challenge = readOnly && PAGE_PATHS.has(url.pathname) ? 'Basic realm="rampart", charset="UTF-8"' : 'Bearer realm="rampart"';
-        throw new HttpError(401, `unauthorized: send Authorization: Bearer <admin token>${readOnly ? ' (or, for GET, Basic with the token as the password)' : ''}`, undefined, { 'www-authenticate': challenge });
+        throw new HttpError(
+          401,
+          `unauthorized: send Authorization: Bearer <admin token>${readOnly ? ' (or, for GET, Basic with the token as the password)' : ''}`,
+          undefined,
+          { 'www-authenticate': challenge }
+        );
       }
       const route = routes[url.pathname];
       if (!route) throw new HttpError(404, `no route ${url.pathname}; routes: ${known}`);
@@ -491,7 +508,10 @@ async function clearStaleSocket(p) {
 
 /** Listens on one address (`{ socketPath }` or `{ host, port }`) with `handler`. */
 async function listenOne(where, handler, log, perAddress) {
-  const server = http.createServer({ requestTimeout: 30000, headersTimeout: HEAD_TIMEOUT_MS, keepAliveTimeout: 5000, maxHeaderSize: 16384, connectionsCheckingInterval: 1000 }, handler);
+  const server = http.createServer(
+    { requestTimeout: 30000, headersTimeout: HEAD_TIMEOUT_MS, keepAliveTimeout: 5000, maxHeaderSize: 16384, connectionsCheckingInterval: 1000 },
+    handler
+  );
   guardConnections(server, perAddress);
   if (where.socketPath) await clearStaleSocket(where.socketPath);
   await new Promise((resolve, reject) => {

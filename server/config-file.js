@@ -163,7 +163,16 @@ function validateAdmin(admin, dir, errors, read) {
     return null;
   }
   unknownKeys(admin, ADMIN_KEYS, 'admin', errors);
-  const out = { host: '127.0.0.1', port: null, socketPath: null, token: null, tokenFile: null, tokenFileMode: null, allowedHosts: [], maxConnectionsPerAddress: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS };
+  const out = {
+    host: '127.0.0.1',
+    port: null,
+    socketPath: null,
+    token: null,
+    tokenFile: null,
+    tokenFileMode: null,
+    allowedHosts: [],
+    maxConnectionsPerAddress: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+  };
   const has = (k) => admin[k] !== undefined && admin[k] !== null;
   if (has('port')) {
     if (!Number.isInteger(admin.port) || admin.port < 0 || admin.port > 65535) {
@@ -197,7 +206,10 @@ function validateAdmin(admin, dir, errors, read) {
       return null;
     }
     if (value.length < MIN_TOKEN_LENGTH || value.length > MAX_TOKEN_LENGTH) {
-      errors.push({ path: p, message: `must be ${MIN_TOKEN_LENGTH} to ${MAX_TOKEN_LENGTH} characters, got ${value.length}${where} (e.g. openssl rand -hex 32)` });
+      errors.push({
+        path: p,
+        message: `must be ${MIN_TOKEN_LENGTH} to ${MAX_TOKEN_LENGTH} characters, got ${value.length}${where} (e.g. openssl rand -hex 32)`,
+      });
       return null;
     }
     if (!/^[\x21-\x7e]+$/.test(value)) {
@@ -235,7 +247,10 @@ function validateAdmin(admin, dir, errors, read) {
     } else {
       list.forEach((h, i) => {
         if (typeof h !== 'string' || !(HOST_NAME.test(h) || net.isIP(h) !== 0)) {
-          errors.push({ path: `admin.allowedHosts[${i}]`, message: `must be a host name such as "rampart.internal" or an IP address, without a port, got ${shown(h)}` });
+          errors.push({
+            path: `admin.allowedHosts[${i}]`,
+            message: `must be a host name such as "rampart.internal" or an IP address, without a port, got ${shown(h)}`,
+          });
         } else out.allowedHosts.push(h.toLowerCase());
       });
     }
@@ -263,7 +278,8 @@ function validateXdp(xdp, errors) {
     errors.push({ path: 'xdp.interface', message: `must be a network interface name (1-15 characters, no spaces or '/'), got ${shown(xdp.interface)}` });
   } else out.interface = xdp.interface;
   if (xdp.mode !== undefined && xdp.mode !== null) {
-    if (!XDP_MODES.includes(xdp.mode)) errors.push({ path: 'xdp.mode', message: `must be one of ${XDP_MODES.map((m) => `'${m}'`).join(', ')}, got ${shown(xdp.mode)}` });
+    if (!XDP_MODES.includes(xdp.mode))
+      errors.push({ path: 'xdp.mode', message: `must be one of ${XDP_MODES.map((m) => `'${m}'`).join(', ')}, got ${shown(xdp.mode)}` });
     else out.mode = xdp.mode;
   }
   return out;
@@ -321,7 +337,11 @@ function proxyErrors(proxy, certs, failures = []) {
   const { RampartProxy } = require('..');
   const fromFiles = (full) => {
     const cert = certs.find((c) => full === c.path || full.startsWith(`${c.path}.`));
-    return cert ? ` (from ${Object.entries(cert.files).map(([k, f]) => `${k} ${f}`).join(', ')})` : '';
+    return cert
+      ? ` (from ${Object.entries(cert.files)
+          .map(([k, f]) => `${k} ${f}`)
+          .join(', ')})`
+      : '';
   };
   try {
     const p = new RampartProxy(proxy); // validation only, never started
@@ -337,7 +357,11 @@ function proxyErrors(proxy, certs, failures = []) {
       const cert = certs.find((c) => full === c.path || full.startsWith(`${c.path}.`));
       // A cert whose file could not be read was already reported; its "missing certChain" is noise.
       if (cert && cert.failed) continue;
-      const from = cert ? ` (from ${Object.entries(cert.files).map(([k, f]) => `${k} ${f}`).join(', ')})` : '';
+      const from = cert
+        ? ` (from ${Object.entries(cert.files)
+            .map(([k, f]) => `${k} ${f}`)
+            .join(', ')})`
+        : '';
       out.push({ path: full, message: `${err.message}${from}` });
     }
     return out;
@@ -457,7 +481,10 @@ function familiesCovered(cidrs) {
     ranges[a.family].push([start, start + size - 1n]);
   }
   const out = [];
-  for (const [family, bits] of [[4, 32n], [6, 128n]]) {
+  for (const [family, bits] of [
+    [4, 32n],
+    [6, 128n],
+  ]) {
     const list = ranges[family].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
     let next = 0n;
     for (const [start, end] of list) {

@@ -50,9 +50,7 @@ function runConfig(proxy) {
   const isTls = (l) => !l || l.mode === undefined || l.mode === null || l.mode === 'tls';
   const tlsListeners = listeners.filter(isTls);
   const first = tlsListeners[0] && tlsListeners[0].defaultCert;
-  const shared =
-    tlsListeners.length > 0 &&
-    listeners.every((l) => (isTls(l) ? sameCert(l.defaultCert, first) : !l.defaultCert));
+  const shared = tlsListeners.length > 0 && listeners.every((l) => (isTls(l) ? sameCert(l.defaultCert, first) : !l.defaultCert));
   if (shared && Array.isArray(config.routes)) {
     for (const r of config.routes) {
       if (r && r.terminateTls !== false && (r.cert === undefined || r.cert === null)) {

@@ -83,7 +83,11 @@ async function serve({ configPath, logFormat = 'json' }) {
   const loaded = loadConfigFile(configPath);
   if (loaded.errors.length) {
     log.event('error', { code: 'config_invalid', message: `${loaded.path}: invalid config; not starting`, errors: loaded.errors });
-    process.stderr.write(`rampart: ${loaded.path}: invalid config\n${formatErrors(loaded.errors).map((l) => `  ${l}\n`).join('')}`);
+    process.stderr.write(
+      `rampart: ${loaded.path}: invalid config\n${formatErrors(loaded.errors)
+        .map((l) => `  ${l}\n`)
+        .join('')}`
+    );
     cleanupSignals();
     return 1;
   }
@@ -124,7 +128,8 @@ async function serve({ configPath, logFormat = 'json' }) {
       if (stopSignal || !supervisor.filesChanged()) return;
       reloadFrom('file');
     },
-    onError: (dir, err) => log.event('error', { code: 'watch_failed', message: `cannot watch ${dir}: ${err.message}; reload with SIGHUP or POST /reload`, dir }),
+    onError: (dir, err) =>
+      log.event('error', { code: 'watch_failed', message: `cannot watch ${dir}: ${err.message}; reload with SIGHUP or POST /reload`, dir }),
   });
   watcher.set(supervisor.watchedFiles());
   // A change between the load and the first watch would otherwise wait for the next event.

@@ -130,7 +130,7 @@ class Supervisor {
     const p = this.queue.then(fn, fn);
     this.queue = p.then(
       () => undefined,
-      () => undefined,
+      () => undefined
     );
     return p;
   }
@@ -248,7 +248,11 @@ class Supervisor {
         // A bug on the way (the file loader never throws): the running config stays, the
         // failure is counted and logged, and the caller gets it as a failed reload.
         const info = errorInfo(e);
-        return this._failed(trigger, { error: info.message, code: info.code || 'ERR_RELOAD' }, `reload failed: ${info.message}; the running config is unchanged`);
+        return this._failed(
+          trigger,
+          { error: info.message, code: info.code || 'ERR_RELOAD' },
+          `reload failed: ${info.message}; the running config is unchanged`
+        );
       }
     });
   }
@@ -367,7 +371,10 @@ class Supervisor {
       await startRetrying(back, REBIND_MS);
     } catch (e) {
       this.proxy = null;
-      this.log.event('error', { code: 'rollback_failed', message: `neither the new nor the old config could bind: ${errorInfo(cause).message}; then ${errorInfo(e).message}` });
+      this.log.event('error', {
+        code: 'rollback_failed',
+        message: `neither the new nor the old config could bind: ${errorInfo(cause).message}; then ${errorInfo(e).message}`,
+      });
       this.onFatal(e);
       throw e;
     }
@@ -434,7 +441,7 @@ class Supervisor {
       lines.push(
         '# HELP rampart_server_xdp_attached 1 when the XDP filter named in the config file is attached.',
         '# TYPE rampart_server_xdp_attached gauge',
-        `rampart_server_xdp_attached{interface=${JSON.stringify(xdp.interface)}} ${this.proxy.xdpStatus().attached ? 1 : 0}`,
+        `rampart_server_xdp_attached{interface=${JSON.stringify(xdp.interface)}} ${this.proxy.xdpStatus().attached ? 1 : 0}`
       );
     }
     return `${this.proxy.prometheus()}${lines.join('\n')}\n`;

@@ -26,7 +26,10 @@ const RETRY_MS = 5000;
  * parsers).
  */
 function escapeLabel(value) {
-  return String(value).replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\r\n|\r|\n/g, '\\n');
+  return String(value)
+    .replace(/\\/g, '\\\\')
+    .replace(/"/g, '\\"')
+    .replace(/\r\n|\r|\n/g, '\\n');
 }
 
 /** Samples grouped by metric name, each name under one HELP/TYPE pair, in first-seen order. */
@@ -87,8 +90,8 @@ function renderPrometheus(snapshot) {
       const tags = { ...proxy, route: r.route, group: r.metricsGroup === undefined ? '' : r.metricsGroup };
       out.sample('symphony_route_active_connections', 'gauge', 'Connections currently proxied on the route.', r.activeConnections, tags);
       out.sample('symphony_route_connections_total', 'counter', 'Connections routed to the route.', r.connections, tags);
-      out.sample('symphony_route_bytes_received_total', 'counter', 'Bytes read from the route\'s clients.', r.bytesReceived, tags);
-      out.sample('symphony_route_bytes_sent_total', 'counter', 'Bytes written to the route\'s clients.', r.bytesSent, tags);
+      out.sample('symphony_route_bytes_received_total', 'counter', "Bytes read from the route's clients.", r.bytesReceived, tags);
+      out.sample('symphony_route_bytes_sent_total', 'counter', "Bytes written to the route's clients.", r.bytesSent, tags);
       for (const { reason, count } of r.errorsByReason) {
         out.sample('symphony_route_errors_total', 'counter', 'Route connections that failed, by reason.', count, { ...tags, reason });
       }
@@ -255,8 +258,8 @@ class SymphonyAdmin {
           new Promise((resolve) => {
             s.close(() => resolve());
             s.closeAllConnections();
-          }),
-      ),
+          })
+      )
     );
   }
 }

@@ -24,7 +24,8 @@ const TOP_BLOCKED = 100;
 const BLOCKED_LISTS = ['penaltyBoxed', 'dynamicBlocklist', 'rateLimited', 'concurrencyLimited', 'cidrBlocklist'];
 
 const html = fs.readFileSync(path.join(__dirname, 'ui.html'), 'utf8');
-const inline = (tag) => [...html.matchAll(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g'))].map((m) => `'sha256-${crypto.createHash('sha256').update(m[1]).digest('base64')}'`);
+const inline = (tag) =>
+  [...html.matchAll(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g'))].map((m) => `'sha256-${crypto.createHash('sha256').update(m[1]).digest('base64')}'`);
 
 /** Response headers of the page: its inline script and style allowed by hash, nothing else but same-origin fetches. */
 const PAGE_HEADERS = {
@@ -111,7 +112,16 @@ function topBlocked(detail) {
     total += rows.length;
     for (const r of rows) {
       if (entries.length >= TOP_BLOCKED) break;
-      entries.push({ ip: r.ip, prefix: r.ip.includes('/'), port: r.port, list, reason: r.reason, remainingMs: r.remainingMs ?? null, note: r.note ?? null, node: r.node ?? null });
+      entries.push({
+        ip: r.ip,
+        prefix: r.ip.includes('/'),
+        port: r.port,
+        list,
+        reason: r.reason,
+        remainingMs: r.remainingMs ?? null,
+        note: r.note ?? null,
+        node: r.node ?? null,
+      });
     }
   }
   return { total, entries };
@@ -146,8 +156,27 @@ function uiState({ supervisor, history, version }) {
     seconds: history.seconds,
     listeners,
     blocked: topBlocked(supervisor.blockedIps({ detail: true })),
-    routes: m.routeMetrics.map((r) => ({ route: r.route, metricsGroup: r.metricsGroup, activeConnections: r.activeConnections, connections: r.connections, errors: r.errors, upstream: r.upstream || null })),
-    xdp: xdp.attached || xdp.configured || xdp.lastError ? { attached: xdp.attached, interface: xdp.interface, mode: xdp.mode, dropped: xdp.counters.dropped, passed: xdp.counters.passed, banned: xdp.counters.banned, bannedIps: xdp.bannedIps.length, lastError: xdp.lastError || null } : null,
+    routes: m.routeMetrics.map((r) => ({
+      route: r.route,
+      metricsGroup: r.metricsGroup,
+      activeConnections: r.activeConnections,
+      connections: r.connections,
+      errors: r.errors,
+      upstream: r.upstream || null,
+    })),
+    xdp:
+      xdp.attached || xdp.configured || xdp.lastError
+        ? {
+            attached: xdp.attached,
+            interface: xdp.interface,
+            mode: xdp.mode,
+            dropped: xdp.counters.dropped,
+            passed: xdp.counters.passed,
+            banned: xdp.counters.banned,
+            bannedIps: xdp.bannedIps.length,
+            lastError: xdp.lastError || null,
+          }
+        : null,
     cluster: m.cluster || null,
     eventsDropped: m.eventsDropped,
   };

@@ -64,7 +64,7 @@ const SYMPHONY_ERRORS = new Set([
  * and dropped (docs/symphony.md says why each has no counterpart): name → its check.
  */
 const DROPPED_FIELDS = {
-  lazyCopyBufferThreshold: (v) => Number.isSafeInteger(v) && v >= 0 ? null : `must be an integer >= 0, got ${JSON.stringify(v)}`,
+  lazyCopyBufferThreshold: (v) => (Number.isSafeInteger(v) && v >= 0 ? null : `must be an integer >= 0, got ${JSON.stringify(v)}`),
 };
 
 /** Suspended ids remembered for the 'error' context of a failed resolve (oldest dropped first). */
@@ -137,7 +137,14 @@ function droppedPayload(d) {
   const name = d.route && typeof d.route.sni === 'string' ? d.route.sni : null;
   const why = d.errors.map((x) => `${x.path}: ${x.message}`).join('; ');
   const who = name === null ? 'a route' : `route ${JSON.stringify(name)}`;
-  return { code: 'route_failed', message: `${who} (routes[${d.index}]) failed to build and is not served; the other routes are: ${why}`, route: name, index: d.index, errors: d.errors, lastGoodCert: false };
+  return {
+    code: 'route_failed',
+    message: `${who} (routes[${d.index}]) failed to build and is not served; the other routes are: ${why}`,
+    route: name,
+    index: d.index,
+    errors: d.errors,
+    lastGoodCert: false,
+  };
 }
 
 /**
@@ -164,7 +171,8 @@ function protocolErrors(route, at) {
 }
 
 /** Symphony's words for a header-carried `forwardFingerprint` on a passthrough route. */
-const NO_CARRIER = "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
+const NO_CARRIER =
+  "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
 
 /**
  * The engine's route checks that need no listener, for a `resolveConnection` route no held
@@ -185,7 +193,11 @@ function listenerFreeErrors(route) {
 const WORDING = [
   [null, /^no listener on port (\d+)/, 'port $1 matches no listener'],
   // forwardFingerprint's header carrier on a passthrough route: Symphony calls it "no carrier".
-  [null, /^sets HTTP request headers: needs terminateTls: true/, 'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true'],
+  [
+    null,
+    /^sets HTTP request headers: needs terminateTls: true/,
+    'no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true',
+  ],
   [/\.ja4Blocklist\[\d+\]$/, /^/, 'invalid ja4Blocklist entry: '],
   [/\.ja3Blocklist\[\d+\]$/, /^/, 'invalid ja3Blocklist entry: '],
   [/^tcpKeepalive\.idleMs$/, /^/, 'idleMs must be a number of ms (whole seconds, at least 1000): '],
@@ -265,7 +277,6 @@ function standInPorts(listeners) {
   });
   return { listeners: out, zero };
 }
-
 
 /** Per route name (lower case), whether the route set `metricsGroup`. */
 function groupsOf(routes) {
@@ -388,7 +399,10 @@ class SymphonyProxy extends RampartProxy {
    */
   _reportDropped() {
     const dropped = this._dropped;
-    if (dropped.length) setImmediate(() => dropped.forEach((d) => this._emitError(symphonyError(droppedPayload(d)), {})));
+    if (dropped.length)
+      setImmediate(() => {
+        for (const d of dropped) this._emitError(symphonyError(droppedPayload(d)), {});
+      });
   }
 
   /** Binds every listener; a second call while running does nothing (Symphony). */

@@ -14,7 +14,9 @@ const inNetns = (netns, cmd, args) => (netns ? ['ip', ['netns', 'exec', netns, c
  */
 async function startRedis({ netns } = {}) {
   const port = await h.freePort();
-  const proc = spawn(...inNetns(netns, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']), { stdio: 'ignore' });
+  const proc = spawn(...inNetns(netns, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']), {
+    stdio: 'ignore',
+  });
   // A last argument that is an object is run()'s options (e.g. `{ input }` for `redis-cli -x`).
   const cli = (...args) => {
     const o = typeof args[args.length - 1] === 'object' ? args.pop() : {};

@@ -128,7 +128,20 @@ function responseReader(onResponse) {
  * `refusedMs` when it was closed before its handshake finished: refused at accept). Stops sending
  * after `durationMs`, then waits at most `timeoutMs` for the answers outstanding.
  */
-function runFlood({ port, host = '127.0.0.1', servername = 'localhost', sources, base = '127.1', perSource = 1, durationMs, intervalMs = 100, reconnectMs = 500, refusedMs = 500, timeoutMs = 5000, path: reqPath = '/' }) {
+function runFlood({
+  port,
+  host = '127.0.0.1',
+  servername = 'localhost',
+  sources,
+  base = '127.1',
+  perSource = 1,
+  durationMs,
+  intervalMs = 100,
+  reconnectMs = 500,
+  refusedMs = 500,
+  timeoutMs = 5000,
+  path: reqPath = '/',
+}) {
   const req = Buffer.from(`GET ${reqPath} HTTP/1.1\r\nHost: ${servername}\r\nx-flood: 1\r\n\r\n`);
   const st = { requests: 0, answered: 0, status: {}, connections: 0, established: 0, refused: 0, closedByProxy: 0, timeouts: 0 };
   const end = Date.now() + durationMs;
@@ -231,7 +244,16 @@ function tlsGetFlood(opts) {
  * the probe began), p50, p99 }`; reasons are `status <code>`, `closed` (before an answer),
  * `timeout`.
  */
-function probe({ port, host = '127.0.0.1', localAddress = '127.0.0.2', servername = 'localhost', rate = 20, durationMs, timeoutMs = 5000, path: reqPath = '/' }) {
+function probe({
+  port,
+  host = '127.0.0.1',
+  localAddress = '127.0.0.2',
+  servername = 'localhost',
+  rate = 20,
+  durationMs,
+  timeoutMs = 5000,
+  path: reqPath = '/',
+}) {
   const req = Buffer.from(`GET ${reqPath} HTTP/1.1\r\nHost: ${servername}\r\nConnection: close\r\n\r\n`);
   return new Promise((resolve) => {
     const res = { attempts: 0, ok: 0, failures: {}, latenciesMs: [], startedMs: [] };

@@ -29,11 +29,7 @@ function frame(type, flags, stream, payload = Buffer.alloc(0)) {
  */
 function requestBlock(path = '/', authority = 'localhost', method = 'GET') {
   const lit = (index, value) => Buffer.concat([Buffer.from([index, value.length]), Buffer.from(value)]);
-  return Buffer.concat([
-    Buffer.from([method === 'POST' ? 0x83 : 0x82, 0x87]),
-    path === '/' ? Buffer.from([0x84]) : lit(0x04, path),
-    lit(0x01, authority),
-  ]);
+  return Buffer.concat([Buffer.from([method === 'POST' ? 0x83 : 0x82, 0x87]), path === '/' ? Buffer.from([0x84]) : lit(0x04, path), lit(0x01, authority)]);
 }
 
 const headers = (stream, { path, endStream = true, endHeaders = true, method } = {}) =>
@@ -253,4 +249,25 @@ function getter(session) {
     });
 }
 
-module.exports = { getter, PREFACE, T, F, ENHANCE_YOUR_CALM, frame, requestBlock, hpackInt, literalField, headers, rst, ping, settings, settingsAck, windowUpdate, continuation, frameReader, rawClient, countingUpstream, proxiedUpstream };
+module.exports = {
+  getter,
+  PREFACE,
+  T,
+  F,
+  ENHANCE_YOUR_CALM,
+  frame,
+  requestBlock,
+  hpackInt,
+  literalField,
+  headers,
+  rst,
+  ping,
+  settings,
+  settingsAck,
+  windowUpdate,
+  continuation,
+  frameReader,
+  rawClient,
+  countingUpstream,
+  proxiedUpstream,
+};

@@ -26,8 +26,25 @@ function opensslChain(cn, keyType = 'rsa') {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-chain-'));
   const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
   const keyArgs = keyType === 'rsa' ? ['-newkey', 'rsa:2048'] : ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256'];
-  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Rampart Test Root',
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  run(
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.pem',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=Rampart Test Root',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign'
+  );
   run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'int.key', '-out', 'int.csr', '-subj', '/CN=Rampart Test Intermediate');
   fs.writeFileSync(path.join(dir, 'int.ext'), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
   run('x509', '-req', '-in', 'int.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'int.pem', '-days', '2', '-extfile', 'int.ext');
@@ -48,18 +65,65 @@ function opensslChain(cn, keyType = 'rsa') {
 function clientPki(dir, name, cn, { intermediate = false } = {}) {
   const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-  run('req', '-x509', ...ec, '-keyout', `${name}-ca.key`, '-out', `${name}-ca.pem`,
-    '-days', '2', '-subj', `/CN=${name} client CA`, '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+  run(
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    `${name}-ca.key`,
+    '-out',
+    `${name}-ca.pem`,
+    '-days',
+    '2',
+    '-subj',
+    `/CN=${name} client CA`,
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign'
+  );
   let signer = `${name}-ca`;
   if (intermediate) {
     run('req', ...ec, '-keyout', `${name}-int.key`, '-out', `${name}-int.csr`, '-subj', `/CN=${name} client intermediate`);
     fs.writeFileSync(path.join(dir, `${name}-int.ext`), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
-    run('x509', '-req', '-in', `${name}-int.csr`, '-CA', `${name}-ca.pem`, '-CAkey', `${name}-ca.key`, '-CAcreateserial', '-out', `${name}-int.pem`, '-days', '2', '-extfile', `${name}-int.ext`);
+    run(
+      'x509',
+      '-req',
+      '-in',
+      `${name}-int.csr`,
+      '-CA',
+      `${name}-ca.pem`,
+      '-CAkey',
+      `${name}-ca.key`,
+      '-CAcreateserial',
+      '-out',
+      `${name}-int.pem`,
+      '-days',
+      '2',
+      '-extfile',
+      `${name}-int.ext`
+    );
     signer = `${name}-int`;
   }
   run('req', ...ec, '-keyout', `${name}-client.key`, '-out', `${name}-client.csr`, '-subj', `/O=Harper/CN=${cn}`);
   fs.writeFileSync(path.join(dir, 'client.ext'), 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
-  run('x509', '-req', '-in', `${name}-client.csr`, '-CA', `${signer}.pem`, '-CAkey', `${signer}.key`, '-CAcreateserial', '-out', `${name}-client.pem`, '-days', '2', '-extfile', 'client.ext');
+  run(
+    'x509',
+    '-req',
+    '-in',
+    `${name}-client.csr`,
+    '-CA',
+    `${signer}.pem`,
+    '-CAkey',
+    `${signer}.key`,
+    '-CAcreateserial',
+    '-out',
+    `${name}-client.pem`,
+    '-days',
+    '2',
+    '-extfile',
+    'client.ext'
+  );
   const read = (f) => fs.readFileSync(path.join(dir, f), 'utf8');
   const cert = read(`${name}-client.pem`);
   const chain = intermediate ? cert + read(`${name}-int.pem`) : cert;

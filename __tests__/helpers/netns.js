@@ -57,7 +57,10 @@ function vethPair({ tag, proxy, clients, after }) {
     await ip('link', 'set', vc, 'netns', nc);
     await ip('-n', np, 'addr', 'add', `${proxy}/24`, 'dev', vp);
     for (const a of clients) await ip('-n', nc, 'addr', 'add', `${a}/24`, 'dev', vc);
-    for (const [ns, dev] of [[np, vp], [nc, vc]]) {
+    for (const [ns, dev] of [
+      [np, vp],
+      [nc, vc],
+    ]) {
       await ip('-n', ns, 'link', 'set', 'lo', 'up');
       await ip('-n', ns, 'link', 'set', dev, 'up');
     }

@@ -16,7 +16,13 @@ const { waitFor, echoServer, closeServer } = require('./index');
 
 const BIN = path.join(__dirname, '..', '..', 'bin', 'rampart.js');
 /** What prometheus() adds while XDP is attached (checked against a live filter in server.xdp.test.js). */
-const XDP_SERIES = ['rampart_xdp_packets_total', 'rampart_xdp_banned_total', 'rampart_xdp_ban_extended_total', 'rampart_xdp_errors_total', 'rampart_xdp_ban_queue_overflow_total'];
+const XDP_SERIES = [
+  'rampart_xdp_packets_total',
+  'rampart_xdp_banned_total',
+  'rampart_xdp_ban_extended_total',
+  'rampart_xdp_errors_total',
+  'rampart_xdp_ban_queue_overflow_total',
+];
 const TOKEN = 'test-token-0123456789abcdef';
 
 /** A fresh temp directory (removed by `cleanup()`). */
@@ -126,10 +132,11 @@ class ServerChild {
       () => {
         const e = this.events.slice(from).find(pred);
         if (e) return e;
-        if (this.exit) throw new Error(`rampart exited (${JSON.stringify(this.exit)}) while waiting for ${what}; stderr: ${this.stderr}; stdout: ${this.lines.join('\n')}`);
+        if (this.exit)
+          throw new Error(`rampart exited (${JSON.stringify(this.exit)}) while waiting for ${what}; stderr: ${this.stderr}; stdout: ${this.lines.join('\n')}`);
         return null;
       },
-      { timeoutMs, what: `${what} (log so far: ${this.lines.slice(-5).join(' | ')})` },
+      { timeoutMs, what: `${what} (log so far: ${this.lines.slice(-5).join(' | ')})` }
     );
   }
 
@@ -171,20 +178,29 @@ function admin(target, method, urlPath, { body, token, headers = {}, rawBody } =
       h['content-type'] = 'application/json';
     }
     if (payload !== undefined) h['content-length'] = Buffer.byteLength(payload);
-    const req = http.request({ ...(target.socketPath ? { socketPath: target.socketPath } : { host: '127.0.0.1', port: target.port }), method, path: urlPath, headers: h, agent: false }, (res) => {
-      const chunks = [];
-      res.on('data', (d) => chunks.push(d));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json;
-        try {
-          json = text ? JSON.parse(text) : undefined;
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode, headers: res.headers, text, json });
-      });
-    });
+    const req = http.request(
+      {
+        ...(target.socketPath ? { socketPath: target.socketPath } : { host: '127.0.0.1', port: target.port }),
+        method,
+        path: urlPath,
+        headers: h,
+        agent: false,
+      },
+      (res) => {
+        const chunks = [];
+        res.on('data', (d) => chunks.push(d));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json;
+          try {
+            json = text ? JSON.parse(text) : undefined;
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode, headers: res.headers, text, json });
+        });
+      }
+    );
     req.on('error', reject);
     req.setTimeout(10000, () => req.destroy(new Error('admin request timed out')));
     if (payload !== undefined) req.end(payload);
@@ -318,4 +334,23 @@ async function configDir(upstreamPort, edit = () => {}) {
   return { dir, file, doc, port, adminPort, api: { port: adminPort } };
 }
 
-module.exports = { BIN, TOKEN, XDP_SERIES, runCli, tempDir, writeCert, writeJson, writeJsonAtomic, baseConfig, configDir, ServerChild, cleanup, echoSuite, openConnection, admin, tlsAttempt, loopClient, accepting };
+module.exports = {
+  BIN,
+  TOKEN,
+  XDP_SERIES,
+  runCli,
+  tempDir,
+  writeCert,
+  writeJson,
+  writeJsonAtomic,
+  baseConfig,
+  configDir,
+  ServerChild,
+  cleanup,
+  echoSuite,
+  openConnection,
+  admin,
+  tlsAttempt,
+  loopClient,
+  accepting,
+};
