@@ -21,10 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Code of the `'error'` event of a route that failed to build.
-pub const ROUTE_FAILED: &str = "route_failed";
+pub(crate) const ROUTE_FAILED: &str = "route_failed";
 
 /// Runtime state of one listener.
-pub struct ListenerRt {
+pub(crate) struct ListenerRt {
     /// Config (the protection field is only the initial policy; the engine holds the live one).
     pub config: ListenerConfig,
     /// `host:port` (`[::]:8443` for IPv6), as events and metrics label it.
@@ -36,7 +36,7 @@ pub struct ListenerRt {
 }
 
 /// State shared by every task of one proxy.
-pub struct Shared {
+pub(crate) struct Shared {
     /// Listeners, in config order (a listener is named by its index).
     pub listeners: Vec<ListenerRt>,
     /// Live route table; swapped whole by `updateConfig`.
@@ -73,14 +73,14 @@ pub struct Shared {
 
 impl Shared {
     /// The listener `li`.
-    pub fn listener(&self, li: ListenerId) -> &ListenerRt {
+    pub(crate) fn listener(&self, li: ListenerId) -> &ListenerRt {
         &self.listeners[li.0]
     }
 
     /// Counts and reports one refusal (or observe-mode decision) on listener `li`, with the
     /// connection's JA3/JA4 (`""` when the ClientHello was not read) and, for `h2_flood`, the
     /// limit the client exceeded (the event's `detail`, counted per detail).
-    pub fn report_block(
+    pub(crate) fn report_block(
         &self,
         li: ListenerId,
         ip: IpAddr,
@@ -110,7 +110,7 @@ impl Shared {
     /// Counts and reports one refusal of `protection.shadow` on listener `li` (the connection
     /// was admitted): `shadowByReason`, and `'blocked'` with `shadow: true` (within the same
     /// per-second cap as every `'blocked'`).
-    pub fn report_shadow(
+    pub(crate) fn report_shadow(
         &self,
         li: ListenerId,
         ip: IpAddr,
@@ -133,7 +133,7 @@ impl Shared {
     }
 
     /// Counts one runtime error on listener `li`; with a `message`, also emits it as `'error'`.
-    pub fn report_error(
+    pub(crate) fn report_error(
         &self,
         li: ListenerId,
         ip: Option<IpAddr>,
@@ -158,7 +158,7 @@ impl Shared {
     /// Counts one `resolve_route_invalid` on listener `li` (the held connection `id` was closed)
     /// and emits it as `'error'`: `issues` (each `route.*` problem) as the event's `errors`, and
     /// spelled out in its message.
-    pub fn report_resolve_invalid(
+    pub(crate) fn report_resolve_invalid(
         &self,
         li: ListenerId,
         ip: IpAddr,
@@ -194,7 +194,7 @@ impl Shared {
 
     /// Counts one failed XDP map write (`metrics().xdp.errors`) and emits it as `'error'`
     /// (`xdp_sync_failed`, no listener: the kernel maps serve every listener).
-    pub fn report_xdp_failure(&self, what: &str, err: &crate::xdp::XdpError) {
+    pub(crate) fn report_xdp_failure(&self, what: &str, err: &crate::xdp::XdpError) {
         self.xdp.errors.fetch_add(1, Ordering::Relaxed);
         let ev = ErrorEvent {
             code: crate::xdp::sync::XDP_SYNC_FAILED,
@@ -208,7 +208,7 @@ impl Shared {
     }
 
     /// Emits `'error'` `cluster_unavailable` (no listener: Redis serves every listener).
-    pub fn report_cluster_unavailable(&self, message: String) {
+    pub(crate) fn report_cluster_unavailable(&self, message: String) {
         let ev = ErrorEvent {
             code: crate::cluster::CLUSTER_UNAVAILABLE,
             message,
@@ -221,7 +221,7 @@ impl Shared {
     }
 
     /// Emits `'error'` `cluster_message_rejected` (no listener; the cluster tier aggregates).
-    pub fn report_cluster_rejected(&self, message: String) {
+    pub(crate) fn report_cluster_rejected(&self, message: String) {
         let ev = ErrorEvent {
             code: crate::cluster::CLUSTER_REJECTED,
             message,
@@ -235,7 +235,7 @@ impl Shared {
 
     /// Counts and emits (`'error'`, code `route_failed`) each route of a new route table that
     /// failed to build (docs/proxy.md: Route isolation).
-    pub fn report_failing_routes(&self, failing: &[crate::config::proxy::FailingRoute]) {
+    pub(crate) fn report_failing_routes(&self, failing: &[crate::config::proxy::FailingRoute]) {
         use crate::events::{IssueJson, RouteFailedEvent};
         for f in failing {
             self.route_failures.fetch_add(1, Ordering::Relaxed);
@@ -261,12 +261,15 @@ impl Shared {
 
     /// The listeners on `port`, or every listener when `port` is `None` (the scope of a ban or a
     /// listing that may name a port).
-    pub fn listeners_for(&self, port: Option<u16>) -> impl Iterator<Item = &ListenerRt> + '_ {
+    pub(crate) fn listeners_for(
+        &self,
+        port: Option<u16>,
+    ) -> impl Iterator<Item = &ListenerRt> + '_ {
         (self.listeners.iter()).filter(move |l| port.is_none_or(|p| p == l.config.port))
     }
 
     /// Indexes of the listeners on `port` (a port names every listener bound to it).
-    pub fn listeners_on(&self, port: u16) -> impl Iterator<Item = ListenerId> + '_ {
+    pub(crate) fn listeners_on(&self, port: u16) -> impl Iterator<Item = ListenerId> + '_ {
         self.listeners
             .iter()
             .enumerate()
@@ -276,7 +279,7 @@ impl Shared {
 }
 
 /// Holds one open connection in its listener's gauge (`activeConnections`); released on drop.
-pub struct ActiveGuard {
+pub(crate) struct ActiveGuard {
     shared: Arc<Shared>,
     li: ListenerId,
 }
@@ -284,7 +287,7 @@ pub struct ActiveGuard {
 impl ActiveGuard {
     /// Counts a connection on listener `li` and returns the guard with the gauge's previous
     /// value (for the `maxConnections` check).
-    pub fn open(shared: &Arc<Shared>, li: ListenerId) -> (ActiveGuard, i64) {
+    pub(crate) fn open(shared: &Arc<Shared>, li: ListenerId) -> (ActiveGuard, i64) {
         let prev = shared
             .listener(li)
             .metrics

@@ -40,25 +40,25 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Length of one measurement window, ns (100 ms).
-pub const WINDOW_NS: u64 = 100_000_000;
+pub(crate) const WINDOW_NS: u64 = 100_000_000;
 /// Windows over which the baseline rises towards the current latency (600 × 100 ms = 60 s).
-pub const BASELINE_RISE_WINDOWS: f64 = 600.0;
+pub(crate) const BASELINE_RISE_WINDOWS: f64 = 600.0;
 /// Weight of the growth step in the smoothed limit.
-pub const SMOOTHING: f64 = 0.2;
+pub(crate) const SMOOTHING: f64 = 0.2;
 /// Smallest gradient: the limit at most halves its target per window.
-pub const MIN_GRADIENT: f64 = 0.5;
+pub(crate) const MIN_GRADIENT: f64 = 0.5;
 /// Latency rise (ns) always tolerated over `baseline × tolerance` (0.5 ms): sub-millisecond
 /// jitter of a fast upstream is not congestion.
-pub const NOISE_FLOOR_NS: f64 = 500_000.0;
+pub(crate) const NOISE_FLOOR_NS: f64 = 500_000.0;
 /// A window whose mean latency is at most `baseline ×` this counts as "at the baseline" (fast
 /// growth when the limit refused requests).
-pub const AT_BASELINE: f64 = 1.05;
+pub(crate) const AT_BASELINE: f64 = 1.05;
 /// Gradient cap of a window with connect failures.
-pub const CONNECT_FAILURE_GRADIENT: f64 = 0.9;
+pub(crate) const CONNECT_FAILURE_GRADIENT: f64 = 0.9;
 
 /// What one window measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     /// Latency samples in the window.
     pub samples: u64,
     /// Their mean, ns (0 without samples).
@@ -78,14 +78,14 @@ pub struct Window {
 impl Window {
     /// The latency the upstream added (ns): the mean less the proxy's own delay, at least half
     /// the mean (a probe is a sample too: it never explains a latency away).
-    pub fn upstream_ns(&self) -> f64 {
+    pub(crate) fn upstream_ns(&self) -> f64 {
         (self.mean_ns - self.proxy_delay_ns.max(0.0)).max(self.mean_ns / 2.0)
     }
 }
 
 /// The limiter's learned state (under its lock).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct State {
+pub(crate) struct State {
     /// The route's config.
     pub cfg: CapacityConfig,
     /// The adaptive limit (fractional; the enforced limit is its floor).
@@ -103,7 +103,7 @@ pub struct State {
 
 impl State {
     /// A fresh state at `cfg.initial_limit`.
-    pub fn new(cfg: CapacityConfig) -> State {
+    pub(crate) fn new(cfg: CapacityConfig) -> State {
         State {
             cfg,
             limit: f64::from(cfg.initial_limit),
@@ -121,12 +121,12 @@ impl State {
 
     /// The latency (ns) past which the limit shrinks: `baseline × tolerance + NOISE_FLOOR_NS`,
     /// at least `latencyFloorMs`.
-    pub fn allowed_ns(&self) -> f64 {
+    pub(crate) fn allowed_ns(&self) -> f64 {
         (self.baseline_ns * self.cfg.tolerance + NOISE_FLOOR_NS).max(self.floor_ns())
     }
 
     /// Applies one window (see the module doc); returns the new limit.
-    pub fn update(&mut self, w: &Window) -> f64 {
+    pub(crate) fn update(&mut self, w: &Window) -> f64 {
         let upstream_ns = w.upstream_ns();
         if w.samples > 0 {
             let cur = upstream_ns;
@@ -183,7 +183,7 @@ impl State {
 
 /// The window accumulators and the state; see the module doc.
 #[derive(Debug)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     sum_ns: AtomicU64,
     count: AtomicU64,
     max_in_flight: AtomicU32,
@@ -196,7 +196,7 @@ pub struct Limiter {
 
 impl Limiter {
     /// A limiter at `cfg.initial_limit`, its first window starting at `now_ns`.
-    pub fn new(cfg: CapacityConfig, now_ns: u64) -> Limiter {
+    pub(crate) fn new(cfg: CapacityConfig, now_ns: u64) -> Limiter {
         Limiter {
             sum_ns: AtomicU64::new(0),
             count: AtomicU64::new(0),
@@ -210,32 +210,32 @@ impl Limiter {
 
     /// Records one latency sample (ns).
     #[inline]
-    pub fn sample(&self, latency_ns: u64) {
+    pub(crate) fn sample(&self, latency_ns: u64) {
         self.sum_ns.fetch_add(latency_ns, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the in-flight count an acquire reached.
     #[inline]
-    pub fn in_flight(&self, n: u32) {
+    pub(crate) fn in_flight(&self, n: u32) {
         self.max_in_flight.fetch_max(n, Ordering::Relaxed);
     }
 
     /// Records a refused acquire.
     #[inline]
-    pub fn refused(&self) {
+    pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records an upstream connect failure.
     #[inline]
-    pub fn connect_failed(&self) {
+    pub(crate) fn connect_failed(&self) {
         self.connect_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether the window that started at the last roll is over at `now_ns`.
     #[inline]
-    pub fn due(&self, now_ns: u64) -> bool {
+    pub(crate) fn due(&self, now_ns: u64) -> bool {
         now_ns.saturating_sub(self.window_start.load(Ordering::Relaxed)) >= WINDOW_NS
     }
 
@@ -244,7 +244,7 @@ impl Limiter {
     /// `external` is the event-loop gradient cap; `proxy_delay_ns` gives the proxy's run-queue
     /// delay over the window (called only when the window closes). Returns the state after the
     /// update, `None` when nothing was done.
-    pub fn roll(
+    pub(crate) fn roll(
         &self,
         now_ns: u64,
         current: u32,
@@ -279,7 +279,7 @@ impl Limiter {
     }
 
     /// Runs `f` on the state under its lock (config changes, snapshots: never per request).
-    pub fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut st)
     }

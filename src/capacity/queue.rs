@@ -42,14 +42,14 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 
 /// Largest [`Capacity::wake_batch`].
-pub const MAX_WAKE_BATCH: u32 = 32;
+pub(crate) const MAX_WAKE_BATCH: u32 = 32;
 
 /// Shortest re-arm of a waiter's timer that fired before its deadline.
 const MIN_REARM: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The waiters of one route.
 #[derive(Debug, Default)]
-pub struct Waiters {
+pub(crate) struct Waiters {
     /// Waiting requests of class `Priority` / `Other`.
     len: [AtomicU32; 2],
     notify: [Notify; 2],
@@ -69,22 +69,22 @@ fn slot(class: Class) -> usize {
 
 impl Waiters {
     /// Requests waiting now (both classes).
-    pub fn len(&self) -> u32 {
+    pub(crate) fn len(&self) -> u32 {
         self.len[0].load(Ordering::Relaxed) + self.len[1].load(Ordering::Relaxed)
     }
 
     /// Whether nobody waits.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Requests that waited for a permit, since start.
-    pub fn waited(&self) -> u64 {
+    pub(crate) fn waited(&self) -> u64 {
         self.waited.load(Ordering::Relaxed)
     }
 
     /// Requests whose wait ended at `queueTimeoutMs`, since start.
-    pub fn timeouts(&self) -> u64 {
+    pub(crate) fn timeouts(&self) -> u64 {
         self.timeouts.load(Ordering::Relaxed)
     }
 

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How often the probe measures, ns (10 ms: about ten samples per 100 ms window).
-pub const PROBE_INTERVAL_NS: u64 = 10_000_000;
+pub(crate) const PROBE_INTERVAL_NS: u64 = 10_000_000;
 
 /// Run-queue delay samples since start (sum and count, relaxed atomics).
 #[derive(Debug, Default)]
@@ -39,7 +39,7 @@ impl RunQueueDelay {
 }
 
 /// The mean delay (ns) between two readings of [`RunQueueDelay::totals`] (0 without samples).
-pub fn mean_between(before: (u64, u64), after: (u64, u64)) -> f64 {
+pub(crate) fn mean_between(before: (u64, u64), after: (u64, u64)) -> f64 {
     let n = after.1.saturating_sub(before.1);
     if n == 0 {
         return 0.0;

@@ -11,7 +11,7 @@
 
 /// What one failure did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The breaker is open now.
     pub open: bool,
     /// This failure began an outage (emit `cluster_unavailable` once).
@@ -20,7 +20,7 @@ pub struct Failure {
 
 /// Breaker state (callers keep it under a mutex off the hot path).
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     failures: u32,
     open_ns: u64,
     consecutive: u32,
@@ -31,7 +31,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A closed breaker opening after `failures` consecutive failures, for `open_ns`.
-    pub fn new(failures: u32, open_ns: u64) -> Breaker {
+    pub(crate) fn new(failures: u32, open_ns: u64) -> Breaker {
         Breaker {
             failures: failures.max(1),
             open_ns,
@@ -44,7 +44,7 @@ impl Breaker {
 
     /// Whether a command may be sent at `now_ns`. While open: false until `openMs` passed, then
     /// true once (the probe) until that probe's outcome is recorded.
-    pub fn allow(&mut self, now_ns: u64) -> bool {
+    pub(crate) fn allow(&mut self, now_ns: u64) -> bool {
         match self.open_until {
             None => true,
             Some(t) if now_ns >= t && !self.probing => {
@@ -63,7 +63,7 @@ impl Breaker {
 
     /// Records a successful command: closes the breaker. Returns true when this ended an
     /// outage (the caller reconciles: replays its own bans, reloads everyone's).
-    pub fn success(&mut self) -> bool {
+    pub(crate) fn success(&mut self) -> bool {
         self.consecutive = 0;
         self.open_until = None;
         self.probing = false;
@@ -71,7 +71,7 @@ impl Breaker {
     }
 
     /// Records a failed or timed-out command at `now_ns`.
-    pub fn failure(&mut self, now_ns: u64) -> Failure {
+    pub(crate) fn failure(&mut self, now_ns: u64) -> Failure {
         self.consecutive = self.consecutive.saturating_add(1);
         let reopen = self.probing || self.consecutive >= self.failures;
         self.probing = false;

@@ -20,9 +20,9 @@ use ipnet::IpNet;
 use std::collections::HashMap;
 
 /// A kernel extension shorter than this past the deadline known is not published again, ns.
-pub const EXTENSION_MIN_NS: u64 = crate::clock::NS_PER_SEC;
+pub(crate) const EXTENSION_MIN_NS: u64 = crate::clock::NS_PER_SEC;
 /// Least time between two reads of the ban maps for extensions alone, ns.
-pub const EXTENDED_SCAN_NS: u64 = crate::clock::NS_PER_SEC;
+pub(crate) const EXTENDED_SCAN_NS: u64 = crate::clock::NS_PER_SEC;
 
 /// One live kernel ban as read back from the ban maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct KernelBan {
 
 /// What this node knows of the kernel's bans (one per proxy, behind the cluster tier's lock).
 #[derive(Debug, Default)]
-pub struct KernelBans {
+pub(crate) struct KernelBans {
     /// The latest deadline known per (network, port): written from userspace or published.
     known: HashMap<(IpNet, u16), u64>,
     banned: u64,
@@ -52,7 +52,7 @@ pub struct KernelBans {
 impl KernelBans {
     /// Userspace wrote (or is writing) this ban to the kernel: a local box, or one received from
     /// another node.
-    pub fn written(&mut self, net: IpNet, port: u16, deadline_ns: u64) {
+    pub(crate) fn written(&mut self, net: IpNet, port: u16, deadline_ns: u64) {
         let d = self.known.entry((net, port)).or_insert(0);
         *d = (*d).max(deadline_ns);
     }
@@ -60,7 +60,7 @@ impl KernelBans {
     /// Whether the ban maps should be read at `now_ns`, given the kernel's `banned` and
     /// `banExtended` counters: a new kernel ban at once, extensions at most every
     /// [`EXTENDED_SCAN_NS`].
-    pub fn should_scan(&mut self, banned: u64, extended: u64, now_ns: u64) -> bool {
+    pub(crate) fn should_scan(&mut self, banned: u64, extended: u64, now_ns: u64) -> bool {
         let new_ban = banned != self.banned;
         let more_extended = extended != self.extended
             && self
@@ -78,7 +78,7 @@ impl KernelBans {
     /// The bans of `bans` (read back from the kernel) to publish at `now_ns`: those made by the
     /// kernel and those it extended by [`EXTENSION_MIN_NS`] or more; each is then known at its
     /// deadline. Ended ones are forgotten.
-    pub fn publishable(&mut self, bans: &[KernelBan], now_ns: u64) -> Vec<KernelBan> {
+    pub(crate) fn publishable(&mut self, bans: &[KernelBan], now_ns: u64) -> Vec<KernelBan> {
         self.known.retain(|_, d| *d > now_ns);
         let mut out = Vec::new();
         for b in bans.iter().filter(|b| b.deadline_ns > now_ns) {

@@ -19,12 +19,12 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// PX of a ban with no TTL (refreshed by its origin while the ban stands), ms.
-pub const PERMANENT_TTL_MS: u64 = 3_600_000;
+pub(crate) const PERMANENT_TTL_MS: u64 = 3_600_000;
 /// How often the origin refreshes the keys of its bans with no TTL, ms.
-pub const REFRESH_MS: u64 = 60_000;
+pub(crate) const REFRESH_MS: u64 = 60_000;
 /// Largest ban message (or ban key value) read from Redis, bytes: a valid one is at most ~1.5 KiB
 /// (a 128-byte `node`, a 200-character `note` JSON-escaped); a larger one is refused unread.
-pub const MAX_MESSAGE_BYTES: usize = 4096;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4096;
 
 /// What a ban is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ impl BanKind {
 /// Ban or unban.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Op {
+pub(crate) enum Op {
     /// Apply.
     Ban,
     /// Remove (`unblockIp`).
@@ -66,7 +66,7 @@ pub enum Op {
 /// One message on the ban channel, also the value of a ban key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BanMessage {
+pub(crate) struct BanMessage {
     /// Ban or unban.
     pub op: Op,
     /// The origin node's `nodeId` (a node ignores its own messages: no echo).
@@ -98,7 +98,7 @@ impl BanMessage {
     /// 1..=[`MAX_DURATION_MS`] ms. `net` is already canonical (the deserializer's rule).
     /// Whether `node` is this node's own id is the caller's question. `Err`: why, for the
     /// operator.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         check_name(&self.node).map_err(|e| format!("node {e}"))?;
         if self.port == Some(0) {
             return Err("port must be in [1, 65535], got 0".into());
@@ -164,11 +164,11 @@ mod canonical_net {
     use ipnet::IpNet;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(net: &IpNet, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(net: &IpNet, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(net)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         let net = parse_cidr(&text).map_err(|e| D::Error::custom(format!("net {e}")))?;
         if net.to_string() != text {
@@ -182,46 +182,46 @@ mod canonical_net {
 
 /// Key and channel names under one `keyPrefix`.
 #[derive(Debug, Clone)]
-pub struct Keys {
+pub(crate) struct Keys {
     prefix: String,
 }
 
 impl Keys {
     /// Names under `prefix` (validated: no braces, no whitespace).
-    pub fn new(prefix: &str) -> Keys {
+    pub(crate) fn new(prefix: &str) -> Keys {
         Keys {
             prefix: prefix.to_string(),
         }
     }
 
     /// The key of one ban.
-    pub fn ban(&self, kind: BanKind, port: Option<u16>, net: &IpNet) -> String {
+    pub(crate) fn ban(&self, kind: BanKind, port: Option<u16>, net: &IpNet) -> String {
         let port = port.map_or_else(|| "*".to_string(), |p| p.to_string());
         format!("{}{{bans}}:{}:{port}:{net}", self.prefix, kind.as_str())
     }
 
     /// `SCAN MATCH` pattern of every ban key.
-    pub fn ban_pattern(&self) -> String {
+    pub(crate) fn ban_pattern(&self) -> String {
         format!("{}{{bans}}:*", glob_escape(&self.prefix))
     }
 
     /// `SCAN MATCH` pattern of every `blockIp` key of `net`, whatever its port.
-    pub fn block_pattern(&self, net: &IpNet) -> String {
+    pub(crate) fn block_pattern(&self, net: &IpNet) -> String {
         glob_escape(&self.ban(BanKind::Block, None, net)).replacen(":\\*:", ":*:", 1)
     }
 
     /// The key of one client's `clusterRateLimit` TAT.
-    pub fn rate(&self, port: u16, client: &str) -> String {
+    pub(crate) fn rate(&self, port: u16, client: &str) -> String {
         format!("{}rl:{{{port}:{client}}}", self.prefix)
     }
 
     /// The shared TLS session-ticket key set of the rotation period `rotation_s`.
-    pub fn ticket_keys(&self, rotation_s: u64) -> String {
+    pub(crate) fn ticket_keys(&self, rotation_s: u64) -> String {
         format!("{}tls-ticket-keys:{rotation_s}", self.prefix)
     }
 
     /// The ban channel.
-    pub fn channel(&self) -> String {
+    pub(crate) fn channel(&self) -> String {
         format!("{}bans", self.prefix)
     }
 }
@@ -239,7 +239,7 @@ fn glob_escape(s: &str) -> String {
 }
 
 /// Wall-clock µs since the Unix epoch.
-pub fn wall_us() -> u64 {
+pub(crate) fn wall_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)

@@ -21,7 +21,7 @@ pub struct Mtls {
 }
 
 /// Parses `mtls` at `path`; `required_default` is true for listeners, false for routes.
-pub fn parse_mtls(
+pub(crate) fn parse_mtls(
     val: &Value,
     path: &str,
     required_default: bool,
@@ -36,7 +36,7 @@ pub fn parse_mtls(
 /// [`parse_mtls`] with a CA that does not load (not PEM, no certificate, not a usable CA) in
 /// `build` (a route's build failure, docs/proxy.md: Route isolation) and the field's own problems
 /// in `issues`.
-pub fn parse_mtls_split(
+pub(crate) fn parse_mtls_split(
     val: &Value,
     path: &str,
     required_default: bool,

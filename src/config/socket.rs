@@ -12,25 +12,25 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// Default `tcpKeepalive.idleMs`: first probe after 5 minutes without traffic.
-pub const DEFAULT_KEEPALIVE_IDLE_MS: u64 = 300_000;
+pub(crate) const DEFAULT_KEEPALIVE_IDLE_MS: u64 = 300_000;
 /// Default `tcpKeepalive.intervalMs`: 30 s between probes.
-pub const DEFAULT_KEEPALIVE_INTERVAL_MS: u64 = 30_000;
+pub(crate) const DEFAULT_KEEPALIVE_INTERVAL_MS: u64 = 30_000;
 /// Default `tcpKeepalive.retries`: unanswered probes before the kernel drops the connection.
-pub const DEFAULT_KEEPALIVE_RETRIES: u32 = 5;
+pub(crate) const DEFAULT_KEEPALIVE_RETRIES: u32 = 5;
 /// Largest keepalive idle/interval the kernel takes (`MAX_TCP_KEEPIDLE`, 32767 s), in ms.
-pub const MAX_KEEPALIVE_MS: u64 = 32_767_000;
+pub(crate) const MAX_KEEPALIVE_MS: u64 = 32_767_000;
 /// Largest `retries` the kernel takes (`MAX_TCP_KEEPCNT`).
-pub const MAX_KEEPALIVE_RETRIES: u32 = 127;
+pub(crate) const MAX_KEEPALIVE_RETRIES: u32 = 127;
 /// Default `halfCloseTimeoutMs`: a half-closed pair is closed 5 minutes after the first EOF.
-pub const DEFAULT_HALF_CLOSE_TIMEOUT_MS: u64 = 300_000;
+pub(crate) const DEFAULT_HALF_CLOSE_TIMEOUT_MS: u64 = 300_000;
 /// Smallest copy buffer, bytes.
-pub const MIN_READ_BUFFER: u64 = 512;
+pub(crate) const MIN_READ_BUFFER: u64 = 512;
 /// Largest copy buffer, bytes (1 MiB).
-pub const MAX_READ_BUFFER: u64 = 1_048_576;
+pub(crate) const MAX_READ_BUFFER: u64 = 1_048_576;
 /// Default client → upstream copy buffer (bytes read from the client per read).
-pub const DEFAULT_CLIENT_READ_BUFFER: usize = 16 * 1024;
+pub(crate) const DEFAULT_CLIENT_READ_BUFFER: usize = 16 * 1024;
 /// Default upstream → client copy buffer (bytes read from the upstream per read).
-pub const DEFAULT_UPSTREAM_READ_BUFFER: usize = 64 * 1024;
+pub(crate) const DEFAULT_UPSTREAM_READ_BUFFER: usize = 64 * 1024;
 
 /// TCP keepalive on client and TCP upstream sockets (`SO_KEEPALIVE`, `TCP_KEEPIDLE`,
 /// `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
@@ -74,7 +74,7 @@ impl Default for SocketOptions {
 }
 
 /// The `ProxyConfig` keys this module reads.
-pub const SOCKET_FIELDS: [&str; 5] = [
+pub(crate) const SOCKET_FIELDS: [&str; 5] = [
     "tcpKeepalive",
     "halfCloseTimeoutMs",
     "readBufferSize",
@@ -155,7 +155,7 @@ fn buffer_size(o: &Map<String, Value>, key: &str, issues: &mut Issues) -> Option
 /// Reads the socket fields of the top-level config object `o` (paths are top-level keys).
 /// `readBufferSize` sets both copy buffers; `clientReadBufferSize` / `upstreamReadBufferSize`
 /// override it for one direction.
-pub fn parse_socket_options(o: &Map<String, Value>, issues: &mut Issues) -> SocketOptions {
+pub(crate) fn parse_socket_options(o: &Map<String, Value>, issues: &mut Issues) -> SocketOptions {
     let mut s = SocketOptions::default();
     if let Some(k) = field(o, "tcpKeepalive") {
         s.keepalive = parse_keepalive(k, issues);

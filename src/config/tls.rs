@@ -11,7 +11,7 @@ use crate::tls::options::{
 use serde_json::Value;
 
 /// The fields of a `tls` object.
-pub const TLS_FIELDS: &[&str] = &[
+pub(crate) const TLS_FIELDS: &[&str] = &[
     "minVersion",
     "maxVersion",
     "cipherSuites",
@@ -23,7 +23,7 @@ pub const TLS_FIELDS: &[&str] = &[
 ];
 
 /// Largest `sessionCacheSize` (entries of a few hundred bytes each).
-pub const MAX_SESSION_CACHE_SIZE: u64 = 1_000_000;
+pub(crate) const MAX_SESSION_CACHE_SIZE: u64 = 1_000_000;
 
 fn version(val: &Value, path: &str, issues: &mut Issues) -> Option<TlsVersion> {
     let s = v::string(val, path, issues)?;
@@ -107,7 +107,7 @@ fn lookup_group(s: &str) -> Result<u16, String> {
 }
 
 /// Parses a `tls` object at `path` (every issue recorded; `None` when any).
-pub fn parse_tls(val: &Value, path: &str, issues: &mut Issues) -> Option<TlsOptions> {
+pub(crate) fn parse_tls(val: &Value, path: &str, issues: &mut Issues) -> Option<TlsOptions> {
     let obj = v::object(val, path, issues)?;
     let before = issues.len();
     v::reject_unknown(obj, TLS_FIELDS, path, issues);

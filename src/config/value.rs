@@ -6,10 +6,10 @@ use super::error::Issues;
 use serde_json::{Map, Value};
 
 /// Largest integer a JS number holds exactly (2^53 − 1); durations and counts above it are refused.
-pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+pub(crate) const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 /// Longest duration accepted anywhere (`blockIp`'s `ttlMs`, `penaltyBox.durationMs`, ...), ms:
 /// [`MAX_SAFE_INTEGER`].
-pub const MAX_DURATION_MS: u64 = 9_007_199_254_740_991;
+pub(crate) const MAX_DURATION_MS: u64 = 9_007_199_254_740_991;
 
 /// Deepest nesting of arrays and objects accepted in a value handed over from JS (a
 /// `ProxyConfig`, an `updateConfig` argument, `blockIp` / `unblockIp` opts, a `resolveConnection`
@@ -17,11 +17,11 @@ pub const MAX_DURATION_MS: u64 = 9_007_199_254_740_991;
 /// more than about 8; the bound keeps every walk over a value (here, serde's parser, the JS
 /// encoder) far from the stack's end. index.js cuts what is deeper at level 65, so any depth
 /// arrives here and is refused with its path.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Why [`parse_bounded`] refused a text.
 #[derive(Debug)]
-pub enum ParseError {
+pub(crate) enum ParseError {
     /// Not JSON (or nested past serde's own limit of 128 levels).
     Json(serde_json::Error),
     /// Valid JSON nested deeper than [`MAX_DEPTH`]: one issue naming the first offending value.
@@ -32,7 +32,7 @@ pub enum ParseError {
 /// [`MAX_DEPTH`] levels. A deeper value is a [`ParseError::TooDeep`] whose one issue has the path
 /// of the first value (in document order) past the bound, rooted at `root` (`""` for a config,
 /// `"opts"`, `"route"`), e.g. `routes[0].upstreams[0].x[0][0]...: nested deeper than 64 levels`.
-pub fn parse_bounded(text: &str, root: &str) -> Result<Value, ParseError> {
+pub(crate) fn parse_bounded(text: &str, root: &str) -> Result<Value, ParseError> {
     let v: Value = serde_json::from_str(text).map_err(ParseError::Json)?;
     match too_deep(&v, MAX_DEPTH) {
         None => Ok(v),
@@ -105,7 +105,7 @@ fn too_deep(v: &Value, max: usize) -> Option<String> {
 }
 
 /// Joins a parent path and a field name (`a.b` or just `b` at the root).
-pub fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -114,12 +114,12 @@ pub fn join(path: &str, key: &str) -> String {
 }
 
 /// Joins a parent path and an array index (`a[3]`).
-pub fn index(path: &str, i: usize) -> String {
+pub(crate) fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
 /// Describes a value for an error message the way JS would print it.
-pub fn describe(v: &Value) -> String {
+pub(crate) fn describe(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),
@@ -142,7 +142,7 @@ pub fn describe(v: &Value) -> String {
 
 /// Reads a number, including the `{"$nonFinite": ..}` encoding (returned as NaN/±inf so the
 /// caller's range check reports it).
-pub fn as_number(v: &Value) -> Option<f64> {
+pub(crate) fn as_number(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64(),
         Value::Object(o) => match o.get("$nonFinite") {
@@ -159,7 +159,11 @@ pub fn as_number(v: &Value) -> Option<f64> {
 }
 
 /// Requires `v` to be an object; records "must be an object" otherwise.
-pub fn object<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Map<String, Value>> {
+pub(crate) fn object<'a>(
+    v: &'a Value,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<&'a Map<String, Value>> {
     match v {
         Value::Object(o)
             if !o.contains_key("$nonFinite")
@@ -176,7 +180,12 @@ pub fn object<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a M
 }
 
 /// Records an issue for every key of `obj` not in `known` (catches typos such as `burts`).
-pub fn reject_unknown(obj: &Map<String, Value>, known: &[&str], path: &str, issues: &mut Issues) {
+pub(crate) fn reject_unknown(
+    obj: &Map<String, Value>,
+    known: &[&str],
+    path: &str,
+    issues: &mut Issues,
+) {
     for k in obj.keys() {
         if !known.contains(&k.as_str()) {
             issues.push(
@@ -188,7 +197,7 @@ pub fn reject_unknown(obj: &Map<String, Value>, known: &[&str], path: &str, issu
 }
 
 /// Optional field: absent or `null` → `None` without an issue.
-pub fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     match obj.get(key) {
         None | Some(Value::Null) => None,
         Some(v) => Some(v),
@@ -196,7 +205,7 @@ pub fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 }
 
 /// A finite number within `[min, max]`; `integer` additionally requires a whole number.
-pub fn number_in(
+pub(crate) fn number_in(
     v: &Value,
     path: &str,
     min: f64,
@@ -229,17 +238,17 @@ pub fn number_in(
 }
 
 /// A positive integer count (≥ `min`, ≤ 2^53 − 1).
-pub fn count(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
+pub(crate) fn count(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
     number_in(v, path, min as f64, MAX_SAFE_INTEGER, true, issues).map(|n| n as u64)
 }
 
 /// A duration in milliseconds: an integer in `[min, 2^53 − 1]`.
-pub fn duration_ms(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
+pub(crate) fn duration_ms(v: &Value, path: &str, min: u64, issues: &mut Issues) -> Option<u64> {
     number_in(v, path, min as f64, MAX_DURATION_MS as f64, true, issues).map(|n| n as u64)
 }
 
 /// A boolean.
-pub fn boolean(v: &Value, path: &str, issues: &mut Issues) -> Option<bool> {
+pub(crate) fn boolean(v: &Value, path: &str, issues: &mut Issues) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
         other => {
@@ -250,7 +259,7 @@ pub fn boolean(v: &Value, path: &str, issues: &mut Issues) -> Option<bool> {
 }
 
 /// A string.
-pub fn string<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a str> {
+pub(crate) fn string<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a str> {
     match v {
         Value::String(s) => Some(s),
         other => {
@@ -261,7 +270,7 @@ pub fn string<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a s
 }
 
 /// One of a fixed set of strings.
-pub fn one_of<'a>(
+pub(crate) fn one_of<'a>(
     v: &'a Value,
     path: &str,
     allowed: &[&str],
@@ -285,7 +294,7 @@ pub fn one_of<'a>(
 }
 
 /// An array.
-pub fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Vec<Value>> {
+pub(crate) fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Vec<Value>> {
     match v {
         Value::Array(a) => Some(a),
         other => {
@@ -297,7 +306,7 @@ pub fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option<&'a Ve
 
 /// The bytes of a Buffer field (DER data): a JS Buffer / Uint8Array arrives as
 /// `{ "$buffer": latin1 }`. Anything else (a string included) is an issue at `path`.
-pub fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+pub(crate) fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
     if let Value::Object(o) = v {
         if let Some(Value::String(text)) = o.get("$buffer") {
             let b = latin1_decode(text);
@@ -312,7 +321,7 @@ pub fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8
 }
 
 /// PEM text given as a string or a Buffer (`{"$buffer": latin1 text}` after the JS replacer).
-pub fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+pub(crate) fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
     match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
         Value::Object(o) => match o.get("$buffer") {
@@ -356,7 +365,7 @@ fn latin1_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 /// An optional integer field in `[min, max]`.
-pub fn int_field(
+pub(crate) fn int_field(
     o: &Map<String, Value>,
     path: &str,
     key: &str,
@@ -368,7 +377,7 @@ pub fn int_field(
 }
 
 /// A finite number > 0 and ≤ `max`, with the documented messages.
-pub fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
+pub(crate) fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<f64> {
     match as_number(v) {
         Some(n) if n.is_finite() && n > 0.0 => {
             if n <= max {
@@ -389,7 +398,7 @@ pub fn positive(v: &Value, path: &str, max: f64, issues: &mut Issues) -> Option<
 }
 
 /// A duration in ms (finite, > 0, ≤ 2^53−1, fractional allowed) → ns, rounded up.
-pub fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
+pub(crate) fn duration_ns(v: &Value, path: &str, issues: &mut Issues) -> Option<u64> {
     positive(v, path, MAX_SAFE_INTEGER, issues).map(|ms| {
         let ns = (ms * crate::clock::NS_PER_MS as f64).ceil();
         if ns >= u64::MAX as f64 {

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// not one, or does not arrive in time, closes the connection (`proxy_header_invalid`, with an
 /// `'error'` event naming the peer); a peer that closes before sending anything (a TCP health
 /// check) is `client_closed`.
-pub async fn behind_balancer(
+pub(crate) async fn behind_balancer(
     shared: &Arc<Shared>,
     li: ListenerId,
     sock: tokio::net::TcpStream,
@@ -56,7 +56,7 @@ pub async fn behind_balancer(
 }
 
 /// Serves an admitted connection by the listener's `mode`.
-pub async fn serve(
+pub(crate) async fn serve(
     shared: &Shared,
     li: ListenerId,
     sock: tokio::net::TcpStream,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// tier is up), then `maxConnections`. Returns the guards to hold for the connection's lifetime
 /// and whether no check refused it (observe mode admits refusals), or `None` when refused
 /// (already counted and reported).
-pub fn admit(
+pub(crate) fn admit(
     shared: &Arc<Shared>,
     li: ListenerId,
     ip: IpAddr,

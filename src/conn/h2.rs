@@ -45,11 +45,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// How long an ending connection may take to forward its last frames and the GOAWAY.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Why the guard ended a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum H2End {
+pub(crate) enum H2End {
     /// A limit was exceeded (`h2_flood`).
     Violation(Violation),
     /// Not HTTP/2 the guard can follow (`errorsByReason.h2_protocol_error`).
@@ -62,7 +62,7 @@ pub enum H2End {
 /// `hooks` hear of each client stream and may shed one ([`StreamHooks`]); `budget` is the
 /// client's HTTP/2 budget over all its connections ([`ClientBudget`]); both `()` by default.
 /// Dropping the inspector closes, for the hooks, every stream still open.
-pub struct H2Inspector<F: FnMut(Violation), H: StreamHooks = (), B: ClientBudget = ()> {
+pub(crate) struct H2Inspector<F: FnMut(Violation), H: StreamHooks = (), B: ClientBudget = ()> {
     guard: H2Guard<H, B>,
     observe: bool,
     /// Observe mode after a violation: inspect nothing more.
@@ -76,7 +76,7 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> H2Inspector<F, H, B> 
     /// A guard for a new connection whose client already received Rampart's SETTINGS (so a
     /// GOAWAY needs no server preface before it), with stream `hooks` and the client's `budget`;
     /// `observe`: report violations but forward everything.
-    pub fn with(
+    pub(crate) fn with(
         config: &H2GuardConfig,
         observe: bool,
         on_violation: F,
@@ -97,7 +97,7 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> H2Inspector<F, H, B> 
 
     /// Why the guard ended the connection; `None` when it did not (and in observe mode), or
     /// when it closed a connection past `maxStreamsPerConnection` (not an error).
-    pub fn ended(&self) -> Option<H2End> {
+    pub(crate) fn ended(&self) -> Option<H2End> {
         if self.off {
             return None;
         }
@@ -205,7 +205,7 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> Inspector for H2Inspe
 /// split over two reads (at most 8 bytes) is held back until it is whole, so the type byte is
 /// never forwarded before its flags are known; then every read goes straight to the stream.
 /// Writes pass through. Cost after the ACK: one branch per read.
-pub struct FirstAckFilter<S> {
+pub(crate) struct FirstAckFilter<S> {
     inner: S,
     walk: FirstSettingsAck,
     held: [u8; FRAME_HEADER_LEN - 1],
@@ -218,7 +218,7 @@ pub struct FirstAckFilter<S> {
 impl<S> FirstAckFilter<S> {
     /// Delivers `bytes` (already walked: the part of the head phase's buffer the HTTP/2 guard
     /// held, a stream waiting for room) before anything else, as they are.
-    pub fn replay(&mut self, bytes: Vec<u8>) {
+    pub(crate) fn replay(&mut self, bytes: Vec<u8>) {
         self.replay = bytes;
         self.replay_pos = 0;
     }
@@ -226,7 +226,7 @@ impl<S> FirstAckFilter<S> {
     /// `inner`, read from the point where `walk` left the client's stream; `held` are the bytes
     /// its last [`FirstSettingsAck::filter`] left undecided (at most 8), delivered (decided)
     /// before anything read from `inner`.
-    pub fn new(inner: S, walk: FirstSettingsAck, held: &[u8]) -> Self {
+    pub(crate) fn new(inner: S, walk: FirstSettingsAck, held: &[u8]) -> Self {
         let mut f = FirstAckFilter {
             inner,
             walk,

@@ -49,13 +49,13 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// The path prefix of ACME HTTP-01 challenges (RFC 8555 §8.3).
-pub const ACME_PREFIX: &str = "/.well-known/acme-challenge/";
+pub(crate) const ACME_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// Header fields `httparse` is given room for; more is answered `431`.
 const MAX_FIELDS: usize = 100;
 
 /// Requests one connection may carry; the last answer closes it (nginx's `keepalive_requests`).
-pub const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
+pub(crate) const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 
 /// How long a closing connection's unread bytes are drained so the client reads the answer
 /// (instead of a reset), at most.
@@ -644,7 +644,13 @@ impl HttpConn<'_> {
 
 /// Serves one admitted connection of a `mode: 'http'` listener; `origin` is the client (from a
 /// PROXY header when a trusted balancer sent one), `ip` its canonical address.
-pub async fn serve(shared: &Shared, li: ListenerId, sock: TcpStream, origin: Origin, ip: IpAddr) {
+pub(crate) async fn serve(
+    shared: &Shared,
+    li: ListenerId,
+    sock: TcpStream,
+    origin: Origin,
+    ip: IpAddr,
+) {
     let _ = sock.set_nodelay(true); // best effort
     HttpConn {
         shared,

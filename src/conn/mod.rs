@@ -79,7 +79,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Default whole-handshake timeout when the listener has no protection config, ms.
-pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 
 /// Why a connection ends before it is proxied, reported once by [`serve`].
 #[derive(Debug)]
@@ -220,7 +220,7 @@ fn copy_end(end: CopyEnd) -> Result<(), Refusal> {
 /// Serves one admitted connection to the end; a refusal is reported here, once. `peer` is the
 /// client (`ip` its canonical address), `local` the address it connected to when a PROXY header
 /// named it. `clean`: the admission at accept refused nothing (not even in observe mode).
-pub async fn serve(
+pub(crate) async fn serve(
     shared: &Shared,
     li: ListenerId,
     sock: TcpStream,

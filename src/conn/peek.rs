@@ -12,9 +12,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// A hello growing by fewer bytes than this per peek is "dribbling" ...
-pub const DRIBBLE_BYTES: usize = 512;
+pub(super) const DRIBBLE_BYTES: usize = 512;
 /// ... and is parsed again only after this pause.
-pub const DRIBBLE_PAUSE: Duration = Duration::from_millis(2);
+pub(super) const DRIBBLE_PAUSE: Duration = Duration::from_millis(2);
 
 enum Peeked {
     Hello(Box<ClientHello>),

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 /// Where a connection comes from once its header (if any) is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// The client: the header's source, else the peer (canonical IP).
     pub client: SocketAddr,
     /// The address the client connected to: the header's destination, else `None` (the
@@ -25,7 +25,7 @@ pub struct Origin {
 
 /// Why a trusted peer's connection had no usable header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderFailure {
+pub(crate) enum HeaderFailure {
     /// The first bytes are not a PROXY v1 or v2 header.
     Invalid,
     /// The peer closed (or reset) before the header was complete.
@@ -36,7 +36,7 @@ pub enum HeaderFailure {
 
 /// Reads the PROXY header of a connection from the trusted `peer` (canonical) by `deadline`.
 /// v2 `LOCAL` and v1 `UNKNOWN` keep the peer as the client; TLVs are ignored.
-pub async fn read_header(
+pub(crate) async fn read_header(
     sock: &TcpStream,
     peer: SocketAddr,
     deadline: Instant,

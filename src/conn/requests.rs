@@ -24,7 +24,7 @@ use std::time::Duration;
 /// rate-limit fields ([`answers::too_many_requests`]) and the connection ends (reported
 /// `request_rate_limited` by the connection path). In observe mode the first request over
 /// budget of the connection is reported (observed) and every request goes on.
-pub struct RequestBudget<'a> {
+pub(crate) struct RequestBudget<'a> {
     shared: &'a Shared,
     li: ListenerId,
     ip: IpAddr,
@@ -33,7 +33,7 @@ pub struct RequestBudget<'a> {
 
 impl<'a> RequestBudget<'a> {
     /// The budget of client `ip` on listener `li`.
-    pub fn new(shared: &'a Shared, li: ListenerId, ip: IpAddr) -> Self {
+    pub(crate) fn new(shared: &'a Shared, li: ListenerId, ip: IpAddr) -> Self {
         RequestBudget {
             shared,
             li,
@@ -44,7 +44,7 @@ impl<'a> RequestBudget<'a> {
 
     /// One request at `now_ns` against the engine's `requestLimit`: `Ok` (also an observed
     /// excess, reported once per connection) or the enforced refusal.
-    pub fn check(&mut self, now_ns: u64) -> Result<(), RequestLimited> {
+    pub(crate) fn check(&mut self, now_ns: u64) -> Result<(), RequestLimited> {
         let engine = &self.shared.listener(self.li).engine;
         match engine.request(self.ip, now_ns) {
             Err(l) if l.observed => {
@@ -86,7 +86,7 @@ impl RequestHooks for RequestBudget<'_> {
 /// `headTimeoutMs` of its first byte, `keepAliveTimeoutMs` between requests,
 /// `maxRequestsPerConnection`. In observe mode only the head deadline is watched (reported, not
 /// enforced); without a policy nothing applies.
-pub fn conn_limits(policy: Option<&ProtectionPolicy>) -> ConnLimits {
+pub(crate) fn conn_limits(policy: Option<&ProtectionPolicy>) -> ConnLimits {
     let Some(p) = policy else {
         return ConnLimits::default();
     };
@@ -113,7 +113,7 @@ pub fn conn_limits(policy: Option<&ProtectionPolicy>) -> ConnLimits {
 /// standing read (`Engine::is_priority`: known-good since before the overload began, minus
 /// [`crate::capacity::PRIORITY_SEASONING_NS`]), and a priority client is remembered for the
 /// rest of the connection. So the common request costs a few atomics and no shard lock.
-pub struct UpstreamGate<'a> {
+pub(crate) struct UpstreamGate<'a> {
     shared: &'a Shared,
     li: ListenerId,
     ip: IpAddr,
@@ -123,7 +123,7 @@ pub struct UpstreamGate<'a> {
 
 impl<'a> UpstreamGate<'a> {
     /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`.
-    pub fn new(
+    pub(crate) fn new(
         shared: &'a Shared,
         li: ListenerId,
         ip: IpAddr,
@@ -140,7 +140,7 @@ impl<'a> UpstreamGate<'a> {
 
     /// A permit for one request (or connection) at `now_ns`, or the refusal of the client's
     /// class (no waiting).
-    pub fn acquire(&mut self, now_ns: u64) -> Result<Permit, Overloaded> {
+    pub(crate) fn acquire(&mut self, now_ns: u64) -> Result<Permit, Overloaded> {
         let class = if self.priority {
             Class::Priority
         } else {
@@ -159,7 +159,7 @@ impl<'a> UpstreamGate<'a> {
     /// the client's class ([`Capacity::admit`]; the standing is read only when its class had
     /// no room).
     /// `may_wait()` is asked only when the request could wait.
-    pub fn admit(&mut self, now_ns: u64, may_wait: impl FnOnce() -> bool) -> Admit<'a> {
+    pub(crate) fn admit(&mut self, now_ns: u64, may_wait: impl FnOnce() -> bool) -> Admit<'a> {
         let capacity: &'a Arc<Capacity> = self.capacity;
         if !self.priority {
             if let Some(p) = capacity.take_now(Class::Other, now_ns) {
@@ -175,7 +175,7 @@ impl<'a> UpstreamGate<'a> {
 
     /// A permit at `now_ns` if there is room, ahead of the waiters ([`Capacity::take_after_wait`]:
     /// only for a connection that just waited its turn).
-    pub fn take_after_wait(&mut self, now_ns: u64) -> Option<Permit> {
+    pub(crate) fn take_after_wait(&mut self, now_ns: u64) -> Option<Permit> {
         let class = if self.priority {
             Class::Priority
         } else {
@@ -185,7 +185,7 @@ impl<'a> UpstreamGate<'a> {
     }
 
     /// The room left after a batch was taken goes to the next waiter ([`Capacity::pass_on`]).
-    pub fn pass_on(&self) {
+    pub(crate) fn pass_on(&self) {
         self.capacity.pass_on();
     }
 
@@ -202,7 +202,7 @@ impl<'a> UpstreamGate<'a> {
 /// with the route's `Retry-After`, reason `upstream_overloaded`). The permits of the requests
 /// forwarded and not yet answered wait in order; each response head releases the oldest with
 /// its latency.
-pub struct RequestGate<'a> {
+pub(crate) struct RequestGate<'a> {
     budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
     permits: VecDeque<Permit>,
@@ -213,7 +213,7 @@ pub struct RequestGate<'a> {
 impl<'a> RequestGate<'a> {
     /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`
     /// (`requestLimit` asked only when the policy in force has one).
-    pub fn new(
+    pub(crate) fn new(
         shared: &'a Shared,
         li: ListenerId,
         ip: IpAddr,
@@ -292,7 +292,7 @@ impl RequestHooks for RequestGate<'_> {
 /// ends, the permits of its unanswered streams (reset or still open) are parked on the route
 /// ([`Capacity::park`]) until their hold is over: a client whose connections the guard closes
 /// cannot free the capacity its reset streams still use upstream by losing the connection.
-pub struct StreamGate<'a> {
+pub(crate) struct StreamGate<'a> {
     budget: Option<RequestBudget<'a>>,
     upstream: UpstreamGate<'a>,
     open: Vec<(u32, Permit)>,
@@ -309,11 +309,11 @@ pub struct StreamGate<'a> {
 }
 
 /// Most permits of reset streams one connection holds (the oldest is released first).
-pub const MAX_HELD: usize = 256;
+pub(crate) const MAX_HELD: usize = 256;
 
 impl<'a> StreamGate<'a> {
     /// The gate of client `ip` on listener `li` to the route whose capacity is `capacity`.
-    pub fn new(
+    pub(crate) fn new(
         shared: &'a Shared,
         li: ListenerId,
         ip: IpAddr,

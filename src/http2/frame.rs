@@ -25,25 +25,25 @@ pub const EMPTY_SETTINGS: [u8; FRAME_HEADER_LEN] = [0, 0, 0, ty::SETTINGS, 0, 0,
 
 /// Frame types (RFC 9113 §6).
 pub(crate) mod ty {
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const PRIORITY: u8 = 0x2;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const PING: u8 = 0x6;
-    pub const GOAWAY: u8 = 0x7;
-    pub const WINDOW_UPDATE: u8 = 0x8;
-    pub const CONTINUATION: u8 = 0x9;
+    pub(crate) const DATA: u8 = 0x0;
+    pub(crate) const HEADERS: u8 = 0x1;
+    pub(crate) const PRIORITY: u8 = 0x2;
+    pub(crate) const RST_STREAM: u8 = 0x3;
+    pub(crate) const SETTINGS: u8 = 0x4;
+    pub(crate) const PING: u8 = 0x6;
+    pub(crate) const GOAWAY: u8 = 0x7;
+    pub(crate) const WINDOW_UPDATE: u8 = 0x8;
+    pub(crate) const CONTINUATION: u8 = 0x9;
 }
 
 /// Frame flags (RFC 9113 §6).
 pub(crate) mod flag {
     /// DATA, HEADERS: the sender's last frame on the stream.
-    pub const END_STREAM: u8 = 0x1;
+    pub(crate) const END_STREAM: u8 = 0x1;
     /// SETTINGS, PING: an acknowledgement.
-    pub const ACK: u8 = 0x1;
+    pub(crate) const ACK: u8 = 0x1;
     /// HEADERS, PUSH_PROMISE, CONTINUATION: the last frame of the field block.
-    pub const END_HEADERS: u8 = 0x4;
+    pub(crate) const END_HEADERS: u8 = 0x4;
 }
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113 §6.5.2).
@@ -65,7 +65,7 @@ pub(crate) struct FrameHeader {
 
 impl FrameHeader {
     #[inline]
-    pub fn parse(b: &[u8; FRAME_HEADER_LEN]) -> FrameHeader {
+    pub(super) fn parse(b: &[u8; FRAME_HEADER_LEN]) -> FrameHeader {
         FrameHeader {
             len: u32::from_be_bytes([0, b[0], b[1], b[2]]),
             ty: b[3],
@@ -75,7 +75,7 @@ impl FrameHeader {
     }
 
     #[inline]
-    pub fn has(&self, flag: u8) -> bool {
+    pub(super) fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
 }

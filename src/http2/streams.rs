@@ -39,7 +39,7 @@ pub(crate) struct OpenStreams {
 }
 
 impl OpenStreams {
-    pub fn new(cap: u32) -> OpenStreams {
+    pub(super) fn new(cap: u32) -> OpenStreams {
         let cap = cap as usize;
         OpenStreams {
             entries: Vec::with_capacity(cap.min(PREALLOCATED)),
@@ -48,19 +48,19 @@ impl OpenStreams {
     }
 
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether another stream would exceed the cap.
     #[inline]
-    pub fn is_full(&self) -> bool {
+    pub(super) fn is_full(&self) -> bool {
         self.entries.len() >= self.cap
     }
 
     /// Opens `id`, which must be greater than every id opened before, in a set that is not full.
     /// `client_ended`: the opening HEADERS carried END_STREAM.
-    pub fn open(&mut self, id: u32, client_ended: bool) {
+    pub(super) fn open(&mut self, id: u32, client_ended: bool) {
         debug_assert!(!self.is_full());
         debug_assert!(self.entries.last().is_none_or(|e| e.id < id));
         self.entries.push(Entry {
@@ -73,7 +73,7 @@ impl OpenStreams {
 
     /// The client sent END_STREAM on `id`; closes it if the server had too. True when that
     /// closed a stream that was never answered.
-    pub fn end_client(&mut self, id: u32) -> bool {
+    pub(super) fn end_client(&mut self, id: u32) -> bool {
         if let Ok(i) = self.find(id) {
             if self.entries[i].server_ended {
                 return !self.entries.remove(i).answered;
@@ -85,7 +85,7 @@ impl OpenStreams {
 
     /// The server sent END_STREAM on `id`; closes it if the client had too. True when that
     /// closed a stream that was never answered.
-    pub fn end_server(&mut self, id: u32) -> bool {
+    pub(super) fn end_server(&mut self, id: u32) -> bool {
         if let Ok(i) = self.find(id) {
             if self.entries[i].client_ended {
                 return !self.entries.remove(i).answered;
@@ -97,7 +97,7 @@ impl OpenStreams {
 
     /// The upstream's HEADERS on `id` passed: true the first time for an open stream (its
     /// answer), false after that or for a stream that is not open.
-    pub fn answer(&mut self, id: u32) -> bool {
+    pub(super) fn answer(&mut self, id: u32) -> bool {
         match self.find(id) {
             Ok(i) if !self.entries[i].answered => {
                 self.entries[i].answered = true;
@@ -109,7 +109,7 @@ impl OpenStreams {
 
     /// Empties the set (the connection ended), calling `f` with each stream that was never
     /// answered, in id order. Keeps the buffer.
-    pub fn drain_unanswered(&mut self, mut f: impl FnMut(u32)) {
+    pub(super) fn drain_unanswered(&mut self, mut f: impl FnMut(u32)) {
         for e in self.entries.drain(..) {
             if !e.answered {
                 f(e.id);
@@ -119,19 +119,19 @@ impl OpenStreams {
 
     /// Whether an open, unanswered stream still waits for client bytes (no END_STREAM from the
     /// client yet): holding the client's next frame could stall it. A scan (≤ the cap).
-    pub fn awaiting_client(&self) -> bool {
+    pub(super) fn awaiting_client(&self) -> bool {
         self.entries.iter().any(|e| !e.client_ended && !e.answered)
     }
 
     /// Whether `id` is open.
     #[inline]
-    pub fn is_open(&self, id: u32) -> bool {
+    pub(super) fn is_open(&self, id: u32) -> bool {
         self.find(id).is_ok()
     }
 
     /// A RST_STREAM on `id` (either direction) closes it. True when it was open and never
     /// answered.
-    pub fn reset(&mut self, id: u32) -> bool {
+    pub(super) fn reset(&mut self, id: u32) -> bool {
         match self.find(id) {
             Ok(i) => !self.entries.remove(i).answered,
             Err(_) => false,

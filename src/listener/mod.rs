@@ -38,10 +38,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Listen backlog per socket.
-pub const BACKLOG: i32 = 4096;
+pub(crate) const BACKLOG: i32 = 4096;
 
 /// Binds one SO_REUSEPORT listening socket (non-blocking, ready for tokio).
-pub fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let domain = if addr.is_ipv6() {
         Domain::IPV6
     } else {
@@ -64,7 +64,7 @@ static HELD: Mutex<BTreeMap<SocketAddr, usize>> = Mutex::new(BTreeMap::new());
 
 /// One proxy's claim on a listening address; released when the proxy stops.
 #[derive(Debug)]
-pub struct HeldAddr(SocketAddr);
+pub(crate) struct HeldAddr(SocketAddr);
 
 impl HeldAddr {
     fn claim(addr: SocketAddr) -> HeldAddr {
@@ -94,7 +94,7 @@ impl Drop for HeldAddr {
 /// unless another started proxy of this process holds that very address: then the new sockets
 /// join its SO_REUSEPORT group, so a replacement proxy (a config reload that changes listeners)
 /// can start before the old one stops and no connection is refused in between.
-pub fn bind_listener(
+pub(crate) fn bind_listener(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<(Vec<std::net::TcpListener>, HeldAddr)> {
@@ -131,7 +131,7 @@ fn is_resource_error(e: &io::Error) -> bool {
 
 /// Accepts on one socket until `stop` fires; each admitted connection is served by a task on
 /// `conns`, cancelled by `conn_cancel` at the end of a drain.
-pub async fn accept_loop(
+pub(crate) async fn accept_loop(
     shared: Arc<Shared>,
     li: ListenerId,
     listener: TcpListener,

@@ -70,7 +70,7 @@ impl<T> Default for Lists<T> {
 }
 
 /// The JS names of the five lists, in the order of [`Lists::lists`].
-pub const LIST_NAMES: [&str; 5] = [
+pub(crate) const LIST_NAMES: [&str; 5] = [
     "rateLimited",
     "concurrencyLimited",
     "cidrBlocklist",
@@ -179,12 +179,12 @@ impl SideLists {
     }
 
     /// Adds `key` to the set of `flag` (after the entry's flag went 0→1).
-    pub fn add(&self, flag: u8, key: IpKey) {
+    pub(crate) fn add(&self, flag: u8, key: IpKey) {
         Self::lock(self.set(flag)).insert(key);
     }
 
     /// Removes `key` from every set whose flag is in `flags` (entry evicted).
-    pub fn forget(&self, key: IpKey, flags: u8) {
+    pub(crate) fn forget(&self, key: IpKey, flags: u8) {
         for f in [FLAG_RATE, FLAG_CONC, FLAG_BOX] {
             if flags & f != 0 {
                 Self::lock(self.set(f)).remove(&key);
@@ -193,12 +193,12 @@ impl SideLists {
     }
 
     /// Removes `key` from the set of `flag`.
-    pub fn remove(&self, flag: u8, key: IpKey) {
+    pub(crate) fn remove(&self, flag: u8, key: IpKey) {
         Self::lock(self.set(flag)).remove(&key);
     }
 
     /// The keys currently in the set of `flag`.
-    pub fn snapshot(&self, flag: u8) -> Vec<IpKey> {
+    pub(crate) fn snapshot(&self, flag: u8) -> Vec<IpKey> {
         Self::lock(self.set(flag)).iter().copied().collect()
     }
 }

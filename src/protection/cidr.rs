@@ -160,7 +160,7 @@ fn in_ranges<T: Copy + Ord>(ranges: &[(T, T)], x: T) -> bool {
 }
 
 mod num_like {
-    pub trait Succ: Sized {
+    pub(super) trait Succ: Sized {
         fn succ(self) -> Option<Self>;
     }
     impl Succ for u32 {
@@ -177,7 +177,7 @@ mod num_like {
 
 /// A network with IPv4-mapped IPv6 (`::ffff:a.b.c.d/N`, N ≥ 96) folded into IPv4 and host bits
 /// cleared: the form [`parse_cidr`] returns, for networks built in code (kernel map keys).
-pub fn canonical_net(net: IpNet) -> IpNet {
+pub(crate) fn canonical_net(net: IpNet) -> IpNet {
     match net {
         IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
             Some(v4) => IpNet::V4(

@@ -34,7 +34,7 @@ use super::policy::{Defense, DefenseMode};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Seconds of the baseline window (5 minutes).
-pub const WINDOW_S: usize = 300;
+pub(crate) const WINDOW_S: usize = 300;
 const SLOTS: usize = 4;
 const NS: u64 = crate::clock::NS_PER_SEC;
 
@@ -47,7 +47,7 @@ pub(crate) struct Buckets {
 impl Buckets {
     /// Counts one new connection at `now_ns`.
     #[inline]
-    pub fn record(&self, now_ns: u64) {
+    pub(crate) fn record(&self, now_ns: u64) {
         let sec = (now_ns / NS) as u32;
         let slot = &self.slots[sec as usize % SLOTS];
         let mut v = slot.load(Ordering::Relaxed);
@@ -65,7 +65,7 @@ impl Buckets {
     }
 
     /// The count of second `sec` (0 when its slot already holds another second).
-    pub fn count(&self, sec: u64) -> u64 {
+    pub(crate) fn count(&self, sec: u64) -> u64 {
         let v = self.slots[sec as usize % SLOTS].load(Ordering::Relaxed);
         if (v >> 32) as u32 == sec as u32 {
             v & 0xffff_ffff
@@ -77,7 +77,7 @@ impl Buckets {
 
 /// The last [`WINDOW_S`] per-second counts with their exact sum and sum of squares.
 #[derive(Debug, Clone)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     ring: Box<[u32; WINDOW_S]>,
     len: usize,
     head: usize,
@@ -99,7 +99,7 @@ impl Default for Baseline {
 
 impl Baseline {
     /// Adds one second's count (the oldest leaves once the window is full).
-    pub fn push(&mut self, count: u64) {
+    pub(crate) fn push(&mut self, count: u64) {
         let c = count.min(u64::from(u32::MAX)) as u32;
         if self.len == WINDOW_S {
             let old = self.ring[self.head];
@@ -115,12 +115,12 @@ impl Baseline {
     }
 
     /// Seconds in the window.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Mean and population standard deviation of the window (0, 0 when empty).
-    pub fn mean_deviation(&self) -> (f64, f64) {
+    pub(crate) fn mean_deviation(&self) -> (f64, f64) {
         if self.len == 0 {
             return (0.0, 0.0);
         }
@@ -133,7 +133,7 @@ impl Baseline {
     }
 
     /// `max(min, mean + sigma × deviation)`.
-    pub fn threshold(&self, sigma: f64, min: u64) -> f64 {
+    pub(crate) fn threshold(&self, sigma: f64, min: u64) -> f64 {
         let (mean, dev) = self.mean_deviation();
         (mean + sigma * dev).max(min as f64)
     }
@@ -152,7 +152,7 @@ pub struct DefenseChange {
 
 /// One listener's defense-mode state (behind a mutex the background tick takes).
 #[derive(Debug, Clone, Default)]
-pub struct DefenseState {
+pub(crate) struct DefenseState {
     baseline: Baseline,
     /// The first second not yet closed.
     next_sec: Option<u64>,
@@ -166,7 +166,7 @@ pub struct DefenseState {
 
 impl DefenseState {
     /// Whether defense mode is on (as of the last tick).
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.active
     }
 
@@ -174,7 +174,7 @@ impl DefenseState {
     /// and returns the change to announce, if the state differs from the last one announced.
     /// `overloaded` (a route's upstream is overloaded) holds `auto` mode on while it lasts; once
     /// it ends, the next closed second under the threshold turns it off.
-    pub fn tick(
+    pub(crate) fn tick(
         &mut self,
         cfg: &Defense,
         now_ns: u64,

@@ -108,14 +108,14 @@ impl Standing {
 
     /// Whether the known-good mark runs at `now_ns`.
     #[inline]
-    pub fn known_good(&self, now_ns: u64) -> bool {
+    pub(crate) fn known_good(&self, now_ns: u64) -> bool {
         u64::from(self.known_good_s) * crate::clock::NS_PER_SEC > now_ns
     }
 
     /// The latest the running known-good mark can have been first set (CLOCK_MONOTONIC ns,
     /// rounded up to the second; with a saturated age, 18.2 h before its deadline).
     #[inline]
-    pub fn known_good_since_ns(&self) -> u64 {
+    pub(crate) fn known_good_since_ns(&self) -> u64 {
         let s = self
             .known_good_s
             .saturating_sub(u32::from(self.known_good_age_s));
@@ -124,7 +124,7 @@ impl Standing {
 }
 
 /// Largest per-client pending count (`slowHandshake.maxPendingPerIp` is validated below it).
-pub const MAX_PENDING: u64 = u16::MAX as u64;
+pub(crate) const MAX_PENDING: u64 = u16::MAX as u64;
 
 impl Entry {
     #[inline]
@@ -156,13 +156,13 @@ impl Entry {
 
     /// The rate-limit generation (mod 32) the TATs are written in.
     #[inline]
-    pub fn tag(&self) -> u8 {
+    pub(crate) fn tag(&self) -> u8 {
         self.flags >> TAG_SHIFT
     }
 
     /// Records the generation tag (`< 32`), keeping the side-set flags.
     #[inline]
-    pub fn set_tag(&mut self, tag: u8) {
+    pub(crate) fn set_tag(&mut self, tag: u8) {
         self.flags = (self.flags & SIDE_FLAGS) | (tag << TAG_SHIFT);
     }
 }

@@ -37,9 +37,9 @@ use std::sync::Mutex;
 use std::sync::OnceLock;
 
 /// Sets of the table.
-pub const SETS: usize = 4096;
+pub(crate) const SETS: usize = 4096;
 /// Ways per set.
-pub const WAYS: usize = 8;
+pub(crate) const WAYS: usize = 8;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Way {

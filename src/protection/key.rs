@@ -15,7 +15,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Default `ipv6PrefixLength`.
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 const MAPPED: u128 = 0xffff_u128 << 32;
 

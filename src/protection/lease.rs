@@ -36,9 +36,9 @@
 /// How long leased tokens stay usable, ns.
 pub const LEASE_TTL_NS: u64 = crate::clock::NS_PER_SEC;
 /// Credit owed by a client unseen for this long no longer keeps its entry, ns.
-pub const IDLE_NS: u64 = 10_000_000_000;
+pub(crate) const IDLE_NS: u64 = 10_000_000_000;
 /// A refill unanswered while the client was unseen this long no longer keeps its entry, ns.
-pub const STALE_NS: u64 = 60_000_000_000;
+pub(crate) const STALE_NS: u64 = 60_000_000_000;
 const NS_PER_S: u64 = crate::clock::NS_PER_SEC;
 const PENDING: u8 = 1;
 const HELD: u8 = 2;
@@ -69,7 +69,7 @@ const _: () = assert!(std::mem::size_of::<Lease>() == 16);
 
 /// The accept path's lease decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseDecision {
+pub(crate) struct LeaseDecision {
     /// Admit (false: refuse `cluster_rate_limited`).
     pub admit: bool,
     /// Ask for a refill for this client (it was marked in flight).

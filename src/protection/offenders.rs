@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Records kept at most (clients with a recent violation or a running box).
-pub const MAX_OFFENDERS: usize = 65_536;
+pub(crate) const MAX_OFFENDERS: usize = 65_536;
 
 /// Ns between two purges of expired records.
 const PURGE_EVERY_NS: u64 = crate::clock::NS_PER_SEC;
@@ -54,7 +54,7 @@ pub(crate) struct Offenders {
 impl Offenders {
     /// Counts one violation of `key` at `now_ns`; when it is the `threshold`-th within
     /// `window_ns`, boxes the client until `now_ns + duration_ns` and returns that deadline.
-    pub fn violation(
+    pub(crate) fn violation(
         &self,
         key: IpKey,
         now_ns: u64,
@@ -80,7 +80,7 @@ impl Offenders {
 
     /// Boxes `key` until `deadline_ns` (a later running deadline is kept); returns the deadline
     /// in force.
-    pub fn put_in_box(&self, key: IpKey, deadline_ns: u64) -> u64 {
+    pub(crate) fn put_in_box(&self, key: IpKey, deadline_ns: u64) -> u64 {
         let mut r = self.records.entry(key).or_default();
         self.extend(&mut r, deadline_ns)
     }
@@ -94,7 +94,7 @@ impl Offenders {
     }
 
     /// The box deadline (ns) recorded for `key`, if it has a record with one.
-    pub fn box_deadline(&self, key: IpKey) -> Option<u64> {
+    pub(crate) fn box_deadline(&self, key: IpKey) -> Option<u64> {
         self.records
             .get(&key)
             .map(|r| r.box_deadline_ns)
@@ -103,7 +103,7 @@ impl Offenders {
 
     /// Whether `key` is boxed at `now_ns` (one relaxed load when nobody is boxed).
     #[inline]
-    pub fn is_boxed(&self, key: IpKey, now_ns: u64) -> bool {
+    pub(crate) fn is_boxed(&self, key: IpKey, now_ns: u64) -> bool {
         if self.boxed.load(Ordering::Relaxed) == 0 {
             return false;
         }
@@ -113,7 +113,7 @@ impl Offenders {
     }
 
     /// Every running box with its deadline (ns), in O(records).
-    pub fn boxed(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
+    pub(crate) fn boxed(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
         if self.boxed.load(Ordering::Relaxed) == 0 {
             return Vec::new();
         }
@@ -126,7 +126,7 @@ impl Offenders {
 
     /// Drops records with no running box and no violation inside `window_ns`; at most once per
     /// second (O(records) when it runs).
-    pub fn purge(&self, now_ns: u64, window_ns: u64) {
+    pub(crate) fn purge(&self, now_ns: u64, window_ns: u64) {
         let next = self.next_purge_ns.load(Ordering::Relaxed);
         if now_ns < next || self.records.is_empty() {
             return;
@@ -147,7 +147,7 @@ impl Offenders {
     }
 
     /// Records held (clients with a recent violation or a box not yet purged).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.records.len()
     }
 }

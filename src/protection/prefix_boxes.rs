@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 /// Received prefix boxes kept at most per engine (beyond: a new one is not held here; the
 /// sending node and the kernel, through the box listener, still enforce it).
-pub const MAX_PREFIX_BOXES: usize = 65_536;
+pub(crate) const MAX_PREFIX_BOXES: usize = 65_536;
 
 /// The received prefix boxes of one engine.
 #[derive(Default)]
@@ -41,7 +41,7 @@ pub(crate) struct PrefixBoxes {
 impl PrefixBoxes {
     /// Boxes the prefix `key` until `deadline_ns` (a later running deadline is kept); returns
     /// the deadline in force, or `None` when the set is full.
-    pub fn put(&self, key: IpKey, deadline_ns: u64) -> Option<u64> {
+    pub(crate) fn put(&self, key: IpKey, deadline_ns: u64) -> Option<u64> {
         if !self.boxes.contains_key(&key) && self.count.load(Ordering::Relaxed) >= MAX_PREFIX_BOXES
         {
             return None;
@@ -67,13 +67,13 @@ impl PrefixBoxes {
     }
 
     /// Whether the prefix `key` itself is boxed at `now_ns`.
-    pub fn is_running(&self, key: IpKey, now_ns: u64) -> bool {
+    pub(crate) fn is_running(&self, key: IpKey, now_ns: u64) -> bool {
         self.boxes.get(&key).is_some_and(|d| now_ns < *d)
     }
 
     /// The running box holding `ip` at `now_ns`, if any (one relaxed load when none).
     #[inline]
-    pub fn holding(&self, ip: IpAddr, now_ns: u64) -> Option<(IpKey, u64)> {
+    pub(crate) fn holding(&self, ip: IpAddr, now_ns: u64) -> Option<(IpKey, u64)> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -93,7 +93,7 @@ impl PrefixBoxes {
     }
 
     /// Every running box with its deadline (ns), in O(boxes).
-    pub fn running(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
+    pub(crate) fn running(&self, now_ns: u64) -> Vec<(IpKey, u64)> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return Vec::new();
         }
@@ -108,7 +108,7 @@ impl PrefixBoxes {
     }
 
     /// Drops ended boxes (and the lengths no box uses any more).
-    pub fn purge(&self, now_ns: u64) {
+    pub(crate) fn purge(&self, now_ns: u64) {
         if self.count.load(Ordering::Relaxed) == 0 {
             return;
         }

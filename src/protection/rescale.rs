@@ -143,7 +143,7 @@ pub(crate) struct Installed {
 
 impl Installed {
     /// No policy, generation 0.
-    pub fn initial() -> Installed {
+    pub(crate) fn initial() -> Installed {
         Installed {
             policy: None,
             rate: None,
@@ -158,7 +158,7 @@ impl Installed {
 
     /// What installing `policy` at `now_ns` after `self` publishes: the same generation when
     /// neither limit changed interval or was switched on or off, else the next one.
-    pub fn next(&self, policy: Option<Arc<ProtectionPolicy>>, now_ns: u64) -> Installed {
+    pub(crate) fn next(&self, policy: Option<Arc<ProtectionPolicy>>, now_ns: u64) -> Installed {
         let rate = policy
             .as_deref()
             .and_then(|p| p.rate_limit())
@@ -200,14 +200,14 @@ impl Installed {
 
     /// The generation's tag, as entries carry it (`generation % 32`).
     #[inline]
-    pub fn tag(&self) -> u8 {
+    pub(crate) fn tag(&self) -> u8 {
         self.tag
     }
 
     /// Brings `e`'s TATs from its generation to this one (no-op when already there). Call with
     /// the entry's shard lock held and `self` loaded while holding it.
     #[cold]
-    pub fn rescale(&self, e: &mut Entry, tier: Tier) {
+    pub(crate) fn rescale(&self, e: &mut Entry, tier: Tier) {
         let missed = u64::from(self.tag.wrapping_sub(e.tag()) & (WINDOW as u8 - 1));
         let missed = missed.min(self.generation);
         for g in self.generation - missed + 1..=self.generation {

@@ -40,9 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Sets of a table.
-pub const SETS: usize = 8192;
+pub(crate) const SETS: usize = 8192;
 /// Ways per set.
-pub const WAYS: usize = 4;
+pub(crate) const WAYS: usize = 4;
 
 #[derive(Debug, Default)]
 struct Way {
@@ -159,7 +159,7 @@ pub(crate) struct ShadowOutcome {
 /// One open connection counted on a shadow prefix (see the module doc), released when dropped.
 /// 16 bytes (kept in every connection's guard): the table, the way's index and the low half of
 /// its fingerprint.
-pub struct ShadowHold {
+pub(crate) struct ShadowHold {
     table: Arc<ShadowTable>,
     index: u32,
     fp: u32,

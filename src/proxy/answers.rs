@@ -19,14 +19,14 @@ const BODY_503: &str = "503 Service Unavailable\n";
 
 /// Whole seconds in `ns`, rounded up, at least 1 (`Retry-After` and `t` are integers; 0 would
 /// invite an immediate retry that is refused again).
-pub fn ceil_secs(ns: u64) -> u64 {
+pub(crate) fn ceil_secs(ns: u64) -> u64 {
     ns.div_ceil(NS_PER_SEC).max(1)
 }
 
 /// The `w` of `RateLimit-Policy` for `burst` requests at `per_second`: the seconds the limit
 /// takes to grant a whole burst again, rounded up, at least 1 (the advertised quota per window
 /// is then never above the real rate).
-pub fn window_secs(per_second: f64, burst: u64) -> u64 {
+pub(crate) fn window_secs(per_second: f64, burst: u64) -> u64 {
     let w = (burst as f64 / per_second).ceil();
     if w.is_finite() && w >= 1.0 {
         (w as u64).min(u64::from(u32::MAX))
@@ -38,7 +38,7 @@ pub fn window_secs(per_second: f64, burst: u64) -> u64 {
 /// The `429 Too Many Requests` answer to a request over a budget of `burst` requests at
 /// `per_second` (> 0), conforming again in `retry_after_ns`: `Retry-After` and `RateLimit`'s `t`
 /// are those ns in seconds rounded up (at least 1).
-pub fn too_many_requests(retry_after_ns: u64, per_second: f64, burst: u64) -> Vec<u8> {
+pub(crate) fn too_many_requests(retry_after_ns: u64, per_second: f64, burst: u64) -> Vec<u8> {
     let s = ceil_secs(retry_after_ns);
     let w = window_secs(per_second, burst);
     format!(
@@ -57,7 +57,7 @@ RateLimit: \"rampart\";r=0;t={s}\r\n\
 
 /// The `503 Service Unavailable` answer to a request the upstream has no room for, with
 /// `Retry-After: <retry_after_s>` (at least 1).
-pub fn service_unavailable(retry_after_s: u32) -> Vec<u8> {
+pub(crate) fn service_unavailable(retry_after_s: u32) -> Vec<u8> {
     format!(
         "HTTP/1.1 503 Service Unavailable\r\n\
 Content-Type: text/plain\r\n\

@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Counters a metered stream updates.
-pub struct Meter<'a> {
+pub(crate) struct Meter<'a> {
     /// Last activity, CLOCK_MONOTONIC ms.
     pub last_active_ms: &'a AtomicU64,
     /// Bytes read from this side, added to each (the listener's and the route's counter).
@@ -44,14 +44,14 @@ pub struct Meter<'a> {
 }
 
 /// A stream wrapper that records activity and bytes read.
-pub struct Metered<'a, S> {
+pub(crate) struct Metered<'a, S> {
     inner: S,
     meter: Meter<'a>,
 }
 
 impl<'a, S> Metered<'a, S> {
     /// Wraps `inner`.
-    pub fn new(inner: S, meter: Meter<'a>) -> Self {
+    pub(crate) fn new(inner: S, meter: Meter<'a>) -> Self {
         Metered { inner, meter }
     }
 }
@@ -105,7 +105,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
 
 /// What an [`Inspector`] decided about one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Forward the whole chunk and keep reading.
     All,
     /// Forward `chunk[..n]`, then read no more from this side: shut the other side's writer
@@ -118,7 +118,7 @@ pub enum Flow {
 
 /// Which way a pump moves bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
+pub(crate) enum Dir {
     /// Client → upstream.
     ToUpstream,
     /// Upstream → client.
@@ -126,11 +126,11 @@ pub enum Dir {
 }
 
 /// Most bytes an inspector may have written after a stopped direction.
-pub const FAREWELL_MAX: usize = 32;
+pub(crate) const FAREWELL_MAX: usize = 32;
 
 /// Looks at the bytes a pair moves, chunk by chunk, and may end the pair. Both directions are
 /// pumped in one task, so one inspector serves both and needs no lock.
-pub trait Inspector {
+pub(crate) trait Inspector {
     /// A chunk just read in direction `dir`, before it is written; it may be rewritten in place
     /// (never resized).
     fn inspect(&mut self, dir: Dir, chunk: &mut [u8]) -> Flow;
@@ -156,7 +156,7 @@ pub trait Inspector {
 }
 
 /// Inspects nothing.
-pub struct Pass;
+pub(crate) struct Pass;
 
 impl Inspector for Pass {
     #[inline(always)]
@@ -185,7 +185,7 @@ impl Inspector for Pass {
 /// known-good mark of the connection path). `client_sent`: the client's first bytes were already
 /// forwarded before the pair started (a request head Rampart buffered), so one upstream byte
 /// completes the exchange.
-pub struct KnownGood<I: Inspector, F: FnOnce()> {
+pub(crate) struct KnownGood<I: Inspector, F: FnOnce()> {
     inner: I,
     up: bool,
     down: bool,
@@ -194,7 +194,7 @@ pub struct KnownGood<I: Inspector, F: FnOnce()> {
 
 impl<I: Inspector, F: FnOnce()> KnownGood<I, F> {
     /// `inner` with `hook` (none: the wrapper only delegates).
-    pub fn new(inner: I, client_sent: bool, hook: Option<F>) -> Self {
+    pub(crate) fn new(inner: I, client_sent: bool, hook: Option<F>) -> Self {
         KnownGood {
             inner,
             up: client_sent,
@@ -204,7 +204,7 @@ impl<I: Inspector, F: FnOnce()> KnownGood<I, F> {
     }
 
     /// The wrapped inspector.
-    pub fn inner(&self) -> &I {
+    pub(crate) fn inner(&self) -> &I {
         &self.inner
     }
 }
@@ -249,9 +249,10 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
 }
 
 /// Default copy buffer for client → upstream bytes.
-pub const CLIENT_TO_UPSTREAM_BUF: usize = crate::config::socket::DEFAULT_CLIENT_READ_BUFFER;
+pub(crate) const CLIENT_TO_UPSTREAM_BUF: usize = crate::config::socket::DEFAULT_CLIENT_READ_BUFFER;
 /// Default copy buffer for upstream → client bytes.
-pub const UPSTREAM_TO_CLIENT_BUF: usize = crate::config::socket::DEFAULT_UPSTREAM_READ_BUFFER;
+pub(crate) const UPSTREAM_TO_CLIENT_BUF: usize =
+    crate::config::socket::DEFAULT_UPSTREAM_READ_BUFFER;
 /// Idle buffers kept per worker thread for reuse.
 const POOL_MAX: usize = 16;
 
@@ -572,7 +573,7 @@ where
 
 /// How a pair copies: timeouts and buffer sizes (docs/config.md: Proxy: listeners and routes).
 #[derive(Debug, Clone, Copy)]
-pub struct CopyOptions {
+pub(crate) struct CopyOptions {
     /// No byte in either direction for this long closes the pair (`idleTimeoutMs`; `None`:
     /// `idleTimeoutMs: 0`, no idle bound).
     pub idle_timeout: Option<Duration>,
@@ -587,7 +588,7 @@ pub struct CopyOptions {
 
 impl CopyOptions {
     /// The default buffers and no half-close limit, with `idle_timeout`.
-    pub fn idle(idle_timeout: Option<Duration>) -> CopyOptions {
+    pub(crate) fn idle(idle_timeout: Option<Duration>) -> CopyOptions {
         CopyOptions {
             idle_timeout,
             half_close_timeout: None,
@@ -599,7 +600,7 @@ impl CopyOptions {
 
 /// How a proxied pair ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum CopyEnd {
+pub(crate) enum CopyEnd {
     /// Both sides closed (EOF both ways), or one side errored (reset).
     Closed,
     /// No byte either way for the idle timeout.
@@ -610,7 +611,7 @@ pub enum CopyEnd {
 
 /// The counters a pair updates.
 #[derive(Clone, Copy)]
-pub struct PairCounters<'a> {
+pub(crate) struct PairCounters<'a> {
     /// Bytes read from the client (listener and route `bytesReceived`).
     pub client_bytes: [&'a AtomicU64; 2],
     /// Bytes read from the upstream and sent to the client (listener and route `bytesSent`).
@@ -621,7 +622,7 @@ pub struct PairCounters<'a> {
 
 /// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`
 /// (`None`: never idle-closed), updating `counters`.
-pub async fn proxy_pair<C, U>(
+pub(crate) async fn proxy_pair<C, U>(
     client: C,
     upstream: U,
     idle_timeout: Option<Duration>,
@@ -643,7 +644,7 @@ where
 
 /// [`proxy_pair`] with every chunk shown to `inspector` on its way, with `opts`' buffers and
 /// half-close bound.
-pub async fn proxy_pair_inspected<C, U, I>(
+pub(crate) async fn proxy_pair_inspected<C, U, I>(
     client: C,
     upstream: U,
     opts: &CopyOptions,

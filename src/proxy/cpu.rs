@@ -13,15 +13,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// How often sampled upstreams are read, ms (Symphony's period).
-pub const SAMPLE_PERIOD_MS: u64 = 250;
+pub(crate) const SAMPLE_PERIOD_MS: u64 = 250;
 
 /// Weight of one open connection in the score: a whole core's CPU use (1000 ‰) equals one
 /// connection.
-pub const CONNECTION_WEIGHT: u64 = 1000;
+pub(crate) const CONNECTION_WEIGHT: u64 = 1000;
 
 /// One upstream's CPU sampling state.
 #[derive(Debug, Default)]
-pub struct CpuSlot {
+pub(crate) struct CpuSlot {
     /// The worker sampled (`None`: not sampled, counts 0).
     pub source: Option<CpuSource>,
     /// CPU use at the last sample, ‰ of one core (0..=1000).
@@ -36,7 +36,7 @@ pub struct CpuSlot {
 
 impl CpuSlot {
     /// A slot for `source`.
-    pub fn new(source: Option<CpuSource>) -> Self {
+    pub(crate) fn new(source: Option<CpuSource>) -> Self {
         CpuSlot {
             source,
             ..CpuSlot::default()
@@ -45,25 +45,25 @@ impl CpuSlot {
 
     /// The CPU use in ‰ (0 when not sampled or not measured yet): one relaxed load.
     #[inline]
-    pub fn permille(&self) -> u32 {
+    pub(crate) fn permille(&self) -> u32 {
         self.permille.load(Ordering::Relaxed)
     }
 
     /// Sets the CPU use as if measured (tests).
     #[cfg(test)]
-    pub fn set_measured(&self, permille: u32) {
+    pub(crate) fn set_measured(&self, permille: u32) {
         self.permille.store(permille, Ordering::Relaxed);
         self.measured.store(1, Ordering::Relaxed);
     }
 
     /// The measured CPU use, `None` before two samples were taken or without a source.
-    pub fn measured(&self) -> Option<u32> {
+    pub(crate) fn measured(&self) -> Option<u32> {
         (self.measured.load(Ordering::Relaxed) != 0).then(|| self.permille())
     }
 
     /// Reads the source's ticks at `now_ns` and updates the use from the last sample. A worker
     /// that is gone (or procfs unreadable) keeps its last value.
-    pub fn sample(&self, now_ns: u64) {
+    pub(crate) fn sample(&self, now_ns: u64) {
         let Some(src) = self.source else { return };
         let Some(ticks) = read_ticks(src) else { return };
         let last_ns = self.last_ns.swap(now_ns, Ordering::Relaxed);
@@ -91,7 +91,7 @@ fn clock_ticks_per_second() -> u64 {
 
 /// utime + stime of `src` in clock ticks, from `/proc/<pid>/task/<tid>/stat` (or
 /// `/proc/<pid>/stat`); `None` when it cannot be read or parsed.
-pub fn read_ticks(src: CpuSource) -> Option<u64> {
+pub(crate) fn read_ticks(src: CpuSource) -> Option<u64> {
     let path = match src.tid {
         Some(tid) => format!("/proc/{}/task/{tid}/stat", src.pid),
         None => format!("/proc/{}/stat", src.pid),
@@ -102,7 +102,7 @@ pub fn read_ticks(src: CpuSource) -> Option<u64> {
 /// utime + stime from the text of a proc(5) `stat` file: the fields after the command name (in
 /// parentheses, which may itself hold `)`), so the last `)` ends it; utime and stime are the
 /// 12th and 13th fields after it.
-pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+pub(crate) fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace().skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;

@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::AsFd;
 
 /// Turns on `SO_KEEPALIVE` with `k`'s idle time, probe interval and probe count.
-pub fn apply(sock: &impl AsFd, k: &Keepalive) -> io::Result<()> {
+pub(crate) fn apply(sock: &impl AsFd, k: &Keepalive) -> io::Result<()> {
     let ka = TcpKeepalive::new()
         .with_time(k.idle)
         .with_interval(k.interval)

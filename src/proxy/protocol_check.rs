@@ -22,20 +22,20 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 /// RFC 9113 §7 INTERNAL_ERROR: what the GOAWAY after a mismatch carries.
-pub const INTERNAL_ERROR: u32 = 0x2;
+pub(crate) const INTERNAL_ERROR: u32 = 0x2;
 
 /// GOAWAY debug data after a mismatch on an HTTP/2 connection.
-pub const H2_DEBUG: &[u8] = b"upstream not h2";
+pub(crate) const H2_DEBUG: &[u8] = b"upstream not h2";
 
 /// What an HTTP/1.x client gets after a mismatch (the body ends at the close).
-pub const HTTP1_BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\n\r\n";
+pub(crate) const HTTP1_BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\n\r\n";
 
 /// How long the ending connection may take to write the farewell.
 const GRACE: Duration = Duration::from_secs(1);
 
 /// The protocol the upstream must answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     /// HTTP/2 with prior knowledge: a SETTINGS frame first.
     H2,
     /// HTTP/1.x: `HTTP/` first, at least not an HTTP/2 frame.
@@ -44,7 +44,7 @@ pub enum Expect {
 
 /// How the upstream's first bytes went against [`Expect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// What was expected.
     pub expected: Expect,
     /// The upstream's first bytes (at most 16), as received.
@@ -54,7 +54,7 @@ pub struct Mismatch {
 impl Mismatch {
     /// A sentence for the `'error'` event, naming the upstream (`upstream`, as
     /// [`crate::proxy::upstream::describe`] writes it) and what to change.
-    pub fn message(&self, upstream: &str) -> String {
+    pub(crate) fn message(&self, upstream: &str) -> String {
         let shown: String = self.first_bytes.escape_ascii().to_string();
         match self.expected {
             Expect::H2 => format!(
@@ -69,7 +69,7 @@ impl Mismatch {
 
 /// An [`Inspector`] that checks the upstream's first bytes against `expect` before `inner` sees
 /// anything of that direction, and ends the pair on a mismatch.
-pub struct ProtocolCheck<I: Inspector> {
+pub(crate) struct ProtocolCheck<I: Inspector> {
     inner: I,
     expect: Expect,
     /// The first upstream byte was judged.
@@ -80,7 +80,7 @@ pub struct ProtocolCheck<I: Inspector> {
 
 impl<I: Inspector> ProtocolCheck<I> {
     /// `inner` behind the check.
-    pub fn new(inner: I, expect: Expect) -> Self {
+    pub(crate) fn new(inner: I, expect: Expect) -> Self {
         ProtocolCheck {
             inner,
             expect,
@@ -91,12 +91,12 @@ impl<I: Inspector> ProtocolCheck<I> {
     }
 
     /// The wrapped inspector.
-    pub fn inner(&self) -> &I {
+    pub(crate) fn inner(&self) -> &I {
         &self.inner
     }
 
     /// The mismatch that ended the pair, if one did.
-    pub fn mismatch(&self) -> Option<&Mismatch> {
+    pub(crate) fn mismatch(&self) -> Option<&Mismatch> {
         self.mismatch.as_ref()
     }
 

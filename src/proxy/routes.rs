@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 /// A route ready to serve.
 #[derive(Debug)]
-pub struct CompiledRoute {
+pub(crate) struct CompiledRoute {
     /// The validated config.
     pub config: RouteConfig,
     /// TLS config per listener index (route cert, else that listener's default cert); `None` for
@@ -49,7 +49,7 @@ pub struct CompiledRoute {
 /// Upstreams of a route that serve one protocol (`upstreams[].protocol`), with their
 /// round-robin cursor.
 #[derive(Debug)]
-pub struct UpstreamSet {
+pub(crate) struct UpstreamSet {
     /// Indexes into `config.upstreams`, in config order.
     pub members: Vec<usize>,
     /// Round-robin cursor over `members`.
@@ -66,18 +66,18 @@ impl UpstreamSet {
 }
 
 /// `ipAffinity` entries: client IP → (upstream index, deadline in CLOCK_MONOTONIC ns).
-pub type AffinityMap = dashmap::DashMap<IpAddr, (usize, u64)>;
+pub(crate) type AffinityMap = dashmap::DashMap<IpAddr, (usize, u64)>;
 
 /// Affinity entries kept before expired ones are swept (on insert).
-pub const AFFINITY_SWEEP_AT: usize = 65_536;
+pub(crate) const AFFINITY_SWEEP_AT: usize = 65_536;
 
 /// One open connection on upstream `i` of a route (its `upstream_active` count).
 #[derive(Debug)]
-pub struct UpstreamGuard(Arc<CompiledRoute>, usize);
+pub(crate) struct UpstreamGuard(Arc<CompiledRoute>, usize);
 
 impl UpstreamGuard {
     /// The upstream's index in its route's `upstreams`.
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.1
     }
 }
@@ -95,7 +95,7 @@ impl CompiledRoute {
     /// compiled for its own listener only: one rustls config, not one per listener). `metrics`
     /// and `capacity` are its counters and upstream capacity (a route-table route's from the
     /// registries, a resolved suspended connection's those of its suspended route).
-    pub fn compile(
+    pub(crate) fn compile(
         r: &RouteConfig,
         listeners: &[Option<&ListenerConfig>],
         metrics: Arc<RouteMetrics>,
@@ -153,7 +153,7 @@ impl CompiledRoute {
     }
 
     /// The upstreams that serve clients speaking `p`.
-    pub fn set(&self, p: AppProtocol) -> &UpstreamSet {
+    pub(crate) fn set(&self, p: AppProtocol) -> &UpstreamSet {
         match self.sets.as_slice() {
             [all] => all,
             sets => &sets[p.index()],
@@ -163,7 +163,7 @@ impl CompiledRoute {
     /// Index of the upstream to try first for `ip`, speaking `p`, at `now_ns`: with
     /// `ipAffinity`, the upstream `ip` last used while its entry lives and it serves `p`; else
     /// [`Self::pick`]. `None` when no upstream serves `p`.
-    pub fn pick_for(&self, ip: IpAddr, p: AppProtocol, now_ns: u64) -> Option<usize> {
+    pub(crate) fn pick_for(&self, ip: IpAddr, p: AppProtocol, now_ns: u64) -> Option<usize> {
         if let Some((map, _)) = &self.affinity {
             if let Some(e) = map.get(&ip) {
                 if e.1 > now_ns && self.set(p).members.contains(&e.0) {
@@ -175,7 +175,7 @@ impl CompiledRoute {
     }
 
     /// Records that `ip` was served by upstream `i` at `now_ns` (`ipAffinity`; no-op without).
-    pub fn remember(&self, ip: IpAddr, i: usize, now_ns: u64) {
+    pub(crate) fn remember(&self, ip: IpAddr, i: usize, now_ns: u64) {
         if let Some((map, ttl)) = &self.affinity {
             if map.len() >= AFFINITY_SWEEP_AT {
                 map.retain(|_, e| e.1 > now_ns);
@@ -188,7 +188,7 @@ impl CompiledRoute {
     /// serve it: the next in turn, or with least connections the one with the lowest score —
     /// open connections × 1000 + CPU use in ‰ for an upstream with `pid` ([`crate::proxy::cpu`];
     /// 0 without) — ties: the first from the next in turn. `None` when no upstream serves `p`.
-    pub fn pick(&self, p: AppProtocol) -> Option<usize> {
+    pub(crate) fn pick(&self, p: AppProtocol) -> Option<usize> {
         let set = self.set(p);
         let m = &set.members;
         if m.is_empty() {
@@ -213,20 +213,24 @@ impl CompiledRoute {
 
     /// The failover order for a connection speaking `p` that tries `first` first: every
     /// upstream serving `p` once, in config order from `first` around.
-    pub fn failover(&self, p: AppProtocol, first: usize) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn failover(
+        &self,
+        p: AppProtocol,
+        first: usize,
+    ) -> impl Iterator<Item = usize> + '_ {
         let m = &self.set(p).members;
         let at = m.iter().position(|&i| i == first).unwrap_or(0);
         (0..m.len()).map(move |k| m[(at + k) % m.len()])
     }
 
     /// Whether an upstream of this route is CPU-sampled (`pid`).
-    pub fn cpu_sampled(&self) -> bool {
+    pub(crate) fn cpu_sampled(&self) -> bool {
         self.upstream_cpu.iter().any(|c| c.source.is_some())
     }
 
     /// Samples the CPU use of every upstream with `pid` at `now_ns` (the background task, every
     /// [`crate::proxy::cpu::SAMPLE_PERIOD_MS`]).
-    pub fn sample_cpu(&self, now_ns: u64) {
+    pub(crate) fn sample_cpu(&self, now_ns: u64) {
         for c in &self.upstream_cpu {
             c.sample(now_ns);
         }
@@ -234,7 +238,7 @@ impl CompiledRoute {
 
     /// `routeMetrics[].upstreams`: each upstream's address, open connections and measured CPU
     /// use.
-    pub fn upstream_snapshots(&self) -> Vec<crate::metrics::route::UpstreamSnapshot> {
+    pub(crate) fn upstream_snapshots(&self) -> Vec<crate::metrics::route::UpstreamSnapshot> {
         (self.config.upstreams.iter().enumerate())
             .map(|(i, u)| crate::metrics::route::UpstreamSnapshot {
                 upstream: crate::proxy::upstream::describe(u),
@@ -245,13 +249,13 @@ impl CompiledRoute {
     }
 
     /// Counts a connection open on upstream `i` until the guard drops.
-    pub fn hold_upstream(self: &Arc<Self>, i: usize) -> UpstreamGuard {
+    pub(crate) fn hold_upstream(self: &Arc<Self>, i: usize) -> UpstreamGuard {
         self.upstream_active[i].fetch_add(1, Ordering::Relaxed);
         UpstreamGuard(self.clone(), i)
     }
 
     /// Route-wide limit: true when a new connection at `now_ns` conforms (and is debited).
-    pub fn admit(&self, now_ns: u64) -> bool {
+    pub(crate) fn admit(&self, now_ns: u64) -> bool {
         match &self.limit {
             Some((g, tat)) => g.try_debit(tat, now_ns).is_ok(),
             None => true,
@@ -273,7 +277,7 @@ fn upstream_sets(r: &RouteConfig) -> Vec<UpstreamSet> {
 
 /// Immutable SNI routing table.
 #[derive(Debug, Default)]
-pub struct RouteTable {
+pub(crate) struct RouteTable {
     exact: HashMap<String, Arc<CompiledRoute>>,
     wildcard: HashMap<String, Arc<CompiledRoute>>,
     default: Option<Arc<CompiledRoute>>,
@@ -290,7 +294,7 @@ impl RouteTable {
     /// `tls` each TLS config's resumption state (kept while certificate, client-certificate
     /// policy and `tls` options are unchanged; the others forgotten).
     /// `capacities` each route's upstream capacity (kept for a route whose name survives).
-    pub fn build(
+    pub(crate) fn build(
         routes: &[RouteConfig],
         listeners: &[ListenerConfig],
         registry: &RouteRegistry,
@@ -326,23 +330,23 @@ impl RouteTable {
     }
 
     /// Every route, in config order.
-    pub fn routes(&self) -> &[Arc<CompiledRoute>] {
+    pub(crate) fn routes(&self) -> &[Arc<CompiledRoute>] {
         &self.all
     }
 
     /// The table with `failing`, the configured routes that failed to build, recorded beside it.
-    pub fn with_failing(mut self, failing: Vec<crate::config::proxy::FailingRoute>) -> Self {
+    pub(crate) fn with_failing(mut self, failing: Vec<crate::config::proxy::FailingRoute>) -> Self {
         self.failing = failing;
         self
     }
 
     /// The configured routes that failed to build (not in the table).
-    pub fn failing(&self) -> &[crate::config::proxy::FailingRoute] {
+    pub(crate) fn failing(&self) -> &[crate::config::proxy::FailingRoute] {
         &self.failing
     }
 
     /// Finds the route for a ClientHello's server_name (`None` when the hello had no SNI).
-    pub fn lookup(&self, sni: Option<&str>) -> Option<&Arc<CompiledRoute>> {
+    pub(crate) fn lookup(&self, sni: Option<&str>) -> Option<&Arc<CompiledRoute>> {
         if let Some(name) = sni {
             let name = name.strip_suffix('.').unwrap_or(name);
             let mut buf = [0u8; 256];

@@ -36,7 +36,7 @@ struct Pending {
 }
 
 /// Every suspended connection of one proxy, by id.
-pub struct Suspensions {
+pub(crate) struct Suspensions {
     next_id: AtomicU64,
     pending: DashMap<u64, Pending>,
     /// Held connections per listener index (entries of `pending`).
@@ -45,7 +45,7 @@ pub struct Suspensions {
 
 /// How a held connection's wait ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// `resolveConnection` decided.
     Resolved(Resolution),
     /// `suspendTimeoutMs` passed without a decision.
@@ -55,7 +55,7 @@ pub enum Outcome {
 }
 
 /// A held connection's place in the registry; dropping it removes the entry (the id expires).
-pub struct Ticket<'a> {
+pub(crate) struct Ticket<'a> {
     reg: &'a Suspensions,
     /// The id given to JS in the `'suspended'` event.
     pub id: u64,
@@ -64,7 +64,7 @@ pub struct Ticket<'a> {
 
 impl Suspensions {
     /// An empty registry for `listeners` listeners.
-    pub fn new(listeners: usize) -> Self {
+    pub(crate) fn new(listeners: usize) -> Self {
         Suspensions {
             next_id: AtomicU64::new(1),
             pending: DashMap::new(),
@@ -74,7 +74,7 @@ impl Suspensions {
 
     /// Holds a connection of listener `li`, or `None` when that listener already holds `max`
     /// (`maxPendingSuspended`).
-    pub fn hold(&self, li: ListenerId, max: u64) -> Option<Ticket<'_>> {
+    pub(crate) fn hold(&self, li: ListenerId, max: u64) -> Option<Ticket<'_>> {
         let c = &self.counts[li.0];
         if c.fetch_add(1, Ordering::Relaxed) as u64 >= max {
             c.fetch_sub(1, Ordering::Relaxed);
@@ -94,13 +94,13 @@ impl Suspensions {
     }
 
     /// The listener index of a held connection (`None`: unknown or no longer held).
-    pub fn listener_of(&self, id: u64) -> Option<ListenerId> {
+    pub(crate) fn listener_of(&self, id: u64) -> Option<ListenerId> {
         self.pending.get(&id).map(|p| p.li)
     }
 
     /// Hands `r` to the held connection `id`: true when it took it, false when `id` is unknown,
     /// expired or already resolved (then nothing happens).
-    pub fn resolve(&self, id: u64, r: Resolution) -> bool {
+    pub(crate) fn resolve(&self, id: u64, r: Resolution) -> bool {
         match self.take(id) {
             Some(p) => p.tx.send(r).is_ok(),
             None => false,
@@ -108,7 +108,7 @@ impl Suspensions {
     }
 
     /// Connections held now on listener `li` (`metrics().listeners[].pendingSuspended`).
-    pub fn pending(&self, li: ListenerId) -> usize {
+    pub(crate) fn pending(&self, li: ListenerId) -> usize {
         self.counts[li.0].load(Ordering::Relaxed)
     }
 }
@@ -117,7 +117,7 @@ impl Ticket<'_> {
     /// Waits for the decision until `timeout`, or until `closed` (the client went away) ends
     /// first. A decision that raced the timeout is still honoured: `resolveConnection` returned
     /// true for it.
-    pub async fn wait(
+    pub(crate) async fn wait(
         mut self,
         timeout: std::time::Duration,
         closed: impl std::future::Future<Output = ()>,

@@ -11,7 +11,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 /// A connected upstream socket.
 #[derive(Debug)]
-pub enum UpstreamStream {
+pub(crate) enum UpstreamStream {
     /// TCP.
     Tcp(TcpStream),
     /// Unix domain socket.
@@ -19,7 +19,7 @@ pub enum UpstreamStream {
 }
 
 /// Connects to one upstream within `timeout`.
-pub async fn connect_one(up: &Upstream, timeout: Duration) -> io::Result<UpstreamStream> {
+pub(crate) async fn connect_one(up: &Upstream, timeout: Duration) -> io::Result<UpstreamStream> {
     let fut = async {
         match up {
             Upstream::Tcp { host, port } => {
@@ -42,7 +42,7 @@ pub async fn connect_one(up: &Upstream, timeout: Duration) -> io::Result<Upstrea
 /// Tries the upstreams `ups[i]` for each `i` of `order` in turn (a route's failover order, see
 /// `CompiledRoute::failover`); returns the first that connects with its index, or the last
 /// error annotated with the upstream it came from.
-pub async fn connect(
+pub(crate) async fn connect(
     ups: &[Upstream],
     order: impl IntoIterator<Item = usize>,
     timeout: Duration,
@@ -59,7 +59,7 @@ pub async fn connect(
 }
 
 /// `host:port` or `unix:/path`, for error messages.
-pub fn describe(up: &Upstream) -> String {
+pub(crate) fn describe(up: &Upstream) -> String {
     match up {
         Upstream::Tcp { host, port } => format!("{host}:{port}"),
         Upstream::Uds { path } => format!("unix:{}", path.display()),

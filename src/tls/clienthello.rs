@@ -57,17 +57,17 @@ const RECORD_HEADER: usize = 5;
 /// Extension type codes this parser decodes (IANA "TLS ExtensionType Values").
 pub(crate) mod ext {
     /// `server_name` (SNI), RFC 6066 §3.
-    pub const SERVER_NAME: u16 = 0x0000;
+    pub(crate) const SERVER_NAME: u16 = 0x0000;
     /// `supported_groups` (formerly `elliptic_curves`), RFC 8422 §5.1.1 / RFC 8446 §4.2.7.
-    pub const SUPPORTED_GROUPS: u16 = 0x000a;
+    pub(crate) const SUPPORTED_GROUPS: u16 = 0x000a;
     /// `ec_point_formats`, RFC 8422 §5.1.2.
-    pub const EC_POINT_FORMATS: u16 = 0x000b;
+    pub(crate) const EC_POINT_FORMATS: u16 = 0x000b;
     /// `signature_algorithms`, RFC 8446 §4.2.3.
-    pub const SIGNATURE_ALGORITHMS: u16 = 0x000d;
+    pub(crate) const SIGNATURE_ALGORITHMS: u16 = 0x000d;
     /// `application_layer_protocol_negotiation` (ALPN), RFC 7301 §3.1.
-    pub const ALPN: u16 = 0x0010;
+    pub(crate) const ALPN: u16 = 0x0010;
     /// `supported_versions`, RFC 8446 §4.2.1.
-    pub const SUPPORTED_VERSIONS: u16 = 0x002b;
+    pub(crate) const SUPPORTED_VERSIONS: u16 = 0x002b;
 }
 
 /// Result of [`parse_client_hello`] on the bytes peeked so far.

@@ -97,29 +97,29 @@ pub mod counter {
 /// Map names in the object (also the pin file names).
 pub(crate) mod map_name {
     /// `ARRAY[1] → RampartMeta`.
-    pub const META: &str = "rampart_meta";
+    pub(crate) const META: &str = "rampart_meta";
     /// `ARRAY[1] → u32`: the live policy set (0 or 1).
-    pub const ACTIVE: &str = "rampart_active";
+    pub(crate) const ACTIVE: &str = "rampart_active";
     /// `HASH u16 port → RampartPortPolicy`, per set.
-    pub const PORTS: [&str; 2] = ["rampart_ports0", "rampart_ports1"];
+    pub(crate) const PORTS: [&str; 2] = ["rampart_ports0", "rampart_ports1"];
     /// `LPM_TRIE RampartCidrKey → u64` port bitmask, per set.
-    pub const ALLOW: [&str; 2] = ["rampart_allow0", "rampart_allow1"];
+    pub(crate) const ALLOW: [&str; 2] = ["rampart_allow0", "rampart_allow1"];
     /// `LPM_TRIE RampartCidrKey → u64` port bitmask, per set.
-    pub const BLOCK: [&str; 2] = ["rampart_block0", "rampart_block1"];
+    pub(crate) const BLOCK: [&str; 2] = ["rampart_block0", "rampart_block1"];
     /// `LPM_TRIE RampartLpmKey → RampartDynValue`.
-    pub const DYNAMIC: &str = "rampart_dyn";
+    pub(crate) const DYNAMIC: &str = "rampart_dyn";
     /// `LRU_HASH RampartIp → RampartBan`.
-    pub const BANS: &str = "rampart_bans";
+    pub(crate) const BANS: &str = "rampart_bans";
     /// `LRU_HASH RampartSynKey → RampartSynState`.
-    pub const SYN: &str = "rampart_syn";
+    pub(crate) const SYN: &str = "rampart_syn";
     /// `LPM_TRIE RampartCidrKey → RampartBan`: boxed prefixes.
-    pub const PREFIX_BANS: &str = "rampart_prefix_bans";
+    pub(crate) const PREFIX_BANS: &str = "rampart_prefix_bans";
     /// `LRU_HASH RampartSynKey → u64` known-good deadline (ns).
-    pub const KNOWN_GOOD: &str = "rampart_known_good";
+    pub(crate) const KNOWN_GOOD: &str = "rampart_known_good";
     /// `ARRAY[65536] → u64`: SYN-budget TAT per port.
-    pub const BUDGET: &str = "rampart_budget";
+    pub(crate) const BUDGET: &str = "rampart_budget";
     /// `PERCPU_ARRAY[counter::MAX] → u64`.
-    pub const STATS: &str = "rampart_stats";
+    pub(crate) const STATS: &str = "rampart_stats";
 }
 
 /// The program's section name in the object.

@@ -28,7 +28,7 @@ use crate::protection::DynamicRule;
 
 /// Every key of the kernel trie with its effective deadlines, for the live `rules` (a rule's
 /// `port: None` is scope 0; `expires_ns: None` is stored as `u64::MAX`). Pure: O(rules × 129).
-pub fn kernel_entries(rules: &[DynamicRule]) -> BTreeMap<LpmKey, RampartDynValue> {
+pub(crate) fn kernel_entries(rules: &[DynamicRule]) -> BTreeMap<LpmKey, RampartDynValue> {
     // Per scope and across scopes, the own deadline of each CIDR.
     let mut own: HashMap<(u16, IpNet), u64> = HashMap::with_capacity(rules.len());
     let mut any: HashMap<IpNet, u64> = HashMap::with_capacity(rules.len());

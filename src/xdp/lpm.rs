@@ -26,10 +26,10 @@ use super::abi::{addr16, RampartCidrKey, RampartLpmData};
 use crate::protection::cidr::canonical_net;
 
 /// One LPM key: `(prefixlen, data)`; ordered so sets diff deterministically.
-pub type LpmKey = (u32, RampartLpmData);
+pub(crate) type LpmKey = (u32, RampartLpmData);
 
 /// The LPM key of `net` (canonical) in `scope`.
-pub fn key(scope: u16, net: IpNet) -> LpmKey {
+pub(crate) fn key(scope: u16, net: IpNet) -> LpmKey {
     let net = canonical_net(net);
     let prefixlen = match net {
         IpNet::V4(n) => 16 + 96 + u32::from(n.prefix_len()),
@@ -46,12 +46,12 @@ pub fn key(scope: u16, net: IpNet) -> LpmKey {
 }
 
 /// The IPv4 `/0` net, whose key is the family marker.
-pub fn ipv4_any() -> IpNet {
+pub(crate) fn ipv4_any() -> IpNet {
     IpNet::V4(Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).expect("/0"))
 }
 
 /// Whether an IPv6 `net` (canonical) contains the IPv4-mapped range `::ffff:0:0/96`.
-pub fn covers_mapped_range(net: &IpNet) -> bool {
+pub(crate) fn covers_mapped_range(net: &IpNet) -> bool {
     match net {
         IpNet::V6(n) => n.prefix_len() <= 96 && n.contains(&Ipv4Addr::UNSPECIFIED.to_ipv6_mapped()),
         IpNet::V4(_) => false,
@@ -59,7 +59,7 @@ pub fn covers_mapped_range(net: &IpNet) -> bool {
 }
 
 /// The allow/block key of `net`: `prefixlen` 96 + N (IPv4) or N (IPv6), network address.
-pub fn cidr_key(net: IpNet) -> RampartCidrKey {
+pub(crate) fn cidr_key(net: IpNet) -> RampartCidrKey {
     let net = canonical_net(net);
     let prefixlen = match net {
         IpNet::V4(n) => 96 + u32::from(n.prefix_len()),
@@ -74,7 +74,7 @@ pub fn cidr_key(net: IpNet) -> RampartCidrKey {
 /// The contents of one allow or block trie: `entries` are `(CIDR, port bits)` (a CIDR may
 /// repeat, its bits are OR-ed); returns every key with its effective bits (own | covering
 /// same-family entries), plus the family marker when needed, sorted by key.
-pub fn list_entries(entries: &[(IpNet, u64)]) -> Vec<(RampartCidrKey, u64)> {
+pub(crate) fn list_entries(entries: &[(IpNet, u64)]) -> Vec<(RampartCidrKey, u64)> {
     fn order(net: &IpNet) -> (u8, u128, u8) {
         match net {
             IpNet::V4(n) => (4, u128::from(u32::from(n.network())), n.prefix_len()),

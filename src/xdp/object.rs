@@ -15,7 +15,7 @@ static OBJECT: &Aligned<[u8]> =
     &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/rampart_xdp.o")));
 
 /// The embedded ELF object, or why there is none ([`XdpError::ObjectMissing`]).
-pub fn object() -> Result<&'static [u8], XdpError> {
+pub(crate) fn object() -> Result<&'static [u8], XdpError> {
     if let Some(why) = option_env!("RAMPART_XDP_MISSING") {
         return Err(XdpError::ObjectMissing {
             why: why.to_string(),

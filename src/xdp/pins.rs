@@ -26,7 +26,7 @@ use super::sys;
 
 /// One pinned map as this build defines it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MapDef {
+pub(crate) struct MapDef {
     /// Map (and pin file) name.
     pub name: &'static str,
     /// Map type.
@@ -44,7 +44,7 @@ pub struct MapDef {
 }
 
 /// Every map of the object, with the sizes of the `abi` twins and the sized maps at `sizes`.
-pub fn map_defs(sizes: &XdpMapSizes) -> Vec<MapDef> {
+pub(crate) fn map_defs(sizes: &XdpMapSizes) -> Vec<MapDef> {
     fn def<K, V>(name: &'static str, map_type: MapType, max_entries: u32) -> MapDef {
         MapDef {
             name,
@@ -104,7 +104,7 @@ pub fn map_defs(sizes: &XdpMapSizes) -> Vec<MapDef> {
 
 /// Refuses pins whose definition differs from this build's; removes a sized map's pin whose
 /// only difference is its size.
-pub fn check_pins(pin_dir: &Path, sizes: &XdpMapSizes) -> Result<(), XdpError> {
+pub(crate) fn check_pins(pin_dir: &Path, sizes: &XdpMapSizes) -> Result<(), XdpError> {
     for d in map_defs(sizes) {
         let (map_type, key, value, max, flags) =
             (d.map_type, d.key, d.value, d.max_entries, d.flags);
@@ -164,7 +164,7 @@ pub fn check_pins(pin_dir: &Path, sizes: &XdpMapSizes) -> Result<(), XdpError> {
 }
 
 /// Removes this build's pins from `pin_dir`, then the directories that became empty.
-pub fn remove_pins(pin_dir: &Path, pin_root: &Path) -> Result<(), XdpError> {
+pub(crate) fn remove_pins(pin_dir: &Path, pin_root: &Path) -> Result<(), XdpError> {
     for d in map_defs(&XdpMapSizes::DEFAULT) {
         let path = pin_dir.join(d.name);
         match std::fs::remove_file(&path) {

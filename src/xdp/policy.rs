@@ -91,7 +91,7 @@ impl Default for XdpPolicy {
 
 /// The exact contents of one policy set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SetContents {
+pub(crate) struct SetContents {
     /// Port map (port 0 = set header).
     pub ports: BTreeMap<u16, RampartPortPolicy>,
     /// Allow trie, sorted by key: CIDR → port bits (0 = family marker).
@@ -104,7 +104,7 @@ pub struct SetContents {
 // in the order the kernel's set lays them out (header, listener ports, per-port rules, CIDR
 // lists); split, each part would re-walk the ports and carry the partial set.
 /// Validates `policy` and builds its set. Errors name the port and field.
-pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
+pub(crate) fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
     let invalid = |problem: String| {
         Err(XdpError::InvalidPolicy {
             port: None,
@@ -262,7 +262,7 @@ pub fn build(policy: &XdpPolicy) -> Result<SetContents, XdpError> {
 }
 
 /// What to write to turn `from` into `to`: removals, then insertions/updates.
-pub struct Diff<K, V> {
+pub(crate) struct Diff<K, V> {
     /// Keys present in `from` but not in `to`.
     pub remove: Vec<K>,
     /// Keys new in `to`, or whose value changed.
@@ -270,7 +270,7 @@ pub struct Diff<K, V> {
 }
 
 /// Computes the writes that turn map contents `from` into `to`.
-pub fn diff<K: Ord + Copy, V: PartialEq + Copy>(
+pub(crate) fn diff<K: Ord + Copy, V: PartialEq + Copy>(
     from: &BTreeMap<K, V>,
     to: &BTreeMap<K, V>,
 ) -> Diff<K, V> {
@@ -289,7 +289,7 @@ pub fn diff<K: Ord + Copy, V: PartialEq + Copy>(
 }
 
 /// [`diff`] for key-sorted vectors (a linear merge).
-pub fn diff_sorted<K: Ord + Copy, V: PartialEq + Copy>(
+pub(crate) fn diff_sorted<K: Ord + Copy, V: PartialEq + Copy>(
     from: &[(K, V)],
     to: &[(K, V)],
 ) -> Diff<K, V> {

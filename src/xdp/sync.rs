@@ -32,15 +32,15 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Capacity of the box → kernel-ban queue (entries between two background ticks).
-pub const BAN_QUEUE: usize = 65_536;
+pub(crate) const BAN_QUEUE: usize = 65_536;
 
 /// `'error'` event code of a failed kernel-map write.
-pub const XDP_SYNC_FAILED: &str = "xdp_sync_failed";
+pub(crate) const XDP_SYNC_FAILED: &str = "xdp_sync_failed";
 
 /// The kernel-side policy for the given listener policies (`(port, policy)` in listener order;
 /// a port with several listeners appears once, with its first listener's policy). The set
 /// header's IPv6 prefix (for packets whose port cannot be read) is the first protected port's.
-pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPolicy {
+pub(crate) fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPolicy {
     let mut ports: Vec<XdpPortPolicy> = Vec::new();
     let mut listener_ports: Vec<u16> = Vec::new();
     let mut v6 = None;
@@ -91,7 +91,7 @@ pub fn build_policy(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpPo
 /// when any listener sets it, else the largest `maxTrackedIps` of the listeners with a policy
 /// (observe mode included: switching it to enforce needs no re-attach); the object's defaults
 /// when no listener has a policy. Clamped to [`XdpMapSizes::MIN`]..=[`XdpMapSizes::MAX`].
-pub fn map_sizes(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpMapSizes {
+pub(crate) fn map_sizes(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpMapSizes {
     let policies = || listeners.iter().filter_map(|(_, p)| p.as_deref());
     let max_bans = policies().filter_map(|p| p.xdp_kernel().max_bans).max();
     let tracked = policies().map(|p| p.max_tracked_ips() as u64).max();
@@ -103,7 +103,7 @@ pub fn map_sizes(listeners: &[(u16, Option<Arc<ProtectionPolicy>>)]) -> XdpMapSi
 
 /// One penalty box to mirror as a kernel ban.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BoxedClient {
+pub(crate) struct BoxedClient {
     /// The client (IPv6: the network address of its prefix).
     pub ip: IpAddr,
     /// The port of the listener that boxed it.
@@ -119,7 +119,7 @@ pub struct BoxedClient {
 
 /// One known-good mark to mirror into the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KnownGoodClient {
+pub(crate) struct KnownGoodClient {
     /// The client (IPv6: the network address of its prefix).
     pub ip: IpAddr,
     /// The port of the listener that marked it.
@@ -129,10 +129,10 @@ pub struct KnownGoodClient {
 }
 
 /// Capacity of the known-good queue (marks between two background ticks).
-pub const KNOWN_GOOD_QUEUE: usize = 65_536;
+pub(crate) const KNOWN_GOOD_QUEUE: usize = 65_536;
 
 /// Bounded queue of known-good marks waiting to be written to the kernel.
-pub struct KnownGoodQueue {
+pub(crate) struct KnownGoodQueue {
     tx: SyncSender<KnownGoodClient>,
     rx: Mutex<Receiver<KnownGoodClient>>,
     /// Marks not queued because the queue was full (`xdpStatus().knownGoodQueueOverflow`).
@@ -152,7 +152,7 @@ impl Default for KnownGoodQueue {
 
 impl KnownGoodQueue {
     /// Registers a known-good listener on `engine` feeding this queue (non-blocking).
-    pub fn listen(self: &Arc<Self>, engine: &Engine) {
+    pub(crate) fn listen(self: &Arc<Self>, engine: &Engine) {
         let q = self.clone();
         let port = engine.port();
         engine.set_known_good_listener(Some(Arc::new(move |key, deadline_ns| {
@@ -168,7 +168,7 @@ impl KnownGoodQueue {
     }
 
     /// Takes every queued mark.
-    pub fn drain(&self) -> Vec<KnownGoodClient> {
+    pub(crate) fn drain(&self) -> Vec<KnownGoodClient> {
         match self.rx.lock() {
             Ok(rx) => rx.try_iter().collect(),
             Err(_) => Vec::new(),
@@ -177,7 +177,7 @@ impl KnownGoodQueue {
 }
 
 /// Bounded queue of boxes waiting to become kernel bans.
-pub struct BanQueue {
+pub(crate) struct BanQueue {
     tx: SyncSender<BoxedClient>,
     rx: Mutex<Receiver<BoxedClient>>,
     /// Boxes not queued because the queue was full (`metrics().xdp.banQueueOverflow`).
@@ -197,7 +197,7 @@ impl Default for BanQueue {
 
 impl BanQueue {
     /// Registers a box listener on `engine` feeding this queue (non-blocking, no allocation).
-    pub fn listen(self: &Arc<Self>, engine: &Engine) {
+    pub(crate) fn listen(self: &Arc<Self>, engine: &Engine) {
         let q = self.clone();
         let port = engine.port();
         engine.set_box_listener(Some(Arc::new(move |key, deadline_ns, prefix| {
@@ -215,7 +215,7 @@ impl BanQueue {
     }
 
     /// Takes every queued box.
-    pub fn drain(&self) -> Vec<BoxedClient> {
+    pub(crate) fn drain(&self) -> Vec<BoxedClient> {
         match self.rx.lock() {
             Ok(rx) => rx.try_iter().collect(),
             Err(_) => Vec::new(),
@@ -225,7 +225,7 @@ impl BanQueue {
 
 /// The XDP side of one proxy: the attached program (if any), its ban queue and its counters.
 #[derive(Default)]
-pub struct XdpSlot {
+pub(crate) struct XdpSlot {
     mgr: Mutex<Option<XdpManager>>,
     /// Boxes waiting to become kernel bans.
     pub bans: Arc<BanQueue>,
@@ -241,7 +241,7 @@ pub struct XdpSlot {
 
 impl XdpSlot {
     /// The manager slot (`None` when not attached). Never held across an await.
-    pub fn lock(&self) -> MutexGuard<'_, Option<XdpManager>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<XdpManager>> {
         self.mgr.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

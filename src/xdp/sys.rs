@@ -55,21 +55,21 @@ fn create_map(map_type: u32, inner_map_fd: Option<i32>) -> io::Result<OwnedFd> {
 
 /// A grace-period barrier: see the module doc.
 #[derive(Debug)]
-pub struct RcuSync {
+pub(crate) struct RcuSync {
     outer: OwnedFd,
     inner: OwnedFd,
 }
 
 impl RcuSync {
     /// Creates the private array-of-maps (two small maps).
-    pub fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         let inner = create_map(BPF_MAP_TYPE_ARRAY, None)?;
         let outer = create_map(BPF_MAP_TYPE_ARRAY_OF_MAPS, Some(inner.as_raw_fd()))?;
         Ok(Self { outer, inner })
     }
 
     /// Returns after an RCU grace period: every XDP run that started before has finished.
-    pub fn wait(&self) -> io::Result<()> {
+    pub(crate) fn wait(&self) -> io::Result<()> {
         let key: u32 = 0;
         let value: u32 = self.inner.as_raw_fd() as u32;
         let mut attr = [0u64; 16];
@@ -82,7 +82,7 @@ impl RcuSync {
 }
 
 /// Whether `path` is on a bpffs mount.
-pub fn is_bpffs(path: &Path) -> bool {
+pub(crate) fn is_bpffs(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return false;
@@ -96,7 +96,7 @@ pub fn is_bpffs(path: &Path) -> bool {
 
 /// Makes sure `mount_point` (normally `/sys/fs/bpf`) is a bpffs, mounting one (mode 0700) if
 /// nothing is mounted there, as systemd does at boot.
-pub fn ensure_bpffs(mount_point: &Path) -> Result<(), XdpError> {
+pub(crate) fn ensure_bpffs(mount_point: &Path) -> Result<(), XdpError> {
     if is_bpffs(mount_point) {
         return Ok(());
     }
@@ -129,7 +129,7 @@ pub fn ensure_bpffs(mount_point: &Path) -> Result<(), XdpError> {
 }
 
 /// The OS error number at the bottom of an error chain, if any.
-pub fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+pub(crate) fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<io::Error>() {
@@ -143,7 +143,7 @@ pub fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
 }
 
 /// An error chain as one line: `outer: cause: root cause`.
-pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut cur = err.source();
     while let Some(e) = cur {
@@ -164,7 +164,7 @@ const BATCH: usize = 8192;
 
 /// Outcome of a batch call the kernel may not support.
 #[derive(Debug)]
-pub enum BatchError {
+pub(crate) enum BatchError {
     /// The kernel has no batch operation for this map (EINVAL / ENOTSUPP / EOPNOTSUPP):
     /// fall back to one syscall per element. `done` elements were written before.
     Unsupported {
@@ -187,7 +187,7 @@ fn unsupported(e: &io::Error) -> bool {
 
 /// `BPF_MAP_UPDATE_BATCH`: writes `keys[i] → values[i]` (flags `BPF_ANY`), in chunks of
 /// 8192. `K` and `V` must be the map's exact key and value layouts.
-pub fn update_batch<K: Copy, V: Copy>(
+pub(crate) fn update_batch<K: Copy, V: Copy>(
     map_fd: std::os::fd::BorrowedFd<'_>,
     keys: &[K],
     values: &[V],
@@ -218,7 +218,7 @@ pub fn update_batch<K: Copy, V: Copy>(
 }
 
 /// `BPF_MAP_DELETE_BATCH` of `keys`, in chunks; keys already absent are skipped.
-pub fn delete_batch<K: Copy>(
+pub(crate) fn delete_batch<K: Copy>(
     map_fd: std::os::fd::BorrowedFd<'_>,
     keys: &[K],
 ) -> Result<(), BatchError> {

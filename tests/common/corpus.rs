@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 /// Cases per target: `PROPTEST_CASES`, or `default`.
-pub fn cases(default: u32) -> u32 {
+pub(crate) fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -15,7 +15,7 @@ pub fn cases(default: u32) -> u32 {
 
 /// Every file of `tests/corpus/<target>/` as (name, bytes), sorted by name; panics on an empty
 /// or missing folder.
-pub fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/corpus")
         .join(target);

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 /// `../shared/fixtures/<name>` from the repository root, whether or not it exists.
-pub fn shared_fixture_path(name: &str) -> PathBuf {
+pub(crate) fn shared_fixture_path(name: &str) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     // Cargo gives an absolute manifest directory, so it has a parent (`/work` for `/work/main`).
     let beside = repo.parent().unwrap_or(repo);
@@ -18,7 +18,7 @@ pub fn shared_fixture_path(name: &str) -> PathBuf {
 }
 
 /// The fixture folder `name`, or why it cannot be used (for [`super::prereq::require`]).
-pub fn shared_fixture_dir(name: &str) -> Result<PathBuf, String> {
+pub(crate) fn shared_fixture_dir(name: &str) -> Result<PathBuf, String> {
     let dir = shared_fixture_path(name);
     if dir.is_dir() {
         Ok(dir)

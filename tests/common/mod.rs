@@ -1,8 +1,8 @@
 //! Helpers shared by the integration tests (each test crate uses what it needs).
 
-pub mod corpus;
-pub mod engine;
-pub mod fixtures;
-pub mod hello;
-pub mod prereq;
-pub mod race;
+pub(crate) mod corpus;
+pub(crate) mod engine;
+pub(crate) mod fixtures;
+pub(crate) mod hello;
+pub(crate) mod prereq;
+pub(crate) mod race;

@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::{Mutex, Once};
 
 /// Whether we run under CI: `CI` is set to anything but `""`, `0` or `false` (any case).
-pub fn under_ci() -> bool {
+pub(crate) fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| {
         let v = v.trim();
         !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false"))
@@ -83,7 +83,7 @@ extern "C" fn report_skips() {
 /// The calling test cannot run because of `why`: under CI this panics (the test fails);
 /// otherwise it records the skip, reported when the test binary exits, and the caller returns.
 #[track_caller]
-pub fn skip_or_fail(why: impl Display) {
+pub(crate) fn skip_or_fail(why: impl Display) {
     let test = test_name();
     if under_ci() {
         panic!("{test} cannot run under CI: {why} (outside CI this is a visible skip)");
@@ -104,7 +104,7 @@ pub fn skip_or_fail(why: impl Display) {
 /// `Some(v)` for `Ok(v)`; for `Err(why)`, [`skip_or_fail`] with `why` and `None` (the caller
 /// returns): `let Some(x) = prereq::require(get()) else { return };`.
 #[track_caller]
-pub fn require<T, E: Display>(r: Result<T, E>) -> Option<T> {
+pub(crate) fn require<T, E: Display>(r: Result<T, E>) -> Option<T> {
     match r {
         Ok(v) => Some(v),
         Err(why) => {

@@ -21,28 +21,28 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// How long [`until_raced`] may repeat a scenario before it fails.
-pub const RACE_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const RACE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Operations in flight, per side.
 #[derive(Debug)]
-pub struct Race {
+pub(crate) struct Race {
     in_flight: Vec<AtomicUsize>,
 }
 
 /// Which sides had an operation in flight when one started (its own side: another one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen(u64);
+pub(crate) struct Seen(u64);
 
 impl Seen {
     /// Whether an operation of `side` was in flight.
-    pub fn side(self, side: usize) -> bool {
+    pub(crate) fn side(self, side: usize) -> bool {
         self.0 & (1 << side) != 0
     }
 }
 
 impl Race {
     /// A race between `sides` sides (0..sides), nothing in flight.
-    pub fn new(sides: usize) -> Race {
+    pub(crate) fn new(sides: usize) -> Race {
         assert!((1..=64).contains(&sides));
         Race {
             in_flight: (0..sides).map(|_| AtomicUsize::new(0)).collect(),
@@ -51,7 +51,7 @@ impl Race {
 
     /// Runs `f` as one operation of `side`; returns its result and the sides that had an
     /// operation in flight when it started.
-    pub fn op<T>(&self, side: usize, f: impl FnOnce() -> T) -> (T, Seen) {
+    pub(crate) fn op<T>(&self, side: usize, f: impl FnOnce() -> T) -> (T, Seen) {
         let before = self.in_flight[side].fetch_add(1, SeqCst);
         let mut seen = 0u64;
         for (i, n) in self.in_flight.iter().enumerate() {
@@ -71,7 +71,7 @@ impl Race {
 /// Raises a stop flag when the thread holding it unwinds: a scoped test thread that fails an
 /// assertion tells the others to stop, so the scope's join does not wait for them forever and the
 /// test fails with that assertion.
-pub struct StopOnPanic<'a>(pub &'a AtomicBool);
+pub(crate) struct StopOnPanic<'a>(pub &'a AtomicBool);
 
 impl Drop for StopOnPanic<'_> {
     fn drop(&mut self) {
@@ -86,7 +86,7 @@ impl Drop for StopOnPanic<'_> {
 /// returns the number of rounds. Fails, naming `what` and every count, when that takes longer
 /// than [`RACE_LIMIT`].
 #[track_caller]
-pub fn until_raced<const N: usize>(
+pub(crate) fn until_raced<const N: usize>(
     what: &str,
     wanted: [(&str, usize); N],
     mut round: impl FnMut() -> [usize; N],

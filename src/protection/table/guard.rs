@@ -19,7 +19,7 @@ pub(crate) struct Slot<'a> {
 
 impl Slot<'_> {
     /// A guard for one active connection already counted in the entry.
-    pub fn conn_guard(&self) -> ConnGuard {
+    pub(crate) fn conn_guard(&self) -> ConnGuard {
         ConnGuard {
             client: Release::new(self, Counter::Active),
             prefix: None,
@@ -29,7 +29,7 @@ impl Slot<'_> {
 
     /// A guard for one active connection counted in the entry and, with `prefix`, in its
     /// prefix's entry; with `shadow`, it holds the connection's count on its shadow prefix too.
-    pub fn conn_guard_with(
+    pub(crate) fn conn_guard_with(
         &self,
         prefix: Option<PrefixHold>,
         shadow: Option<ShadowHold>,
@@ -43,13 +43,17 @@ impl Slot<'_> {
 
     /// One active connection already counted in a prefix entry, to be held by the connection's
     /// [`ConnGuard`].
-    pub fn prefix_hold(&self) -> PrefixHold {
+    pub(crate) fn prefix_hold(&self) -> PrefixHold {
         PrefixHold(Release::new(self, Counter::Active))
     }
 
     /// A guard for one pending handshake already counted in the entry (and in `listener`, the
     /// listener's pending count, when given); `tightened` says defense mode applies to it.
-    pub fn pending_guard(&self, listener: Option<Arc<AtomicU64>>, tightened: bool) -> PendingGuard {
+    pub(crate) fn pending_guard(
+        &self,
+        listener: Option<Arc<AtomicU64>>,
+        tightened: bool,
+    ) -> PendingGuard {
         PendingGuard {
             client: Some(Release::new(self, Counter::Pending)),
             listener,

@@ -90,7 +90,7 @@ pub(crate) struct Table {
 
 impl Table {
     /// An empty table (no entry memory until the first client).
-    pub fn new() -> Table {
+    pub(crate) fn new() -> Table {
         let hasher = Hasher4::random();
         Table {
             shards: (0..SHARDS).map(|_| Arc::new(Shard::new())).collect(),
@@ -107,7 +107,7 @@ impl Table {
     }
 
     /// Number of tracked clients.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }
 
@@ -130,7 +130,7 @@ impl Table {
     /// refuses a conforming client at the fastest allowed rates; read under the lock, decision
     /// times follow decision order. The clamp keeps that true for injected clocks too.
     #[inline]
-    pub fn with<R>(
+    pub(crate) fn with<R>(
         &self,
         key: IpKey,
         ctx: &Ctx,
@@ -144,7 +144,7 @@ impl Table {
     /// starts keeping leases if it did not: its entries move to 64-byte slots, one allocation of
     /// its capacity × 64 bytes).
     #[inline]
-    pub fn with_lease<R>(
+    pub(crate) fn with_lease<R>(
         &self,
         key: IpKey,
         ctx: &Ctx,
@@ -194,7 +194,7 @@ impl Table {
     }
 
     /// Runs `f` on `key`'s entry (or `None`) under its shard lock; no insert.
-    pub fn inspect<R>(&self, key: IpKey, f: impl FnOnce(Option<&mut Entry>) -> R) -> R {
+    pub(crate) fn inspect<R>(&self, key: IpKey, f: impl FnOnce(Option<&mut Entry>) -> R) -> R {
         let h = self.hasher.hash(key);
         let shard = &self.shards[(h >> 56) as usize % SHARDS];
         let mut inner = shard.lock();
@@ -206,7 +206,11 @@ impl Table {
 
     /// Runs `f` on `key`'s cluster lease under its shard lock; no insert. `None` when the key
     /// is not tracked or its shard keeps no leases.
-    pub fn inspect_lease<R>(&self, key: IpKey, f: impl FnOnce(&mut Lease) -> R) -> Option<R> {
+    pub(crate) fn inspect_lease<R>(
+        &self,
+        key: IpKey,
+        f: impl FnOnce(&mut Lease) -> R,
+    ) -> Option<R> {
         let h = self.hasher.hash(key);
         let shard = &self.shards[(h >> 56) as usize % SHARDS];
         let mut inner = shard.lock();
@@ -215,7 +219,7 @@ impl Table {
     }
 
     /// Frees every shard's leases (a policy without `clusterRateLimit` was installed).
-    pub fn drop_leases(&self) {
+    pub(crate) fn drop_leases(&self) {
         for shard in self.shards.iter() {
             let mut inner = shard.lock();
             if inner.leased() {
@@ -226,12 +230,16 @@ impl Table {
     }
 
     /// Entries holding a cluster lease (one lock per shard: for metrics).
-    pub fn lease_clients(&self) -> usize {
+    pub(crate) fn lease_clients(&self) -> usize {
         self.shards.iter().map(|s| s.lock().lease_count).sum()
     }
 
     /// Runs `f` on `key`'s standing (or `None`) under its shard lock; no insert.
-    pub fn inspect_standing<R>(&self, key: IpKey, f: impl FnOnce(Option<&Standing>) -> R) -> R {
+    pub(crate) fn inspect_standing<R>(
+        &self,
+        key: IpKey,
+        f: impl FnOnce(Option<&Standing>) -> R,
+    ) -> R {
         let h = self.hasher.hash(key);
         let shard = &self.shards[(h >> 56) as usize % SHARDS];
         let inner = shard.lock();
@@ -243,7 +251,7 @@ impl Table {
 
     /// Runs `f` on every live entry and its standing, one shard under its lock at a time (not a
     /// snapshot across shards). O(capacity): for rare whole-table reads such as an XDP attach.
-    pub fn for_each(&self, mut f: impl FnMut(&Entry, &Standing)) {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry, &Standing)) {
         for shard in self.shards.iter() {
             let inner = shard.lock();
             for (pos, (c, s)) in inner.ctrl.iter().zip(&inner.standing).enumerate() {
@@ -370,7 +378,7 @@ impl Table {
     /// where the last call stopped, removing idle entries, and — while the table is above `cap`
     /// (after a swap lowered `maxTrackedIps`) — limited ones, then boxed ones once a whole sweep
     /// ended still above the cap. Returns how many entries it removed.
-    pub fn evict_tick(&self, ctx: &Ctx, budget: usize) -> usize {
+    pub(crate) fn evict_tick(&self, ctx: &Ctx, budget: usize) -> usize {
         let mut tick = self.tick.lock().unwrap_or_else(|p| p.into_inner());
         let mut left = budget;
         let mut evicted = 0;
@@ -428,7 +436,7 @@ impl Table {
 
     /// Heap bytes held by the table's shards (control bytes, entries, standings and leases; not
     /// the side sets).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.shards
             .iter()
             .map(|s| {
