@@ -292,6 +292,11 @@ impl Capacity {
     }
 
     /// Whether a request of `class` would find room now.
+    /// Whether an adaptive limit is still growing towards the demand (its last window was calm).
+    fn growing(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE && self.calm.load(Ordering::Relaxed)
+    }
+
     /// Permits free for `class` now (the priority reserve aside).
     fn room(&self, class: Class) -> u32 {
         self.cap(class)

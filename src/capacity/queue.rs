@@ -136,12 +136,12 @@ impl Capacity {
         }
         waiting.fetch_add(1, Ordering::SeqCst);
         self.waiters.waited.fetch_add(1, Ordering::Relaxed);
-        if self.waiters.len() > self.limit() && !self.calm.load(Ordering::Relaxed) {
+        if self.waiters.len() > self.limit() && !self.growing() {
             // More waiting than the upstream holds, and its latency is up: each waits longer
             // than a response takes. The route is overloaded (new unknown clients are refused at
-            // accept) as at a refusal, though this request still waits. While the latency is
-            // calm the limit is still growing towards the demand (a burst at start, say), and
-            // the queue is no sign of overload.
+            // accept) as at a refusal, though this request still waits. While an adaptive
+            // limit's latency is calm the limit is still growing towards the demand (a burst at
+            // start, say), and the queue is no sign of overload; a fixed limit never grows.
             self.pressure(now_ns);
         }
         // Demand past the limit: the limiter grows a limit that binds while latency holds.
