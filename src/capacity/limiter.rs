@@ -23,10 +23,11 @@
 //!   raised the latency: the window mean already averages every sample of 100 ms, and a drowning
 //!   upstream needs the cut now); a window whose peak stayed under `minLimit` changes nothing
 //!   (its latency rise is not the route's concurrency);
-//! - else **limit** ← `limit × (1 − SMOOTHING) + (limit + queue) × SMOOTHING`, where `queue` is
-//!   `limit` when the window had refusals and latency sat at the baseline (or under the floor) in
-//!   it and the window before (demand beyond a limit that costs nothing: grow by 20 % a window), else `√limit`
-//!   (additive probing);
+//! - else, when the window had waits or refusals and latency sat at the baseline (or under the
+//!   floor) in it and the window before (demand beyond a limit that costs nothing), **limit** grows
+//!   by that demand, at least 20 % and at most doubling a window (a slow start: 20 → 2,000 in
+//!   under a second when every window is calm); otherwise by `√limit × SMOOTHING` (additive
+//!   probing);
 //! - the limit is clamped to `[minLimit, maxLimit]`.
 //!
 //! The limit only grows when it binds: a window whose peak stayed under half the limit without a
@@ -169,12 +170,14 @@ impl State {
             }
             let at_baseline = upstream_ns <= (self.baseline_ns * AT_BASELINE).max(self.floor_ns());
             let calm = std::mem::replace(&mut self.calm, at_baseline);
-            let queue = if w.refused > 0 && at_baseline && calm {
-                self.limit
+            if w.refused > 0 && at_baseline && calm {
+                // Demand past a limit that costs nothing: grow by what waited (or was refused)
+                // in the window, at least 20 % and at most doubling (a slow start).
+                let demand = f64::from(w.refused).min(self.limit);
+                self.limit + demand.max(self.limit * SMOOTHING)
             } else {
-                self.limit.sqrt()
-            };
-            self.limit + queue * SMOOTHING
+                self.limit + self.limit.sqrt() * SMOOTHING
+            }
         };
         self.limit = next.clamp(min, max);
         self.limit

@@ -13,7 +13,7 @@ pub const DEFAULT_MIN_LIMIT: u32 = 10;
 pub const DEFAULT_MAX_LIMIT: u32 = 10_000;
 /// Default `initialLimit`: the adaptive limit a route starts with (as Netflix
 /// `concurrency-limits`). Requests past it wait in the queue, not refused, while the limit grows
-/// (by 20 % every 100 ms while the latency holds: 20 → 1,000 in about 2.2 s), so the limit
+/// (up to doubling every 100 ms while the latency holds: 20 → 2,000 in under a second), so the limit
 /// approaches the upstream's capacity from below and a flood in the route's first second never
 /// puts more than this on the upstream.
 pub const DEFAULT_INITIAL_LIMIT: u32 = 20;
