@@ -19,11 +19,11 @@
 //! upstream's response, which may rightly be slow to start; the idle timeout still applies.
 //!
 //! An [`Inspector`] may look at every chunk on its way (the HTTP/2 guard, see
-//! `crate::listener::h2`): it can rewrite a chunk in place, forward only its head and stop that
+//! `crate::conn::h2`): it can rewrite a chunk in place, forward only its head and stop that
 //! direction, stop the other direction before its next read, and have a few bytes of its own
-//! written after a stopped direction's last byte (a GOAWAY). [`proxy_pair`] uses [`Pass`], which
-//! inspects nothing: its calls are inlined to constants, so the plain copy costs what it cost
-//! before inspectors existed.
+//! written after a stopped direction's last byte (a GOAWAY). A connection with nothing to inspect
+//! passes [`Pass`], which inspects nothing: its calls are inlined to constants, so the plain copy
+//! costs what it cost before inspectors existed.
 
 use crate::clock;
 use std::cell::RefCell;
@@ -248,11 +248,6 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
     }
 }
 
-/// Default copy buffer for client → upstream bytes.
-pub(crate) const CLIENT_TO_UPSTREAM_BUF: usize = crate::config::socket::DEFAULT_CLIENT_READ_BUFFER;
-/// Default copy buffer for upstream → client bytes.
-pub(crate) const UPSTREAM_TO_CLIENT_BUF: usize =
-    crate::config::socket::DEFAULT_UPSTREAM_READ_BUFFER;
 /// Idle buffers kept per worker thread for reuse.
 const POOL_MAX: usize = 16;
 
@@ -328,6 +323,9 @@ impl Pump {
 
     /// Moves bytes `r` → `w` until `r` has none ready (Pending), `r` ended (or `inspector`
     /// stopped it) and `w` was shut down (Ready(Ok)), or an error.
+    // Kept whole (over 120 lines): one poll of one direction's state machine (read, inspect,
+    // hold, write, flush, shut down), whose early returns read in the order they win; split, each
+    // part would take the buffer, the inspector and the direction's state as arguments.
     fn poll_pump<R, W, I>(
         &mut self,
         cx: &mut Context<'_>,
@@ -586,18 +584,6 @@ pub(crate) struct CopyOptions {
     pub upstream_buf: usize,
 }
 
-impl CopyOptions {
-    /// The default buffers and no half-close limit, with `idle_timeout`.
-    pub(crate) fn idle(idle_timeout: Option<Duration>) -> CopyOptions {
-        CopyOptions {
-            idle_timeout,
-            half_close_timeout: None,
-            client_buf: CLIENT_TO_UPSTREAM_BUF,
-            upstream_buf: UPSTREAM_TO_CLIENT_BUF,
-        }
-    }
-}
-
 /// How a proxied pair ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum CopyEnd {
@@ -620,30 +606,9 @@ pub(crate) struct PairCounters<'a> {
     pub half_closed: &'a AtomicI64,
 }
 
-/// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for `idle_timeout`
-/// (`None`: never idle-closed), updating `counters`.
-pub(crate) async fn proxy_pair<C, U>(
-    client: C,
-    upstream: U,
-    idle_timeout: Option<Duration>,
-    counters: PairCounters<'_>,
-) -> CopyEnd
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
-{
-    proxy_pair_inspected(
-        client,
-        upstream,
-        &CopyOptions::idle(idle_timeout),
-        counters,
-        &mut Pass,
-    )
-    .await
-}
-
-/// [`proxy_pair`] with every chunk shown to `inspector` on its way, with `opts`' buffers and
-/// half-close bound.
+/// Copies `client` ⇄ `upstream` until both are closed or the pair is idle for
+/// `opts.idle_timeout` (`None`: never idle-closed), updating `counters`, with every chunk shown
+/// to `inspector` on its way, with `opts`' buffers and half-close bound.
 pub(crate) async fn proxy_pair_inspected<C, U, I>(
     client: C,
     upstream: U,

@@ -2,10 +2,6 @@
 //! protocol, byte copy.
 
 pub(crate) mod answers;
-// `proxy_pair`, `CopyOptions::idle` and `CLIENT_TO_UPSTREAM_BUF` / `UPSTREAM_TO_CLIENT_BUF` have
-// had no caller since every copy takes its buffers from `CopyOptions` (`socket.*ReadBuffer`);
-// they are left for the copy loop's next change to remove rather than edited beside it.
-#[allow(dead_code)]
 pub(crate) mod copy;
 pub(crate) mod cpu;
 pub mod forward_headers;
