@@ -36,9 +36,10 @@
 //! cap the gradient at 0.9; an embedding process's event-loop delay above its threshold caps it
 //! at `threshold / delay` (≥ 0.5), like a latency rise.
 
+use super::run_queue::RunQueueDelay;
 use crate::config::proxy::{CapacityConfig, ConcurrencyMode};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Length of one measurement window, ns (100 ms).
 pub(crate) const WINDOW_NS: u64 = 100_000_000;
@@ -194,13 +195,21 @@ pub(crate) struct Limiter {
     connect_failures: AtomicU32,
     /// Start of the current window, CLOCK_MONOTONIC ns.
     window_start: AtomicU64,
+    /// The proxy's run-queue delay probe, and its totals when the last window closed (written
+    /// only by the roller, under `state`'s lock).
+    run_queue: Arc<RunQueueDelay>,
+    run_queue_seen: [AtomicU64; 2],
     state: Mutex<State>,
 }
 
 impl Limiter {
-    /// A limiter at `cfg.initial_limit`, its first window starting at `now_ns`.
-    pub(crate) fn new(cfg: CapacityConfig, now_ns: u64) -> Limiter {
+    /// A limiter at `cfg.initial_limit`, its first window starting at `now_ns`, that discounts
+    /// the proxy's run-queue delay measured by `run_queue` ([`super::run_queue`]).
+    pub(crate) fn new(cfg: CapacityConfig, now_ns: u64, run_queue: Arc<RunQueueDelay>) -> Limiter {
+        let (sum, count) = run_queue.totals();
         Limiter {
+            run_queue,
+            run_queue_seen: [AtomicU64::new(sum), AtomicU64::new(count)],
             sum_ns: AtomicU64::new(0),
             count: AtomicU64::new(0),
             max_in_flight: AtomicU32::new(0),
@@ -244,16 +253,9 @@ impl Limiter {
 
     /// Closes the window and recomputes the limit when it is over at `now_ns` and nobody else is
     /// doing it; `current` is the in-flight count now (the next window starts from it).
-    /// `external` is the event-loop gradient cap; `proxy_delay_ns` gives the proxy's run-queue
-    /// delay over the window (called only when the window closes). Returns the state after the
-    /// update, `None` when nothing was done.
-    pub(crate) fn roll(
-        &self,
-        now_ns: u64,
-        current: u32,
-        external: Option<f64>,
-        proxy_delay_ns: impl FnOnce() -> f64,
-    ) -> Option<State> {
+    /// `external` is the event-loop gradient cap. Returns the state after the update, `None`
+    /// when nothing was done.
+    pub(crate) fn roll(&self, now_ns: u64, current: u32, external: Option<f64>) -> Option<State> {
         if !self.due(now_ns) {
             return None;
         }
@@ -275,10 +277,20 @@ impl Limiter {
             refused: self.refused.swap(0, Ordering::Relaxed),
             connect_failures: self.connect_failures.swap(0, Ordering::Relaxed),
             external_gradient: external,
-            proxy_delay_ns: proxy_delay_ns(),
+            proxy_delay_ns: self.proxy_delay_since_last_roll(),
         };
         st.update(&w);
         Some(*st)
+    }
+
+    /// The proxy's mean run-queue delay (ns) since the last roll (the caller holds `state`).
+    fn proxy_delay_since_last_roll(&self) -> f64 {
+        let now = self.run_queue.totals();
+        let before = (
+            self.run_queue_seen[0].swap(now.0, Ordering::Relaxed),
+            self.run_queue_seen[1].swap(now.1, Ordering::Relaxed),
+        );
+        super::run_queue::mean_between(before, now)
     }
 
     /// Runs `f` on the state under its lock (config changes, snapshots: never per request).

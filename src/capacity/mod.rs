@@ -145,9 +145,6 @@ pub struct Capacity {
     /// Whether the last measured window was calm (latency at the baseline or under the floor):
     /// the limit is still growing towards the demand, so a queue longer than it is not overload.
     calm: AtomicBool,
-    /// The proxy's run-queue delay probe, and its totals when the last window closed.
-    run_queue: Arc<RunQueueDelay>,
-    run_queue_seen: Mutex<(u64, u64)>,
     /// Permits of unanswered requests whose connection ended, each with when it is released
     /// (ns): [`Capacity::park`]. At most the limit (they count in flight).
     parked: Mutex<Vec<(u64, Permit)>>,
@@ -163,7 +160,6 @@ impl Capacity {
     /// A route's capacity at `cfg`'s initial limit whose limiter discounts the proxy's own
     /// run-queue delay measured by `run_queue` ([`run_queue`]).
     pub fn with_run_queue(cfg: CapacityConfig, run_queue: Arc<RunQueueDelay>) -> Capacity {
-        let seen = run_queue.totals();
         let c = Capacity {
             mode: AtomicU8::new(mode_code(cfg.mode)),
             limit: AtomicU32::new(0),
@@ -186,11 +182,9 @@ impl Capacity {
             external_delay: AtomicU64::new(0),
             external_at_ns: AtomicU64::new(0),
             delay_threshold: AtomicU64::new(0),
-            limiter: Limiter::new(cfg, 0),
+            limiter: Limiter::new(cfg, 0, run_queue),
             latency_hint_ns: AtomicU64::new(0),
             calm: AtomicBool::new(true),
-            run_queue,
-            run_queue_seen: Mutex::new(seen),
             parked: Mutex::default(),
         };
         c.publish(&State::new(cfg));
@@ -454,18 +448,7 @@ impl Capacity {
     /// Closes the limiter's window when it is over (see [`limiter::Limiter::roll`]).
     fn roll(&self, now_ns: u64) {
         let ext = self.external_gradient(now_ns);
-        let proxy_delay = || {
-            let now = self.run_queue.totals();
-            let mut seen = self
-                .run_queue_seen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            run_queue::mean_between(std::mem::replace(&mut seen, now), now)
-        };
-        if let Some(st) = self
-            .limiter
-            .roll(now_ns, self.in_flight(), ext, proxy_delay)
-        {
+        if let Some(st) = self.limiter.roll(now_ns, self.in_flight(), ext) {
             self.publish(&st);
         }
     }
@@ -489,14 +472,7 @@ impl Capacity {
     fn release_parked(&self, now_ns: u64) {
         let done: Vec<(u64, Permit)> = {
             let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-            if p.is_empty() {
-                return;
-            }
-            let (done, keep) = std::mem::take(&mut *p)
-                .into_iter()
-                .partition(|(until, _)| *until <= now_ns);
-            *p = keep;
-            done
+            p.extract_if(.., |(until, _)| *until <= now_ns).collect()
         };
         // Dropped outside the lock: each release may wake a waiter.
         drop(done);

@@ -184,11 +184,6 @@ impl<'a> UpstreamGate<'a> {
         self.capacity.take_after_wait(class, now_ns)
     }
 
-    /// The room left after a batch was taken goes to the next waiter ([`Capacity::pass_on`]).
-    pub(crate) fn pass_on(&self) {
-        self.capacity.pass_on();
-    }
-
     fn is_priority(&self, now_ns: u64) -> bool {
         let since = self.capacity.priority_since(now_ns);
         let engine = &self.shared.listener(self.li).engine;
@@ -348,9 +343,7 @@ impl Drop for StreamGate<'_> {
         let until = now.saturating_add(self.upstream.capacity.reset_hold_ns());
         let open = self.open.drain(..).map(|(_, p)| (until, p));
         let held = self.held.drain(..).filter(|(u, _)| *u > now);
-        self.upstream
-            .capacity
-            .park(held.chain(open).collect::<Vec<_>>());
+        self.upstream.capacity.park(held.chain(open));
     }
 }
 
@@ -400,7 +393,7 @@ impl StreamHooks for StreamGate<'_> {
         if std::mem::replace(&mut self.resumed, false) {
             // The streams of the read that waited took their room: the rest is the next
             // waiter's.
-            self.upstream.pass_on();
+            self.upstream.capacity.pass_on();
         }
     }
 
