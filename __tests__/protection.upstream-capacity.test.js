@@ -338,3 +338,62 @@ test('HTTP/2 streams past a fixed limit wait with their HEADERS held: all answer
   assert.deepEqual([u.inFlight, u.queued, u.queueTimeouts, u.refused, u.answered], [0, 0, 0, 0, 6]);
   assert.ok(u.waited >= 1 && u.waited <= 4, `waited ${u.waited}`);
 });
+
+test('HTTP/2 at the limit: a connection that just reset a stream before its response does not wait (GOAWAY NO_ERROR at its last forwarded stream); one that did not waits and is served', {
+  timeout: 30000,
+}, async (t) => {
+  const H = require('./helpers/h2');
+  const http2 = require('node:http2');
+  const pending = [];
+  const s = await H.proxiedUpstream(t, {
+    protection: PROTECTION,
+    route: { concurrency: { mode: 'fixed', limit: 2, priorityShare: 0, queueTimeoutMs: 5000 } },
+    handler: (stream, hd) => {
+      if (hd[':path'] === '/hold') return pending.push(stream);
+      stream.respond({ ':status': 200 });
+      stream.end('next');
+    },
+  });
+  // The resetting client: stream 1 opened and reset before any response.
+  const c = await H.rawClient({ port: s.port, localAddress: '127.0.4.30' });
+  c.write(Buffer.concat([H.PREFACE, H.settings(), H.headers(1), H.rst(1)]));
+  await h.waitFor(() => s.up.streams === 1, { what: 'stream 1 at the upstream' });
+  await h.waitFor(() => routeUp(s).inFlight === 0, { what: 'the reset stream released (no latency learned yet: no hold)' });
+  // Another client fills the limit with two streams the upstream holds.
+  const session = http2.connect(`https://localhost:${s.port}`, { rejectUnauthorized: false, localAddress: '127.0.4.31' });
+  t.after(() => session.destroy());
+  const get = H.getter(session);
+  const held = [get('/hold'), get('/hold')];
+  await h.waitFor(() => pending.length === 2, { what: 'two held streams at the upstream' });
+  // A third client's stream waits for room; the resetting client's is shed at once.
+  const waiter = http2.connect(`https://localhost:${s.port}`, { rejectUnauthorized: false, localAddress: '127.0.4.32' });
+  t.after(() => waiter.destroy());
+  let waiterGoaway = false;
+  waiter.on('goaway', () => (waiterGoaway = true));
+  const waited = H.getter(waiter)('/next');
+  await h.waitFor(() => routeUp(s).queued === 1, { what: 'the third client queued' });
+  c.write(H.headers(3));
+  await h.waitFor(() => c.goaway !== null, { what: 'the GOAWAY to the resetting client' });
+  assert.deepEqual(c.goaway, { lastStreamId: 1, errorCode: 0 });
+  assert.equal(routeUp(s).queued, 1);
+  for (const st of pending) {
+    st.respond({ ':status': 200 });
+    st.end('ok');
+  }
+  assert.deepEqual(await Promise.all(held), [
+    [200, 'ok'],
+    [200, 'ok'],
+  ]);
+  assert.deepEqual(await waited, [200, 'next']);
+  assert.equal(waiterGoaway, false);
+  assert.equal(s.up.streams, 4);
+  assert.deepEqual(
+    s.events.map((e) => [e.ip, e.reason]),
+    [['127.0.4.30', 'upstream_overloaded']]
+  );
+});
+
+/** The only route's `metrics().routeMetrics[0].upstream`. */
+function routeUp(s) {
+  return s.proxy.metrics().routeMetrics[0].upstream;
+}

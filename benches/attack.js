@@ -36,7 +36,8 @@
 // 10 s before the overload began); the measured window is the same 1 s + the attack.
 // Options: --duration S (default 15), --preroll S (default 1), --only id,id (baseline, hs-single, hs-diverse, slowloris,
 // slowhs, garbage, req-flood, h2-reset-spread, baseline-end), --work-ms MS (origin CPU per
-// request, default 1; 0 = answer at once), --no-haproxy, --no-pin, --json FILE, --write (replace
+// request, default 1; 0 = answer at once), --no-haproxy, --no-pin, --trace (every 500 ms of a
+// Rampart row: the origin's counts and each route's capacity, on stderr), --json FILE, --write (replace
 // the section in BENCHMARKS.md between `<!-- attack:begin -->` and `<!-- attack:end -->`; with
 // --section NAME, between `<!-- NAME:begin -->` and `<!-- NAME:end -->`).
 // Pinning (default with ≥ 2 CPUs and `taskset`): the attacker runs on CPUs 1.., and everything
@@ -59,6 +60,7 @@ const ONLY = list('--only', null);
 const WITH_HAPROXY = !flag('--no-haproxy');
 const JSON_OUT = opt('--json', '');
 const WORK_MS = Number(opt('--work-ms', 1));
+const TRACE = flag('--trace');
 const THREADS = 2;
 const PIN = !flag('--no-pin') && os.cpus().length >= 2 && L.haveTool('taskset');
 const DEFENDED_CPUS = '0';
@@ -293,6 +295,8 @@ function upstreamOf(m) {
         inFlight: r.upstream.inFlight,
         refused: r.upstream.refused,
         refusedPriority: r.upstream.refusedPriority,
+        latencyMs: r.upstream.latencyMs,
+        queued: r.upstream.queued,
       };
   }
   return out;
@@ -448,9 +452,20 @@ async function measure(ctx, kind, row) {
   // Rampart: each route's lowest limit and highest in-flight while the row runs (every 500 ms).
   const lows = {};
   let sampling = Promise.resolve();
+  const traceT0 = Date.now();
+  let traceLast = {};
+  let tracePeak = 0;
   const upSampler = p.upstream
     ? setInterval(() => {
-        sampling = p.upstream().then((u) => {
+        sampling = p.upstream().then(async (u) => {
+          if (TRACE) {
+            const o = await ctx.origin.ask('stats');
+            tracePeak = Math.max(tracePeak, o.inFlightPeak);
+            const ms = Date.now() - traceT0;
+            const routes = Object.entries(u).map(([r, x]) => `${r} ${x.inFlight}/${x.limit} lat ${x.latencyMs} queued ${x.queued}`);
+            log(`  trace ${ms} ms: origin attack ${o.attackRequests - (traceLast.attackRequests || 0)} served ${o.served - (traceLast.served || 0)} in flight ${o.inFlight} (peak ${o.inFlightPeak}); ${routes.join('; ')}`);
+            traceLast = o;
+          }
           for (const [route, x] of Object.entries(u)) {
             const l = (lows[route] = lows[route] || { minLimit: Infinity, maxInFlight: 0 });
             if (x.limit !== null) l.minLimit = Math.min(l.minLimit, x.limit);
@@ -524,7 +539,7 @@ async function measure(ctx, kind, row) {
     upstreamConns: o1.h1Connections - o0.h1Connections + (o1.h2Sessions - o0.h2Sessions),
     attackRps: (o1.attackRequests - o0.attackRequests) / ((probeMs + 300) / 1000),
     originServedRps: (o1.served - o0.served) / ((probeMs + 300) / 1000),
-    originPeak: o1.inFlightPeak,
+    originPeak: Math.max(o1.inFlightPeak, tracePeak),
     rssMiB: peakRssKb / 1024,
     cpuPct: ((c1.cpuTicks - c0.cpuTicks) / L.CLK_TCK / secs) * 100,
     refusals,

@@ -32,7 +32,10 @@
 //!
 //! The limit only grows when it binds: a window whose peak stayed under half the limit without a
 //! refusal (the clients, not the upstream, limit the load) does not raise it, so an idle route
-//! does not inflate its limit. Connect failures in a window
+//! does not inflate its limit. Nor does a window in which more permits were released without a
+//! latency sample (HTTP/2 streams reset before their response, clients gone) than with one: its
+//! mean describes a minority of the work the upstream took on, and a rapid reset waiting in the
+//! queue would otherwise read as demand past a limit that costs nothing and double it. Connect failures in a window
 //! cap the gradient at 0.9; an embedding process's event-loop delay above its threshold caps it
 //! at `threshold / delay` (≥ 0.5), like a latency rise.
 
@@ -69,6 +72,8 @@ pub(crate) struct Window {
     pub max_in_flight: u32,
     /// Acquires refused in the window.
     pub refused: u32,
+    /// Permits released in the window without a latency sample (resets, clients gone, tunnels).
+    pub unsampled: u32,
     /// Upstream connect failures in the window.
     pub connect_failures: u32,
     /// Gradient cap from the embedding process's event-loop delay (`None`: under threshold).
@@ -166,7 +171,7 @@ impl State {
             self.limit.min(full) * gradient
         } else {
             let binds = peak >= self.limit / 2.0 || w.refused > 0;
-            if !binds || w.samples == 0 {
+            if !binds || w.samples == 0 || u64::from(w.unsampled) > w.samples {
                 return self.limit;
             }
             let at_baseline = upstream_ns <= (self.baseline_ns * AT_BASELINE).max(self.floor_ns());
@@ -192,6 +197,8 @@ pub(crate) struct Limiter {
     count: AtomicU64,
     max_in_flight: AtomicU32,
     refused: AtomicU32,
+    /// Permits released in the window, with a sample or without.
+    released: AtomicU32,
     connect_failures: AtomicU32,
     /// Start of the current window, CLOCK_MONOTONIC ns.
     window_start: AtomicU64,
@@ -214,6 +221,7 @@ impl Limiter {
             count: AtomicU64::new(0),
             max_in_flight: AtomicU32::new(0),
             refused: AtomicU32::new(0),
+            released: AtomicU32::new(0),
             connect_failures: AtomicU32::new(0),
             window_start: AtomicU64::new(now_ns),
             state: Mutex::new(State::new(cfg)),
@@ -237,6 +245,12 @@ impl Limiter {
     #[inline]
     pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a released permit (answered or not: [`Window::unsampled`] is the difference).
+    #[inline]
+    pub(crate) fn released(&self) {
+        self.released.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records an upstream connect failure.
@@ -275,6 +289,10 @@ impl Limiter {
             },
             max_in_flight: self.max_in_flight.swap(current, Ordering::Relaxed),
             refused: self.refused.swap(0, Ordering::Relaxed),
+            unsampled: u32::try_from(
+                u64::from(self.released.swap(0, Ordering::Relaxed)).saturating_sub(count),
+            )
+            .unwrap_or(u32::MAX),
             connect_failures: self.connect_failures.swap(0, Ordering::Relaxed),
             external_gradient: external,
             proxy_delay_ns: self.proxy_delay_since_last_roll(),

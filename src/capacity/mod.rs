@@ -573,6 +573,7 @@ impl Drop for Permit {
                 .fetch_sub(1, Ordering::Relaxed);
         }
         self.capacity.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.capacity.limiter.released();
         self.capacity.released();
     }
 }

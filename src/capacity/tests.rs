@@ -606,3 +606,62 @@ fn a_queue_past_a_calm_limit_is_not_overload() {
         .collect();
     assert!(cap.refuses_new(200 * MS));
 }
+
+/// Requests that wait while most permits are released without a latency sample (a rapid reset:
+/// streams reset before their response) never grow the limit; once the answers outnumber the
+/// unanswered releases again, the slow start resumes. Through the capacity: permits dropped
+/// without an answer are counted in the window.
+#[test]
+fn releases_without_a_sample_do_not_grow_the_limit() {
+    let cap = Arc::new(Capacity::new(CapacityConfig {
+        min_limit: 4,
+        initial_limit: 8,
+        priority_share: 0.0,
+        ..CapacityConfig::default_for(true)
+    }));
+    let limit = cap.limit();
+    let mut t = 0;
+    // Each window: requests answered at 1 ms (calm), `resets` of the limit's permits dropped
+    // unanswered, and demand waiting past the limit.
+    let window = |t: u64, resets: usize| {
+        for _ in 0..2 {
+            cap.take_now(Class::Other, t).unwrap().answered(t + MS);
+        }
+        let reset: Vec<Permit> = (0..resets)
+            .map(|_| cap.take_now(Class::Other, t).unwrap())
+            .collect();
+        let full: Vec<Permit> = (0..cap.limit() as usize - resets)
+            .filter_map(|_| cap.take_now(Class::Other, t))
+            .collect();
+        let waits: Vec<_> = (0..8)
+            .map(|_| cap.wait_or_refuse(Class::Other, t, || true))
+            .collect();
+        drop(waits);
+        drop(reset);
+        for p in full {
+            p.answered(t + MS);
+        }
+    };
+    for _ in 0..10 {
+        window(t, 6);
+        t += 100 * MS;
+        cap.tick(t);
+    }
+    assert_eq!(
+        cap.limit(),
+        limit,
+        "ten calm windows of mostly unanswered releases"
+    );
+    let mut grew = false;
+    for _ in 0..3 {
+        window(t, 0);
+        t += 100 * MS;
+        cap.tick(t);
+        grew |= cap.limit() > limit;
+    }
+    assert!(
+        grew,
+        "answered demand grows the limit again: {}",
+        cap.limit()
+    );
+}

@@ -282,7 +282,8 @@ impl RequestHooks for RequestGate<'_> {
 /// The permit is released at the stream's first response HEADERS (a latency sample). A stream
 /// that ends without a response (a reset, either way) keeps its permit, without a sample, for
 /// the route's current latency ([`Capacity::reset_hold_ns`]): the upstream likely still works on
-/// it, so a rapid reset counts against the capacity for as long as the work it caused. At most
+/// it, so a rapid reset counts against the capacity for as long as the work it caused; and for
+/// [`RESET_NO_WAIT_NS`] the connection does not wait in the queue (shed at the limit). At most
 /// `maxConcurrentStreams` open and [`MAX_HELD`] reset permits are held. When the connection
 /// ends, the permits of its unanswered streams (reset or still open) are parked on the route
 /// ([`Capacity::park`]) until their hold is over: a client whose connections the guard closes
@@ -301,7 +302,15 @@ pub(crate) struct StreamGate<'a> {
     /// The connection just waited its turn: the later streams of the same client read take the
     /// room there is without queueing again (one write for them, not one wait each).
     resumed: bool,
+    /// When a stream of this connection last ended without a response (ns; 0 = never).
+    last_unanswered_ns: u64,
 }
+
+/// A connection that ended a stream without its response within this long (ns, 1 s) does not
+/// wait in the route's queue: at the limit its next stream is shed (GOAWAY NO_ERROR,
+/// `upstream_overloaded`). Work it abandons is the heaviest a client puts on a full upstream,
+/// and waiting, it would hold a place in the queue ahead of clients that read their answers.
+pub(crate) const RESET_NO_WAIT_NS: u64 = 1_000_000_000;
 
 /// Most permits of reset streams one connection holds (the oldest is released first).
 pub(crate) const MAX_HELD: usize = 256;
@@ -323,6 +332,7 @@ impl<'a> StreamGate<'a> {
             waiting: None,
             next: None,
             resumed: false,
+            last_unanswered_ns: 0,
         }
     }
 
@@ -364,11 +374,22 @@ impl StreamHooks for StreamGate<'_> {
             }
             self.resumed = false;
         }
-        // Holding could stall this connection's own streams (`may_wait`): shed instead.
-        let decided = match self.upstream.admit(now_ns, may_wait) {
+        // Holding could stall this connection's own streams (`may_wait`), or the connection
+        // abandons its streams (`RESET_NO_WAIT_NS`): shed instead.
+        let reset_lately = self.last_unanswered_ns != 0
+            && now_ns.saturating_sub(self.last_unanswered_ns) < RESET_NO_WAIT_NS;
+        let decided = match self.upstream.admit(now_ns, || !reset_lately && may_wait()) {
             Admit::Ready(p) => Ok(p),
             Admit::Refused(o) => Err(o),
             Admit::Wait(q) => {
+                // Its reset streams' permits would stay held for the whole wait (their time is
+                // only checked on this connection's own events): the route's tick releases them
+                // when their time is over. Kept here, a connection waiting for room held the
+                // room it waits for, and rapid-reset connections stalled the queue until their
+                // `queueTimeoutMs`.
+                if !self.held.is_empty() {
+                    self.upstream.capacity.park(self.held.drain(..));
+                }
                 self.waiting = Some((id, q.batched()));
                 return false;
             }
@@ -427,6 +448,7 @@ impl StreamHooks for StreamGate<'_> {
                 p.answered(now_ns);
                 return;
             }
+            self.last_unanswered_ns = now_ns.max(1);
             let hold = self.upstream.capacity.reset_hold_ns();
             if hold > 0 {
                 if self.held.len() == MAX_HELD {
