@@ -463,7 +463,9 @@ async function measure(ctx, kind, row) {
             tracePeak = Math.max(tracePeak, o.inFlightPeak);
             const ms = Date.now() - traceT0;
             const routes = Object.entries(u).map(([r, x]) => `${r} ${x.inFlight}/${x.limit} lat ${x.latencyMs} queued ${x.queued}`);
-            log(`  trace ${ms} ms: origin attack ${o.attackRequests - (traceLast.attackRequests || 0)} served ${o.served - (traceLast.served || 0)} in flight ${o.inFlight} (peak ${o.inFlightPeak}); ${routes.join('; ')}`);
+            log(
+              `  trace ${ms} ms: origin attack ${o.attackRequests - (traceLast.attackRequests || 0)} served ${o.served - (traceLast.served || 0)} in flight ${o.inFlight} (peak ${o.inFlightPeak}); ${routes.join('; ')}`
+            );
             traceLast = o;
           }
           for (const [route, x] of Object.entries(u)) {
