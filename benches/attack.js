@@ -515,6 +515,10 @@ async function measure(ctx, kind, row) {
   const secs = (Date.now() - t0) / 1000;
   const offered = attack ? await attack.ask('stop') : null;
   const [r1, r2] = await Promise.all([h1, h2]);
+  if (TRACE) {
+    const slow = r1.phasesMs.map((ph, i) => [r1.latenciesMs[i], ph]).sort((a, b) => b[0] - a[0]);
+    log(`  trace: slowest probe requests, ms [TCP connect, TLS handshake, response]: ${slow.slice(0, 6).map(([t, ph]) => `${t.toFixed(1)} ${JSON.stringify(ph)}`).join(', ')}`);
+  }
   clearInterval(sampler);
   if (upSampler) clearInterval(upSampler);
   await sampling;

@@ -103,7 +103,8 @@ function idle({ host, port, count, concurrency, sources, servername, requestByte
  */
 function legitProbe({ host, port, localAddress, servername, rate, durationMs, minBytes, timeoutMs = 5000 }) {
   return new Promise((resolve) => {
-    const res = { attempts: 0, ok: 0, latenciesMs: [] };
+    // `phasesMs`: per answered attempt, [TCP connect, TLS handshake, response] in ms.
+    const res = { attempts: 0, ok: 0, latenciesMs: [], phasesMs: [] };
     let pending = 0;
     let ended = false;
     const req = Buffer.from(`GET / HTTP/1.1\r\nHost: ${servername}\r\nConnection: close\r\n\r\n`);
@@ -124,14 +125,23 @@ function legitProbe({ host, port, localAddress, servername, rate, durationMs, mi
         clearTimeout(timer);
         if (head.startsWith('HTTP/1.1 200') && bytes >= minBytes) {
           res.ok++;
-          res.latenciesMs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+          const now = process.hrtime.bigint();
+          res.latenciesMs.push(Number(now - t0) / 1e6);
+          const ms = (a, b) => Math.round(Number(b - a) / 1e4) / 100;
+          res.phasesMs.push([ms(t0, tConnect || now), ms(tConnect || now, tSecure || now), ms(tSecure || now, now)]);
         }
         s.destroy();
         pending--;
         maybeDone();
       };
       const timer = setTimeout(settle, timeoutMs);
-      s.on('secureConnect', () => s.write(req));
+      let tConnect = 0n;
+      let tSecure = 0n;
+      s.on('connect', () => (tConnect = process.hrtime.bigint()));
+      s.on('secureConnect', () => {
+        tSecure = process.hrtime.bigint();
+        s.write(req);
+      });
       s.on('data', (d) => {
         if (head.length < 16) head += d.toString('latin1', 0, 16);
         bytes += d.length;
