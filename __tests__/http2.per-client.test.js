@@ -160,3 +160,22 @@ test('protection.http2 clientFactor and maxStreamsPerConnection are validated wi
   ]);
   assert.doesNotThrow(make({ clientFactor: 1, maxStreamsPerConnection: 1 }));
 });
+
+test('a client earns its known-good mark with an answered HTTP/2 stream, not with SETTINGS and streams it reset', async (t) => {
+  const s = await H.proxiedUpstream(t, { protection: { knownGoodTtlMs: 600000 } });
+  const ip = '127.0.4.40';
+  const knownGoodMs = () => s.proxy.explain(ip).listeners[0].knownGoodMs;
+  const c = await H.rawClient({ port: s.port, localAddress: ip });
+  await c.write(Buffer.concat([H.PREFACE, H.settings(), H.headers(1), H.rst(1), H.ping()]));
+  // The PING's ACK comes back from the upstream: everything before it went both ways.
+  await h.waitFor(() => c.frames.some((f) => f.type === H.T.PING && f.flags & H.F.ACK), { what: 'the PING ACK' });
+  assert.equal(s.up.frames.RST_STREAM, 1);
+  assert.ok(c.settings.length >= 2, 'Rampart’s and the upstream’s SETTINGS reached the client');
+  assert.equal(knownGoodMs(), null);
+  // Stream 3 is answered: the mark follows.
+  await c.write(H.headers(3));
+  await h.waitFor(() => c.frames.some((f) => f.type === H.T.HEADERS && f.stream === 3), { what: 'the answer on stream 3' });
+  await h.waitFor(() => knownGoodMs() !== null, { what: 'the known-good mark' });
+  // The mark ends on a whole second, rounded up.
+  assert.ok(knownGoodMs() > 590000 && knownGoodMs() <= 601000, String(knownGoodMs()));
+});

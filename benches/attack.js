@@ -297,6 +297,7 @@ function upstreamOf(m) {
         refusedPriority: r.upstream.refusedPriority,
         latencyMs: r.upstream.latencyMs,
         queued: r.upstream.queued,
+        inFlightPriority: r.upstream.inFlightPriority,
       };
   }
   return out;
@@ -462,7 +463,9 @@ async function measure(ctx, kind, row) {
             const o = await ctx.origin.ask('stats');
             tracePeak = Math.max(tracePeak, o.inFlightPeak);
             const ms = Date.now() - traceT0;
-            const routes = Object.entries(u).map(([r, x]) => `${r} ${x.inFlight}/${x.limit} lat ${x.latencyMs} queued ${x.queued}`);
+            const routes = Object.entries(u).map(
+              ([r, x]) => `${r} ${x.inFlight}/${x.limit} (prio ${x.inFlightPriority}, refused ${x.refusedPriority}) lat ${x.latencyMs} queued ${x.queued}`
+            );
             log(
               `  trace ${ms} ms: origin attack ${o.attackRequests - (traceLast.attackRequests || 0)} served ${o.served - (traceLast.served || 0)} in flight ${o.inFlight} (peak ${o.inFlightPeak}); ${routes.join('; ')}`
             );
@@ -517,7 +520,12 @@ async function measure(ctx, kind, row) {
   const [r1, r2] = await Promise.all([h1, h2]);
   if (TRACE) {
     const slow = r1.phasesMs.map((ph, i) => [r1.latenciesMs[i], ph]).sort((a, b) => b[0] - a[0]);
-    log(`  trace: slowest probe requests, ms [TCP connect, TLS handshake, response]: ${slow.slice(0, 6).map(([t, ph]) => `${t.toFixed(1)} ${JSON.stringify(ph)}`).join(', ')}`);
+    log(
+      `  trace: slowest probe requests, ms [TCP connect, TLS handshake, response]: ${slow
+        .slice(0, 6)
+        .map(([t, ph]) => `${t.toFixed(1)} ${JSON.stringify(ph)}`)
+        .join(', ')}`
+    );
   }
   clearInterval(sampler);
   if (upSampler) clearInterval(upSampler);

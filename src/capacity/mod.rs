@@ -51,6 +51,12 @@ pub const MAX_RESET_HOLD_NS: u64 = 10_000_000_000;
 /// [`Class::Priority`] in it: standing earned during (or just before) a flood buys no priority.
 pub const PRIORITY_SEASONING_NS: u64 = 10_000_000_000;
 
+/// Overloads less than this apart (ns, 5 min) are one episode for [`Capacity::overload_since`]:
+/// a flood that pauses, or whose sources the guards box and release in turn, keeps the start of
+/// its first overload, so a client that arrived with it and was marked known-good meanwhile
+/// never ages into priority between two waves.
+pub const EPISODE_GAP_NS: u64 = 300_000_000_000;
+
 /// Which class a request/connection belongs to for overload priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -370,10 +376,11 @@ impl Capacity {
         }
     }
 
-    /// Records overload pressure at `now_ns` (a new episode when the last one is over).
+    /// Records overload pressure at `now_ns` (a new episode when the last pressure is
+    /// [`EPISODE_GAP_NS`] old).
     fn pressure(&self, now_ns: u64) {
         let last = self.last_pressure_ns.swap(now_ns.max(1), Ordering::Relaxed);
-        if last == 0 || now_ns.saturating_sub(last) >= OVERLOAD_HOLD_NS {
+        if last == 0 || now_ns.saturating_sub(last) >= EPISODE_GAP_NS {
             self.episode_start_ns.store(now_ns, Ordering::Relaxed);
         }
     }
@@ -388,8 +395,9 @@ impl Capacity {
             && self.mode.load(Ordering::Relaxed) != MODE_OFF
     }
 
-    /// When the current overload episode began (CLOCK_MONOTONIC ns), `None` when the route is
-    /// not overloaded at `now_ns`: what `Engine::is_priority` compares first-marked times with.
+    /// When the current overload episode began (CLOCK_MONOTONIC ns; overloads less than
+    /// [`EPISODE_GAP_NS`] apart are one episode), `None` when the route is not overloaded at
+    /// `now_ns`: what `Engine::is_priority` compares first-marked times with.
     pub fn overload_since(&self, now_ns: u64) -> Option<u64> {
         self.refuses_new(now_ns)
             .then(|| self.episode_start_ns.load(Ordering::Relaxed))

@@ -329,14 +329,22 @@ fn overload_turns_on_at_a_refusal_and_off_after_2s_without_one() {
         (s.latency_ms, s.in_flight, s.in_flight_priority),
         (5.0, 0, 0)
     );
-    // A new episode starts later.
-    assert!(cap.try_acquire(Class::Priority, t + 9 * SEC).is_ok());
-    let _held = (
+    // Overloaded again 7 s later: the same episode (a flood's next wave keeps its start).
+    let held = (
         cap.try_acquire(Class::Priority, t + 9 * SEC).unwrap(),
         cap.try_acquire(Class::Priority, t + 9 * SEC).unwrap(),
     );
     assert!(cap.try_acquire(Class::Priority, t + 9 * SEC).is_err());
-    assert_eq!(cap.overload_since(t + 9 * SEC), Some(t + 9 * SEC));
+    assert_eq!(cap.overload_since(t + 9 * SEC), Some(t));
+    drop(held);
+    // Overloaded again 5 min after the last pressure: a new episode.
+    let later = t + 9 * SEC + EPISODE_GAP_NS;
+    let _held = (
+        cap.try_acquire(Class::Priority, later).unwrap(),
+        cap.try_acquire(Class::Priority, later).unwrap(),
+    );
+    assert!(cap.try_acquire(Class::Priority, later).is_err());
+    assert_eq!(cap.overload_since(later), Some(later));
 }
 
 /// `mode: 'off'` never refuses and never reports overload, but still measures.

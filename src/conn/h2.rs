@@ -148,6 +148,12 @@ impl<F: FnMut(Violation), H: StreamHooks, B: ClientBudget> Inspector for H2Inspe
         }
     }
 
+    /// A stream answered, and no violation reported (observe mode goes on after one).
+    #[inline]
+    fn exchanged(&self) -> bool {
+        !self.reported && self.guard.state().answered()
+    }
+
     #[inline]
     fn stopped(&self, dir: Dir) -> bool {
         if self.off || !self.guard.state().is_closing() {

@@ -70,6 +70,8 @@ pub struct ConnState {
     pub(super) drain_last: u32,
     /// That GOAWAY still has to be written to the client.
     pub(super) goaway_due: bool,
+    /// The upstream answered (sent its first HEADERS on) at least one client stream.
+    pub(super) answered: bool,
 }
 
 impl ConnState {
@@ -106,7 +108,15 @@ impl ConnState {
             opened: 0,
             drain_last: 0,
             goaway_due: false,
+            answered: false,
         }
+    }
+
+    /// Whether the upstream answered at least one client stream (its first HEADERS on it): a
+    /// connection that moved only SETTINGS, PINGs and streams it reset has exchanged nothing a
+    /// client's standing can rest on.
+    pub fn answered(&self) -> bool {
+        self.answered
     }
 
     /// Client streams open now (opened, not yet ended by both sides nor reset).
@@ -245,6 +255,7 @@ impl ConnState {
         hooks: &mut H,
     ) {
         if self.streams.answer(id) {
+            self.answered = true;
             hooks.closed(id, true, hook_time::<H>(now));
         }
     }

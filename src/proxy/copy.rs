@@ -150,6 +150,12 @@ pub(crate) trait Inspector {
     /// Ready once a direction held by [`Flow::Hold`] may go on (registers `cx`). No default: a
     /// wrapper that did not pass it on would spin on a held chunk.
     fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Whether what moved so far is an exchange a known-good mark may rest on ([`KnownGood`]),
+    /// beyond bytes both ways: the HTTP/2 guard asks for an answered stream. Default: yes.
+    #[inline(always)]
+    fn exchanged(&self) -> bool {
+        true
+    }
     /// Ready once an ending pair has waited long enough for its directions to finish: the pair
     /// is then dropped with whatever is still pending.
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()>;
@@ -181,8 +187,9 @@ impl Inspector for Pass {
     }
 }
 
-/// Wraps an inspector and runs `hook` once, as soon as bytes have moved both ways (the
-/// known-good mark of the connection path). `client_sent`: the client's first bytes were already
+/// Wraps an inspector and runs `hook` once, as soon as bytes have moved both ways and the inner
+/// inspector says they are an exchange ([`Inspector::exchanged`]: an answered stream on HTTP/2)
+/// — the known-good mark of the connection path. `client_sent`: the client's first bytes were already
 /// forwarded before the pair started (a request head Rampart buffered), so one upstream byte
 /// completes the exchange.
 pub(crate) struct KnownGood<I: Inspector, F: FnOnce()> {
@@ -218,7 +225,7 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
                 Dir::ToUpstream => self.up = true,
                 Dir::ToClient => self.down = true,
             }
-            if self.up && self.down {
+            if self.up && self.down && self.inner.exchanged() {
                 if let Some(h) = self.hook.take() {
                     h();
                 }
@@ -241,6 +248,10 @@ impl<I: Inspector, F: FnOnce()> Inspector for KnownGood<I, F> {
     #[inline]
     fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.inner.poll_resume(cx)
+    }
+    #[inline]
+    fn exchanged(&self) -> bool {
+        self.inner.exchanged()
     }
     #[inline]
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()> {

@@ -163,6 +163,10 @@ impl<I: Inspector> Inspector for ProtocolCheck<I> {
     }
 
     #[inline]
+    fn exchanged(&self) -> bool {
+        self.inner.exchanged()
+    }
+    #[inline]
     fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.inner.poll_resume(cx)
     }
