@@ -490,6 +490,12 @@ export interface ListenerConfig {
    * at once (`errorsByReason.suspend_queue_full`, no 'suspended' event). Default 1024.
    */
   maxPendingSuspended?: number;
+  /**
+   * `mode: 'http'` only: a request that is not an ACME challenge gets its 301 to https whatever
+   * its Host (Symphony's HTTP listener), instead of 404 for a Host no route matches; an ACME
+   * request for such a Host is still 404. Default false (SymphonyProxy: true).
+   */
+  redirectUnknownHosts?: boolean;
 }
 
 /** `listeners[].acceptProxyProtocol`. */
