@@ -321,6 +321,14 @@ function symphonyError(p) {
   return err;
 }
 
+/** Largest connection id (the engine's ids are u64). */
+const MAX_ID = (1n << 64n) - 1n;
+
+/** Whether the string `id` is one the engine could have given: the decimal form of a u64. */
+function isConnectionId(id) {
+  return /^[0-9]{1,20}$/.test(id) && BigInt(id) <= MAX_ID;
+}
+
 /** A TCP port free on `host` now (the kernel's pick; the socket is closed before it resolves). */
 function freePort(host) {
   return new Promise((resolve, reject) => {
@@ -578,9 +586,20 @@ class SymphonyProxy extends RampartProxy {
    * naming each `route.*` problem; ctx `{ listener }`); nothing throws for it. Returns true when
    * a held connection took the decision (closing it for a route that is not valid included),
    * false for an unknown, expired or resolved id (then only the rules that need no listener are
-   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier).
+   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier). A
+   * string id that is not a decimal u64 emits `'error'` (`code` 'invalid_connection_id', as
+   * Symphony reports it) and returns false.
    */
   resolveConnection(id, route) {
+    if (typeof id === 'string' && !isConnectionId(id)) {
+      // Symphony reports an id that no 'suspended' event could have carried, never throws (an
+      // id that is not a string is a programming error: the engine's ConfigError, as Symphony's
+      // binding throws).
+      const err = new Error(`invalid connection id ${JSON.stringify(id)}: an id is the decimal string of a 'suspended' event's id`);
+      err.code = 'invalid_connection_id';
+      this._emitError(err, {});
+      return false;
+    }
     const listener = this._suspendedAt.get(id);
     this._suspendedAt.delete(id);
     if (route === undefined || route === null) return super.resolveConnection(id, null);
@@ -628,7 +647,7 @@ class SymphonyProxy extends RampartProxy {
   /**
    * RampartProxy's metrics() shape, its route failures in the config's terms: `routeFailures`
    * indexes and paths as given to the constructor or `updateConfig`, the routes Symphony's
-   * `xForwardedFor`-with-`http2` rule left out included (in `failingRoutes` too), by index.
+   * own route-build rules left out (BUILD_RULES) included (in `failingRoutes` too), by index.
    */
   rampartMetrics() {
     const m = super.metrics();
