@@ -427,7 +427,10 @@ test("xForwardedFor with http2, and header carriers without protocol: 'http': re
     await h.waitFor(() => failed.length === 1, { what: "'error' route_failed" });
     const expected = [{ path: 'routes[0].http2', message }];
     if (only.protocol === undefined) {
-      expected.push({ path: 'routes[0].protocol', message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route" });
+      expected.push({
+        path: 'routes[0].protocol',
+        message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route",
+      });
     }
     assert.deepEqual([failed[0].code, failed[0].route, failed[0].index, failed[0].errors], ['route_failed', 'a.test', 0, expected]);
     assert.deepEqual([alone.metrics().routes, alone.metrics().failingRoutes], [0, 1]);

@@ -56,7 +56,10 @@ test('copy buffers: SymphonyProxy clamps an out-of-range size to [512, 1048576] 
     await h.closeServer(echo);
   });
   await h.waitFor(() => warned.seen.length === 2, { what: 'two clamp warnings' });
-  assert.deepEqual(warned.seen, ['readBufferSize 0 is outside [512, 1048576]; using 512', 'upstreamReadBufferSize 4000000 is outside [512, 1048576]; using 1048576']);
+  assert.deepEqual(warned.seen, [
+    'readBufferSize 0 is outside [512, 1048576]; using 512',
+    'upstreamReadBufferSize 4000000 is outside [512, 1048576]; using 1048576',
+  ]);
   // The clamped buffers carry a payload 128 times the smaller one, byte for byte.
   const payload = patterned(64 * 1024);
   const r = await h.tlsRoundTrip({ port, servername: 'localhost', payload, expect: payload.length });
@@ -65,14 +68,18 @@ test('copy buffers: SymphonyProxy clamps an out-of-range size to [512, 1048576] 
 
   // In range: no warning. Not an integer: refused by both classes.
   assert.ok(new SymphonyProxy(config({ readBufferSize: 512, clientReadBufferSize: 1_048_576 })));
-  assert.deepEqual(h.errorsOf(() => new SymphonyProxy(config({ readBufferSize: 'big' }))), [
-    { path: 'readBufferSize', message: 'must be an integer in [512, 1048576], got "big"' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new SymphonyProxy(config({ readBufferSize: 'big' }))),
+    [{ path: 'readBufferSize', message: 'must be an integer in [512, 1048576], got "big"' }]
+  );
   // RampartProxy: an out-of-range size is a ConfigError, never clamped.
-  assert.deepEqual(h.errorsOf(() => new RampartProxy(config({ readBufferSize: 0, upstreamReadBufferSize: 4_000_000 }))), [
-    { path: 'readBufferSize', message: 'must be an integer in [512, 1048576], got 0' },
-    { path: 'upstreamReadBufferSize', message: 'must be an integer in [512, 1048576], got 4000000' },
-  ]);
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy(config({ readBufferSize: 0, upstreamReadBufferSize: 4_000_000 }))),
+    [
+      { path: 'readBufferSize', message: 'must be an integer in [512, 1048576], got 0' },
+      { path: 'upstreamReadBufferSize', message: 'must be an integer in [512, 1048576], got 4000000' },
+    ]
+  );
   await new Promise((r) => setImmediate(r));
   assert.equal(warned.seen.length, 2);
 });
@@ -99,7 +106,10 @@ test("'h2' upstreams alone, or on a passthrough route: SymphonyProxy leaves the 
   });
   await h.waitFor(() => failed.length === 1, { what: "'error' route_failed" });
   const e = failed[0];
-  assert.deepEqual([e.code, e.route, e.index, e.errors, e.lastGoodCert], ['route_failed', 'allh2.test', 1, [{ path: 'routes[1].upstreams', message: ALL_H2 }], false]);
+  assert.deepEqual(
+    [e.code, e.route, e.index, e.errors, e.lastGoodCert],
+    ['route_failed', 'allh2.test', 1, [{ path: 'routes[1].upstreams', message: ALL_H2 }], false]
+  );
   assert.equal(e.message, `route "allh2.test" (routes[1]) failed to build and is not served; the other routes are: routes[1].upstreams: ${ALL_H2}`);
   assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes], [1, 1]);
   // The other route serves; the one left out has no route.
@@ -116,7 +126,10 @@ test("'h2' upstreams alone, or on a passthrough route: SymphonyProxy leaves the 
   assert.deepEqual([aloneFailed[0].index, aloneFailed[0].errors], [0, [{ path: 'routes[0].upstreams', message: ALL_H2 }]]);
   assert.deepEqual([alone.metrics().routes, alone.metrics().failingRoutes], [0, 1]);
   // updateConfig in which no route would serve fails whole and changes nothing.
-  assert.deepEqual(h.errorsOf(() => proxy.updateConfig({ routes: [allH2] })), [{ path: 'routes[0].upstreams', message: ALL_H2 }]);
+  assert.deepEqual(
+    h.errorsOf(() => proxy.updateConfig({ routes: [allH2] })),
+    [{ path: 'routes[0].upstreams', message: ALL_H2 }]
+  );
   assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes], [1, 1]);
   // A suspended route has no upstreams to judge.
   assert.ok(new SymphonyProxy({ listeners, routes: [{ ...allH2, suspended: true }] }));
@@ -124,12 +137,10 @@ test("'h2' upstreams alone, or on a passthrough route: SymphonyProxy leaves the 
   const passthrough = { sni: 'pass.test', terminateTls: false, upstreams: [tcp, h2only] };
   proxy.updateConfig({ routes: [plain, passthrough] });
   await h.waitFor(() => failed.length === 2, { what: "the update's 'error'" });
-  assert.deepEqual([failed[1].code, failed[1].route, failed[1].index, failed[1].errors], [
-    'route_failed',
-    'pass.test',
-    1,
-    [{ path: 'routes[1].terminateTls', message: H2_PASSTHROUGH }],
-  ]);
+  assert.deepEqual(
+    [failed[1].code, failed[1].route, failed[1].index, failed[1].errors],
+    ['route_failed', 'pass.test', 1, [{ path: 'routes[1].terminateTls', message: H2_PASSTHROUGH }]]
+  );
   assert.deepEqual([proxy.metrics().routes, proxy.metrics().failingRoutes], [1, 1]);
   assert.equal((await h.tlsRoundTrip({ port, servername: 'a.test', payload: Buffer.from('pong'), expect: 6 })).data.toString(), 'h1pong');
 
@@ -165,23 +176,33 @@ test("mode 'http': SymphonyProxy redirects a Host no route serves (ACME for it s
   const get = (target, host) => `GET ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 
   const redirect = await rawHttp(sPort, get('/some/page?x=1', 'Stranger.Example.net:8080'));
-  assert.equal(redirect, 'HTTP/1.1 301 Moved Permanently\r\nLocation: https://stranger.example.net/some/page?x=1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  assert.equal(
+    redirect,
+    'HTTP/1.1 301 Moved Permanently\r\nLocation: https://stranger.example.net/some/page?x=1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+  );
   assert.equal(await rawHttp(sPort, get('/.well-known/acme-challenge/abc', 'stranger.example.net')), NOT_FOUND);
   await h.waitFor(() => symphony.rampartMetrics().listeners[0].errorsByReason.no_route === 1, { what: 'the ACME 404 counted no_route' });
 
   assert.equal(await rawHttp(rPort, get('/some/page?x=1', 'stranger.example.net')), NOT_FOUND);
   // Served names are redirected by both.
-  assert.equal(await rawHttp(rPort, get('/a', 'example.com')), 'HTTP/1.1 301 Moved Permanently\r\nLocation: https://example.com/a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  assert.equal(
+    await rawHttp(rPort, get('/a', 'example.com')),
+    'HTTP/1.1 301 Moved Permanently\r\nLocation: https://example.com/a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+  );
 
   // The option on RampartProxy; a listener that is not mode 'http' refuses it.
   const optPort = await h.freePort();
   const opted = new RampartProxy({ listeners: [{ host: '127.0.0.1', port: optPort, mode: 'http', redirectUnknownHosts: true }], routes });
   await opted.start();
   t.after(() => opted.stop());
-  assert.equal(await rawHttp(optPort, get('/b', 'stranger.example.net')), 'HTTP/1.1 301 Moved Permanently\r\nLocation: https://stranger.example.net/b\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
-  assert.deepEqual(h.errorsOf(() => new RampartProxy({ listeners: [{ host: '127.0.0.1', port: 443, redirectUnknownHosts: true }], routes: [] })), [
-    { path: 'listeners[0].redirectUnknownHosts', message: "has no use on a mode 'tls' listener (it redirects plain HTTP); leave it out" },
-  ]);
+  assert.equal(
+    await rawHttp(optPort, get('/b', 'stranger.example.net')),
+    'HTTP/1.1 301 Moved Permanently\r\nLocation: https://stranger.example.net/b\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+  );
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy({ listeners: [{ host: '127.0.0.1', port: 443, redirectUnknownHosts: true }], routes: [] })),
+    [{ path: 'listeners[0].redirectUnknownHosts', message: "has no use on a mode 'tls' listener (it redirects plain HTTP); leave it out" }]
+  );
   // SymphonyProxy keeps a listener's own choice.
   const offPort = await h.freePort();
   const off = new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: offPort, mode: 'http', redirectUnknownHosts: false }], routes });
