@@ -164,9 +164,10 @@ const BUILD_RULES = new Set([XFF_HTTP2, ALL_H2, H2_PASSTHROUGH]);
 
 /**
  * Route isolation of Symphony's route-build rules the engine does not have (BUILD_RULES:
- * `xForwardedFor` with `http2`, `'h2'` upstreams alone or on a passthrough route): with `isolate`, a route one of them fails is set apart,
- * with its other problems when those are only its `protocol` declaration (Symphony builds the
- * route, and fails it, before it reads that). Any other problem in `errors` (routeRuleErrors of
+ * `xForwardedFor` with `http2`, `'h2'` upstreams alone or on a passthrough route): with
+ * `isolate`, a route one of them fails is set apart, with its other problems when those are
+ * only its `protocol` declaration (Symphony builds the route, and fails it, before it reads
+ * that). Any other problem in `errors` (routeRuleErrors of
  * `routes`) fails the whole config. When every route is set apart the config fails whole too,
  * unless `allowNone` (the constructor: Symphony then starts serving no route). Returns
  * `{ errors, routes, dropped, kept }`: the problems that fail the whole config, the routes for
