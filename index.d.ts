@@ -490,6 +490,12 @@ export interface ListenerConfig {
    * at once (`errorsByReason.suspend_queue_full`, no 'suspended' event). Default 1024.
    */
   maxPendingSuspended?: number;
+  /**
+   * `mode: 'http'` only: a request that is not an ACME challenge gets its 301 to https whatever
+   * its Host (Symphony's HTTP listener), instead of 404 for a Host no route matches; an ACME
+   * request for such a Host is still 404. Default false (SymphonyProxy: true).
+   */
+  redirectUnknownHosts?: boolean;
 }
 
 /** `listeners[].acceptProxyProtocol`. */
@@ -1243,7 +1249,8 @@ export interface SymphonyProxyEvents {
    * `err.code`: `route_failed` (a route left out, or serving its last good certificate: `route`,
    * `index`, `errors`, `lastGoodCert`), `resolve_route_invalid` (a resolveConnection route that
    * is not valid; the connection was closed: `errors` names each `route.*` problem; both are
-   * ConfigErrors, in Symphony's words), `upstream_protocol_mismatch`, or a proxy-wide failure
+   * ConfigErrors, in Symphony's words), `invalid_connection_id` (resolveConnection was given a
+   * string that is not a connection id), `upstream_protocol_mismatch`, or a proxy-wide failure
    * (`xdp_sync_failed`, `cluster_unavailable`, `cluster_message_rejected`).
    */
   error: [
@@ -1261,7 +1268,11 @@ export interface SymphonyProxyEvents {
  * RampartProxy methods it does not redefine (explain, blockIp, prometheus, ...) work as there.
  */
 export class SymphonyProxy extends EventEmitter {
-  /** Throws ConfigError; Symphony's route-identity limits carry Symphony's wording. */
+  /**
+   * Throws ConfigError; Symphony's route-identity limits carry Symphony's wording. Copy-buffer
+   * sizes out of [512, 1048576] are clamped with a warning; a route failing one of Symphony's
+   * own route-build rules is left out and reported, even when none is left to serve.
+   */
   constructor(config: ProxyConfig);
   /** Binds every listener; a second call while running does nothing. */
   start(): Promise<void>;
@@ -1275,8 +1286,8 @@ export class SymphonyProxy extends EventEmitter {
   metrics(): SymphonyMetrics;
   /**
    * RampartProxy's metrics() shape. `routeFailures` (and `failingRoutes`) also list the routes
-   * left out for Symphony's `xForwardedFor`-with-`http2` rule, every index and path as in the
-   * routes given.
+   * left out for Symphony's own route-build rules (`xForwardedFor` with `http2`, `'h2'`
+   * upstreams alone or on a passthrough route), every index and path as in the routes given.
    */
   rampartMetrics(): Metrics;
   /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */
@@ -1288,6 +1299,8 @@ export class SymphonyProxy extends EventEmitter {
    * when a held connection took the decision; false for an unknown, expired or resolved id, for
    * which only the rules that need no listener are checked (Symphony's protocol rules, a
    * passthrough route's fingerprint carrier), a problem emitted as the same 'error' without ctx.
+   * A string that is not a connection id (the decimal form of a 64-bit id) emits 'error'
+   * `invalid_connection_id` and returns false.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;

@@ -407,7 +407,7 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.equal(proxy.metrics().suspendedUnresolved, 1);
 });
 
-test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", () => {
+test("xForwardedFor with http2, and header carriers without protocol: 'http': refused as Symphony refuses them (constructor, updateConfig, resolveConnection's 'error')", async () => {
   const route = {
     sni: 'a.test',
     terminateTls: true,
@@ -418,10 +418,23 @@ test("xForwardedFor with http2, and header carriers without protocol: 'http': re
   };
   const message = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
   const listeners = [{ host: '127.0.0.1', port: 443, defaultCert: h.selfSigned(['a.test']) }];
-  assert.deepEqual(
-    h.errorsOf(() => new SymphonyProxy({ listeners, routes: [route] })),
-    [{ path: 'routes[0].http2', message }]
-  );
+  // The constructor, as Symphony's: the route fails to build and is left out (reported), even
+  // when it is the only one, and even without protocol: 'http' (its build fails first).
+  for (const only of [route, { ...route, protocol: undefined }]) {
+    const alone = new SymphonyProxy({ listeners, routes: [only] });
+    const failed = [];
+    alone.on('error', (err) => failed.push(err));
+    await h.waitFor(() => failed.length === 1, { what: "'error' route_failed" });
+    const expected = [{ path: 'routes[0].http2', message }];
+    if (only.protocol === undefined) {
+      expected.push({
+        path: 'routes[0].protocol',
+        message: "sourceAddressHeader: 'xForwardedFor' rewrites HTTP request headers: declare protocol: 'http' on the route",
+      });
+    }
+    assert.deepEqual([failed[0].code, failed[0].route, failed[0].index, failed[0].errors], ['route_failed', 'a.test', 0, expected]);
+    assert.deepEqual([alone.metrics().routes, alone.metrics().failingRoutes], [0, 1]);
+  }
   const proxy = new SymphonyProxy({ listeners, routes: [] });
   assert.deepEqual(
     h.errorsOf(() => proxy.updateConfig({ routes: [route] })),

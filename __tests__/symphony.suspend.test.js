@@ -5,7 +5,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const tls = require('node:tls');
-const { RampartProxy, ConfigError } = require('..');
+const { RampartProxy, SymphonyProxy, ConfigError } = require('..');
 const h = require('./helpers');
 
 /**
@@ -170,6 +170,29 @@ test('unknown ids are a no-op', async (t) => {
   assert.throws(
     () => s.proxy.resolveConnection('1'),
     (e) => e instanceof ConfigError && e.errors[0].path === 'route'
+  );
+});
+
+test("SymphonyProxy: an id no 'suspended' event could carry is reported as 'error' invalid_connection_id (never thrown), as Symphony reports it", () => {
+  const proxy = new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: 443 }], routes: [] });
+  const errors = [];
+  proxy.on('error', (err, ctx) => errors.push({ code: err.code, message: err.message, ctx }));
+  const route = { upstream: { kind: 'tcp', host: '127.0.0.1', port: 1 }, terminateTls: true, protocol: 'opaque' };
+  assert.equal(proxy.resolveConnection('not-a-real-id', route), false);
+  assert.equal(proxy.resolveConnection('18446744073709551616', null), false); // 2^64
+  assert.equal(proxy.resolveConnection('', null), false);
+  const message = (id) => `invalid connection id ${JSON.stringify(id)}: an id is the decimal string of a 'suspended' event's id`;
+  assert.deepEqual(errors, [
+    { code: 'invalid_connection_id', message: message('not-a-real-id'), ctx: {} },
+    { code: 'invalid_connection_id', message: message('18446744073709551616'), ctx: {} },
+    { code: 'invalid_connection_id', message: message(''), ctx: {} },
+  ]);
+  // A well-formed id no connection holds: false, nothing emitted; not a string: a ConfigError.
+  assert.equal(proxy.resolveConnection('18446744073709551615', null), false);
+  assert.equal(errors.length, 3);
+  assert.throws(
+    () => proxy.resolveConnection(7, null),
+    (e) => e instanceof ConfigError && e.errors[0].path === 'id'
   );
 });
 

@@ -9,8 +9,13 @@
 # Usage: scripts/symphony-crosscheck.sh [SYMPHONY]
 #   SYMPHONY: a Symphony checkout (a directory holding __test__/) or a bare git directory of one
 #   (its HEAD is used). Default: $SYMPHONY_SRC, else the first HarperFast+symphony* git directory
-#   under $MIRROR_DIR (default /work/.mirror, where the search tool's fetch puts snapshots).
-# Env: SPECS="metrics proxy ..." runs only those spec files; KEEP=1 keeps the temp directory.
+#   under $MIRROR_DIR (default /work/.mirror), else a fresh clone of $SYMPHONY_REPO (default
+#   https://github.com/HarperFast/symphony) into the temporary directory: `git clone --depth 1`,
+#   or, with SYMPHONY_REF (a commit, tag or branch), that ref fetched at depth 1.
+# Env: SPECS="metrics proxy ..." runs only those spec files; KEEP=1 keeps the temp directory;
+#   SYMPHONY_REF pins the commit of a clone (or, for a given git directory, the commit read).
+# The temporary directory's package.json carries this checkout's version: the specs compare
+# status.json's version with the package.json of the package under test, which is this one.
 # Needs: node (>= 20), npm (installs typescript and @types/node into the temp directory),
 # openssl (Symphony's util.ts makes its certificates with it), curl and nghttp for some specs.
 # Prints one line per test (PASS / FAIL / SKIP, file, suite > test), then the totals; a spec file
@@ -25,8 +30,8 @@ if [[ -z "$SRC" ]]; then
     [[ -e "$d" ]] && SRC=$d && break
   done
 fi
-if [[ -z "$SRC" || ! -e "$SRC" ]]; then
-  echo "symphony-crosscheck: no Symphony source: pass a checkout of HarperFast/symphony (or its git directory) as the argument or in SYMPHONY_SRC" >&2
+if [[ -n "$SRC" && ! -e "$SRC" ]]; then
+  echo "symphony-crosscheck: $SRC does not exist: pass a checkout of HarperFast/symphony (or its git directory), or nothing to clone it" >&2
   exit 1
 fi
 [[ -f "$ROOT/rampart.linux-x64-gnu.node" || -n "$(ls "$ROOT"/rampart.*.node 2>/dev/null)" ]] || {
@@ -36,6 +41,27 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/symphony-crosscheck.XXXXXX")
 if [[ "${KEEP:-}" != 1 ]]; then trap 'rm -rf "$WORK"' EXIT; fi
+
+# No source given or found: clone Symphony (its HEAD, or SYMPHONY_REF) into the temp directory.
+if [[ -z "$SRC" ]]; then
+  REPO=${SYMPHONY_REPO:-https://github.com/HarperFast/symphony}
+  SRC=$WORK/symphony
+  if [[ -n "${SYMPHONY_REF:-}" ]]; then
+    echo "symphony-crosscheck: fetching $REPO at $SYMPHONY_REF" >&2
+    git init -q "$SRC"
+    git -C "$SRC" fetch -q --depth 1 "$REPO" "$SYMPHONY_REF" || {
+      echo "symphony-crosscheck: could not fetch $SYMPHONY_REF from $REPO" >&2
+      exit 1
+    }
+    git -C "$SRC" checkout -q FETCH_HEAD
+  else
+    echo "symphony-crosscheck: cloning $REPO" >&2
+    git clone -q --depth 1 "$REPO" "$SRC" || {
+      echo "symphony-crosscheck: could not clone $REPO: pass a checkout as the argument or in SYMPHONY_SRC" >&2
+      exit 1
+    }
+  fi
+fi
 
 # The suite at the source's commit.
 if [[ -d "$SRC/__test__" ]]; then
@@ -50,8 +76,9 @@ else
     [[ -n "$head" ]] || { echo "symphony-crosscheck: $SRC holds neither __test__/ nor a git directory" >&2; exit 1; }
     GIT_DIR=$(dirname "$head")
   fi
-  COMMIT=$(git --git-dir="$GIT_DIR" rev-parse HEAD)
-  git --git-dir="$GIT_DIR" archive HEAD __test__ | tar -x -C "$WORK"
+  REV=${SYMPHONY_REF:-HEAD}
+  COMMIT=$(git --git-dir="$GIT_DIR" rev-parse "$REV^{commit}")
+  git --git-dir="$GIT_DIR" archive "$COMMIT" __test__ | tar -x -C "$WORK"
 fi
 echo "symphony-crosscheck: Symphony __test__ at commit $COMMIT; rampart at $(git -C "$ROOT" rev-parse --short HEAD)"
 
@@ -80,7 +107,8 @@ cat >"$WORK/tsconfig.json" <<'EOF'
 }
 EOF
 # The test runner: node's own (node --test); TypeScript compiles the specs as Symphony's does.
-(cd "$WORK" && npm init -y >/dev/null && npm install --no-save --no-audit --no-fund --loglevel=error typescript@5 @types/node@20 >/dev/null)
+VERSION=$(node -p "require('$ROOT/package.json').version")
+(cd "$WORK" && npm init -y >/dev/null && npm pkg set version="$VERSION" && npm install --no-save --no-audit --no-fund --loglevel=error typescript@5 @types/node@20 >/dev/null)
 # Type errors (the shims carry this project's types, not Symphony's) do not stop the emit.
 (cd "$WORK" && npx tsc -p tsconfig.json >"$WORK/tsc.log" 2>&1) || true
 [[ -d "$WORK/dist-test/__test__" ]] || { cat "$WORK/tsc.log" >&2; echo "symphony-crosscheck: compile failed" >&2; exit 1; }

@@ -9,9 +9,10 @@
  * - config: Symphony's route-identity limits are checked first with Symphony's wording
  *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); a route whose upstreams are all UDS sends a
  *   PROXY v1 header unless it says otherwise (Symphony's default); Symphony's memory-only knobs
- *   are accepted and dropped (DROPPED_FIELDS); everything else is passed as it is (Rampart
- *   accepts Symphony's fields). A few engine messages are reworded as Symphony words them
- *   (WORDING).
+ *   are accepted and dropped (DROPPED_FIELDS); copy-buffer sizes out of range are clamped with a
+ *   warning (clampedBuffers); a `mode: 'http'` listener redirects every Host
+ *   (withSymphonyHttpListener); everything else is passed as it is (Rampart accepts Symphony's
+ *   fields). A few engine messages are reworded as Symphony words them (WORDING).
  * - `metrics()`: symphony/metrics.js.
  * - events: `'blocked'` `{ ip, reason, listener, ja3, ja4 }`; `'suspended'` as is; `'error'`
  *   `(err: Error, ctx: { listener? })` for what Symphony reports as errors (SYMPHONY_ERRORS). A
@@ -29,9 +30,11 @@
  * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
  *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
  *   Symphony's words) and `err.lastGoodCert`; `metrics().failingRoutes` is the engine's count.
- *   Symphony's one route-build rule the engine lacks (`xForwardedFor` with `http2`) is isolated
- *   here (isolateConflicts): such a route is not given to the engine, is reported the same way
- *   and counted in failingRoutes; engine indexes are renumbered to the config's.
+ *   Symphony's route-build rules the engine lacks (`xForwardedFor` with `http2`, `'h2'`
+ *   upstreams alone or on a passthrough route) are isolated here (isolateConflicts): such a
+ *   route is not given to the engine, is reported the same way and counted in failingRoutes;
+ *   engine indexes are renumbered to the config's. In the constructor every route may be set
+ *   apart so (the proxy then serves none, as Symphony's); in updateConfig that fails whole.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
  */
 const net = require('node:net');
@@ -67,6 +70,43 @@ const DROPPED_FIELDS = {
   lazyCopyBufferThreshold: (v) => (Number.isSafeInteger(v) && v >= 0 ? null : `must be an integer >= 0, got ${JSON.stringify(v)}`),
 };
 
+/** Symphony's copy-buffer bounds, bytes: an integer outside them is clamped (and warned about). */
+const MIN_COPY_BUFFER = 512;
+const MAX_COPY_BUFFER = 1_048_576;
+const BUFFER_FIELDS = ['readBufferSize', 'clientReadBufferSize', 'upstreamReadBufferSize'];
+
+/**
+ * `config`'s copy-buffer sizes as Symphony takes them: an integer outside [512, 1048576] is
+ * clamped to the nearest bound (a 0 would read into an empty buffer), and each clamp is emitted
+ * as a process warning in Symphony's words (`readBufferSize 0 is outside [512, 1048576]; using
+ * 512`). Anything that is not an integer is left for the engine to refuse. Returns the fields to
+ * override (empty when nothing was clamped).
+ */
+function clampedBuffers(config) {
+  const out = {};
+  for (const field of BUFFER_FIELDS) {
+    const n = config[field];
+    if (!Number.isSafeInteger(n)) continue;
+    const clamped = Math.min(MAX_COPY_BUFFER, Math.max(MIN_COPY_BUFFER, n));
+    if (clamped === n) continue;
+    out[field] = clamped;
+    process.emitWarning(`${field} ${n} is outside [${MIN_COPY_BUFFER}, ${MAX_COPY_BUFFER}]; using ${clamped}`, {
+      code: 'SYMPHONY_BUFFER_CLAMPED',
+    });
+  }
+  return out;
+}
+
+/**
+ * Symphony's HTTP listener redirects every request that is not an ACME challenge to https,
+ * whatever its Host: each `mode: 'http'` listener gets `redirectUnknownHosts: true` unless it
+ * says otherwise (RampartProxy's default answers 404 for a Host no route serves).
+ */
+function withSymphonyHttpListener(l) {
+  if (!l || typeof l !== 'object' || l.mode !== 'http' || Object.hasOwn(l, 'redirectUnknownHosts')) return l;
+  return { ...l, redirectUnknownHosts: true };
+}
+
 /** Suspended ids remembered for the 'error' context of a failed resolve (oldest dropped first). */
 const MAX_REMEMBERED_SUSPENDED = 4096;
 
@@ -81,7 +121,7 @@ function routeRuleErrors(routes, prefix) {
   routes.forEach((r, i) => {
     if (!r || typeof r !== 'object') return;
     const at = `${prefix}[${i}]`;
-    errors.push(...protocolErrors(r, at));
+    errors.push(...protocolErrors(r, at), ...h2UpstreamErrors(r, at));
     if (typeof r.sni === 'string') {
       if (utf8Bytes(r.sni) > 255) errors.push({ path: `${at}.sni`, message: 'route SNI exceeds 255 UTF-8 bytes' });
       else if (CONTROL.test(r.sni)) errors.push({ path: `${at}.sni`, message: 'route SNI must not contain control characters' });
@@ -98,24 +138,60 @@ function routeRuleErrors(routes, prefix) {
 const XFF_HTTP2 = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
 
 /**
- * Route isolation of Symphony's one route-build rule the engine does not have (`xForwardedFor`
- * with `http2`): with `isolate`, when `errors` (routeRuleErrors of `routes`) hold nothing else,
- * the routes it fails are set apart. Returns `{ errors, routes, dropped, kept }`: the problems
- * that fail the whole config (all of them when any remains, or when no route would serve),
- * the routes for the engine, the set-apart routes (`{ index, route, errors }`) and the original
- * index of each engine route (null when nothing was set apart).
+ * The message of Symphony's rule that an `h2`-marked upstream needs an unmarked (HTTP/1.x) one
+ * beside it (a route-build failure in Symphony).
  */
-function isolateConflicts(routes, errors, isolate) {
+const ALL_H2 = "every upstream is protocol: 'h2': the route needs an upstream without protocol (HTTP/1.x) beside them";
+
+/** The message of Symphony's rule that `h2`-marked upstreams need a terminating route. */
+const H2_PASSTHROUGH = "protocol: 'h2' upstreams need terminateTls: true (the ALPN the proxy negotiates picks the upstream)";
+
+/**
+ * Symphony's rules for `h2`-marked upstreams (route-build failures there; RampartProxy serves
+ * both shapes): a route (not suspended) whose upstreams are all `protocol: 'h2'`, and a
+ * passthrough route with an `'h2'` upstream. `at` is the route's path.
+ */
+function h2UpstreamErrors(route, at) {
+  const ups = route.upstreams;
+  if (route.suspended === true || !Array.isArray(ups) || ups.length === 0) return [];
+  const h2 = (u) => u !== null && typeof u === 'object' && u.protocol === 'h2';
+  if (route.terminateTls === false && ups.some(h2)) return [{ path: `${at}.terminateTls`, message: H2_PASSTHROUGH }];
+  return ups.every(h2) ? [{ path: `${at}.upstreams`, message: ALL_H2 }] : [];
+}
+
+/** Symphony's route-build rules the engine does not have: a route they fail is set apart. */
+const BUILD_RULES = new Set([XFF_HTTP2, ALL_H2, H2_PASSTHROUGH]);
+
+/**
+ * Route isolation of Symphony's route-build rules the engine does not have (BUILD_RULES:
+ * `xForwardedFor` with `http2`, `'h2'` upstreams alone or on a passthrough route): with
+ * `isolate`, a route one of them fails is set apart, with its other problems when those are
+ * only its `protocol` declaration (Symphony builds the route, and fails it, before it reads
+ * that). Any other problem in `errors` (routeRuleErrors of
+ * `routes`) fails the whole config. When every route is set apart the config fails whole too,
+ * unless `allowNone` (the constructor: Symphony then starts serving no route). Returns
+ * `{ errors, routes, dropped, kept }`: the problems that fail the whole config, the routes for
+ * the engine, the set-apart routes (`{ index, route, errors }`) and the original index of each
+ * engine route (null when nothing was set apart).
+ */
+function isolateConflicts(routes, errors, isolate, allowNone) {
   const none = { errors, routes, dropped: [], kept: null };
   if (!isolate || !Array.isArray(routes) || errors.length === 0) return none;
-  const conflict = (x) => x.message === XFF_HTTP2 && /^routes\[\d+\]\.http2$/.test(x.path);
-  if (!errors.every(conflict)) return none;
-  const failed = new Map();
+  const byRoute = new Map();
+  const rest = [];
   for (const x of errors) {
-    const i = Number(x.path.slice(7, x.path.indexOf(']')));
-    failed.set(i, [...(failed.get(i) || []), x]);
+    const m = /^routes\[(\d+)\]/.exec(x.path);
+    if (m) byRoute.set(Number(m[1]), [...(byRoute.get(Number(m[1])) || []), x]);
+    else rest.push(x);
   }
-  if (failed.size === routes.length) return none; // no route would serve: the config fails whole
+  const failed = new Map();
+  for (const [i, errs] of byRoute) {
+    const isolable = (x) => BUILD_RULES.has(x.message) || x.path === `routes[${i}].protocol`;
+    if (errs.some((x) => BUILD_RULES.has(x.message)) && errs.every(isolable)) failed.set(i, errs);
+    else rest.push(...errs);
+  }
+  if (rest.length || failed.size === 0) return none;
+  if (failed.size === routes.length && !allowNone) return none; // no route would serve
   const kept = routes.map((_, i) => i).filter((i) => !failed.has(i));
   const dropped = [...failed].map(([index, errs]) => ({ index, route: routes[index], errors: errs }));
   return { errors: [], routes: kept.map((i) => routes[i]), dropped, kept };
@@ -246,6 +322,14 @@ function symphonyError(p) {
   return err;
 }
 
+/** Largest connection id (the engine's ids are u64). */
+const MAX_ID = (1n << 64n) - 1n;
+
+/** Whether the string `id` is one the engine could have given: the decimal form of a u64. */
+function isConnectionId(id) {
+  return /^[0-9]{1,20}$/.test(id) && BigInt(id) <= MAX_ID;
+}
+
 /** A TCP port free on `host` now (the kernel's pick; the socket is closed before it resolves). */
 function freePort(host) {
   return new Promise((resolve, reject) => {
@@ -293,8 +377,8 @@ class SymphonyProxy extends RampartProxy {
   constructor(config) {
     const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
     const split = isObject
-      ? isolateConflicts(config.routes, routeRuleErrors(config.routes, 'routes'), config.isolateRoutes !== false)
-      : isolateConflicts(undefined, [], false);
+      ? isolateConflicts(config.routes, routeRuleErrors(config.routes, 'routes'), config.isolateRoutes !== false, true)
+      : isolateConflicts(undefined, [], false, false);
     const errors = split.errors;
     let translated = config;
     let zero = [];
@@ -304,7 +388,8 @@ class SymphonyProxy extends RampartProxy {
       translated = {
         udsSourceAddressHeader: 'proxyProtocol',
         ...config,
-        listeners: ports.listeners,
+        ...clampedBuffers(config),
+        listeners: Array.isArray(ports.listeners) ? ports.listeners.map(withSymphonyHttpListener) : ports.listeners,
         routes: split.routes,
       };
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
@@ -460,7 +545,7 @@ class SymphonyProxy extends RampartProxy {
   /** Replaces the route table and/or per-port protection, all or nothing (throws ConfigError). */
   updateConfig(update) {
     const u = update && typeof update === 'object' ? update : {};
-    const split = isolateConflicts(u.routes, routeRuleErrors(u.routes, 'routes'), this._config.isolateRoutes !== false);
+    const split = isolateConflicts(u.routes, routeRuleErrors(u.routes, 'routes'), this._config.isolateRoutes !== false, false);
     if (split.errors.length) throw new ConfigError(split.errors);
     let translated = u.routes === undefined ? u : { ...u, routes: split.routes };
     if (Array.isArray(u.protection)) {
@@ -502,9 +587,20 @@ class SymphonyProxy extends RampartProxy {
    * naming each `route.*` problem; ctx `{ listener }`); nothing throws for it. Returns true when
    * a held connection took the decision (closing it for a route that is not valid included),
    * false for an unknown, expired or resolved id (then only the rules that need no listener are
-   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier).
+   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier). A
+   * string id that is not a decimal u64 emits `'error'` (`code` 'invalid_connection_id', as
+   * Symphony reports it) and returns false.
    */
   resolveConnection(id, route) {
+    if (typeof id === 'string' && !isConnectionId(id)) {
+      // Symphony reports an id that no 'suspended' event could have carried, never throws (an
+      // id that is not a string is a programming error: the engine's ConfigError, as Symphony's
+      // binding throws).
+      const err = new Error(`invalid connection id ${JSON.stringify(id)}: an id is the decimal string of a 'suspended' event's id`);
+      err.code = 'invalid_connection_id';
+      this._emitError(err, {});
+      return false;
+    }
     const listener = this._suspendedAt.get(id);
     this._suspendedAt.delete(id);
     if (route === undefined || route === null) return super.resolveConnection(id, null);
@@ -552,7 +648,7 @@ class SymphonyProxy extends RampartProxy {
   /**
    * RampartProxy's metrics() shape, its route failures in the config's terms: `routeFailures`
    * indexes and paths as given to the constructor or `updateConfig`, the routes Symphony's
-   * `xForwardedFor`-with-`http2` rule left out included (in `failingRoutes` too), by index.
+   * own route-build rules left out (BUILD_RULES) included (in `failingRoutes` too), by index.
    */
   rampartMetrics() {
     const m = super.metrics();

@@ -4,7 +4,9 @@
 //! Per request head (parsed with `httparse`, at most [`MAX_HEAD_BYTES`]):
 //! - no `Host` (or more than one) → `400`; a `Host` that is not `name[:port]` → `400` and close;
 //! - a `Host` (port stripped) that no route's `sni` matches — the route table's own matcher, so
-//!   the rules are those of TLS routing, default route `''` included — → `404`;
+//!   the rules are those of TLS routing, default route `''` included — → `404`, or, with the
+//!   listener's `redirectUnknownHosts` (Symphony's behaviour), the `301` below unless the
+//!   request is an ACME challenge;
 //! - `GET /.well-known/acme-challenge/<token>` (no body, a base64url token, the path alone: no
 //!   query or fragment; an absolute-form target's path) → its head alone proxied to that route's
 //!   upstreams (its `sourceAddressHeader` first) in origin-form, with `Connection: close` and
@@ -617,10 +619,15 @@ impl HttpConn<'_> {
                 }
                 HostField::Name(name) => {
                     let route = self.shared.routes.load().lookup(Some(name)).cloned();
+                    let redirect_any = self.shared.listener(self.li).config.redirect_unknown_hosts;
                     match route {
-                        None => {
+                        None if req.acme || !redirect_any => {
                             let reason = Some(ErrorReason::NoRoute);
                             self.answer(404, None, keep_alive, reason).await
+                        }
+                        None => {
+                            let location = format!("https://{name}{}", req.path);
+                            self.answer(301, Some(&location), keep_alive, None).await
                         }
                         Some(route) if req.acme => {
                             self.acme(route, req.upstream_head).await;

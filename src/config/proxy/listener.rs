@@ -59,6 +59,10 @@ pub struct ListenerConfig {
     /// `tls`: versions, suites, groups and resumption of its terminated routes (a route's own
     /// `tls` replaces it).
     pub tls: TlsOptions,
+    /// `redirectUnknownHosts` (mode 'http' only, default false): a request that is not an ACME
+    /// challenge is redirected to https whatever its `Host` (Symphony's HTTP listener); false
+    /// answers `404` for a `Host` no route serves.
+    pub redirect_unknown_hosts: bool,
 }
 
 /// A listener's position in the config's `listeners[]`, which is also its index among the
@@ -190,6 +194,7 @@ pub(super) fn parse_listener(
             "acceptProxyProtocol",
             "maxPendingSuspended",
             "tls",
+            "redirectUnknownHosts",
         ],
         path,
         issues,
@@ -257,10 +262,20 @@ pub(super) fn parse_listener(
             "has no use on a mode 'http' listener (no TLS there); leave it out",
         );
     }
+    let redirect_unknown_hosts = field(obj, "redirectUnknownHosts")
+        .and_then(|b| v::boolean(b, &join(path, "redirectUnknownHosts"), issues))
+        .unwrap_or(false);
+    if mode != ListenerMode::Http && field(obj, "redirectUnknownHosts").is_some() {
+        issues.push(
+            join(path, "redirectUnknownHosts"),
+            "has no use on a mode 'tls' listener (it redirects plain HTTP); leave it out",
+        );
+    }
     if issues.len() != before {
         return None;
     }
     Some(ListenerConfig {
+        redirect_unknown_hosts,
         tls: tls.unwrap_or_default(),
         host: host?,
         port: port? as u16,

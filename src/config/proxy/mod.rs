@@ -203,6 +203,34 @@ mod tests {
     }
 
     #[test]
+    fn redirect_unknown_hosts_is_for_http_listeners() {
+        assert!(
+            issues_of(json!([{"port": 80, "mode": "http", "redirectUnknownHosts": true}]))
+                .is_empty()
+        );
+        assert_eq!(
+            issues_of(json!([
+                {"port": 80, "mode": "http", "redirectUnknownHosts": "yes"},
+                {"port": 443, "redirectUnknownHosts": true},
+            ])),
+            [
+                (
+                    "listeners[0].redirectUnknownHosts".to_string(),
+                    "must be a boolean, got \"yes\"".to_string()
+                ),
+                (
+                    "listeners[1].redirectUnknownHosts".to_string(),
+                    "has no use on a mode 'tls' listener (it redirects plain HTTP); leave it out"
+                        .to_string()
+                ),
+            ]
+        );
+        let cfg = json!({"listeners": [{"port": 80, "mode": "http"}], "routes": []});
+        let parsed = parse_proxy_config(&cfg, 1).unwrap();
+        assert!(!parsed.listeners[0].redirect_unknown_hosts);
+    }
+
+    #[test]
     fn specific_addresses_share_a_port() {
         assert!(issues_of(json!([
             {"host": "198.51.100.1", "port": 443},
