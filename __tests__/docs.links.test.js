@@ -76,7 +76,7 @@ test('no page cites a file outside the repository or an internal note', () => {
 
 test('BENCHMARKS.md holds the sections the benches rewrite (attack.js --write, xdp-flood.js --write, testssl.js --write)', () => {
   const md = read('BENCHMARKS.md');
-  for (const section of ['attack', 'attack-capacity-after', 'testssl']) {
+  for (const section of ['attack', 'attack-capacity', 'testssl']) {
     const begin = md.indexOf(`<!-- ${section}:begin -->`);
     const end = md.indexOf(`<!-- ${section}:end -->`);
     assert.ok(begin > 0 && end > begin, `${section} markers`);
