@@ -372,7 +372,8 @@ function parseLatencyMs(s) {
 }
 
 /**
- * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p99Ms }`. `errors` sums
+ * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p50Ms, p99Ms }` (the
+ * percentiles need `--latency`). `errors` sums
  * the "Socket errors" line (connect, read, write, timeout).
  */
 function parseWrk(out) {
@@ -384,7 +385,8 @@ function parseWrk(out) {
   const errors = se ? se.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
   const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(out) || [0, 0])[1]);
   const p99Ms = parseLatencyMs((/^\s+99%\s+(\S+)/m.exec(out) || [])[1]);
-  return { rps, mbps, requests, errors, non2xx, p99Ms };
+  const p50Ms = parseLatencyMs((/^\s+50%\s+(\S+)/m.exec(out) || [])[1]);
+  return { rps, mbps, requests, errors, non2xx, p50Ms, p99Ms };
 }
 
 // ---------- statistics ----------

@@ -37,6 +37,10 @@
 // CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output),
 // --http-route (Rampart's route of every row gets `protocol: 'http'`), --concurrency off|adaptive
 // (and that route's `concurrency.mode`; needs --http-route). Rows ka*-http* set their own route.
+// --compare DIR: A/B in the same run: a second Rampart column ("Rampart B") from the addon package
+// in DIR (a copy of index.js, binding.js, symphony/, package.json and the .node of another build),
+// same config, measured in the same rounds; the table adds "Rampart / B". The order of the proxies
+// alternates every round (A, B, peers; then the reverse), so a drifting background load hits all.
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -56,6 +60,8 @@ const JSON_OUT = opt('--json', '');
 const MERGE = list('--merge', null);
 const THREADS = Number(opt('--threads', 2));
 const PIN = flag('--pin');
+/** --compare DIR: the "Rampart B" addon package, measured beside RAMPART_PATH's (null: none). */
+const COMPARE = opt('--compare', '') ? path.resolve(opt('--compare', '')) : null;
 const NCPU = os.cpus().length;
 if (!Number.isInteger(THREADS) || THREADS < 1) throw new Error(`--threads must be a positive integer, got ${opt('--threads', '')}`);
 if (PIN && THREADS >= NCPU) throw new Error(`--pin needs more CPUs than --threads (${THREADS} of ${NCPU}): wrk and the origin need one of their own`);
@@ -123,7 +129,9 @@ async function checkTools() {
 
 /** nginx's stream module path (dynamic builds) and version, filled by checkTools. */
 const NGINX = { loadModule: '', version: '' };
-const NAME = { rampart: 'Rampart', haproxy: 'HAProxy', nginx: 'nginx' };
+const NAME = { rampart: 'Rampart', rampartB: 'Rampart B', haproxy: 'HAProxy', nginx: 'nginx' };
+/** Both Rampart builds (A = RAMPART_PATH, B = --compare). */
+const isRampart = (kind) => kind === 'rampart' || kind === 'rampartB';
 
 const NO_RESUME_C = `#define _GNU_SOURCE
 #include <dlfcn.h>
@@ -249,8 +257,9 @@ function rampartConfig(ctx, protection, route = ROUTE) {
 }
 
 async function startProxy(ctx, kind, protection, route) {
-  if (kind === 'rampart') {
-    const p = await L.startRampart(rampartConfig(ctx, protection, route), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH, CPUS.proxy);
+  if (isRampart(kind)) {
+    const pkg = kind === 'rampartB' ? COMPARE : RAMPART_PATH;
+    const p = await L.startRampart(rampartConfig(ctx, protection, route), path.join(ctx.dir, 'rampart.json'), pkg, CPUS.proxy);
     track(p.child);
     return {
       ...p,
@@ -338,7 +347,7 @@ async function measureWrk(ctx, kind, row) {
     }
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
     // An HTTP route: what its upstream capacity saw (`routeMetrics[0].upstream`, at the end).
-    const upstream = kind === 'rampart' && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
+    const upstream = isRampart(kind) && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
     ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk)
       .map((x) => (/\s/.test(x) ? `'${x}'` : x))
       .join(' ')}`;
@@ -576,10 +585,15 @@ function summarize(xs, fmt) {
   return { med, text };
 }
 
+/**
+ * The results table: Rampart, each peer, Rampart / the better peer; with a "Rampart B" column in
+ * `results` (--compare), also that column and Rampart / B.
+ */
 function table(rows, results, peers) {
+  const withB = rows.some((r) => results[r.id] && results[r.id].rampartB && results[r.id].rampartB.length);
   const lines = [
-    `| scenario | metric | Rampart | ${peers.map((k) => NAME[k]).join(' | ')} | Rampart / better peer | better |`,
-    `|---|---|---|${peers.map(() => '---|').join('')}---|---|`,
+    `| scenario | metric | Rampart | ${withB ? 'Rampart B | ' : ''}${peers.map((k) => NAME[k]).join(' | ')} | Rampart / better peer | ${withB ? 'Rampart / B | ' : ''}better |`,
+    `|---|---|---|${withB ? '---|' : ''}${peers.map(() => '---|').join('')}---|${withB ? '---|' : ''}---|`,
   ];
   for (const row of rows) {
     const res = results[row.id];
@@ -603,6 +617,17 @@ function table(rows, results, peers) {
       if (M.better !== 'info' && valid.length && Number.isFinite(r.med)) {
         const best = valid.reduce((a, b) => ((M.better === 'higher' ? b.med > a.med : b.med < a.med) ? b : a));
         ratio = `${(r.med / best.med).toFixed(2)} (${NAME[best.k]})`;
+      }
+      let bCells = '';
+      if (withB) {
+        const b = summarize(
+          (res.rampartB || []).map((x) => x[m]),
+          M.fmt
+        );
+        const ab = M.better !== 'info' && Number.isFinite(r.med / b.med) && b.med !== 0 ? (r.med / b.med).toFixed(3) : '–';
+        bCells = `${b.text} | `;
+        lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${bCells}${cells.join(' | ')} | ${ratio} | ${ab} | ${M.better} |`);
+        continue;
       }
       lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${cells.join(' | ')} | ${ratio} | ${M.better} |`);
     }
@@ -696,7 +721,7 @@ function merge(files) {
   const rows = ROWS.filter((r) => ids.includes(r.id));
   const pooled = {};
   for (const id of ids) {
-    pooled[id] = Object.fromEntries(['rampart', ...peers].map((k) => [k, runs.flatMap((r) => (r.results[id] && r.results[id][k]) || [])]));
+    pooled[id] = Object.fromEntries(['rampart', 'rampartB', ...peers].map((k) => [k, runs.flatMap((r) => (r.results[id] && r.results[id][k]) || [])]));
   }
   const out = [`${runs.length} runs pooled (${ROUNDS_OF(runs)} rounds per cell): ${files.join(', ')}`];
   for (const r of runs) {
@@ -705,11 +730,12 @@ function merge(files) {
     );
   }
   out.push('', table(rows, pooled, peers), '', "per run (Rampart / better peer, each run's own medians):", '');
-  const perRun = runs.map((r) =>
-    table(rows, r.results, peers)
-      .split('\n')
-      .map((l) => l.split(' | ').slice(-2, -1)[0])
-  );
+  // Each run's "Rampart / better peer" cell (its column moves when a run has a Rampart B).
+  const perRun = runs.map((r) => {
+    const t = table(rows, r.results, peers).split('\n');
+    const at = t[0].split(' | ').indexOf('Rampart / better peer');
+    return t.map((l) => l.split(' | ')[at]);
+  });
   const lines = table(rows, pooled, peers).split('\n');
   out.push(`| scenario | metric | ${runs.map((_, i) => `run ${i + 1}`).join(' | ')} |`, `|---|---|${runs.map(() => '---|').join('')}`);
   for (let i = 2; i < lines.length; i++) {
@@ -730,7 +756,7 @@ async function main() {
   if (MERGE) return merge(MERGE);
   const started = Date.now();
   const { cc, peers, peerNotes } = await checkTools();
-  const kinds = ['rampart', ...peers];
+  const kinds = ['rampart', ...(COMPARE ? ['rampartB'] : []), ...peers];
   log(`peers: ${peers.length ? peers.map((k) => NAME[k]).join(', ') : 'none'}${peerNotes.length ? `; ${peerNotes.join('; ')}` : ''}`);
   const lim = raiseNofile();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-bench-'));
@@ -803,7 +829,8 @@ async function main() {
   for (const group of groups) {
     for (let round = 0; round < ROUNDS; round++) {
       for (const row of round % 2 ? [...group].reverse() : group) {
-        for (const kind of row.rampartOnly ? ['rampart'] : kinds) {
+        const order = row.rampartOnly ? kinds.filter(isRampart) : kinds;
+        for (const kind of round % 2 ? [...order].reverse() : order) {
           let r;
           if (row.flood) r = await measureFlood(ctx, kind);
           else if (row.idle) r = await measureIdle(ctx, kind, row);
@@ -832,6 +859,7 @@ async function main() {
   out.push(`versions: node ${env.node}; ${env.haproxy}; ${env.nginx}; ${env.wrk}; ${env.openssl}`);
   out.push(`peers: ${peers.map((k) => NAME[k]).join(', ') || 'none'}${peerNotes.length ? ` (${peerNotes.join('; ')})` : ''}`);
   out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
+  if (COMPARE) out.push(`Rampart B (--compare): the addon package in ${COMPARE}, same config, same rounds`);
   out.push(`TLS negotiated: ${tlsLine}`);
   if (ROUTE.protocol) out.push(`Rampart's route (rows without their own): ${JSON.stringify(ROUTE)}`);
   out.push(
@@ -875,7 +903,11 @@ async function main() {
   for (const [id, c] of Object.entries(ctx.commands)) out.push(`  ${id}: ${c}`);
   out.push(`configs: ${dir} (haproxy.cfg, nginx.conf, rampart.json and origin.cfg of the last run)`);
   console.log(out.join('\n'));
-  if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify({ env, peers, tlsInfo, floor, loadBefore, loadAfter, results, commands: ctx.commands }, null, 2));
+  if (JSON_OUT)
+    fs.writeFileSync(
+      JSON_OUT,
+      JSON.stringify({ env, compare: COMPARE, peers, tlsInfo, floor, loadBefore, loadAfter, results, commands: ctx.commands }, null, 2)
+    );
 }
 
 main().then(
