@@ -592,7 +592,7 @@ function summarize(xs, fmt) {
 function table(rows, results, peers) {
   const withB = rows.some((r) => results[r.id] && results[r.id].rampartB && results[r.id].rampartB.length);
   const lines = [
-    `| scenario | metric | Rampart | ${withB ? 'Rampart B | ' : ''}${peers.map((k) => NAME[k]).join(' | ')} | Rampart / better peer | ${withB ? 'Rampart / B | ' : ''}better |`,
+    `| scenario | metric | Rampart | ${withB ? 'Rampart B | ' : ''}${peers.map((k) => `${NAME[k]} | `).join('')}Rampart / better peer | ${withB ? 'Rampart / B | ' : ''}better |`,
     `|---|---|---|${withB ? '---|' : ''}${peers.map(() => '---|').join('')}---|${withB ? '---|' : ''}---|`,
   ];
   for (const row of rows) {
@@ -626,10 +626,10 @@ function table(rows, results, peers) {
         );
         const ab = M.better !== 'info' && Number.isFinite(r.med / b.med) && b.med !== 0 ? (r.med / b.med).toFixed(3) : '–';
         bCells = `${b.text} | `;
-        lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${bCells}${cells.join(' | ')} | ${ratio} | ${ab} | ${M.better} |`);
+        lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${bCells}${cells.map((c) => `${c} | `).join('')}${ratio} | ${ab} | ${M.better} |`);
         continue;
       }
-      lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${cells.join(' | ')} | ${ratio} | ${M.better} |`);
+      lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${cells.map((c) => `${c} | `).join('')}${ratio} | ${M.better} |`);
     }
   }
   return lines.join('\n');

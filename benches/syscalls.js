@@ -19,6 +19,11 @@
 //     for the proxy's threads, wrk and the origin, how many times each was switched in per
 //     request and how long it waited between being woken and running (average, maximum); and
 //     the run time of every other process (other jobs on a shared machine) per request.
+//   node benches/syscalls.js --epoll [...]: `perf record` of the proxy's epoll_wait entries and
+//     exits: the share of time its threads spent waiting inside epoll_wait (idle), the busy
+//     periods (from an epoll_wait's return to the next call: the longest a ready event can wait
+//     inside the proxy before its handler runs), p50/p99/max, and the gaps of more than 5 ms in
+//     which the proxy sent nothing at all (write/writev/sendto), summed.
 //   --threads N (workers of every proxy, default 2), --pin (with taskset: the proxy on CPUs
 //     0..N-1, wrk and the origin on the rest, as `benches/run.js --pin`), --wrk-threads N,
 //     --events a,b (--stat: more perf events, e.g. uprobes on tokio's scheduler added with
@@ -41,6 +46,7 @@ const PERF = flag('--perf');
 const CTX = flag('--ctx');
 const STAT = flag('--stat');
 const SCHED = flag('--sched');
+const EPOLL = flag('--epoll');
 const THREADS = Number(opt('--threads', 2));
 const PIN = flag('--pin');
 const NCPU = os.cpus().length;
@@ -93,6 +99,53 @@ function busyTicks(cpus) {
     t += f.reduce((a, b) => a + b, 0) - f[3] - f[4];
   }
   return t;
+}
+
+/**
+ * `perf script -F tid,time,event` of epoll_wait entries/exits and sends → `{ calls, idlePct,
+ * busy: { p50, p99, max } (ms), silent: { count, ms } }`: per thread, the time inside epoll_wait
+ * over the recorded span, the busy periods between a return and the next call, and the gaps
+ * over 5 ms between two sends of any thread.
+ */
+function epollPeriods(text) {
+  const byTid = new Map();
+  const sends = [];
+  let first = Infinity;
+  let last = -Infinity;
+  for (const line of text.split('\n')) {
+    const m = /^\s*(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+)/.exec(line);
+    if (!m) continue;
+    const t = Number(m[2]) * 1000;
+    first = Math.min(first, t);
+    last = Math.max(last, t);
+    if (m[4] !== 'epoll_wait') {
+      sends.push(t);
+      continue;
+    }
+    const st = byTid.get(m[1]) || { enter: null, exit: null, idle: 0, busy: [], calls: 0 };
+    byTid.set(m[1], st);
+    if (m[3] === 'enter') {
+      st.calls++;
+      if (st.exit !== null) st.busy.push(t - st.exit);
+      st.enter = t;
+    } else {
+      if (st.enter !== null) st.idle += t - st.enter;
+      st.exit = t;
+    }
+  }
+  const busy = [...byTid.values()].flatMap((x) => x.busy);
+  // Only the threads that poll (the workers) count towards the idle share.
+  const pollers = [...byTid.values()].filter((x) => x.calls > 10);
+  const idle = pollers.reduce((a, x) => a + x.idle, 0);
+  sends.sort((a, b) => a - b);
+  const gaps = [];
+  for (let i = 1; i < sends.length; i++) if (sends[i] - sends[i - 1] > 5) gaps.push(sends[i] - sends[i - 1]);
+  return {
+    calls: pollers.reduce((a, x) => a + x.calls, 0),
+    idlePct: (100 * idle) / Math.max(1e-9, (last - first) * pollers.length),
+    busy: { p50: L.quantile(busy, 0.5), p99: L.quantile(busy, 0.99), max: Math.max(...busy) },
+    silent: { count: gaps.length, ms: gaps.reduce((a, b) => a + b, 0) },
+  };
 }
 
 /** Every thread id of `pids` (/proc/<pid>/task). */
@@ -231,6 +284,24 @@ async function main() {
           console.error(line);
           continue;
         }
+        if (EPOLL) {
+          await L.run(...L.pinned(CPUS.load, 'wrk', ['-t', String(WRK_THREADS), '-c', String(CONNS), '-d', '2s', `https://127.0.0.1:${port}${URL_PATH}`]));
+          const out = path.join(dir, `epoll-${kind}.data`);
+          const events = ['epoll_wait', 'write', 'writev', 'sendto'].map((e) => `syscalls:sys_enter_${e}`).join(',');
+          const tr = spawn('perf', ['record', '-o', out, '-e', `${events},syscalls:sys_exit_epoll_wait`, '-t', threadIds(pids).join(',')], { stdio: 'ignore' });
+          await L.sleep(300);
+          const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
+          tr.kill('SIGINT');
+          await new Promise((r) => tr.once('exit', r));
+          const parsed = L.parseWrk(w.stdout);
+          const sc = await L.run('perf', ['script', '-i', out, '-F', 'tid,time,event'], { timeoutMs: 300000 });
+          const e = epollPeriods(sc.stdout);
+          const us = (x) => (x * 1000).toFixed(0);
+          const line = `| ${kind} | ${parsed.rps.toFixed(0)} | ${parsed.p50Ms.toFixed(1)} | ${parsed.p99Ms.toFixed(1)} | ${(e.calls / parsed.requests).toFixed(3)} | ${e.idlePct.toFixed(1)} % | ${us(e.busy.p50)} / ${us(e.busy.p99)} / ${e.busy.max.toFixed(1)} | ${e.silent.count} (${e.silent.ms.toFixed(0)} ms) |`;
+          rows.push(line);
+          console.error(line);
+          continue;
+        }
         if (STAT || SCHED) {
           // Warm-up (connections, handshakes, buffers), then the measured run.
           await L.run(...L.pinned(CPUS.load, 'wrk', ['-t', String(WRK_THREADS), '-c', String(CONNS), '-d', '2s', `https://127.0.0.1:${port}${URL_PATH}`]));
@@ -334,6 +405,15 @@ async function main() {
     console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
     console.log(rows.join('\n'));
     if (extraLines.length) console.log(`\n${extraLines.join('\n')}`);
+    return;
+  }
+  if (EPOLL) {
+    console.log(`epoll_wait and sends of the proxy's threads (perf record), ${setup}`);
+    console.log(
+      '| proxy | req/s | p50 ms | p99 ms | epoll_wait/req | time inside epoll_wait (idle) | busy periods p50 µs / p99 µs / max ms | gaps > 5 ms without a send (their sum) |'
+    );
+    console.log('|---|---|---|---|---|---|---|---|');
+    console.log(rows.join('\n'));
     return;
   }
   if (SCHED) {
