@@ -372,8 +372,9 @@ function parseLatencyMs(s) {
 }
 
 /**
- * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p50Ms, p99Ms }` (the
- * percentiles need `--latency`). `errors` sums
+ * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p50Ms, p99Ms, p98Ms,
+ * p999Ms, maxMs }` (p50/p99 need `--latency`; p98, p99.9 and max need benches/percentiles.lua,
+ * NaN otherwise). `errors` sums
  * the "Socket errors" line (connect, read, write, timeout).
  */
 function parseWrk(out) {
@@ -386,7 +387,9 @@ function parseWrk(out) {
   const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(out) || [0, 0])[1]);
   const p99Ms = parseLatencyMs((/^\s+99%\s+(\S+)/m.exec(out) || [])[1]);
   const p50Ms = parseLatencyMs((/^\s+50%\s+(\S+)/m.exec(out) || [])[1]);
-  return { rps, mbps, requests, errors, non2xx, p50Ms, p99Ms };
+  // benches/percentiles.lua's line, when wrk ran it.
+  const pct = (name) => Number((new RegExp(`^PCT .*\\b${name.replace('.', '\\.')}=([\\d.]+)`, 'm').exec(out) || [])[1]);
+  return { rps, mbps, requests, errors, non2xx, p50Ms, p99Ms, p98Ms: pct('p98'), p999Ms: pct('p99.9'), maxMs: pct('max') };
 }
 
 // ---------- statistics ----------

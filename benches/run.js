@@ -37,6 +37,8 @@
 // CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output),
 // --http-route (Rampart's route of every row gets `protocol: 'http'`), --concurrency off|adaptive
 // (and that route's `concurrency.mode`; needs --http-route). Rows ka*-http* set their own route.
+// --percentiles: wrk runs benches/percentiles.lua, and the keep-alive rows add p98, p99.9 and the
+// maximum latency (a run's first second, while its connections handshake, is in its top 1-2 %).
 // --compare DIR: A/B in the same run: a second Rampart column ("Rampart B") from the addon package
 // in DIR (a copy of index.js, binding.js, symphony/, package.json and the .node of another build),
 // same config, measured in the same rounds; the table adds "Rampart / B". The order of the proxies
@@ -61,6 +63,7 @@ const MERGE = list('--merge', null);
 const THREADS = Number(opt('--threads', 2));
 const PIN = flag('--pin');
 /** --compare DIR: the "Rampart B" addon package, measured beside RAMPART_PATH's (null: none). */
+const PERCENTILES = flag('--percentiles');
 const COMPARE = opt('--compare', '') ? path.resolve(opt('--compare', '')) : null;
 const NCPU = os.cpus().length;
 if (!Number.isInteger(THREADS) || THREADS < 1) throw new Error(`--threads must be a positive integer, got ${opt('--threads', '')}`);
@@ -322,6 +325,7 @@ async function startProxy(ctx, kind, protection, route) {
 function wrkArgs(port, { conns, close, urlPath = '/' }) {
   const a = ['-t', String(WRK_THREADS), '-c', String(conns), '-d', `${DURATION}s`, '--timeout', '10s', '--latency'];
   if (close) a.push('-H', 'Connection: close');
+  if (PERCENTILES) a.push('-s', path.join(__dirname, 'percentiles.lua'));
   a.push(`https://127.0.0.1:${port}${urlPath}`);
   return a;
 }
@@ -355,6 +359,9 @@ async function measureWrk(ctx, kind, row) {
       rps: w.rps,
       mbps: w.mbps,
       p99Ms: w.p99Ms,
+      p98Ms: w.p98Ms,
+      p999Ms: w.p999Ms,
+      maxMs: w.maxMs,
       errors: w.errors + w.non2xx,
       cpuUsPerReq: (cpuSec * 1e6) / w.requests,
       cpuPct: (cpuSec / secs) * 100,
@@ -478,6 +485,8 @@ async function measureIdle(ctx, kind, row) {
 }
 
 // ---------- rows ----------
+/** The latency metrics of the keep-alive rows: p99, and with --percentiles p98, p99.9 and max. */
+const LATENCY = PERCENTILES ? ['p98Ms', 'p99Ms', 'p999Ms', 'maxMs'] : ['p99Ms'];
 const ROWS = [
   {
     id: 'hs-full',
@@ -487,8 +496,8 @@ const ROWS = [
     metrics: ['rps', 'cpuUsPerReq'],
   },
   { id: 'hs-resumed', title: 'new TLS conn/s, resumed session, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, metrics: ['rps', 'cpuUsPerReq'] },
-  { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
-  { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
+  { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', ...LATENCY, 'cpuUsPerReq'] },
+  { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', ...LATENCY, 'cpuUsPerReq'] },
   { id: 'bulk', title: `keep-alive, 64 conns, ${BULK_BYTES / 1024} KiB body`, wrk: { conns: 64, urlPath: '/bulk' }, metrics: ['mbps', 'cpuUsPerReq'] },
   {
     id: 'hs-full-prot',
@@ -566,6 +575,9 @@ const METRIC = {
   rps: { label: 'req/s (= conn/s when 1 req/conn)', better: 'higher', fmt: (x) => x.toFixed(0) },
   mbps: { label: 'MiB/s', better: 'higher', fmt: (x) => x.toFixed(1) },
   p99Ms: { label: 'p99 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
+  p98Ms: { label: 'p98 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
+  p999Ms: { label: 'p99.9 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
+  maxMs: { label: 'max latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
   p50Ms: { label: 'probe p50 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
   cpuUsPerReq: { label: 'proxy CPU µs/req', better: 'lower', fmt: (x) => x.toFixed(1) },
   okPct: { label: 'probe success %', better: 'higher', fmt: (x) => x.toFixed(1) },
