@@ -392,6 +392,33 @@ function parseWrk(out) {
   return { rps, mbps, requests, errors, non2xx, p50Ms, p99Ms, p98Ms: pct('p98'), p999Ms: pct('p99.9'), maxMs: pct('max') };
 }
 
+// ---------- the addon ----------
+
+/** ELF section names of a shared object (64-bit little-endian), [] if it is not one. */
+function elfSections(buf) {
+  if (buf.length < 64 || buf.readUInt32BE(0) !== 0x7f454c46 || buf[4] !== 2) return [];
+  const shoff = Number(buf.readBigUInt64LE(0x28));
+  const shentsize = buf.readUInt16LE(0x3a);
+  const shnum = buf.readUInt16LE(0x3c);
+  const strOff = Number(buf.readBigUInt64LE(shoff + buf.readUInt16LE(0x3e) * shentsize + 0x18));
+  const names = [];
+  for (let i = 0; i < shnum; i++) {
+    const at = strOff + buf.readUInt32LE(shoff + i * shentsize);
+    names.push(buf.toString('latin1', at, buf.indexOf(0, at)));
+  }
+  return names;
+}
+
+/** Whether the addon at `file` is a release build (no `.debug_info`), as a sentence. */
+function addonBuildKind(file) {
+  try {
+    const debug = elfSections(fs.readFileSync(file)).includes('.debug_info');
+    return debug ? 'has .debug_info: a debug build? figures not representative' : 'release (no .debug_info)';
+  } catch (e) {
+    return `unreadable: ${e.message}`;
+  }
+}
+
 // ---------- statistics ----------
 
 function median(xs) {
@@ -477,6 +504,7 @@ function childTracker() {
 }
 
 module.exports = {
+  addonBuildKind,
   answerStats,
   cli,
   pinned,

@@ -50,6 +50,7 @@ const path = require('node:path');
 const { fork } = require('node:child_process');
 const L = require('./lib');
 const { recordClientHello, legitProbe } = require('./clients');
+const { NAME, BULK_BYTES, METRIC, table, protectionCost, floorLines } = require('./report');
 
 // ---------- options ----------
 const { flag, opt, list, rampartPath: RAMPART_PATH } = L.cli(__filename);
@@ -85,7 +86,6 @@ if (opt('--concurrency', '')) {
 /** The adaptive limiter with its limit held (min = max = initial): its cost without its refusals. */
 const HELD = { mode: 'adaptive', minLimit: 10000, maxLimit: 10000, initialLimit: 10000, priorityShare: 0 };
 const BODY_BYTES = 4096;
-const BULK_BYTES = 65536;
 const SNI = 'localhost';
 
 /** Protection that is on but never reached (scenario 3). */
@@ -132,7 +132,6 @@ async function checkTools() {
 
 /** nginx's stream module path (dynamic builds) and version, filled by checkTools. */
 const NGINX = { loadModule: '', version: '' };
-const NAME = { rampart: 'Rampart', rampartB: 'Rampart B', haproxy: 'HAProxy', nginx: 'nginx' };
 /** Both Rampart builds (A = RAMPART_PATH, B = --compare). */
 const isRampart = (kind) => kind === 'rampart' || kind === 'rampartB';
 
@@ -178,30 +177,6 @@ function raiseNofile() {
   return L.nofileLimits();
 }
 
-/** ELF section names of a shared object (64-bit little-endian), [] if it is not one. */
-function elfSections(buf) {
-  if (buf.length < 64 || buf.readUInt32BE(0) !== 0x7f454c46 || buf[4] !== 2) return [];
-  const shoff = Number(buf.readBigUInt64LE(0x28));
-  const shentsize = buf.readUInt16LE(0x3a);
-  const shnum = buf.readUInt16LE(0x3c);
-  const strOff = Number(buf.readBigUInt64LE(shoff + buf.readUInt16LE(0x3e) * shentsize + 0x18));
-  const names = [];
-  for (let i = 0; i < shnum; i++) {
-    const at = strOff + buf.readUInt32LE(shoff + i * shentsize);
-    names.push(buf.toString('latin1', at, buf.indexOf(0, at)));
-  }
-  return names;
-}
-
-function addonBuildKind(file) {
-  try {
-    const debug = elfSections(fs.readFileSync(file)).includes('.debug_info');
-    return debug ? 'has .debug_info: a debug build? figures not representative' : 'release (no .debug_info)';
-  } catch (e) {
-    return `unreadable: ${e.message}`;
-  }
-}
-
 async function environment(ctx) {
   const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1] || 'unknown';
   const haproxyV = (await L.run('haproxy', ['-v'])).stdout.split('\n')[0];
@@ -223,7 +198,7 @@ async function environment(ctx) {
     wrk: wrkV,
     openssl: opensslV,
     addon: addonPath,
-    addonBuild: addon ? addonBuildKind(addonPath) : '',
+    addonBuild: addon ? L.addonBuildKind(addonPath) : '',
     commit,
     nofile: ctx.nofile,
   };
@@ -571,101 +546,6 @@ const ROWS = [
   },
 ];
 
-const METRIC = {
-  rps: { label: 'req/s (= conn/s when 1 req/conn)', better: 'higher', fmt: (x) => x.toFixed(0) },
-  mbps: { label: 'MiB/s', better: 'higher', fmt: (x) => x.toFixed(1) },
-  p99Ms: { label: 'p99 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  p98Ms: { label: 'p98 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  p999Ms: { label: 'p99.9 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  maxMs: { label: 'max latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  p50Ms: { label: 'probe p50 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  cpuUsPerReq: { label: 'proxy CPU µs/req', better: 'lower', fmt: (x) => x.toFixed(1) },
-  okPct: { label: 'probe success %', better: 'higher', fmt: (x) => x.toFixed(1) },
-  floodPerSec: { label: 'flood attempts/s', better: 'info', fmt: (x) => x.toFixed(0) },
-  refusedPct: { label: 'flood refused at accept %', better: 'higher', fmt: (x) => x.toFixed(1) },
-  cpuPct: { label: 'proxy CPU % (of 1 core)', better: 'lower', fmt: (x) => x.toFixed(0) },
-  rssMiB: { label: 'RSS MiB', better: 'lower', fmt: (x) => x.toFixed(1) },
-  kibPerConn: { label: 'RSS KiB per idle conn', better: 'lower', fmt: (x) => x.toFixed(1) },
-  established: { label: 'connections held', better: 'info', fmt: (x) => x.toFixed(0) },
-};
-
-function summarize(xs, fmt) {
-  const v = xs.filter((x) => Number.isFinite(x));
-  if (!v.length) return { med: NaN, text: 'n/a' };
-  const med = L.median(v);
-  const text = v.length > 1 ? `${fmt(med)} (${fmt(Math.min(...v))}–${fmt(Math.max(...v))})` : fmt(med);
-  return { med, text };
-}
-
-/**
- * The results table: Rampart, each peer, Rampart / the better peer; with a "Rampart B" column in
- * `results` (--compare), also that column and Rampart / B.
- */
-function table(rows, results, peers) {
-  const withB = rows.some((r) => results[r.id] && results[r.id].rampartB && results[r.id].rampartB.length);
-  const lines = [
-    `| scenario | metric | Rampart | ${withB ? 'Rampart B | ' : ''}${peers.map((k) => `${NAME[k]} | `).join('')}Rampart / better peer | ${withB ? 'Rampart / B | ' : ''}better |`,
-    `|---|---|---|${withB ? '---|' : ''}${peers.map(() => '---|').join('')}---|${withB ? '---|' : ''}---|`,
-  ];
-  for (const row of rows) {
-    const res = results[row.id];
-    if (!res) continue;
-    for (const m of row.metrics) {
-      const M = METRIC[m];
-      const r = summarize(
-        res.rampart.map((x) => x[m]),
-        M.fmt
-      );
-      const ps = peers.map((k) => ({
-        k,
-        ...summarize(
-          (res[k] || []).map((x) => x[m]),
-          M.fmt
-        ),
-      }));
-      const cells = ps.map((p) => (row.na && row.na[p.k] ? `n/a (${row.na[p.k]})` : p.text));
-      const valid = ps.filter((p) => Number.isFinite(p.med) && p.med !== 0 && !(row.na && row.na[p.k]));
-      let ratio = '–';
-      if (M.better !== 'info' && valid.length && Number.isFinite(r.med)) {
-        const best = valid.reduce((a, b) => ((M.better === 'higher' ? b.med > a.med : b.med < a.med) ? b : a));
-        ratio = `${(r.med / best.med).toFixed(2)} (${NAME[best.k]})`;
-      }
-      let bCells = '';
-      if (withB) {
-        const b = summarize(
-          (res.rampartB || []).map((x) => x[m]),
-          M.fmt
-        );
-        const ab = M.better !== 'info' && Number.isFinite(r.med / b.med) && b.med !== 0 ? (r.med / b.med).toFixed(3) : '–';
-        bCells = `${b.text} | `;
-        lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${bCells}${cells.map((c) => `${c} | `).join('')}${ratio} | ${ab} | ${M.better} |`);
-        continue;
-      }
-      lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${cells.map((c) => `${c} | `).join('')}${ratio} | ${M.better} |`);
-    }
-  }
-  return lines.join('\n');
-}
-
-/**
- * Protection cost per paired row and proxy: the change of the median req/s and of the median
- * proxy CPU per request against the baseline row (positive = protection costs that much).
- */
-function protectionCost(rows, results, kinds) {
-  const out = [];
-  for (const row of rows) {
-    if (!row.baseline || !results[row.id] || !results[row.baseline]) continue;
-    for (const kind of kinds) {
-      if ((row.na && row.na[kind]) || !results[row.id][kind].length) continue;
-      const med = (id, m) => L.median(results[id][kind].map((x) => x[m]));
-      const rps = (1 - med(row.id, 'rps') / med(row.baseline, 'rps')) * 100;
-      const cpu = (med(row.id, 'cpuUsPerReq') / med(row.baseline, 'cpuUsPerReq') - 1) * 100;
-      out.push(`| ${row.baseline} → ${row.id} | ${NAME[kind]} | ${rps.toFixed(1)}% | ${cpu.toFixed(1)}% |`);
-    }
-  }
-  return out.length ? ['| rows | proxy | req/s lost | CPU µs/req added |', '|---|---|---|---|', ...out] : [];
-}
-
 // ---------- the floor ----------
 
 /**
@@ -692,32 +572,6 @@ async function measureFloor() {
     `floor: handshake server ${f.handshake.serverUs.toFixed(1)} µs (client+server ${f.handshake.totalUs.toFixed(1)} µs); per MiB: memcpy ${f.perMiB.memcpyUs.toFixed(1)} µs, TLS records (seal+open) ${f.perMiB.sealUs.toFixed(1)}+${f.perMiB.openUs.toFixed(1)} µs`
   );
   return f;
-}
-
-/** The floor and Rampart's per-connection and per-MiB CPU as multiples of it. */
-function floorLines(f, results) {
-  const med = (id) => (results[id] ? L.median(results[id].rampart.map((x) => x.cpuUsPerReq)) : NaN);
-  const lines = [
-    `floor (${f.command}; ${f.suite}, ${f.key}, ${f.kx}, rustls ${f.rustls} with the ${f.provider} provider, one thread, no sockets):`,
-    '',
-    '| floor | CPU | Rampart | Rampart / floor |',
-    '|---|---|---|---|',
-  ];
-  const x = (a, b) => (Number.isFinite(a / b) ? `${(a / b).toFixed(1)}×` : '–');
-  const hs = med('hs-full');
-  lines.push(
-    `| full TLS 1.3 handshake, server side | ${f.handshake.serverUs.toFixed(1)} µs | ${Number.isFinite(hs) ? `${hs.toFixed(1)} µs/new conn (hs-full)` : '–'} | ${x(hs, f.handshake.serverUs)} |`
-  );
-  lines.push(`| full TLS 1.3 handshake, client + server | ${f.handshake.totalUs.toFixed(1)} µs | | |`);
-  // Bulk row: one 64 KiB body per request; per MiB of response body.
-  const bulk = med('bulk');
-  const perMiB = bulk / (BULK_BYTES / 2 ** 20);
-  lines.push(
-    `| memcpy, per MiB | ${f.perMiB.memcpyUs.toFixed(1)} µs | ${Number.isFinite(perMiB) ? `${perMiB.toFixed(0)} µs/MiB (bulk)` : '–'} | ${x(perMiB, f.perMiB.memcpyUs)} |`
-  );
-  lines.push(`| TLS records (seal), per MiB | ${f.perMiB.sealUs.toFixed(1)} µs | | ${x(perMiB, f.perMiB.sealUs)} |`);
-  lines.push(`| memcpy + seal, per MiB | ${(f.perMiB.memcpyUs + f.perMiB.sealUs).toFixed(1)} µs | | ${x(perMiB, f.perMiB.memcpyUs + f.perMiB.sealUs)} |`);
-  return lines;
 }
 
 // ---------- --merge ----------
