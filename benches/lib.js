@@ -372,7 +372,9 @@ function parseLatencyMs(s) {
 }
 
 /**
- * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p99Ms }`. `errors` sums
+ * Parses wrk's report: `{ rps, mbps (MiB/s), requests, errors, non2xx, p50Ms, p99Ms, p98Ms,
+ * p999Ms, maxMs }` (p50/p99 need `--latency`; p98, p99.9 and max need benches/percentiles.lua,
+ * NaN otherwise). `errors` sums
  * the "Socket errors" line (connect, read, write, timeout).
  */
 function parseWrk(out) {
@@ -384,7 +386,37 @@ function parseWrk(out) {
   const errors = se ? se.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
   const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(out) || [0, 0])[1]);
   const p99Ms = parseLatencyMs((/^\s+99%\s+(\S+)/m.exec(out) || [])[1]);
-  return { rps, mbps, requests, errors, non2xx, p99Ms };
+  const p50Ms = parseLatencyMs((/^\s+50%\s+(\S+)/m.exec(out) || [])[1]);
+  // benches/percentiles.lua's line, when wrk ran it.
+  const pct = (name) => Number((new RegExp(`^PCT .*\\b${name.replace('.', '\\.')}=([\\d.]+)`, 'm').exec(out) || [])[1]);
+  return { rps, mbps, requests, errors, non2xx, p50Ms, p99Ms, p98Ms: pct('p98'), p999Ms: pct('p99.9'), maxMs: pct('max') };
+}
+
+// ---------- the addon ----------
+
+/** ELF section names of a shared object (64-bit little-endian), [] if it is not one. */
+function elfSections(buf) {
+  if (buf.length < 64 || buf.readUInt32BE(0) !== 0x7f454c46 || buf[4] !== 2) return [];
+  const shoff = Number(buf.readBigUInt64LE(0x28));
+  const shentsize = buf.readUInt16LE(0x3a);
+  const shnum = buf.readUInt16LE(0x3c);
+  const strOff = Number(buf.readBigUInt64LE(shoff + buf.readUInt16LE(0x3e) * shentsize + 0x18));
+  const names = [];
+  for (let i = 0; i < shnum; i++) {
+    const at = strOff + buf.readUInt32LE(shoff + i * shentsize);
+    names.push(buf.toString('latin1', at, buf.indexOf(0, at)));
+  }
+  return names;
+}
+
+/** Whether the addon at `file` is a release build (no `.debug_info`), as a sentence. */
+function addonBuildKind(file) {
+  try {
+    const debug = elfSections(fs.readFileSync(file)).includes('.debug_info');
+    return debug ? 'has .debug_info: a debug build? figures not representative' : 'release (no .debug_info)';
+  } catch (e) {
+    return `unreadable: ${e.message}`;
+  }
 }
 
 // ---------- statistics ----------
@@ -472,6 +504,7 @@ function childTracker() {
 }
 
 module.exports = {
+  addonBuildKind,
   answerStats,
   cli,
   pinned,

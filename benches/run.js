@@ -37,6 +37,12 @@
 // CPUs, so `--threads 1 --pin` on 2 cores is the per-core comparison; stated in the output),
 // --http-route (Rampart's route of every row gets `protocol: 'http'`), --concurrency off|adaptive
 // (and that route's `concurrency.mode`; needs --http-route). Rows ka*-http* set their own route.
+// --percentiles: wrk runs benches/percentiles.lua, and the keep-alive rows add p98, p99.9 and the
+// maximum latency (a run's first second, while its connections handshake, is in its top 1-2 %).
+// --compare DIR: A/B in the same run: a second Rampart column ("Rampart B") from the addon package
+// in DIR (a copy of index.js, binding.js, symphony/, package.json and the .node of another build),
+// same config, measured in the same rounds; the table adds "Rampart / B". The order of the proxies
+// alternates every round (A, B, peers; then the reverse), so a drifting background load hits all.
 // Env: RAMPART_PATH = directory of the addon package (default: the repo root).
 const fs = require('node:fs');
 const os = require('node:os');
@@ -44,6 +50,7 @@ const path = require('node:path');
 const { fork } = require('node:child_process');
 const L = require('./lib');
 const { recordClientHello, legitProbe } = require('./clients');
+const { NAME, BULK_BYTES, METRIC, table, protectionCost, floorLines } = require('./report');
 
 // ---------- options ----------
 const { flag, opt, list, rampartPath: RAMPART_PATH } = L.cli(__filename);
@@ -56,6 +63,9 @@ const JSON_OUT = opt('--json', '');
 const MERGE = list('--merge', null);
 const THREADS = Number(opt('--threads', 2));
 const PIN = flag('--pin');
+/** --compare DIR: the "Rampart B" addon package, measured beside RAMPART_PATH's (null: none). */
+const PERCENTILES = flag('--percentiles');
+const COMPARE = opt('--compare', '') ? path.resolve(opt('--compare', '')) : null;
 const NCPU = os.cpus().length;
 if (!Number.isInteger(THREADS) || THREADS < 1) throw new Error(`--threads must be a positive integer, got ${opt('--threads', '')}`);
 if (PIN && THREADS >= NCPU) throw new Error(`--pin needs more CPUs than --threads (${THREADS} of ${NCPU}): wrk and the origin need one of their own`);
@@ -76,7 +86,6 @@ if (opt('--concurrency', '')) {
 /** The adaptive limiter with its limit held (min = max = initial): its cost without its refusals. */
 const HELD = { mode: 'adaptive', minLimit: 10000, maxLimit: 10000, initialLimit: 10000, priorityShare: 0 };
 const BODY_BYTES = 4096;
-const BULK_BYTES = 65536;
 const SNI = 'localhost';
 
 /** Protection that is on but never reached (scenario 3). */
@@ -123,7 +132,8 @@ async function checkTools() {
 
 /** nginx's stream module path (dynamic builds) and version, filled by checkTools. */
 const NGINX = { loadModule: '', version: '' };
-const NAME = { rampart: 'Rampart', haproxy: 'HAProxy', nginx: 'nginx' };
+/** Both Rampart builds (A = RAMPART_PATH, B = --compare). */
+const isRampart = (kind) => kind === 'rampart' || kind === 'rampartB';
 
 const NO_RESUME_C = `#define _GNU_SOURCE
 #include <dlfcn.h>
@@ -167,30 +177,6 @@ function raiseNofile() {
   return L.nofileLimits();
 }
 
-/** ELF section names of a shared object (64-bit little-endian), [] if it is not one. */
-function elfSections(buf) {
-  if (buf.length < 64 || buf.readUInt32BE(0) !== 0x7f454c46 || buf[4] !== 2) return [];
-  const shoff = Number(buf.readBigUInt64LE(0x28));
-  const shentsize = buf.readUInt16LE(0x3a);
-  const shnum = buf.readUInt16LE(0x3c);
-  const strOff = Number(buf.readBigUInt64LE(shoff + buf.readUInt16LE(0x3e) * shentsize + 0x18));
-  const names = [];
-  for (let i = 0; i < shnum; i++) {
-    const at = strOff + buf.readUInt32LE(shoff + i * shentsize);
-    names.push(buf.toString('latin1', at, buf.indexOf(0, at)));
-  }
-  return names;
-}
-
-function addonBuildKind(file) {
-  try {
-    const debug = elfSections(fs.readFileSync(file)).includes('.debug_info');
-    return debug ? 'has .debug_info: a debug build? figures not representative' : 'release (no .debug_info)';
-  } catch (e) {
-    return `unreadable: ${e.message}`;
-  }
-}
-
 async function environment(ctx) {
   const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/model name\s*:\s*(.*)/) || [])[1] || 'unknown';
   const haproxyV = (await L.run('haproxy', ['-v'])).stdout.split('\n')[0];
@@ -212,7 +198,7 @@ async function environment(ctx) {
     wrk: wrkV,
     openssl: opensslV,
     addon: addonPath,
-    addonBuild: addon ? addonBuildKind(addonPath) : '',
+    addonBuild: addon ? L.addonBuildKind(addonPath) : '',
     commit,
     nofile: ctx.nofile,
   };
@@ -249,8 +235,9 @@ function rampartConfig(ctx, protection, route = ROUTE) {
 }
 
 async function startProxy(ctx, kind, protection, route) {
-  if (kind === 'rampart') {
-    const p = await L.startRampart(rampartConfig(ctx, protection, route), path.join(ctx.dir, 'rampart.json'), RAMPART_PATH, CPUS.proxy);
+  if (isRampart(kind)) {
+    const pkg = kind === 'rampartB' ? COMPARE : RAMPART_PATH;
+    const p = await L.startRampart(rampartConfig(ctx, protection, route), path.join(ctx.dir, 'rampart.json'), pkg, CPUS.proxy);
     track(p.child);
     return {
       ...p,
@@ -313,6 +300,7 @@ async function startProxy(ctx, kind, protection, route) {
 function wrkArgs(port, { conns, close, urlPath = '/' }) {
   const a = ['-t', String(WRK_THREADS), '-c', String(conns), '-d', `${DURATION}s`, '--timeout', '10s', '--latency'];
   if (close) a.push('-H', 'Connection: close');
+  if (PERCENTILES) a.push('-s', path.join(__dirname, 'percentiles.lua'));
   a.push(`https://127.0.0.1:${port}${urlPath}`);
   return a;
 }
@@ -338,7 +326,7 @@ async function measureWrk(ctx, kind, row) {
     }
     const cpuSec = (s1.cpuTicks - s0.cpuTicks) / L.CLK_TCK;
     // An HTTP route: what its upstream capacity saw (`routeMetrics[0].upstream`, at the end).
-    const upstream = kind === 'rampart' && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
+    const upstream = isRampart(kind) && (row.route || ROUTE).protocol ? (await p.metrics()).routeMetrics[0].upstream : undefined;
     ctx.commands[row.id] = `${row.noResume ? 'LD_PRELOAD=noresume.so ' : ''}wrk ${wrkArgs('PORT', row.wrk)
       .map((x) => (/\s/.test(x) ? `'${x}'` : x))
       .join(' ')}`;
@@ -346,6 +334,9 @@ async function measureWrk(ctx, kind, row) {
       rps: w.rps,
       mbps: w.mbps,
       p99Ms: w.p99Ms,
+      p98Ms: w.p98Ms,
+      p999Ms: w.p999Ms,
+      maxMs: w.maxMs,
       errors: w.errors + w.non2xx,
       cpuUsPerReq: (cpuSec * 1e6) / w.requests,
       cpuPct: (cpuSec / secs) * 100,
@@ -469,6 +460,8 @@ async function measureIdle(ctx, kind, row) {
 }
 
 // ---------- rows ----------
+/** The latency metrics of the keep-alive rows: p99, and with --percentiles p98, p99.9 and max. */
+const LATENCY = PERCENTILES ? ['p98Ms', 'p99Ms', 'p999Ms', 'maxMs'] : ['p99Ms'];
 const ROWS = [
   {
     id: 'hs-full',
@@ -478,8 +471,8 @@ const ROWS = [
     metrics: ['rps', 'cpuUsPerReq'],
   },
   { id: 'hs-resumed', title: 'new TLS conn/s, resumed session, 1 req/conn, 64 clients', wrk: { conns: 64, close: true }, metrics: ['rps', 'cpuUsPerReq'] },
-  { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
-  { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', 'p99Ms', 'cpuUsPerReq'] },
+  { id: 'ka64', title: `keep-alive, 64 conns, ${BODY_BYTES} B body`, wrk: { conns: 64 }, metrics: ['rps', 'mbps', ...LATENCY, 'cpuUsPerReq'] },
+  { id: 'ka512', title: `keep-alive, 512 conns, ${BODY_BYTES} B body`, wrk: { conns: 512 }, metrics: ['rps', 'mbps', ...LATENCY, 'cpuUsPerReq'] },
   { id: 'bulk', title: `keep-alive, 64 conns, ${BULK_BYTES / 1024} KiB body`, wrk: { conns: 64, urlPath: '/bulk' }, metrics: ['mbps', 'cpuUsPerReq'] },
   {
     id: 'hs-full-prot',
@@ -553,82 +546,6 @@ const ROWS = [
   },
 ];
 
-const METRIC = {
-  rps: { label: 'req/s (= conn/s when 1 req/conn)', better: 'higher', fmt: (x) => x.toFixed(0) },
-  mbps: { label: 'MiB/s', better: 'higher', fmt: (x) => x.toFixed(1) },
-  p99Ms: { label: 'p99 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  p50Ms: { label: 'probe p50 latency ms', better: 'lower', fmt: (x) => x.toFixed(1) },
-  cpuUsPerReq: { label: 'proxy CPU µs/req', better: 'lower', fmt: (x) => x.toFixed(1) },
-  okPct: { label: 'probe success %', better: 'higher', fmt: (x) => x.toFixed(1) },
-  floodPerSec: { label: 'flood attempts/s', better: 'info', fmt: (x) => x.toFixed(0) },
-  refusedPct: { label: 'flood refused at accept %', better: 'higher', fmt: (x) => x.toFixed(1) },
-  cpuPct: { label: 'proxy CPU % (of 1 core)', better: 'lower', fmt: (x) => x.toFixed(0) },
-  rssMiB: { label: 'RSS MiB', better: 'lower', fmt: (x) => x.toFixed(1) },
-  kibPerConn: { label: 'RSS KiB per idle conn', better: 'lower', fmt: (x) => x.toFixed(1) },
-  established: { label: 'connections held', better: 'info', fmt: (x) => x.toFixed(0) },
-};
-
-function summarize(xs, fmt) {
-  const v = xs.filter((x) => Number.isFinite(x));
-  if (!v.length) return { med: NaN, text: 'n/a' };
-  const med = L.median(v);
-  const text = v.length > 1 ? `${fmt(med)} (${fmt(Math.min(...v))}–${fmt(Math.max(...v))})` : fmt(med);
-  return { med, text };
-}
-
-function table(rows, results, peers) {
-  const lines = [
-    `| scenario | metric | Rampart | ${peers.map((k) => NAME[k]).join(' | ')} | Rampart / better peer | better |`,
-    `|---|---|---|${peers.map(() => '---|').join('')}---|---|`,
-  ];
-  for (const row of rows) {
-    const res = results[row.id];
-    if (!res) continue;
-    for (const m of row.metrics) {
-      const M = METRIC[m];
-      const r = summarize(
-        res.rampart.map((x) => x[m]),
-        M.fmt
-      );
-      const ps = peers.map((k) => ({
-        k,
-        ...summarize(
-          (res[k] || []).map((x) => x[m]),
-          M.fmt
-        ),
-      }));
-      const cells = ps.map((p) => (row.na && row.na[p.k] ? `n/a (${row.na[p.k]})` : p.text));
-      const valid = ps.filter((p) => Number.isFinite(p.med) && p.med !== 0 && !(row.na && row.na[p.k]));
-      let ratio = '–';
-      if (M.better !== 'info' && valid.length && Number.isFinite(r.med)) {
-        const best = valid.reduce((a, b) => ((M.better === 'higher' ? b.med > a.med : b.med < a.med) ? b : a));
-        ratio = `${(r.med / best.med).toFixed(2)} (${NAME[best.k]})`;
-      }
-      lines.push(`| ${row.title} | ${M.label} | ${r.text} | ${cells.join(' | ')} | ${ratio} | ${M.better} |`);
-    }
-  }
-  return lines.join('\n');
-}
-
-/**
- * Protection cost per paired row and proxy: the change of the median req/s and of the median
- * proxy CPU per request against the baseline row (positive = protection costs that much).
- */
-function protectionCost(rows, results, kinds) {
-  const out = [];
-  for (const row of rows) {
-    if (!row.baseline || !results[row.id] || !results[row.baseline]) continue;
-    for (const kind of kinds) {
-      if ((row.na && row.na[kind]) || !results[row.id][kind].length) continue;
-      const med = (id, m) => L.median(results[id][kind].map((x) => x[m]));
-      const rps = (1 - med(row.id, 'rps') / med(row.baseline, 'rps')) * 100;
-      const cpu = (med(row.id, 'cpuUsPerReq') / med(row.baseline, 'cpuUsPerReq') - 1) * 100;
-      out.push(`| ${row.baseline} → ${row.id} | ${NAME[kind]} | ${rps.toFixed(1)}% | ${cpu.toFixed(1)}% |`);
-    }
-  }
-  return out.length ? ['| rows | proxy | req/s lost | CPU µs/req added |', '|---|---|---|---|', ...out] : [];
-}
-
 // ---------- the floor ----------
 
 /**
@@ -657,32 +574,6 @@ async function measureFloor() {
   return f;
 }
 
-/** The floor and Rampart's per-connection and per-MiB CPU as multiples of it. */
-function floorLines(f, results) {
-  const med = (id) => (results[id] ? L.median(results[id].rampart.map((x) => x.cpuUsPerReq)) : NaN);
-  const lines = [
-    `floor (${f.command}; ${f.suite}, ${f.key}, ${f.kx}, rustls ${f.rustls} with the ${f.provider} provider, one thread, no sockets):`,
-    '',
-    '| floor | CPU | Rampart | Rampart / floor |',
-    '|---|---|---|---|',
-  ];
-  const x = (a, b) => (Number.isFinite(a / b) ? `${(a / b).toFixed(1)}×` : '–');
-  const hs = med('hs-full');
-  lines.push(
-    `| full TLS 1.3 handshake, server side | ${f.handshake.serverUs.toFixed(1)} µs | ${Number.isFinite(hs) ? `${hs.toFixed(1)} µs/new conn (hs-full)` : '–'} | ${x(hs, f.handshake.serverUs)} |`
-  );
-  lines.push(`| full TLS 1.3 handshake, client + server | ${f.handshake.totalUs.toFixed(1)} µs | | |`);
-  // Bulk row: one 64 KiB body per request; per MiB of response body.
-  const bulk = med('bulk');
-  const perMiB = bulk / (BULK_BYTES / 2 ** 20);
-  lines.push(
-    `| memcpy, per MiB | ${f.perMiB.memcpyUs.toFixed(1)} µs | ${Number.isFinite(perMiB) ? `${perMiB.toFixed(0)} µs/MiB (bulk)` : '–'} | ${x(perMiB, f.perMiB.memcpyUs)} |`
-  );
-  lines.push(`| TLS records (seal), per MiB | ${f.perMiB.sealUs.toFixed(1)} µs | | ${x(perMiB, f.perMiB.sealUs)} |`);
-  lines.push(`| memcpy + seal, per MiB | ${(f.perMiB.memcpyUs + f.perMiB.sealUs).toFixed(1)} µs | | ${x(perMiB, f.perMiB.memcpyUs + f.perMiB.sealUs)} |`);
-  return lines;
-}
-
 // ---------- --merge ----------
 
 /**
@@ -696,7 +587,7 @@ function merge(files) {
   const rows = ROWS.filter((r) => ids.includes(r.id));
   const pooled = {};
   for (const id of ids) {
-    pooled[id] = Object.fromEntries(['rampart', ...peers].map((k) => [k, runs.flatMap((r) => (r.results[id] && r.results[id][k]) || [])]));
+    pooled[id] = Object.fromEntries(['rampart', 'rampartB', ...peers].map((k) => [k, runs.flatMap((r) => (r.results[id] && r.results[id][k]) || [])]));
   }
   const out = [`${runs.length} runs pooled (${ROUNDS_OF(runs)} rounds per cell): ${files.join(', ')}`];
   for (const r of runs) {
@@ -705,11 +596,12 @@ function merge(files) {
     );
   }
   out.push('', table(rows, pooled, peers), '', "per run (Rampart / better peer, each run's own medians):", '');
-  const perRun = runs.map((r) =>
-    table(rows, r.results, peers)
-      .split('\n')
-      .map((l) => l.split(' | ').slice(-2, -1)[0])
-  );
+  // Each run's "Rampart / better peer" cell (its column moves when a run has a Rampart B).
+  const perRun = runs.map((r) => {
+    const t = table(rows, r.results, peers).split('\n');
+    const at = t[0].split(' | ').indexOf('Rampart / better peer');
+    return t.map((l) => l.split(' | ')[at]);
+  });
   const lines = table(rows, pooled, peers).split('\n');
   out.push(`| scenario | metric | ${runs.map((_, i) => `run ${i + 1}`).join(' | ')} |`, `|---|---|${runs.map(() => '---|').join('')}`);
   for (let i = 2; i < lines.length; i++) {
@@ -730,7 +622,7 @@ async function main() {
   if (MERGE) return merge(MERGE);
   const started = Date.now();
   const { cc, peers, peerNotes } = await checkTools();
-  const kinds = ['rampart', ...peers];
+  const kinds = ['rampart', ...(COMPARE ? ['rampartB'] : []), ...peers];
   log(`peers: ${peers.length ? peers.map((k) => NAME[k]).join(', ') : 'none'}${peerNotes.length ? `; ${peerNotes.join('; ')}` : ''}`);
   const lim = raiseNofile();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-bench-'));
@@ -803,7 +695,8 @@ async function main() {
   for (const group of groups) {
     for (let round = 0; round < ROUNDS; round++) {
       for (const row of round % 2 ? [...group].reverse() : group) {
-        for (const kind of row.rampartOnly ? ['rampart'] : kinds) {
+        const order = row.rampartOnly ? kinds.filter(isRampart) : kinds;
+        for (const kind of round % 2 ? [...order].reverse() : order) {
           let r;
           if (row.flood) r = await measureFlood(ctx, kind);
           else if (row.idle) r = await measureIdle(ctx, kind, row);
@@ -832,6 +725,7 @@ async function main() {
   out.push(`versions: node ${env.node}; ${env.haproxy}; ${env.nginx}; ${env.wrk}; ${env.openssl}`);
   out.push(`peers: ${peers.map((k) => NAME[k]).join(', ') || 'none'}${peerNotes.length ? ` (${peerNotes.join('; ')})` : ''}`);
   out.push(`addon: ${env.addon} (${env.addonBuild})${env.commit ? `, commit ${env.commit}` : ''}`);
+  if (COMPARE) out.push(`Rampart B (--compare): the addon package in ${COMPARE}, same config, same rounds`);
   out.push(`TLS negotiated: ${tlsLine}`);
   if (ROUTE.protocol) out.push(`Rampart's route (rows without their own): ${JSON.stringify(ROUTE)}`);
   out.push(
@@ -875,7 +769,11 @@ async function main() {
   for (const [id, c] of Object.entries(ctx.commands)) out.push(`  ${id}: ${c}`);
   out.push(`configs: ${dir} (haproxy.cfg, nginx.conf, rampart.json and origin.cfg of the last run)`);
   console.log(out.join('\n'));
-  if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify({ env, peers, tlsInfo, floor, loadBefore, loadAfter, results, commands: ctx.commands }, null, 2));
+  if (JSON_OUT)
+    fs.writeFileSync(
+      JSON_OUT,
+      JSON.stringify({ env, compare: COMPARE, peers, tlsInfo, floor, loadBefore, loadAfter, results, commands: ctx.commands }, null, 2)
+    );
 }
 
 main().then(
