@@ -27,6 +27,7 @@
 //   closed); a probe without attack gives the baseline latency.
 //
 // Options: --quick (1 round, 3 s h2load, 6 s attacks), --rounds N, --duration S (h2load),
+// --warm-up S (h2load's --warm-up-time: S s of load before the measured -D, the proxy's CPU too),
 // --attack S, --only cost,attack,capacity (default cost,attack), --json FILE. Env: RAMPART_PATH (default: the repo root).
 // Internal: node benches/h2.js attack '<json>' (the attack child process).
 const fs = require('node:fs');
@@ -43,6 +44,7 @@ const QUICK = flag('--quick');
 const ROUNDS = Number(opt('--rounds', QUICK ? 1 : 3));
 const DURATION = Number(opt('--duration', QUICK ? 3 : 10));
 const ATTACK_SECS = Number(opt('--attack', QUICK ? 6 : 15));
+const WARM_UP = Number(opt('--warm-up', 0));
 const ONLY = list('--only', ['cost', 'attack']);
 const JSON_OUT = opt('--json', '');
 const THREADS = 2;
@@ -221,10 +223,14 @@ function parseH2load(out) {
 async function measureCost(ctx, guard, route) {
   const p = await startRampart(ctx, typeof guard === 'boolean' ? { enabled: guard } : guard, route);
   try {
-    const args = ['-c', '64', '-m', '32', '-D', String(DURATION), `https://127.0.0.1:${ctx.port}/`];
+    const warm = WARM_UP > 0 ? [`--warm-up-time=${WARM_UP}`] : [];
+    const args = ['-c', '64', '-m', '32', '-D', String(DURATION), ...warm, `https://127.0.0.1:${ctx.port}/`];
     ctx.commands.cost = `h2load ${args.join(' ')}`;
+    const running = L.run('h2load', args, { timeoutMs: (DURATION + WARM_UP + 30) * 1000 });
+    // The proxy's CPU from the end of h2load's warm-up (unmeasured by h2load too).
+    if (WARM_UP > 0) await L.sleep(WARM_UP * 1000);
     const s0 = L.procStat(p.pid);
-    const r = await L.run('h2load', args, { timeoutMs: (DURATION + 30) * 1000 });
+    const r = await running;
     const s1 = L.procStat(p.pid);
     const h = parseH2load(r.stdout);
     if (!(h.succeeded > 0)) throw new Error(`h2load got nothing through Rampart:\n${r.stdout}${r.stderr}`);
