@@ -988,7 +988,11 @@ export interface UpstreamCapacity {
   proxyDelayMs: number;
   /** No-load latency baseline, ms (0 before any). */
   baselineMs: number;
-  /** A request was refused for lack of capacity within the last 2 s (new other clients are refused). */
+  /**
+   * The route is overloaded: within the last 2 s a request was refused for lack of capacity, or one
+   * started waiting behind more waiters than the limit while the latency was up (new connections
+   * of clients that are not known-good are refused at accept while this holds).
+   */
   overloaded: boolean;
   /** Requests refused for lack of capacity, since start. */
   refused: number;
