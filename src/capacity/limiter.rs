@@ -197,8 +197,8 @@ pub(crate) struct Limiter {
     count: AtomicU64,
     max_in_flight: AtomicU32,
     refused: AtomicU32,
-    /// Permits released in the window, with a sample or without.
-    released: AtomicU32,
+    /// Permits released in the window without a sample ([`Window::unsampled`]).
+    unsampled: AtomicU32,
     connect_failures: AtomicU32,
     /// Start of the current window, CLOCK_MONOTONIC ns.
     window_start: AtomicU64,
@@ -221,7 +221,7 @@ impl Limiter {
             count: AtomicU64::new(0),
             max_in_flight: AtomicU32::new(0),
             refused: AtomicU32::new(0),
-            released: AtomicU32::new(0),
+            unsampled: AtomicU32::new(0),
             connect_failures: AtomicU32::new(0),
             window_start: AtomicU64::new(now_ns),
             state: Mutex::new(State::new(cfg)),
@@ -247,10 +247,10 @@ impl Limiter {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a released permit (answered or not: [`Window::unsampled`] is the difference).
+    /// Records a permit released without a latency sample ([`Window::unsampled`]).
     #[inline]
-    pub(crate) fn released(&self) {
-        self.released.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn unsampled(&self) {
+        self.unsampled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records an upstream connect failure.
@@ -289,10 +289,7 @@ impl Limiter {
             },
             max_in_flight: self.max_in_flight.swap(current, Ordering::Relaxed),
             refused: self.refused.swap(0, Ordering::Relaxed),
-            unsampled: u32::try_from(
-                u64::from(self.released.swap(0, Ordering::Relaxed)).saturating_sub(count),
-            )
-            .unwrap_or(u32::MAX),
+            unsampled: self.unsampled.swap(0, Ordering::Relaxed),
             connect_failures: self.connect_failures.swap(0, Ordering::Relaxed),
             external_gradient: external,
             proxy_delay_ns: self.proxy_delay_since_last_roll(),

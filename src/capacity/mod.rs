@@ -341,6 +341,7 @@ impl Capacity {
             capacity: self.clone(),
             class,
             start_ns: now_ns,
+            sampled: false,
         }
     }
 
@@ -554,11 +555,14 @@ pub struct Permit {
     capacity: Arc<Capacity>,
     class: Class,
     start_ns: u64,
+    /// [`Permit::answered`] took its latency sample (else the drop counts it unsampled).
+    sampled: bool,
 }
 
 impl Permit {
     /// The response head was seen at `now_ns`: records the latency sample and releases.
-    pub fn answered(self, now_ns: u64) {
+    pub fn answered(mut self, now_ns: u64) {
+        self.sampled = true;
         let c = &self.capacity;
         c.answered.fetch_add(1, Ordering::Relaxed);
         c.limiter.sample(now_ns.saturating_sub(self.start_ns));
@@ -581,7 +585,9 @@ impl Drop for Permit {
                 .fetch_sub(1, Ordering::Relaxed);
         }
         self.capacity.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.capacity.limiter.released();
+        if !self.sampled {
+            self.capacity.limiter.unsampled();
+        }
         self.capacity.released();
     }
 }
