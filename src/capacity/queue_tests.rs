@@ -23,6 +23,16 @@ fn queued(a: Admit<'_>) -> Queued<'_> {
     }
 }
 
+/// A request of `class` at time 0 that must wait.
+fn wait(cap: &Arc<Capacity>, class: Class) -> Queued<'_> {
+    queued(cap.admit(class, 0, || true))
+}
+
+/// Whether `a` is a refusal.
+fn refused(a: Admit<'_>) -> bool {
+    matches!(a, Admit::Refused(_))
+}
+
 /// Polls `q` once, outside any wake-up.
 fn poll_once(q: &mut Queued<'_>) -> Poll<Result<Permit, Overloaded>> {
     let waker = std::task::Waker::noop();
@@ -41,8 +51,8 @@ fn a_release_admits_the_oldest_waiter_and_nobody_overtakes_it() {
     rt().block_on(async {
         let cap = fixed(1, 1000, 8);
         let first = cap.take_now(Class::Other, 0).unwrap();
-        let mut a = queued(cap.admit(Class::Other, 0, || true));
-        let mut b = queued(cap.admit(Class::Other, 0, || true));
+        let mut a = wait(&cap, Class::Other);
+        let mut b = wait(&cap, Class::Other);
         assert_eq!(cap.snapshot(0).queued, 2);
         assert!(poll_once(&mut a).is_pending());
         drop(first);
@@ -64,9 +74,9 @@ fn priority_waiters_are_served_first() {
     rt().block_on(async {
         let cap = fixed(1, 1000, 8);
         let first = cap.take_now(Class::Other, 0).unwrap();
-        let mut other = queued(cap.admit(Class::Other, 0, || true));
+        let mut other = wait(&cap, Class::Other);
         assert!(poll_once(&mut other).is_pending());
-        let mut prio = queued(cap.admit(Class::Priority, 0, || true));
+        let mut prio = wait(&cap, Class::Priority);
         assert!(poll_once(&mut prio).is_pending());
         drop(first);
         let p = poll_fn(|cx| prio.poll_permit(cx, 0)).await.unwrap();
@@ -125,8 +135,8 @@ fn a_waiter_polled_without_a_wake_up_does_not_overtake_an_older_one() {
     rt().block_on(async {
         let cap = fixed(1, 1000, 8);
         let first = cap.take_now(Class::Other, 0).unwrap();
-        let mut a = queued(cap.admit(Class::Other, 0, || true));
-        let mut b = queued(cap.admit(Class::Other, 0, || true));
+        let mut a = wait(&cap, Class::Other);
+        let mut b = wait(&cap, Class::Other);
         assert!(poll_once(&mut a).is_pending());
         assert!(poll_once(&mut b).is_pending());
         drop(first);
@@ -146,14 +156,11 @@ fn a_removed_route_refuses_its_waiters() {
     rt().block_on(async {
         let cap = fixed(1, 60_000, 8);
         let _first = cap.take_now(Class::Other, 0).unwrap();
-        let mut q = queued(cap.admit(Class::Other, 0, || true));
+        let mut q = wait(&cap, Class::Other);
         assert!(poll_once(&mut q).is_pending());
         cap.close_queue();
         assert!(poll_fn(|cx| q.poll_permit(cx, 0)).await.is_err());
-        assert!(matches!(
-            cap.admit(Class::Other, 0, || true),
-            Admit::Refused(_)
-        ));
+        assert!(refused(cap.admit(Class::Other, 0, || true)));
     });
 }
 
@@ -162,24 +169,15 @@ fn no_queue_or_a_full_one_refuses_at_once() {
     rt().block_on(async {
         let cap = fixed(1, 0, 8);
         let _p = cap.take_now(Class::Other, 0).unwrap();
-        assert!(matches!(
-            cap.admit(Class::Other, 0, || true),
-            Admit::Refused(_)
-        ));
+        assert!(refused(cap.admit(Class::Other, 0, || true)));
         let cap = fixed(1, 1000, 1);
         let _p = cap.take_now(Class::Other, 0).unwrap();
-        let _q = queued(cap.admit(Class::Other, 0, || true));
-        assert!(matches!(
-            cap.admit(Class::Other, 0, || true),
-            Admit::Refused(_)
-        ));
+        let _q = wait(&cap, Class::Other);
+        assert!(refused(cap.admit(Class::Other, 0, || true)));
         // `may_wait` false: refused rather than queued (and asked only when it could wait).
         let cap = fixed(1, 1000, 8);
         let _p = cap.take_now(Class::Other, 0).unwrap();
-        assert!(matches!(
-            cap.admit(Class::Other, 0, || false),
-            Admit::Refused(_)
-        ));
+        assert!(refused(cap.admit(Class::Other, 0, || false)));
         let s = cap.snapshot(0);
         assert_eq!((s.waited, s.refused), (0, 1));
     });
@@ -190,8 +188,8 @@ fn a_waiter_that_leaves_passes_its_wake_up_on() {
     rt().block_on(async {
         let cap = fixed(1, 1000, 8);
         let first = cap.take_now(Class::Other, 0).unwrap();
-        let mut a = queued(cap.admit(Class::Other, 0, || true));
-        let mut b = queued(cap.admit(Class::Other, 0, || true));
+        let mut a = wait(&cap, Class::Other);
+        let mut b = wait(&cap, Class::Other);
         assert!(poll_once(&mut a).is_pending());
         assert!(poll_once(&mut b).is_pending());
         drop(first); // wakes a …
@@ -213,8 +211,8 @@ fn a_larger_limit_lets_waiters_in() {
         };
         let cap = Arc::new(Capacity::new(cfg));
         let _first = cap.take_now(Class::Other, 0).unwrap();
-        let mut a = queued(cap.admit(Class::Other, 0, || true));
-        let mut b = queued(cap.admit(Class::Other, 0, || true));
+        let mut a = wait(&cap, Class::Other);
+        let mut b = wait(&cap, Class::Other);
         assert!(poll_once(&mut a).is_pending());
         assert!(poll_once(&mut b).is_pending());
         cap.set_config(CapacityConfig { limit: 3, ..cfg });
@@ -233,8 +231,8 @@ fn a_batched_waiter_is_woken_once_a_batch_is_free_and_takes_it_whole() {
         let mut held: Vec<Permit> = (0..32)
             .map(|_| cap.take_now(Class::Other, 0).unwrap())
             .collect();
-        let mut a = queued(cap.admit(Class::Other, 0, || true)).batched();
-        let mut b = queued(cap.admit(Class::Other, 0, || true)).batched();
+        let mut a = wait(&cap, Class::Other).batched();
+        let mut b = wait(&cap, Class::Other).batched();
         assert!(poll_once(&mut a).is_pending());
         assert!(poll_once(&mut b).is_pending());
         // One free permit: less than a batch, nobody is woken.
