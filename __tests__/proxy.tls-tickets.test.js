@@ -106,17 +106,28 @@ async function offer(port, tickets) {
   ];
 }
 
-const RESUMED = ['Reused TLSv1.2', 'Reused TLSv1.3', true];
-const FULL = ['New TLSv1.2', 'New TLSv1.3', false];
-
-test('ticketKeyRotationS: a ticket resumes after one rotation, not after two (local and shared keys)', async (t) => {
-  if (!h.needTool(t, 'openssl') || !h.needTool(t, 'redis-server')) return;
+/**
+ * What the two ticket tests share: a temporary directory, a certificate, the upstream and a
+ * `redis-server` (stopped after `t`); null when openssl or redis-server is missing (skipped).
+ */
+async function ticketsSetup(t) {
+  if (!h.needTool(t, 'openssl') || !h.needTool(t, 'redis-server')) return null;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-tickets-'));
   const cert = h.selfSigned(['localhost']);
   const up = await greeter();
   t.after(() => h.closeServer(up));
   const redis = await startRedis();
   t.after(() => redis.kill());
+  return { dir, cert, up, redis };
+}
+
+const RESUMED = ['Reused TLSv1.2', 'Reused TLSv1.3', true];
+const FULL = ['New TLSv1.2', 'New TLSv1.3', false];
+
+test('ticketKeyRotationS: a ticket resumes after one rotation, not after two (local and shared keys)', async (t) => {
+  const ctx = await ticketsSetup(t);
+  if (!ctx) return;
+  const { dir, cert, up, redis } = ctx;
   const cluster = (nodeId) => ({ redis: { url: redis.url, keyPrefix: 'tickets-rot:' }, nodeId, shareBans: false, shareTicketKeys: true });
   const local = await proxy(t, { cert, up, tls: { ticketKeyRotationS: ROTATION_S } });
   const a = await proxy(t, { cert, up, tls: { ticketKeyRotationS: ROTATION_S }, cluster: cluster('a') });
@@ -148,13 +159,9 @@ test('ticketKeyRotationS: a ticket resumes after one rotation, not after two (lo
 });
 
 test("cluster.shareTicketKeys: two nodes resume each other's sessions, keep the keys while Redis is gone; without it they do not", async (t) => {
-  if (!h.needTool(t, 'openssl') || !h.needTool(t, 'redis-server')) return;
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-tickets-'));
-  const cert = h.selfSigned(['localhost']);
-  const up = await greeter();
-  t.after(() => h.closeServer(up));
-  const redis = await startRedis();
-  t.after(() => redis.kill());
+  const ctx = await ticketsSetup(t);
+  if (!ctx) return;
+  const { dir, cert, up, redis } = ctx;
   const cluster = (nodeId, share) => ({
     redis: { url: redis.url, keyPrefix: 'tickets:' },
     nodeId,
