@@ -151,9 +151,10 @@ pub struct Capacity {
     /// Whether the last measured window was calm (latency at the baseline or under the floor):
     /// the limit is still growing towards the demand, so a queue longer than it is not overload.
     calm: AtomicBool,
-    /// Permits of unanswered requests whose connection ended, each with when it is released
-    /// (ns): [`Capacity::park`]. At most the limit (they count in flight).
-    parked: Mutex<Vec<(u64, Permit)>>,
+    /// The slots of unanswered requests whose connection ended: when each is released (ns) and
+    /// its class ([`Capacity::park`]). At most the limit (they count in flight). Slots, not
+    /// permits: a permit holds its capacity, and a route must not hold itself.
+    parked: Mutex<Vec<(u64, Class)>>,
 }
 
 impl Capacity {
@@ -341,7 +342,7 @@ impl Capacity {
             capacity: self.clone(),
             class,
             start_ns: now_ns,
-            sampled: false,
+            end: End::Unanswered,
         }
     }
 
@@ -469,22 +470,42 @@ impl Capacity {
     /// next batch. Released by [`Capacity::tick`] (up to 100 ms late).
     pub fn park(&self, permits: impl IntoIterator<Item = (u64, Permit)>) {
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        p.extend(permits);
+        for (until, mut permit) in permits {
+            // Its slot stays counted here; the permit goes without releasing it.
+            permit.end = End::Parked;
+            p.push((until, permit.class));
+        }
     }
 
     /// Permits parked now ([`Capacity::park`]).
-    pub fn parked(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn parked(&self) -> usize {
         self.parked.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Releases the parked permits whose time is over at `now_ns` (all with `u64::MAX`).
     fn release_parked(&self, now_ns: u64) {
-        let done: Vec<(u64, Permit)> = {
+        let done: Vec<(u64, Class)> = {
             let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
             p.extract_if(.., |(until, _)| *until <= now_ns).collect()
         };
-        // Dropped outside the lock: each release may wake a waiter.
-        drop(done);
+        // Released outside the lock: each release may wake a waiter.
+        for (_, class) in done {
+            self.release(class, End::Unanswered);
+        }
+    }
+
+    /// Frees one slot of `class` that ended as `end` (a permit's drop, a parked slot's time):
+    /// counts an unanswered one for the limiter and wakes a waiter.
+    fn release(&self, class: Class, end: End) {
+        if class == Class::Priority {
+            self.in_flight_priority.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if end == End::Unanswered {
+            self.limiter.unsampled();
+        }
+        self.released();
     }
 
     /// Every ~100 ms: releases parked permits whose time is over, closes the limiter's window
@@ -555,14 +576,24 @@ pub struct Permit {
     capacity: Arc<Capacity>,
     class: Class,
     start_ns: u64,
-    /// [`Permit::answered`] took its latency sample (else the drop counts it unsampled).
-    sampled: bool,
+    end: End,
+}
+
+/// How a [`Permit`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Dropped without an answer: released, counted unsampled for the limiter.
+    Unanswered,
+    /// [`Permit::answered`] took its latency sample: released.
+    Answered,
+    /// [`Capacity::park`] keeps its slot: the drop releases nothing.
+    Parked,
 }
 
 impl Permit {
     /// The response head was seen at `now_ns`: records the latency sample and releases.
     pub fn answered(mut self, now_ns: u64) {
-        self.sampled = true;
+        self.end = End::Answered;
         let c = &self.capacity;
         c.answered.fetch_add(1, Ordering::Relaxed);
         c.limiter.sample(now_ns.saturating_sub(self.start_ns));
@@ -579,15 +610,8 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.class == Class::Priority {
-            self.capacity
-                .in_flight_priority
-                .fetch_sub(1, Ordering::Relaxed);
+        if self.end != End::Parked {
+            self.capacity.release(self.class, self.end);
         }
-        self.capacity.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if !self.sampled {
-            self.capacity.limiter.unsampled();
-        }
-        self.capacity.released();
     }
 }

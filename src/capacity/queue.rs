@@ -202,8 +202,7 @@ impl Capacity {
     }
 
     /// The route was removed (or the proxy stopped): no new waiter, those waiting are refused
-    /// now, and the parked permits are released (each holds the capacity: kept, they would keep
-    /// it alive).
+    /// now, and the parked slots are released (nothing ticks the route any more).
     pub fn close_queue(&self) {
         self.queue_timeout_ms.store(0, Ordering::Relaxed);
         self.wake_all();

@@ -261,6 +261,8 @@ fn parked_permits_count_until_their_time_and_a_removed_route_frees_them() {
     let b = cap.take_now(Class::Other, 0).unwrap();
     cap.park(vec![(300 * MS, a), (700 * MS, b)]);
     assert_eq!((cap.in_flight(), cap.parked()), (2, 2));
+    // Parked slots hold no reference to their route (a removed route is freed whatever parks).
+    assert_eq!(Arc::strong_count(&cap), 1);
     cap.tick(299 * MS);
     assert_eq!((cap.in_flight(), cap.parked()), (2, 2));
     cap.tick(300 * MS);

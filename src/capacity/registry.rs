@@ -79,7 +79,7 @@ impl CapacityRegistry {
 
 impl Drop for CapacityRegistry {
     fn drop(&mut self) {
-        // Parked permits hold their capacity: release them so it can be freed.
+        // Requests still waiting get their refusal now: nothing will wake them any more.
         self.close_all();
     }
 }

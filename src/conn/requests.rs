@@ -350,10 +350,15 @@ impl Drop for StreamGate<'_> {
             return;
         }
         let now = crate::clock::now_ns();
-        let until = now.saturating_add(self.upstream.capacity.reset_hold_ns());
+        self.release_held(now);
+        let hold = self.upstream.capacity.reset_hold_ns();
+        if hold == 0 {
+            // No latency learned yet: the open streams' permits are released now.
+            self.open.clear();
+        }
+        let until = now.saturating_add(hold);
         let open = self.open.drain(..).map(|(_, p)| (until, p));
-        let held = self.held.drain(..).filter(|(u, _)| *u > now);
-        self.upstream.capacity.park(held.chain(open));
+        self.upstream.capacity.park(self.held.drain(..).chain(open));
     }
 }
 
