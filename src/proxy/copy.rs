@@ -151,11 +151,9 @@ pub(crate) trait Inspector {
     /// wrapper that did not pass it on would spin on a held chunk.
     fn poll_resume(&mut self, cx: &mut Context<'_>) -> Poll<()>;
     /// Whether what moved so far is an exchange a known-good mark may rest on ([`KnownGood`]),
-    /// beyond bytes both ways: the HTTP/2 guard asks for an answered stream. Default: yes.
-    #[inline(always)]
-    fn exchanged(&self) -> bool {
-        true
-    }
+    /// beyond bytes both ways: the HTTP/2 guard asks for an answered stream. No default: a
+    /// wrapper that did not pass it on would mark clients the inner inspector would not.
+    fn exchanged(&self) -> bool;
     /// Ready once an ending pair has waited long enough for its directions to finish: the pair
     /// is then dropped with whatever is still pending.
     fn poll_give_up(&mut self, cx: &mut Context<'_>) -> Poll<()>;
@@ -180,6 +178,10 @@ impl Inspector for Pass {
     #[inline(always)]
     fn poll_resume(&mut self, _: &mut Context<'_>) -> Poll<()> {
         Poll::Ready(())
+    }
+    #[inline(always)]
+    fn exchanged(&self) -> bool {
+        true
     }
     #[inline(always)]
     fn poll_give_up(&mut self, _: &mut Context<'_>) -> Poll<()> {
