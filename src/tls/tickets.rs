@@ -28,7 +28,6 @@
 //! AES-GCM with random nonces is safe for 2^32 tickets per key (NIST SP 800-38D §8.3): at the
 //! default rotation (6 h) that is 198,000 new tickets per second, sustained.
 
-use crate::tls::options::base_provider;
 pub use crate::tls::options::{DEFAULT_ROTATION_S, MAX_ROTATION_S};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use aws_lc_rs::aead::{Aad, Nonce, RandomizedNonceKey, AES_256_GCM, NONCE_LEN};
@@ -54,13 +53,11 @@ pub fn epoch_now(rotation_s: u64) -> u64 {
     s / rotation_s.max(1)
 }
 
-/// Fresh random key material (name then key) from the crypto provider's RNG.
+/// Fresh random key material (name then key) from aws-lc's RNG; `FailedToGetRandomBytes` when
+/// it has none to give.
 pub fn random_material() -> Result<[u8; MATERIAL_LEN], rustls::Error> {
     let mut m = [0u8; MATERIAL_LEN];
-    base_provider()
-        .secure_random
-        .fill(&mut m)
-        .map_err(|_| rustls::Error::FailedToGetRandomBytes)?;
+    aws_lc_rs::rand::fill(&mut m).map_err(|_| rustls::Error::FailedToGetRandomBytes)?;
     Ok(m)
 }
 
@@ -134,7 +131,7 @@ pub struct KeySet {
     /// The key new tickets are sealed with.
     pub current: Arc<TicketKey>,
     /// The next epoch's key.
-    pub next: Option<Arc<TicketKey>>,
+    pub next: Arc<TicketKey>,
 }
 
 impl KeySet {
@@ -144,7 +141,7 @@ impl KeySet {
             epoch,
             previous: None,
             current: Arc::new(TicketKey::random()?),
-            next: Some(Arc::new(TicketKey::random()?)),
+            next: Arc::new(TicketKey::random()?),
         })
     }
 
@@ -154,18 +151,15 @@ impl KeySet {
         let next = || TicketKey::random().map(Arc::new);
         let (previous, current) = match epoch.saturating_sub(self.epoch) {
             0 => (self.previous.clone(), self.current.clone()),
-            1 => (
-                Some(self.current.clone()),
-                self.next.clone().map_or_else(next, Ok)?,
-            ),
-            2 => (self.next.clone(), next()?),
+            1 => (Some(self.current.clone()), self.next.clone()),
+            2 => (Some(self.next.clone()), next()?),
             _ => (None, next()?),
         };
         Ok(KeySet {
             epoch,
             previous,
             current,
-            next: Some(next()?),
+            next: next()?,
         })
     }
 
@@ -191,14 +185,14 @@ impl KeySet {
                 h => Some(key(h, "previous")?),
             },
             current: key(current, "current")?,
-            next: Some(key(next, "next")?),
+            next: key(next, "next")?,
         })
     }
 
     fn keys(&self) -> impl Iterator<Item = &Arc<TicketKey>> {
         std::iter::once(&self.current)
             .chain(self.previous.as_ref())
-            .chain(self.next.as_ref())
+            .chain(std::iter::once(&self.next))
     }
 
     /// Seals `plain` under `current` with additional data `aad`.
@@ -216,8 +210,11 @@ impl KeySet {
     }
 }
 
+/// Lower-case hex of `b` ([`crate::tls::ja3::push_hex`]).
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let mut s = String::with_capacity(2 * b.len());
+    crate::tls::ja3::push_hex(&mut s, b);
+    s
 }
 
 fn unhex(s: &str) -> Option<[u8; MATERIAL_LEN]> {
@@ -231,7 +228,8 @@ fn unhex(s: &str) -> Option<[u8; MATERIAL_LEN]> {
     Some(out)
 }
 
-/// Hex of fresh key material, the form the ticket-key script stores.
+/// Hex of key material (96 lower-case hex characters: name then key), the form the ticket-key
+/// script stores.
 pub fn material_hex(m: &[u8; MATERIAL_LEN]) -> String {
     hex(m)
 }
@@ -261,7 +259,7 @@ impl SharedKeys {
             old.epoch == set.epoch
                 && old.current.name == set.current.name
                 && old.previous.as_ref().map(|k| k.name) == set.previous.as_ref().map(|k| k.name)
-                && old.next.as_ref().map(|k| k.name) == set.next.as_ref().map(|k| k.name)
+                && old.next.name == set.next.name
         });
         if !same {
             self.set.store(Some(Arc::new(set)));
@@ -408,7 +406,7 @@ mod tests {
         // One rotation: k is previous, still opens; two: gone.
         let s1 = s0.advance(11).unwrap();
         assert_eq!(s1.previous.as_ref().unwrap().name, s0.current.name);
-        assert_eq!(s1.current.name, s0.next.as_ref().unwrap().name);
+        assert_eq!(s1.current.name, s0.next.name);
         assert_eq!(s1.decrypt(b"aad", &t).as_deref(), Some(&b"session"[..]));
         let s2 = s1.advance(12).unwrap();
         assert_eq!(s2.decrypt(b"aad", &t), None);
@@ -416,10 +414,7 @@ mod tests {
         let t1 = s1.encrypt(b"aad", b"x").unwrap();
         assert_eq!(s0.decrypt(b"aad", &t1).as_deref(), Some(&b"x"[..]));
         // A gap of two epochs keeps the old next as previous; of three, nothing.
-        assert_eq!(
-            s0.advance(12).unwrap().previous.unwrap().name,
-            s0.next.as_ref().unwrap().name
-        );
+        assert_eq!(s0.advance(12).unwrap().previous.unwrap().name, s0.next.name);
         assert!(s0.advance(13).unwrap().previous.is_none());
         assert_eq!(s0.decrypt(b"aad", &t[..20]), None, "too short");
     }
