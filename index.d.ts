@@ -561,7 +561,10 @@ export interface ProxyConfig {
    * the whole config. With false any failure throws, for the constructor and `updateConfig`.
    */
   isolateRoutes?: boolean;
-  /** Tokio worker threads = SO_REUSEPORT sockets per listener. Default: CPU count. */
+  /**
+   * Connection worker threads, each with its own event loop and one SO_REUSEPORT socket per
+   * listener; a connection stays on the worker that accepted it. Default: CPU count (1–256).
+   */
   workerThreads?: number;
   /** 'blocked' events per second before they are only counted. Default { maxPerSecond: 1000 }. */
   blockedEvents?: { maxPerSecond?: number };

@@ -1,7 +1,7 @@
 //! Listening sockets and the accept loop.
 //!
-//! Each listener gets one SO_REUSEPORT socket per tokio worker so the kernel spreads accepts
-//! across workers. A listener on `::` clears IPV6_V6ONLY and so also takes IPv4 clients, whose
+//! Each listener gets one SO_REUSEPORT socket per connection worker (`server::workers`) so the
+//! kernel spreads accepts across workers. A listener on `::` clears IPV6_V6ONLY and so also takes IPv4 clients, whose
 //! `::ffff:a.b.c.d` address is made canonical (`a.b.c.d`, [`std::net::IpAddr::to_canonical`])
 //! before anything looks at it.
 //!

@@ -10,6 +10,7 @@
 mod background;
 mod bans;
 mod metrics;
+mod workers;
 
 use crate::capacity::CapacityRegistry;
 use crate::clock;
@@ -19,7 +20,7 @@ use crate::config::proxy::ProxyConfig;
 use crate::config::update::{BlockRequest, ConfigUpdate, UnblockRequest};
 use crate::config::{ConfigError, ConfigIssue};
 use crate::events::{DefenseEvent, EventHub, EventSink};
-use crate::listener::{accept_loop, bind_listener};
+use crate::listener::bind_listener;
 use crate::metrics::ListenerMetrics;
 use crate::protection::{
     BanOrigin, BlockReason, BlockedEntry, BlockedIps, DynamicBlocks, DynamicRule, Engine,
@@ -42,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use workers::{Lifetimes, Workers};
 
 /// Entries examined per listener per eviction tick (every 100 ms).
 pub const EVICTION_BUDGET: usize = 4096;
@@ -55,14 +57,12 @@ const SUMMARY_EVERY_TICKS: u64 = 10;
 struct Running {
     /// This proxy's claims on its listening addresses (released once its sockets are closed).
     held: Vec<crate::listener::HeldAddr>,
-    accept_stop: CancellationToken,
-    accept_tasks: TaskTracker,
-    conn_cancel: CancellationToken,
-    conns: TaskTracker,
-    background: CancellationToken,
+    life: Lifetimes,
+    workers: Workers,
 }
 
-/// One proxy: what `new RampartProxy(config)` creates.
+/// One proxy: what `new RampartProxy(config)` creates. Its connections live on the workers
+/// ([`workers`]); `rt` is the small runtime of the background work and of `stop`.
 pub struct Proxy {
     rt: Option<tokio::runtime::Runtime>,
     shared: Arc<Shared>,
@@ -134,11 +134,12 @@ fn errno_code(e: &std::io::Error) -> &'static str {
 }
 
 impl Proxy {
-    /// Builds a proxy (no socket yet) with its own multi-thread tokio runtime.
+    /// Builds a proxy (no socket yet) with its background runtime (one thread; the connection
+    /// workers start with the listeners).
     pub fn new(cfg: ProxyConfig, sink: EventSink) -> std::io::Result<Proxy> {
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cfg.worker_threads)
-            .thread_name("rampart-worker")
+            .worker_threads(1)
+            .thread_name("rampart-background")
             .enable_all()
             .build()?;
         let dynamic = Arc::new(DynamicBlocks::new());
@@ -259,43 +260,34 @@ impl Proxy {
             }
         }
         let _guard = self.rt().enter();
-        let r = Running {
-            held,
+        let life = Lifetimes {
             accept_stop: CancellationToken::new(),
             accept_tasks: TaskTracker::new(),
             conn_cancel: CancellationToken::new(),
             conns: TaskTracker::new(),
             background: CancellationToken::new(),
         };
-        let mut listeners = Vec::new();
+        // Worker i owns socket i of every listener.
+        let mut per_worker: Vec<Vec<_>> = (0..self.worker_threads).map(|_| Vec::new()).collect();
         for (li, socks) in bound {
-            for s in socks {
-                match tokio::net::TcpListener::from_std(s) {
-                    Ok(t) => listeners.push((li, t)),
-                    Err(e) => {
-                        return Err(StartError {
-                            code: errno_code(&e).into(),
-                            message: format!("listen: {e}"),
-                        })
-                    }
-                }
+            for (w, s) in socks.into_iter().enumerate() {
+                per_worker[w % self.worker_threads].push((ListenerId(li), s));
             }
         }
-        for (li, t) in listeners {
-            r.accept_tasks.spawn(accept_loop(
-                self.shared.clone(),
-                ListenerId(li),
-                t,
-                r.accept_stop.clone(),
-                r.conns.clone(),
-                r.conn_cancel.clone(),
-            ));
-        }
-        self.spawn_background(&r.background);
+        let workers = Workers::start(&self.shared, per_worker, &life).map_err(|e| StartError {
+            code: errno_code(&e).into(),
+            message: format!("listen: {e}"),
+        })?;
+        let r = Running {
+            held,
+            life,
+            workers,
+        };
+        self.spawn_background(&r.life.background);
         if let Some(c) = &self.shared.cluster {
             c.start(
                 Arc::new(ClusterPeer(self.shared.clone())),
-                r.background.clone(),
+                r.life.background.clone(),
             );
         }
         *running = Some(r);
@@ -303,7 +295,6 @@ impl Proxy {
     }
 
     fn spawn_background(&self, stop: &CancellationToken) {
-        self.spawn_run_queue_probe(stop);
         let shared = self.shared.clone();
         let stop1 = stop.clone();
         self.rt().spawn(async move {
@@ -353,27 +344,6 @@ impl Proxy {
         });
     }
 
-    /// Measures the runtime's run-queue delay every `PROBE_INTERVAL_NS` for the limiters
-    /// (`capacity::run_queue`): yields once and records how long until it runs again.
-    fn spawn_run_queue_probe(&self, stop: &CancellationToken) {
-        let delay = self.shared.capacities.run_queue().clone();
-        let stop = stop.clone();
-        self.rt().spawn(async move {
-            let interval = Duration::from_nanos(crate::capacity::run_queue::PROBE_INTERVAL_NS);
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
-                let start = clock::now_ns();
-                tokio::task::yield_now().await;
-                delay.record(clock::now_ns().saturating_sub(start));
-            }
-        });
-    }
-
     /// The embedding process's event-loop delay (ms), measured now: above
     /// `overload.eventLoopDelayMs` every route counts as overloaded (docs/protection.md: Upstream
     /// capacity).
@@ -389,21 +359,30 @@ impl Proxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let Some(mut r) = r else { return };
+        let Some(Running {
+            mut held,
+            life,
+            mut workers,
+        }) = r
+        else {
+            return;
+        };
         self.rt().block_on(async move {
-            r.accept_stop.cancel();
-            r.accept_tasks.close();
-            r.accept_tasks.wait().await;
+            life.accept_stop.cancel();
+            life.accept_tasks.close();
+            life.accept_tasks.wait().await;
             // The listening sockets are closed: the addresses are no longer this proxy's.
-            r.held.clear();
-            r.conns.close();
+            held.clear();
+            life.conns.close();
             if drain_ms > 0 {
-                let _ = tokio::time::timeout(Duration::from_millis(drain_ms), r.conns.wait()).await;
+                let drained = life.conns.wait();
+                let _ = tokio::time::timeout(Duration::from_millis(drain_ms), drained).await;
             }
-            r.conn_cancel.cancel();
-            r.conns.wait().await;
-            r.background.cancel();
+            life.conn_cancel.cancel();
+            life.conns.wait().await;
+            life.background.cancel();
         });
+        workers.end();
     }
 
     /// `updateConfig({ routes, protection })`, validated already ([`crate::config::update`]).
@@ -744,9 +723,9 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         if let Some(r) = self.running.get_mut().ok().and_then(|r| r.take()) {
-            r.accept_stop.cancel();
-            r.conn_cancel.cancel();
-            r.background.cancel();
+            r.life.accept_stop.cancel();
+            r.life.conn_cancel.cancel();
+            r.life.background.cancel();
         }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();

@@ -42,7 +42,8 @@ pub struct ProxyConfig {
     /// `isolateRoutes` (default true): a route that fails to build is dropped and reported
     /// instead of failing the whole config (the constructor's and every `updateConfig`'s).
     pub isolate_routes: bool,
-    /// Tokio worker threads, also the number of SO_REUSEPORT sockets per listener.
+    /// Connection worker threads (each a current-thread tokio runtime), also the number of
+    /// SO_REUSEPORT sockets per listener: worker `i` owns socket `i` of every listener.
     pub worker_threads: usize,
     /// `'blocked'` events per second before they are only counted.
     pub blocked_events_per_second: u64,
