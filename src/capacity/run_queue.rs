@@ -6,8 +6,9 @@
 //! shrink until the proxy, not the upstream, caps the throughput).
 //!
 //! Measured by a probe task on every connection worker (`server::workers`) that, every
-//! [`PROBE_INTERVAL_NS`], yields once (`tokio::task::yield_now`: the task is woken when the worker next polls the I/O
-//! driver, as a socket readiness is) and records how long it took to run again. The totals only
+//! [`PROBE_INTERVAL_NS`], yields once (`tokio::task::yield_now`: the task is woken when the
+//! worker next polls the I/O driver, as a socket readiness is) and records how long it took to
+//! run again. The totals only
 //! grow; each route's limiter takes the difference over its own window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
