@@ -312,6 +312,46 @@ test("a throwing 'ready' or 'close' listener neither rejects start()/stop() nor 
   assert.match(warnings[1], /'close' listener threw: Error: close listener bug/);
 });
 
+test('each of workerThreads is a thread of its own (rampart-w0, rampart-w1, ...) while started, and stop() ends them', async () => {
+  const fs = require('node:fs');
+  /** The names of this process's threads that are connection workers, sorted. */
+  const workers = () =>
+    fs
+      .readdirSync('/proc/self/task')
+      .map((t) => {
+        try {
+          return fs.readFileSync(`/proc/self/task/${t}/comm`, 'utf8').trim();
+        } catch {
+          return ''; // the thread ended while listed
+        }
+      })
+      .filter((n) => /^rampart-w\d+$/.test(n))
+      .sort();
+  const cap = await h.captureServer();
+  const port = await h.freePort();
+  const proxy = new RampartProxy({
+    workerThreads: 3,
+    listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
+    routes: [{ sni: '', upstreams: up(cap), terminateTls: true }],
+  });
+  assert.deepEqual(workers(), [], 'no worker before start()');
+  await proxy.start();
+  assert.deepEqual(workers(), ['rampart-w0', 'rampart-w1', 'rampart-w2']);
+  // Served while the workers run: 12 connections, spread over the workers' sockets by the kernel.
+  const clients = [];
+  for (let i = 0; i < 12; i++) {
+    const s = tls.connect({ port, servername: 'localhost', rejectUnauthorized: false });
+    await new Promise((res, rej) => s.once('secureConnect', res).once('error', rej));
+    s.write(`ping ${i}`);
+    clients.push(s);
+  }
+  await h.waitFor(() => cap.captured.filter((e) => /^ping \d+$/.test(e.data.toString())).length === 12);
+  for (const s of clients) s.destroy();
+  await proxy.stop();
+  assert.deepEqual(workers(), [], 'stop() returns after every worker thread ended');
+  await h.closeServer(cap);
+});
+
 test('unreferenced stopped proxies are garbage-collected with their runtime threads', async () => {
   const v8 = require('node:v8');
   const vm = require('node:vm');

@@ -139,7 +139,7 @@ impl Proxy {
     pub fn new(cfg: ProxyConfig, sink: EventSink) -> std::io::Result<Proxy> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name("rampart-background")
+            .thread_name("rampart-bg")
             .enable_all()
             .build()?;
         let dynamic = Arc::new(DynamicBlocks::new());

@@ -72,7 +72,7 @@ impl Workers {
             let conns = life.conns.clone();
             let probe_stop = life.background.clone();
             let thread = std::thread::Builder::new()
-                .name(format!("rampart-worker-{i}"))
+                .name(format!("rampart-w{i}"))
                 .spawn(move || {
                     rt.block_on(async move {
                         for (li, t) in listeners {
