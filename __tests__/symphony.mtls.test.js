@@ -97,7 +97,7 @@ test('mtls: required on a listener, optional on a route; facts in the PROXY v2 T
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-mtls-'));
   const good = h.clientPki(dir, 'good', 'alice.harper.test');
   const rogue = h.clientPki(dir, 'rogue', 'mallory');
-  const cap = await h.captureServer({ reply: 'ok' });
+  const cap = await h.captureServer({ reply: 'ok', until: 'ping' });
   const [pA, pB] = await h.freePorts(2);
   const up = [{ kind: 'tcp', host: '127.0.0.1', port: cap.address().port }];
   const proxy = new RampartProxy({
@@ -152,7 +152,7 @@ test('mtls on an http2 route (SymphonyProxy): an HTTP/1.1 client with a certific
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-mtls-alpn-'));
   const good = h.clientPki(dir, 'good', 'alice.harper.test', { intermediate: true });
   const response = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok';
-  const cap = await h.captureServer({ reply: response });
+  const cap = await h.captureServer({ reply: response, until: 'Host: localhost\r\n\r\n' });
   const port = await h.freePort();
   const proxy = new SymphonyProxy({
     listeners: [{ host: '127.0.0.1', port }],

@@ -222,16 +222,21 @@ async function echoServer({ tag, host = '127.0.0.1', path: udsPath } = {}) {
 /**
  * Upstream that records everything each connection sends: `server.captured` is a list of
  * `{ data: Buffer, closed: boolean }`; `server.onData(cb)` for waits. On 127.0.0.1, or on the
- * Unix socket `path`.
+ * Unix socket `path`. `reply` is written after every chunk received, or, with `until` (a
+ * string), once per connection when what it received includes `until` (a PROXY header and the
+ * request after it may arrive as one chunk or two).
  */
-async function captureServer({ reply, path: udsPath } = {}) {
+async function captureServer({ reply, until, path: udsPath } = {}) {
   const captured = [];
   const server = net.createServer((s) => {
-    const entry = { data: Buffer.alloc(0), closed: false, socket: s };
+    const entry = { data: Buffer.alloc(0), closed: false, socket: s, replied: false };
     captured.push(entry);
     s.on('data', (d) => {
       entry.data = Buffer.concat([entry.data, d]);
-      if (reply) s.write(reply);
+      if (!reply || entry.replied) return;
+      if (until !== undefined && !entry.data.includes(until)) return;
+      if (until !== undefined) entry.replied = true;
+      s.write(reply);
     });
     s.on('error', () => {});
     s.on('close', () => (entry.closed = true));
