@@ -157,15 +157,22 @@ pub(crate) struct ShadowOutcome {
 }
 
 /// One open connection counted on a shadow prefix (see the module doc), released when dropped.
-/// 16 bytes (kept in every connection's guard): the table, the way's index and the low half of
-/// its fingerprint.
+/// 16 bytes (kept in every connection's guard): the table and the way's index. The release is
+/// by index, whatever key the way holds then: a way is taken only when no hold counts on it, so
+/// the count on a way is exactly its live holds, even when a racing claim took it over.
 pub(crate) struct ShadowHold {
     table: Arc<ShadowTable>,
     index: u32,
-    fp: u32,
 }
 
 const _: () = assert!(size_of::<Option<ShadowHold>>() == 16);
+
+/// One open connection off `w`'s count (never below zero).
+fn release(w: &Way) {
+    let _ = w
+        .active
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
 
 impl Drop for ShadowHold {
     fn drop(&mut self) {
@@ -175,11 +182,7 @@ impl Drop for ShadowHold {
             .get()
             .and_then(|w| w.get(self.index as usize))
         {
-            if w.fp.load(Ordering::Relaxed) as u32 == self.fp {
-                let _ = w
-                    .active
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            }
+            release(w);
         }
     }
 }
@@ -266,15 +269,23 @@ impl Shadow {
     }
 
     /// Counts one admitted connection on the shadow prefix way `(index, fp)` of a
-    /// [`ShadowOutcome`]; the hold releases it.
+    /// [`ShadowOutcome`]; the hold releases it. `None` (nothing counted) when the way was taken
+    /// by another prefix since the decision: the count would have landed on that prefix.
     pub(crate) fn hold(&self, (index, fp): (usize, u64)) -> Option<ShadowHold> {
         let w = self.prefixes.ways.get()?.get(index)?;
         let index = u32::try_from(index).ok()?;
         w.active.fetch_add(1, Ordering::Relaxed);
+        // Counted first, checked after: a way holding a count is not taken. A claim that read
+        // the count before this increment and writes its fingerprint after this check still
+        // can (the race of the module doc): the connection then counts on the new key until it
+        // closes, and its release, by index, leaves the count exact.
+        if w.fp.load(Ordering::Relaxed) != fp {
+            release(w);
+            return None;
+        }
         Some(ShadowHold {
             table: Arc::clone(&self.prefixes),
             index,
-            fp: fp as u32,
         })
     }
 
