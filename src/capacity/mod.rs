@@ -151,6 +151,8 @@ pub struct Capacity {
     /// Whether the last measured window was calm (latency at the baseline or under the floor):
     /// the limit is still growing towards the demand, so a queue longer than it is not overload.
     calm: AtomicBool,
+    /// Whether the enforced limit is at `maxLimit` (it grows no further, calm or not).
+    at_max: AtomicBool,
     /// The slots of unanswered requests whose connection ended: when each is released (ns) and
     /// its class ([`Capacity::park`]). At most the limit (they count in flight). Slots, not
     /// permits: a permit holds its capacity, and a route must not hold itself.
@@ -192,6 +194,7 @@ impl Capacity {
             limiter: Limiter::new(cfg, 0, run_queue),
             latency_hint_ns: AtomicU64::new(0),
             calm: AtomicBool::new(true),
+            at_max: AtomicBool::new(false),
             parked: Mutex::default(),
         };
         c.publish(&State::new(cfg));
@@ -241,6 +244,8 @@ impl Capacity {
         if st.current_ns > 0.0 {
             self.calm.store(st.calm, Ordering::Relaxed);
         }
+        self.at_max
+            .store(limit >= st.cfg.max_limit, Ordering::Relaxed);
         let before = self.limit.swap(limit, Ordering::SeqCst);
         if limit > before && !self.waiters.is_empty() {
             // Room for the waiters the larger limit lets in.
@@ -292,10 +297,12 @@ impl Capacity {
         }
     }
 
-    /// Whether a request of `class` would find room now.
-    /// Whether an adaptive limit is still growing towards the demand (its last window was calm).
+    /// Whether an adaptive limit is still growing towards the demand: its last window was calm
+    /// and it is under `maxLimit`.
     fn growing(&self) -> bool {
-        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE && self.calm.load(Ordering::Relaxed)
+        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE
+            && self.calm.load(Ordering::Relaxed)
+            && !self.at_max.load(Ordering::Relaxed)
     }
 
     /// Permits free for `class` now (the priority reserve aside).
