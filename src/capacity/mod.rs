@@ -311,9 +311,9 @@ impl Capacity {
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
     }
 
+    /// Whether a request of `class` would find room now (the priority reserve included).
     fn has_room(&self, class: Class) -> bool {
-        self.in_flight.load(Ordering::SeqCst) < self.cap(class)
-            || (class == Class::Priority && self.reserve_free())
+        self.room(class) > 0 || (class == Class::Priority && self.reserve_free())
     }
 
     /// One more in flight when `class` has room: `Ok(in flight after)`, else `Err(in flight)`.
