@@ -30,7 +30,7 @@
 //! open, including those the shadow would have refused.
 
 use super::key::IpKey;
-use super::policy::{PrefixLimit, ShadowPolicy};
+use super::policy::ShadowPolicy;
 use super::BlockReason;
 use crate::gcra::Gcra;
 use std::collections::hash_map::RandomState;
@@ -206,10 +206,6 @@ fn debit(g: Option<Gcra>, tat: &AtomicU64, now: u64) {
     }
 }
 
-fn prefix_key(ip: IpAddr, pl: &PrefixLimit) -> IpKey {
-    IpKey::prefix(ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length)
-}
-
 impl Shadow {
     /// The shadow verdict for client `c` at `now_ns` under `p` (see the module doc for the
     /// order), debiting the shadow rates when the whole shadow policy admits the attempt.
@@ -239,7 +235,7 @@ impl Shadow {
         let pg = p.prefix_limit.and_then(|pl| pl.rate.map(|r| r.gcra));
         let prefix = p
             .prefix_limit
-            .and_then(|pl| Some((pl, self.prefixes.way(prefix_key(c.ip, &pl), now_ns)?)));
+            .and_then(|pl| Some((pl, self.prefixes.way(pl.key(c.ip), now_ns)?)));
         if let Some((pl, (index, w))) = prefix {
             if !conforms(pg, &w.tat[0], now_ns) {
                 out.reason = Some(BlockReason::PrefixRateLimited);
@@ -311,7 +307,7 @@ impl Shadow {
             return Some(BlockReason::TooManyConnections);
         }
         if let Some(pl) = p.prefix_limit {
-            if let Some(w) = self.prefixes.peek(prefix_key(c.ip, &pl)) {
+            if let Some(w) = self.prefixes.peek(pl.key(c.ip)) {
                 if !conforms(pl.rate.map(|r| r.gcra), &w.tat[0], now_ns) {
                     return Some(BlockReason::PrefixRateLimited);
                 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::protection::cidr::CidrSet;
-use crate::protection::policy::RateLimit;
+use crate::protection::policy::{PrefixLimit, RateLimit};
 
 const S: u64 = 1_000_000_000;
 
@@ -180,7 +180,7 @@ fn prefix_cap(max_concurrent: u64) -> ShadowPolicy {
 /// A client of another /24 than `n`'s whose prefix falls in the same set of the prefix table.
 fn same_prefix_set(s: &Shadow, p: &ShadowPolicy, n: u32) -> ShadowClient {
     let pl = p.prefix_limit.unwrap();
-    let set = |n: u32| s.prefixes.fp_and_set(prefix_key(ip(n), &pl)).1;
+    let set = |n: u32| s.prefixes.fp_and_set(pl.key(ip(n))).1;
     (1..)
         .map(|k| n + (k << 8))
         .find(|&m| set(m) == set(n))
