@@ -140,19 +140,7 @@ impl Shared {
         code: ErrorReason,
         message: Option<String>,
     ) {
-        let l = &self.listener(li);
-        l.metrics.error(code);
-        if let Some(message) = message {
-            let ev = ErrorEvent {
-                code: code.as_str(),
-                message,
-                ip: ip.map(|i| i.to_string()),
-                port: Some(l.config.port),
-                listener: Some(&l.label),
-                errors: Vec::new(),
-            };
-            self.events.error(&ev, clock::now_ns());
-        }
+        self.report_error_with(li, ip, code, message.map(|m| (m, Vec::new())));
     }
 
     /// Counts one `resolve_route_invalid` on listener `li` (the held connection `id` was closed)
@@ -173,23 +161,38 @@ impl Shared {
             "resolveConnection({id}): the route is not valid, the connection is closed: {}",
             why.join("; ")
         );
-        let l = &self.listener(li);
+        let errors = (issues.iter())
+            .map(|i| IssueJson {
+                path: &i.path,
+                message: &i.message,
+            })
+            .collect();
         let code = ErrorReason::ResolveRouteInvalid;
+        self.report_error_with(li, Some(ip), code, Some((message, errors)));
+    }
+
+    /// [`Shared::report_error`] whose `'error'` event, when `event` is given, carries its message
+    /// and `errors` list.
+    fn report_error_with(
+        &self,
+        li: ListenerId,
+        ip: Option<IpAddr>,
+        code: ErrorReason,
+        event: Option<(String, Vec<crate::events::IssueJson<'_>>)>,
+    ) {
+        let l = &self.listener(li);
         l.metrics.error(code);
-        let ev = ErrorEvent {
-            code: code.as_str(),
-            message,
-            ip: Some(ip.to_string()),
-            port: Some(l.config.port),
-            listener: Some(&l.label),
-            errors: (issues.iter())
-                .map(|i| IssueJson {
-                    path: &i.path,
-                    message: &i.message,
-                })
-                .collect(),
-        };
-        self.events.error(&ev, clock::now_ns());
+        if let Some((message, errors)) = event {
+            let ev = ErrorEvent {
+                code: code.as_str(),
+                message,
+                ip: ip.map(|i| i.to_string()),
+                port: Some(l.config.port),
+                listener: Some(&l.label),
+                errors,
+            };
+            self.events.error(&ev, clock::now_ns());
+        }
     }
 
     /// Counts one failed XDP map write (`metrics().xdp.errors`) and emits it as `'error'`

@@ -42,10 +42,10 @@ use std::sync::{Arc, Mutex};
 
 /// A route stays overloaded until this long (ns, 2 s) passed without a refusal or an event-loop
 /// delay over its threshold.
-pub const OVERLOAD_HOLD_NS: u64 = 2_000_000_000;
+pub(crate) const OVERLOAD_HOLD_NS: u64 = 2_000_000_000;
 
 /// Longest a reset stream keeps its permit ([`Capacity::reset_hold_ns`]), ns (10 s).
-pub const MAX_RESET_HOLD_NS: u64 = 10_000_000_000;
+pub(crate) const MAX_RESET_HOLD_NS: u64 = 10_000_000_000;
 
 /// How long (ns, 10 s) before an overload episode began a client must have been known-good to be
 /// [`Class::Priority`] in it: standing earned during (or just before) a flood buys no priority.
@@ -55,7 +55,7 @@ pub const PRIORITY_SEASONING_NS: u64 = 10_000_000_000;
 /// a flood that pauses, or whose sources the guards box and release in turn, keeps the start of
 /// its first overload, so a client that arrived with it and was marked known-good meanwhile
 /// never ages into priority between two waves.
-pub const EPISODE_GAP_NS: u64 = 300_000_000_000;
+pub(crate) const EPISODE_GAP_NS: u64 = 300_000_000_000;
 
 /// Which class a request/connection belongs to for overload priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,17 +79,17 @@ pub struct Overloaded {
 
 /// An overload on/off transition (the `'overload'` event's payload, without the route name).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OverloadChange {
+pub(crate) struct OverloadChange {
     /// Overloaded now (true) or no longer.
-    pub on: bool,
+    pub(crate) on: bool,
     /// Requests in flight.
-    pub in_flight: u32,
+    pub(crate) in_flight: u32,
     /// The limit (`u32::MAX` with `mode: 'off'`).
-    pub limit: u32,
+    pub(crate) limit: u32,
     /// Mean response-head latency of the last measured window, ms.
-    pub latency_ms: f64,
+    pub(crate) latency_ms: f64,
     /// The no-load latency baseline, ms.
-    pub baseline_ms: f64,
+    pub(crate) baseline_ms: f64,
 }
 
 const MODE_ADAPTIVE: u8 = 0;
@@ -105,7 +105,7 @@ fn mode_code(m: ConcurrencyMode) -> u8 {
 }
 
 /// `floor(limit × (1 − share))`, leaving at least one slot to `Priority` when `share > 0`.
-pub fn other_cap(limit: u32, share: f64) -> u32 {
+fn other_cap(limit: u32, share: f64) -> u32 {
     if share <= 0.0 || limit == u32::MAX {
         return limit;
     }
@@ -151,6 +151,8 @@ pub struct Capacity {
     /// Whether the last measured window was calm (latency at the baseline or under the floor):
     /// the limit is still growing towards the demand, so a queue longer than it is not overload.
     calm: AtomicBool,
+    /// Whether the enforced limit is at `maxLimit` (it grows no further, calm or not).
+    at_max: AtomicBool,
     /// The slots of unanswered requests whose connection ended: when each is released (ns) and
     /// its class ([`Capacity::park`]). At most the limit (they count in flight). Slots, not
     /// permits: a permit holds its capacity, and a route must not hold itself.
@@ -160,13 +162,14 @@ pub struct Capacity {
 impl Capacity {
     /// A route's capacity at `cfg`'s initial limit, with no run-queue probe (its latency samples
     /// are taken as the upstream's).
-    pub fn new(cfg: CapacityConfig) -> Capacity {
+    #[cfg(test)]
+    pub(crate) fn new(cfg: CapacityConfig) -> Capacity {
         Capacity::with_run_queue(cfg, Arc::default())
     }
 
     /// A route's capacity at `cfg`'s initial limit whose limiter discounts the proxy's own
     /// run-queue delay measured by `run_queue` ([`run_queue`]).
-    pub fn with_run_queue(cfg: CapacityConfig, run_queue: Arc<RunQueueDelay>) -> Capacity {
+    pub(crate) fn with_run_queue(cfg: CapacityConfig, run_queue: Arc<RunQueueDelay>) -> Capacity {
         let c = Capacity {
             mode: AtomicU8::new(mode_code(cfg.mode)),
             limit: AtomicU32::new(0),
@@ -192,6 +195,7 @@ impl Capacity {
             limiter: Limiter::new(cfg, 0, run_queue),
             latency_hint_ns: AtomicU64::new(0),
             calm: AtomicBool::new(true),
+            at_max: AtomicBool::new(false),
             parked: Mutex::default(),
         };
         c.publish(&State::new(cfg));
@@ -200,7 +204,7 @@ impl Capacity {
 
     /// Hot reload: the new config applies at once; the learned limit and latencies are kept (the
     /// limit clamped into the new `[minLimit, maxLimit]`).
-    pub fn set_config(&self, cfg: CapacityConfig) {
+    pub(crate) fn set_config(&self, cfg: CapacityConfig) {
         let st = self.limiter.with_state(|st| {
             st.cfg = cfg;
             st.limit = st
@@ -212,7 +216,7 @@ impl Capacity {
     }
 
     /// Sets `overload.eventLoopDelayMs` (`None`: the signal is ignored).
-    pub fn set_delay_threshold(&self, ms: Option<f64>) {
+    pub(crate) fn set_delay_threshold(&self, ms: Option<f64>) {
         let bits = ms.filter(|m| *m > 0.0).unwrap_or(0.0).to_bits();
         self.delay_threshold.store(bits, Ordering::Relaxed);
     }
@@ -241,6 +245,8 @@ impl Capacity {
         if st.current_ns > 0.0 {
             self.calm.store(st.calm, Ordering::Relaxed);
         }
+        self.at_max
+            .store(limit >= st.cfg.max_limit, Ordering::Relaxed);
         let before = self.limit.swap(limit, Ordering::SeqCst);
         if limit > before && !self.waiters.is_empty() {
             // Room for the waiters the larger limit lets in.
@@ -258,24 +264,28 @@ impl Capacity {
     /// latency of the last measured window (at least the baseline, at most
     /// [`MAX_RESET_HOLD_NS`]), the time the upstream likely still spends on it — a reset does
     /// not stop the application's work, so rapid reset cannot make that work invisible.
-    pub fn reset_hold_ns(&self) -> u64 {
+    pub(crate) fn reset_hold_ns(&self) -> u64 {
         self.latency_hint_ns.load(Ordering::Relaxed)
     }
 
     /// The enforced limit (`u32::MAX` with `mode: 'off'`).
-    pub fn limit(&self) -> u32 {
+    pub(crate) fn limit(&self) -> u32 {
         self.limit.load(Ordering::Relaxed)
     }
 
     /// Requests (or connections) in flight.
-    pub fn in_flight(&self) -> u32 {
+    pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
     }
 
     /// A request (HTTP/1.1 head, HTTP/2 stream) or, on opaque TCP routes, a connection is about
     /// to reach the upstream at `now_ns`. Err when the class's share of the limit is full (then
     /// the route counts as overloaded for [`OVERLOAD_HOLD_NS`]).
-    pub fn try_acquire(self: &Arc<Self>, class: Class, now_ns: u64) -> Result<Permit, Overloaded> {
+    pub(crate) fn try_acquire(
+        self: &Arc<Self>,
+        class: Class,
+        now_ns: u64,
+    ) -> Result<Permit, Overloaded> {
         match self.take(class) {
             Ok(n) => Ok(self.permit(class, n, now_ns)),
             Err(cur) => Err(self.refuse(class, cur, now_ns)),
@@ -292,10 +302,12 @@ impl Capacity {
         }
     }
 
-    /// Whether a request of `class` would find room now.
-    /// Whether an adaptive limit is still growing towards the demand (its last window was calm).
+    /// Whether an adaptive limit is still growing towards the demand: its last window was calm
+    /// and it is under `maxLimit`.
     fn growing(&self) -> bool {
-        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE && self.calm.load(Ordering::Relaxed)
+        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE
+            && self.calm.load(Ordering::Relaxed)
+            && !self.at_max.load(Ordering::Relaxed)
     }
 
     /// Permits free for `class` now (the priority reserve aside).
@@ -304,9 +316,9 @@ impl Capacity {
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
     }
 
+    /// Whether a request of `class` would find room now (the priority reserve included).
     fn has_room(&self, class: Class) -> bool {
-        self.in_flight.load(Ordering::SeqCst) < self.cap(class)
-            || (class == Class::Priority && self.reserve_free())
+        self.room(class) > 0 || (class == Class::Priority && self.reserve_free())
     }
 
     /// One more in flight when `class` has room: `Ok(in flight after)`, else `Err(in flight)`.
@@ -390,7 +402,7 @@ impl Capacity {
     /// Whether new connections of clients of class `Other` are refused at `now_ns` (the route
     /// is overloaded; never with `mode: 'off'`).
     #[inline]
-    pub fn refuses_new(&self, now_ns: u64) -> bool {
+    pub(crate) fn refuses_new(&self, now_ns: u64) -> bool {
         let last = self.last_pressure_ns.load(Ordering::Relaxed);
         last != 0
             && now_ns.saturating_sub(last) < OVERLOAD_HOLD_NS
@@ -400,7 +412,7 @@ impl Capacity {
     /// When the current overload episode began (CLOCK_MONOTONIC ns; overloads less than
     /// [`EPISODE_GAP_NS`] apart are one episode), `None` when the route is not overloaded at
     /// `now_ns`: what `Engine::is_priority` compares first-marked times with.
-    pub fn overload_since(&self, now_ns: u64) -> Option<u64> {
+    pub(crate) fn overload_since(&self, now_ns: u64) -> Option<u64> {
         self.refuses_new(now_ns)
             .then(|| self.episode_start_ns.load(Ordering::Relaxed))
     }
@@ -409,20 +421,20 @@ impl Capacity {
     /// when the route is not overloaded) minus [`PRIORITY_SEASONING_NS`]. Ask only when a class
     /// `Other` acquire was refused (then retry as `Priority`), so the common path reads no
     /// client standing.
-    pub fn priority_since(&self, now_ns: u64) -> u64 {
+    pub(crate) fn priority_since(&self, now_ns: u64) -> u64 {
         let start = self.overload_since(now_ns).unwrap_or(now_ns);
         start.saturating_sub(PRIORITY_SEASONING_NS)
     }
 
     /// Counts an upstream connect failure (also a congestion hint: the window's gradient is
     /// capped at [`limiter::CONNECT_FAILURE_GRADIENT`]).
-    pub fn connect_failed(&self) {
+    pub(crate) fn connect_failed(&self) {
         self.connect_failures.fetch_add(1, Ordering::Relaxed);
         self.limiter.connect_failed();
     }
 
     /// Records an upstream connect time (ns; `connectMs` in the snapshot).
-    pub fn connected(&self, connect_ns: u64) {
+    pub(crate) fn connected(&self, connect_ns: u64) {
         self.connect_sum_ns.fetch_add(connect_ns, Ordering::Relaxed);
         self.connect_count.fetch_add(1, Ordering::Relaxed);
     }
@@ -430,7 +442,7 @@ impl Capacity {
     /// The embedding process's event-loop delay (ms) measured at `now_ns`: above
     /// `overload.eventLoopDelayMs` the route counts as overloaded and the limit shrinks as for a
     /// latency rise (gradient `threshold / delay`, at least 0.5).
-    pub fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
+    pub(crate) fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
         let delay_ms = if delay_ms.is_finite() {
             delay_ms.max(0.0)
         } else {
@@ -468,7 +480,7 @@ impl Capacity {
     /// on the upstream that the route's capacity must go on counting — else a client whose
     /// connections the guard closes (rapid reset) frees their permits at once and sends the
     /// next batch. Released by [`Capacity::tick`] (up to 100 ms late).
-    pub fn park(&self, permits: impl IntoIterator<Item = (u64, Permit)>) {
+    pub(crate) fn park(&self, permits: impl IntoIterator<Item = (u64, Permit)>) {
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         for (until, mut permit) in permits {
             // Its slot stays counted here; the permit goes without releasing it.
@@ -510,7 +522,7 @@ impl Capacity {
 
     /// Every ~100 ms: releases parked permits whose time is over, closes the limiter's window
     /// if nobody did, and reports an overload on/off transition since the last call.
-    pub fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
+    pub(crate) fn tick(&self, now_ns: u64) -> Option<OverloadChange> {
         self.release_parked(now_ns);
         self.roll(now_ns);
         let on = self.refuses_new(now_ns);
@@ -530,7 +542,7 @@ impl Capacity {
     }
 
     /// `metrics().routeMetrics[i].upstream` at `now_ns`.
-    pub fn snapshot(&self, now_ns: u64) -> CapacitySnapshot {
+    pub(crate) fn snapshot(&self, now_ns: u64) -> CapacitySnapshot {
         let st = self.limiter.with_state(|s| *s);
         let off = st.cfg.mode == ConcurrencyMode::Off;
         let n = self.connect_count.load(Ordering::Relaxed);
@@ -592,7 +604,7 @@ enum End {
 
 impl Permit {
     /// The response head was seen at `now_ns`: records the latency sample and releases.
-    pub fn answered(mut self, now_ns: u64) {
+    pub(crate) fn answered(mut self, now_ns: u64) {
         self.end = End::Answered;
         let c = &self.capacity;
         c.answered.fetch_add(1, Ordering::Relaxed);
@@ -603,7 +615,8 @@ impl Permit {
     }
 
     /// The class the permit was taken for.
-    pub fn class(&self) -> Class {
+    #[cfg(test)]
+    pub(crate) fn class(&self) -> Class {
         self.class
     }
 }

@@ -113,7 +113,7 @@ pub enum Admit<'a> {
 impl Capacity {
     /// A permit for a new request of `class` at `now_ns` when there is room and nobody of its
     /// class (or of class `Priority`) waits; `None` otherwise (nothing counted).
-    pub fn take_now(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
+    pub(crate) fn take_now(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
         if self.waiters.ahead_of(class) {
             return None;
         }
@@ -123,7 +123,7 @@ impl Capacity {
     /// The request of `class` that [`Capacity::take_now`] refused at `now_ns` waits for room
     /// (`queueTimeoutMs`, `maxQueue`; `may_wait()` is asked last, only when it could), or is
     /// refused (counted, the route overloaded).
-    pub fn wait_or_refuse(
+    pub(crate) fn wait_or_refuse(
         self: &Arc<Self>,
         class: Class,
         now_ns: u64,
@@ -162,12 +162,12 @@ impl Capacity {
     /// A permit for a request of `class` at `now_ns` when there is room, whoever waits: for the
     /// later streams of an HTTP/2 connection in the same read as the one that just waited its
     /// turn, so that they go in one write rather than one wait each.
-    pub fn take_after_wait(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
+    pub(crate) fn take_after_wait(self: &Arc<Self>, class: Class, now_ns: u64) -> Option<Permit> {
         self.take(class).ok().map(|n| self.permit(class, n, now_ns))
     }
 
     /// [`Capacity::take_now`], else [`Capacity::wait_or_refuse`].
-    pub fn admit(
+    pub(crate) fn admit(
         self: &Arc<Self>,
         class: Class,
         now_ns: u64,
@@ -203,7 +203,7 @@ impl Capacity {
 
     /// The route was removed (or the proxy stopped): no new waiter, those waiting are refused
     /// now, and the parked slots are released (nothing ticks the route any more).
-    pub fn close_queue(&self) {
+    pub(crate) fn close_queue(&self) {
         self.queue_timeout_ms.store(0, Ordering::Relaxed);
         self.wake_all();
         self.release_parked(u64::MAX);
@@ -226,7 +226,7 @@ impl Capacity {
 
     /// A batched waiter took what it needed ([`Queued::batched`]): the room left goes to the
     /// next waiter.
-    pub fn pass_on(&self) {
+    pub(crate) fn pass_on(&self) {
         if self.has_room(Class::Other) || self.has_room(Class::Priority) {
             self.released();
         }
@@ -234,7 +234,7 @@ impl Capacity {
 
     /// Free permits of class `Other` before a batched waiter is woken: a sixteenth of its share
     /// of the limit, 1 to [`MAX_WAKE_BATCH`].
-    pub fn wake_batch(&self) -> u32 {
+    pub(crate) fn wake_batch(&self) -> u32 {
         (self.cap(Class::Other) / 16).clamp(1, MAX_WAKE_BATCH)
     }
 }
@@ -263,16 +263,11 @@ impl std::fmt::Debug for Queued<'_> {
 }
 
 impl Queued<'_> {
-    /// The class it waits as.
-    pub fn class(&self) -> Class {
-        self.class
-    }
-
     /// Marks the waiter as one that takes a batch once woken (an HTTP/2 connection: its later
     /// streams of the same read take the room with [`Capacity::take_after_wait`]): the permit
     /// it gets does not pass the remaining room on; its owner calls [`Capacity::pass_on`] when
     /// it has taken what it needs. Releases then wake it only once a batch is free.
-    pub fn batched(mut self) -> Self {
+    pub(crate) fn batched(mut self) -> Self {
         if !self.batched && !self.done {
             self.batched = true;
             self.capacity
@@ -286,7 +281,7 @@ impl Queued<'_> {
     /// Ready with a permit once there is room, or with the refusal once `now_ns` (CLOCK_MONOTONIC
     /// ns, [`clock::now_ns`] in production) is past `queueTimeoutMs` or the queue was switched
     /// off (counted in `queueTimeouts` and `refused`; the route is overloaded).
-    pub fn poll_permit(
+    pub(crate) fn poll_permit(
         &mut self,
         cx: &mut Context<'_>,
         now_ns: u64,

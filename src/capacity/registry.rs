@@ -21,7 +21,7 @@ pub struct CapacityRegistry {
 impl CapacityRegistry {
     /// A registry whose capacities count an event-loop delay above `delay_threshold_ms` as
     /// overload.
-    pub fn new(delay_threshold_ms: Option<f64>) -> CapacityRegistry {
+    pub(crate) fn new(delay_threshold_ms: Option<f64>) -> CapacityRegistry {
         CapacityRegistry {
             routes: Mutex::default(),
             delay_threshold_ms,
@@ -31,7 +31,7 @@ impl CapacityRegistry {
 
     /// The capacity of route `name` with `cfg` applied (created the first time). Called when a
     /// route table is built, never per connection.
-    pub fn get(&self, name: &str, cfg: CapacityConfig) -> Arc<Capacity> {
+    pub(crate) fn get(&self, name: &str, cfg: CapacityConfig) -> Arc<Capacity> {
         let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         let c = m
             .entry(name.to_string())
@@ -43,12 +43,12 @@ impl CapacityRegistry {
     }
 
     /// The run-queue delay every route's limiter reads (the server's probe records into it).
-    pub fn run_queue(&self) -> &Arc<RunQueueDelay> {
+    pub(crate) fn run_queue(&self) -> &Arc<RunQueueDelay> {
         &self.run_queue
     }
 
     /// Forgets every route not in `keep` (a route removed by `updateConfig`).
-    pub fn retain(&self, keep: &[Arc<Capacity>]) {
+    pub(crate) fn retain(&self, keep: &[Arc<Capacity>]) {
         let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|_, v| {
             let kept = keep.iter().any(|k| Arc::ptr_eq(k, v));
@@ -61,7 +61,7 @@ impl CapacityRegistry {
     }
 
     /// Closes every route's queue and releases its parked permits (the proxy is going away).
-    pub fn close_all(&self) {
+    fn close_all(&self) {
         let m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         for c in m.values() {
             c.close_queue();
@@ -69,7 +69,7 @@ impl CapacityRegistry {
     }
 
     /// Feeds the embedding process's event-loop delay (ms, measured at `now_ns`) to every route.
-    pub fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
+    pub(crate) fn set_external_delay(&self, delay_ms: f64, now_ns: u64) {
         let m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         for c in m.values() {
             c.set_external_delay(delay_ms, now_ns);

@@ -18,20 +18,20 @@ pub(crate) const PROBE_INTERVAL_NS: u64 = 10_000_000;
 
 /// Run-queue delay samples since start (sum and count, relaxed atomics).
 #[derive(Debug, Default)]
-pub struct RunQueueDelay {
+pub(crate) struct RunQueueDelay {
     sum_ns: AtomicU64,
     count: AtomicU64,
 }
 
 impl RunQueueDelay {
     /// Records one measured delay (ns).
-    pub fn record(&self, delay_ns: u64) {
+    pub(crate) fn record(&self, delay_ns: u64) {
         self.sum_ns.fetch_add(delay_ns, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `(sum_ns, count)` of every sample since start.
-    pub fn totals(&self) -> (u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64) {
         (
             self.sum_ns.load(Ordering::Relaxed),
             self.count.load(Ordering::Relaxed),

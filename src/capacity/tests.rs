@@ -615,6 +615,32 @@ fn a_queue_past_a_calm_limit_is_not_overload() {
     assert!(cap.refuses_new(200 * MS));
 }
 
+/// A calm limit already at `maxLimit` grows no further: a queue past it is overload.
+#[test]
+fn a_queue_past_a_calm_limit_at_its_max_is_overload() {
+    let cap = Arc::new(Capacity::new(CapacityConfig {
+        min_limit: 2,
+        initial_limit: 2,
+        max_limit: 2,
+        latency_floor_ms: 0.0,
+        priority_share: 0.0,
+        ..CapacityConfig::default_for(true)
+    }));
+    for _ in 0..2 {
+        cap.take_now(Class::Other, 0).unwrap().answered(10 * MS);
+    }
+    cap.tick(100 * MS);
+    assert_eq!(cap.limit(), 2);
+    let _hold: Vec<Permit> = (0..2)
+        .map(|_| cap.take_now(Class::Other, 100 * MS).unwrap())
+        .collect();
+    let _waits: Vec<_> = (0..3)
+        .map(|_| cap.wait_or_refuse(Class::Other, 100 * MS, || true))
+        .collect();
+    assert_eq!(cap.snapshot(100 * MS).queued, 3);
+    assert!(cap.refuses_new(100 * MS));
+}
+
 /// Requests that wait while most permits are released without a latency sample (a rapid reset:
 /// streams reset before their response) never grow the limit; once the answers outnumber the
 /// unanswered releases again, the slow start resumes. Through the capacity: permits dropped

@@ -307,6 +307,20 @@ pub(crate) fn array<'a>(v: &'a Value, path: &str, issues: &mut Issues) -> Option
 /// The bytes of a Buffer field (DER data): a JS Buffer / Uint8Array arrives as
 /// `{ "$buffer": latin1 }`. Anything else (a string included) is an issue at `path`.
 pub(crate) fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+    decoded_buffer(v, path, issues, "a Buffer")
+}
+
+/// PEM text given as a string or a Buffer (`{"$buffer": latin1 text}` after the JS replacer).
+pub(crate) fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        _ => decoded_buffer(v, path, issues, "a PEM string or Buffer"),
+    }
+}
+
+/// The bytes of the Buffer `v` (`{ "$buffer": latin1 }`); anything else is an issue at `path`:
+/// it must be `expected`.
+fn decoded_buffer(v: &Value, path: &str, issues: &mut Issues, expected: &str) -> Option<Vec<u8>> {
     if let Value::Object(o) = v {
         if let Some(Value::String(text)) = o.get("$buffer") {
             let b = latin1_decode(text);
@@ -316,38 +330,8 @@ pub(crate) fn buffer_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option
             return b;
         }
     }
-    issues.push(path, format!("must be a Buffer, got {}", describe(v)));
+    issues.push(path, format!("must be {expected}, got {}", describe(v)));
     None
-}
-
-/// PEM text given as a string or a Buffer (`{"$buffer": latin1 text}` after the JS replacer).
-pub(crate) fn pem_bytes(v: &Value, path: &str, issues: &mut Issues) -> Option<Vec<u8>> {
-    match v {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Object(o) => match o.get("$buffer") {
-            Some(Value::String(text)) => match latin1_decode(text) {
-                Some(b) => Some(b),
-                None => {
-                    issues.push(path, "Buffer could not be decoded");
-                    None
-                }
-            },
-            _ => {
-                issues.push(
-                    path,
-                    format!("must be a PEM string or Buffer, got {}", describe(v)),
-                );
-                None
-            }
-        },
-        other => {
-            issues.push(
-                path,
-                format!("must be a PEM string or Buffer, got {}", describe(other)),
-            );
-            None
-        }
-    }
 }
 
 fn fmt_num(n: f64) -> String {

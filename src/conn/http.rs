@@ -625,15 +625,12 @@ impl HttpConn<'_> {
                             let reason = Some(ErrorReason::NoRoute);
                             self.answer(404, None, keep_alive, reason).await
                         }
-                        None => {
-                            let location = format!("https://{name}{}", req.path);
-                            self.answer(301, Some(&location), keep_alive, None).await
-                        }
                         Some(route) if req.acme => {
                             self.acme(route, req.upstream_head).await;
                             return;
                         }
-                        Some(_) => {
+                        // A route's host, or any host with `redirectUnknownHosts`.
+                        _ => {
                             let location = format!("https://{name}{}", req.path);
                             self.answer(301, Some(&location), keep_alive, None).await
                         }

@@ -25,14 +25,23 @@ pub const EMPTY_SETTINGS: [u8; FRAME_HEADER_LEN] = [0, 0, 0, ty::SETTINGS, 0, 0,
 
 /// Frame types (RFC 9113 §6).
 pub(crate) mod ty {
+    /// DATA (§6.1): a stream's body bytes, counted against flow control.
     pub(crate) const DATA: u8 = 0x0;
+    /// HEADERS (§6.2): opens a stream (a request) or carries trailers; starts a field block.
     pub(crate) const HEADERS: u8 = 0x1;
+    /// PRIORITY (§6.3, deprecated): a stream's priority; may be sent for a stream in any state.
     pub(crate) const PRIORITY: u8 = 0x2;
+    /// RST_STREAM (§6.4): ends a stream at once, with an error code.
     pub(crate) const RST_STREAM: u8 = 0x3;
+    /// SETTINGS (§6.5): the sender's connection parameters, or an ACK of the peer's.
     pub(crate) const SETTINGS: u8 = 0x4;
+    /// PING (§6.7): a round-trip probe the peer answers with an ACK.
     pub(crate) const PING: u8 = 0x6;
+    /// GOAWAY (§6.8): the connection is closing; the last stream the sender may have processed.
     pub(crate) const GOAWAY: u8 = 0x7;
+    /// WINDOW_UPDATE (§6.9): a flow-control window increment (stream 0: the connection's).
     pub(crate) const WINDOW_UPDATE: u8 = 0x8;
+    /// CONTINUATION (§6.10): the next fragment of a field block (HEADERS, PUSH_PROMISE).
     pub(crate) const CONTINUATION: u8 = 0x9;
 }
 
@@ -55,15 +64,19 @@ pub(crate) const SETTING_LEN: u8 = 6;
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameHeader {
-    /// Payload bytes.
+    /// Payload bytes (24 bits).
     pub len: u32,
+    /// Frame type ([`ty`]).
     pub ty: u8,
+    /// Flags ([`flag`]; their meaning depends on the type).
     pub flags: u8,
     /// Stream identifier, reserved bit cleared.
     pub stream: u32,
 }
 
 impl FrameHeader {
+    /// The header in `b` (RFC 9113 §4.1: length 24 bits, type, flags, reserved bit and a
+    /// 31-bit stream identifier, all big-endian).
     #[inline]
     pub(super) fn parse(b: &[u8; FRAME_HEADER_LEN]) -> FrameHeader {
         FrameHeader {
@@ -74,6 +87,7 @@ impl FrameHeader {
         }
     }
 
+    /// Whether `flag` (one of [`flag`]) is set.
     #[inline]
     pub(super) fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0

@@ -4,12 +4,13 @@
 //! which documents the number rules.
 
 use super::cidr::CidrSet;
-use super::key::DEFAULT_IPV6_PREFIX;
+use super::key::{IpKey, DEFAULT_IPV6_PREFIX};
 use crate::clock::{ms_to_ns, ns_to_ms_ceil};
 use crate::gcra::{Gcra, NS_PER_SEC};
 use crate::http2::H2GuardConfig;
 use ipnet::IpNet;
 use std::collections::HashSet;
+use std::net::IpAddr;
 
 /// Default `penaltyBox.durationMs`.
 pub const DEFAULT_PENALTY_MS: u64 = 600_000;
@@ -189,6 +190,15 @@ pub struct PrefixLimit {
     pub rate: Option<RateLimit>,
     /// Simultaneous connections per prefix (0 = off).
     pub max_concurrent: u64,
+}
+
+impl PrefixLimit {
+    /// The prefix-tier key of client `ip`: its first `ipv4PrefixLength` (IPv4, IPv4-mapped) or
+    /// `ipv6PrefixLength` bits ([`IpKey::prefix`]).
+    #[inline]
+    pub fn key(&self, ip: IpAddr) -> IpKey {
+        IpKey::prefix(ip, self.ipv4_prefix_length, self.ipv6_prefix_length)
+    }
 }
 
 /// `requestLimit`: a GCRA on the HTTP requests of each client (HTTP/1.1 request heads, HTTP/2

@@ -30,7 +30,7 @@
 //! open, including those the shadow would have refused.
 
 use super::key::IpKey;
-use super::policy::{PrefixLimit, ShadowPolicy};
+use super::policy::ShadowPolicy;
 use super::BlockReason;
 use crate::gcra::Gcra;
 use std::collections::hash_map::RandomState;
@@ -68,6 +68,9 @@ impl Way {
 pub(crate) struct ShadowTable {
     ways: OnceLock<Box<[Way]>>,
     hasher: RandomState,
+    /// Keys whose state was taken over while it still held debt (tests only: no metric
+    /// reports it).
+    #[cfg(test)]
     evicted: AtomicU64,
 }
 
@@ -106,6 +109,7 @@ impl ShadowTable {
                     .enumerate()
                     .filter(|(_, w)| free(w))
                     .min_by_key(|(_, w)| w.latest())?;
+                #[cfg(test)]
                 self.evicted.fetch_add(1, Ordering::Relaxed);
                 i
             }
@@ -157,15 +161,22 @@ pub(crate) struct ShadowOutcome {
 }
 
 /// One open connection counted on a shadow prefix (see the module doc), released when dropped.
-/// 16 bytes (kept in every connection's guard): the table, the way's index and the low half of
-/// its fingerprint.
+/// 16 bytes (kept in every connection's guard): the table and the way's index. The release is
+/// by index, whatever key the way holds then: a way is taken only when no hold counts on it, so
+/// the count on a way is exactly its live holds, even when a racing claim took it over.
 pub(crate) struct ShadowHold {
     table: Arc<ShadowTable>,
     index: u32,
-    fp: u32,
 }
 
 const _: () = assert!(size_of::<Option<ShadowHold>>() == 16);
+
+/// One open connection off `w`'s count (never below zero).
+fn release(w: &Way) {
+    let _ = w
+        .active
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
 
 impl Drop for ShadowHold {
     fn drop(&mut self) {
@@ -175,11 +186,7 @@ impl Drop for ShadowHold {
             .get()
             .and_then(|w| w.get(self.index as usize))
         {
-            if w.fp.load(Ordering::Relaxed) as u32 == self.fp {
-                let _ = w
-                    .active
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            }
+            release(w);
         }
     }
 }
@@ -201,10 +208,6 @@ fn debit(g: Option<Gcra>, tat: &AtomicU64, now: u64) {
             Ordering::Relaxed,
         );
     }
-}
-
-fn prefix_key(ip: IpAddr, pl: &PrefixLimit) -> IpKey {
-    IpKey::prefix(ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length)
 }
 
 impl Shadow {
@@ -236,7 +239,7 @@ impl Shadow {
         let pg = p.prefix_limit.and_then(|pl| pl.rate.map(|r| r.gcra));
         let prefix = p
             .prefix_limit
-            .and_then(|pl| Some((pl, self.prefixes.way(prefix_key(c.ip, &pl), now_ns)?)));
+            .and_then(|pl| Some((pl, self.prefixes.way(pl.key(c.ip), now_ns)?)));
         if let Some((pl, (index, w))) = prefix {
             if !conforms(pg, &w.tat[0], now_ns) {
                 out.reason = Some(BlockReason::PrefixRateLimited);
@@ -266,15 +269,23 @@ impl Shadow {
     }
 
     /// Counts one admitted connection on the shadow prefix way `(index, fp)` of a
-    /// [`ShadowOutcome`]; the hold releases it.
+    /// [`ShadowOutcome`]; the hold releases it. `None` (nothing counted) when the way was taken
+    /// by another prefix since the decision: the count would have landed on that prefix.
     pub(crate) fn hold(&self, (index, fp): (usize, u64)) -> Option<ShadowHold> {
         let w = self.prefixes.ways.get()?.get(index)?;
         let index = u32::try_from(index).ok()?;
         w.active.fetch_add(1, Ordering::Relaxed);
+        // Counted first, checked after: a way holding a count is not taken. A claim that read
+        // the count before this increment and writes its fingerprint after this check still
+        // can (the race of the module doc): the connection then counts on the new key until it
+        // closes, and its release, by index, leaves the count exact.
+        if w.fp.load(Ordering::Relaxed) != fp {
+            release(w);
+            return None;
+        }
         Some(ShadowHold {
             table: Arc::clone(&self.prefixes),
             index,
-            fp: fp as u32,
         })
     }
 
@@ -300,7 +311,7 @@ impl Shadow {
             return Some(BlockReason::TooManyConnections);
         }
         if let Some(pl) = p.prefix_limit {
-            if let Some(w) = self.prefixes.peek(prefix_key(c.ip, &pl)) {
+            if let Some(w) = self.prefixes.peek(pl.key(c.ip)) {
                 if !conforms(pl.rate.map(|r| r.gcra), &w.tat[0], now_ns) {
                     return Some(BlockReason::PrefixRateLimited);
                 }

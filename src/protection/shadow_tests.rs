@@ -1,6 +1,6 @@
 use super::*;
 use crate::protection::cidr::CidrSet;
-use crate::protection::policy::RateLimit;
+use crate::protection::policy::{PrefixLimit, RateLimit};
 
 const S: u64 = 1_000_000_000;
 
@@ -161,4 +161,73 @@ fn a_way_holding_open_connections_is_never_taken() {
         let _ = t.way(k(n), 10 * S);
     }
     assert_eq!(ways[i].fp.load(Ordering::Relaxed), w);
+}
+
+/// A shadow policy counting open connections per /24, with no rate (a way is free as soon as
+/// it holds no connection).
+fn prefix_cap(max_concurrent: u64) -> ShadowPolicy {
+    ShadowPolicy {
+        prefix_limit: Some(PrefixLimit {
+            ipv4_prefix_length: 24,
+            ipv6_prefix_length: 48,
+            rate: None,
+            max_concurrent,
+        }),
+        ..ShadowPolicy::default()
+    }
+}
+
+/// A client of another /24 than `n`'s whose prefix falls in the same set of the prefix table.
+fn same_prefix_set(s: &Shadow, p: &ShadowPolicy, n: u32) -> ShadowClient {
+    let pl = p.prefix_limit.unwrap();
+    let set = |n: u32| s.prefixes.fp_and_set(pl.key(ip(n))).1;
+    (1..)
+        .map(|k| n + (k << 8))
+        .find(|&m| set(m) == set(n))
+        .map(|m| client(m, 0))
+        .unwrap()
+}
+
+#[test]
+fn a_hold_on_a_way_taken_since_the_decision_counts_nothing() {
+    let s = Shadow::default();
+    let p = prefix_cap(1);
+    let a = s.decide(&p, &client(1, 0), S);
+    assert_eq!(a.reason, None);
+    let (index, _) = a.prefix_way.unwrap();
+    // Before `a`'s connection holds its way, another prefix of the set takes it.
+    let other = same_prefix_set(&s, &p, 1);
+    let b = s.decide(&p, &other, S);
+    assert_eq!(b.reason, None);
+    assert_eq!(b.prefix_way.map(|(i, _)| i), Some(index));
+    let ways = s.prefixes.ways.get().unwrap();
+    assert!(s.hold(a.prefix_way.unwrap()).is_none());
+    assert_eq!(ways[index].active.load(Ordering::Relaxed), 0);
+    // The other prefix's count is its own: one hold, then its cap, then none once released.
+    let hb = s.hold(b.prefix_way.unwrap());
+    assert!(hb.is_some());
+    assert_eq!(ways[index].active.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        reason(&s, &p, &other, S),
+        Some(BlockReason::PrefixTooManyConnections)
+    );
+    drop(hb);
+    assert_eq!(ways[index].active.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_hold_releases_its_count_even_when_a_racing_claim_took_its_way() {
+    let s = Shadow::default();
+    let p = prefix_cap(2);
+    let a = s.decide(&p, &client(1, 0), S);
+    let (index, fp) = a.prefix_way.unwrap();
+    let h = s.hold((index, fp));
+    assert!(h.is_some());
+    // A claim that read the count before the hold's increment writes its fingerprint after the
+    // hold's check (the race left open): the connection counts on the new key until it closes.
+    let ways = s.prefixes.ways.get().unwrap();
+    ways[index].fp.store(fp ^ 2, Ordering::Relaxed);
+    assert_eq!(ways[index].active.load(Ordering::Relaxed), 1);
+    drop(h);
+    assert_eq!(ways[index].active.load(Ordering::Relaxed), 0);
 }

@@ -37,6 +37,11 @@ impl TlsVersion {
         TlsVersion::ALL.into_iter().find(|v| v.name() == s)
     }
 
+    /// The protocol version code (`0x0303`, `0x0304`; RFC 8446 §4.2.1).
+    pub fn code(self) -> u16 {
+        u16::from(self.wire())
+    }
+
     fn rustls(self) -> &'static SupportedProtocolVersion {
         match self {
             TlsVersion::Tls12 => &rustls::version::TLS12,

@@ -104,12 +104,37 @@ impl SessionKey {
         }
     }
 
-    /// SHA-256 of the whole key (certificate digest, client-certificate policy, the options'
-    /// `Debug` form): the additional data every ticket of this state is sealed with, so a
-    /// ticket resumes only where the same certificate is served the same way. Equal on every
-    /// node running the same build with the same certificate and options.
+    /// SHA-256 of the whole key: the additional data every ticket of this state is sealed
+    /// with, so a ticket resumes only where the same certificate is served the same way. It
+    /// hashes a fixed encoding (below), never a Rust formatting of the fields, so it is equal on
+    /// every node with the same certificate, client-certificate policy and `tls` options,
+    /// whatever Rampart version each runs (`cluster.shareTicketKeys` across a rolling upgrade).
+    ///
+    /// The encoding, integers big-endian, in this order:
+    /// 1. the label `rampart session key v1`, prefixed with its length (u8);
+    /// 2. the certificate digest (32 bytes: SHA-256 of each DER certificate, each prefixed with
+    ///    its length as u64);
+    /// 3. the client-certificate policy: `0`, or `1` and the `mtls` digest (32 bytes);
+    /// 4. `minVersion` and `maxVersion`: their protocol version codes (u16 each, `0x0303` for
+    ///    TLS 1.2, `0x0304` for TLS 1.3, RFC 8446 §4.2.1);
+    /// 5. `cipherSuites` then `groups`: each `0` (the defaults), or `1`, the number of entries
+    ///    (u32) and each entry's code point (u16), in the configured order;
+    /// 6. `preferServerCipherOrder` and `sessionTickets`: `0` or `1` each (u8);
+    /// 7. `ticketKeyRotationS` and `sessionCacheSize` (u64 each).
     pub fn digest(&self) -> [u8; 32] {
+        let TlsOptions {
+            min_version,
+            max_version,
+            cipher_suites,
+            groups,
+            prefer_server_cipher_order,
+            session_tickets,
+            ticket_key_rotation_s,
+            session_cache_size,
+        } = &self.options;
         let mut h = Sha256::new();
+        h.update([DIGEST_LABEL.len() as u8]);
+        h.update(DIGEST_LABEL);
         h.update(self.cert);
         match &self.client_auth {
             Some(d) => {
@@ -118,10 +143,31 @@ impl SessionKey {
             }
             None => h.update([0]),
         }
-        h.update(format!("{:?}", self.options).as_bytes());
+        h.update(min_version.code().to_be_bytes());
+        h.update(max_version.code().to_be_bytes());
+        for list in [cipher_suites, groups] {
+            match list {
+                Some(l) => {
+                    h.update([1]);
+                    h.update((l.len() as u32).to_be_bytes());
+                    l.iter().for_each(|c| h.update(c.to_be_bytes()));
+                }
+                None => h.update([0]),
+            }
+        }
+        h.update([
+            u8::from(*prefer_server_cipher_order),
+            u8::from(*session_tickets),
+        ]);
+        h.update(ticket_key_rotation_s.to_be_bytes());
+        h.update((*session_cache_size as u64).to_be_bytes());
         h.finalize().into()
     }
 }
+
+/// The label that starts the [`SessionKey::digest`] encoding (its version: a new encoding takes
+/// a new label).
+const DIGEST_LABEL: &[u8] = b"rampart session key v1";
 
 /// [`Sessions`] by [`SessionKey`], kept across route-table rebuilds (one per proxy), and the
 /// shared ticket keys its new states use (`cluster.shareTicketKeys`).
@@ -195,10 +241,165 @@ impl Generation<'_> {
 mod tests {
     use super::*;
     use crate::tls::certs::{load_certified_key, self_signed};
+    use crate::tls::options::TlsVersion;
 
     fn cert(host: &str) -> Arc<CertifiedKey> {
         let (c, k) = self_signed(&[host.to_string()]).unwrap();
         load_certified_key(c.as_bytes(), k.as_bytes()).unwrap()
+    }
+
+    /// A key with every field set away from its default.
+    fn fixed_key() -> SessionKey {
+        SessionKey {
+            cert: [1; 32],
+            client_auth: Some([2; 32]),
+            options: TlsOptions {
+                min_version: TlsVersion::Tls12,
+                max_version: TlsVersion::Tls13,
+                cipher_suites: Some(vec![0x1302, 0xc02f]),
+                groups: Some(vec![0x001d]),
+                prefer_server_cipher_order: true,
+                session_tickets: true,
+                ticket_key_rotation_s: 3600,
+                session_cache_size: 256,
+            },
+        }
+    }
+
+    #[test]
+    fn the_digest_is_the_documented_encoding_and_covers_every_field() {
+        let base = fixed_key();
+        let mut hex = String::new();
+        crate::tls::ja3::push_hex(&mut hex, &base.digest());
+        // SHA-256 of the encoding the doc of `digest` gives, for `fixed_key`: a different
+        // value means nodes of two versions no longer resume each other's tickets.
+        assert_eq!(
+            hex,
+            "bd8688ba30675586b3438b2b7e8694c0a9d18e28cd55284a5dc9ca407e43ae57"
+        );
+        let o = &base.options;
+        let changes: Vec<(&str, SessionKey)> = vec![
+            (
+                "cert",
+                SessionKey {
+                    cert: [3; 32],
+                    ..fixed_key()
+                },
+            ),
+            (
+                "client_auth none",
+                SessionKey {
+                    client_auth: None,
+                    ..fixed_key()
+                },
+            ),
+            (
+                "client_auth",
+                SessionKey {
+                    client_auth: Some([4; 32]),
+                    ..fixed_key()
+                },
+            ),
+            (
+                "min_version",
+                with(TlsOptions {
+                    min_version: TlsVersion::Tls13,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "max_version",
+                with(TlsOptions {
+                    max_version: TlsVersion::Tls12,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "cipher_suites none",
+                with(TlsOptions {
+                    cipher_suites: None,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "cipher_suites empty",
+                with(TlsOptions {
+                    cipher_suites: Some(vec![]),
+                    ..o.clone()
+                }),
+            ),
+            (
+                "cipher_suites order",
+                with(TlsOptions {
+                    cipher_suites: Some(vec![0xc02f, 0x1302]),
+                    ..o.clone()
+                }),
+            ),
+            (
+                "groups none",
+                with(TlsOptions {
+                    groups: None,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "groups",
+                with(TlsOptions {
+                    groups: Some(vec![0x0017]),
+                    ..o.clone()
+                }),
+            ),
+            (
+                "suites moved to groups",
+                with(TlsOptions {
+                    cipher_suites: Some(vec![0x1302]),
+                    groups: Some(vec![0xc02f, 0x001d]),
+                    ..o.clone()
+                }),
+            ),
+            (
+                "prefer_server_cipher_order",
+                with(TlsOptions {
+                    prefer_server_cipher_order: false,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "session_tickets",
+                with(TlsOptions {
+                    session_tickets: false,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "ticket_key_rotation_s",
+                with(TlsOptions {
+                    ticket_key_rotation_s: 3601,
+                    ..o.clone()
+                }),
+            ),
+            (
+                "session_cache_size",
+                with(TlsOptions {
+                    session_cache_size: 0,
+                    ..o.clone()
+                }),
+            ),
+        ];
+        let mut seen = vec![base.digest()];
+        for (field, key) in changes {
+            let d = key.digest();
+            assert!(!seen.contains(&d), "{field}: a digest seen before");
+            seen.push(d);
+        }
+        assert_eq!(fixed_key().digest(), base.digest());
+    }
+
+    fn with(options: TlsOptions) -> SessionKey {
+        SessionKey {
+            options,
+            ..fixed_key()
+        }
     }
 
     #[test]

@@ -342,7 +342,7 @@ impl Engine {
             }
             return po;
         };
-        let key = IpKey::prefix(d.ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length);
+        let key = pl.key(d.ip);
         let inst = self.installed.load();
         let ctx = self.ctx(&inst, p, now, d.epoch, Tier::Prefix);
         let r = self.prefixes.with(

@@ -121,7 +121,7 @@ impl Engine {
             (None, None) => None,
         };
         let prefix = p.and_then(|p| Some((p, p.prefix_limit()?))).map(|(p, pl)| {
-            let pkey = IpKey::prefix(ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length);
+            let pkey = pl.key(ip);
             let entry = self.prefixes.inspect(pkey, |e| {
                 let e = e?;
                 inst.rescale(e, Tier::Prefix);

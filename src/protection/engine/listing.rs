@@ -233,7 +233,7 @@ impl Engine {
         let Some(pl) = inst.policy.as_deref().and_then(|p| p.prefix_limit()) else {
             return 0;
         };
-        let key = IpKey::prefix(ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length);
+        let key = pl.key(ip);
         self.prefixes
             .inspect(key, |e| e.map_or(0, |e| u64::from(e.active)))
     }
@@ -259,7 +259,7 @@ impl Engine {
         let Some(pl) = inst.policy.as_deref().and_then(|p| p.prefix_limit()) else {
             return false;
         };
-        let key = IpKey::prefix(ip, pl.ipv4_prefix_length, pl.ipv6_prefix_length);
+        let key = pl.key(ip);
         self.prefixes.inspect(key, |e| e.is_some())
     }
 
