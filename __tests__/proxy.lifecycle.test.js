@@ -312,7 +312,7 @@ test("a throwing 'ready' or 'close' listener neither rejects start()/stop() nor 
   assert.match(warnings[1], /'close' listener threw: Error: close listener bug/);
 });
 
-test('each of workerThreads is a thread of its own (rampart-w0, rampart-w1, ...) while started, and stop() ends them', async () => {
+test('each of workerThreads is a thread of its own (rampart-w0, rampart-w1, ...) while started, and stop() ends them', async (t) => {
   const fs = require('node:fs');
   /** The names of this process's threads that are connection workers, sorted. */
   const workers = () =>
@@ -334,8 +334,14 @@ test('each of workerThreads is a thread of its own (rampart-w0, rampart-w1, ...)
     listeners: [{ host: '127.0.0.1', port, defaultCert: h.selfSigned() }],
     routes: [{ sni: '', upstreams: up(cap), terminateTls: true }],
   });
+  t.after(async () => {
+    await proxy.stop();
+    await h.closeServer(cap);
+  });
   assert.deepEqual(workers(), [], 'no worker before start()');
   await proxy.start();
+  // A thread names itself once it runs: poll for the three names.
+  await h.waitFor(() => workers().length === 3, { what: 'three named workers' });
   assert.deepEqual(workers(), ['rampart-w0', 'rampart-w1', 'rampart-w2']);
   // Served while the workers run: 12 connections, spread over the workers' sockets by the kernel.
   const clients = [];
@@ -348,8 +354,8 @@ test('each of workerThreads is a thread of its own (rampart-w0, rampart-w1, ...)
   await h.waitFor(() => cap.captured.filter((e) => /^ping \d+$/.test(e.data.toString())).length === 12);
   for (const s of clients) s.destroy();
   await proxy.stop();
-  assert.deepEqual(workers(), [], 'stop() returns after every worker thread ended');
-  await h.closeServer(cap);
+  // stop() joins the workers; an exited thread leaves /proc a moment after its join returns.
+  await h.waitFor(() => workers().length === 0, { timeoutMs: 1000, what: 'no worker thread after stop()' });
 });
 
 test('unreferenced stopped proxies are garbage-collected with their runtime threads', async () => {
