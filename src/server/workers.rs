@@ -64,32 +64,28 @@ impl Workers {
                     .map(|(li, s)| Ok((li, tokio::net::TcpListener::from_std(s)?)))
                     .collect::<std::io::Result<Vec<_>>>()?
             };
-            let shared = shared.clone();
+            // Spawned on the worker's runtime before its thread runs, so that `stop()` counts
+            // them from the start: its wait for the accept loops then covers a worker that has
+            // not run yet, and the sockets are closed when it returns.
+            for (li, t) in listeners {
+                life.accept_tasks.spawn_on(
+                    accept_loop(
+                        shared.clone(),
+                        li,
+                        t,
+                        life.accept_stop.clone(),
+                        life.conns.clone(),
+                        life.conn_cancel.clone(),
+                    ),
+                    rt.handle(),
+                );
+            }
+            let delay = shared.capacities.run_queue().clone();
+            rt.spawn(run_queue_probe(delay, life.background.clone()));
             let done = workers.done.clone();
-            let accept_stop = life.accept_stop.clone();
-            let accept_tasks = life.accept_tasks.clone();
-            let conn_cancel = life.conn_cancel.clone();
-            let conns = life.conns.clone();
-            let probe_stop = life.background.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("rampart-w{i}"))
-                .spawn(move || {
-                    rt.block_on(async move {
-                        for (li, t) in listeners {
-                            accept_tasks.spawn(accept_loop(
-                                shared.clone(),
-                                li,
-                                t,
-                                accept_stop.clone(),
-                                conns.clone(),
-                                conn_cancel.clone(),
-                            ));
-                        }
-                        let delay = shared.capacities.run_queue().clone();
-                        tokio::spawn(run_queue_probe(delay, probe_stop));
-                        done.cancelled().await;
-                    });
-                });
+                .spawn(move || rt.block_on(done.cancelled()));
             workers.threads.push(thread?);
         }
         Ok(workers)
