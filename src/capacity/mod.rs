@@ -148,11 +148,11 @@ pub struct Capacity {
     limiter: Limiter,
     /// [`Capacity::reset_hold_ns`], published with each window.
     latency_hint_ns: AtomicU64,
-    /// Whether the last measured window was calm (latency at the baseline or under the floor):
-    /// the limit is still growing towards the demand, so a queue longer than it is not overload.
-    calm: AtomicBool,
-    /// Whether the enforced limit is at `maxLimit` (it grows no further, calm or not).
-    at_max: AtomicBool,
+    /// Whether an adaptive limit may still grow towards the demand (published with the limit):
+    /// no window measured yet, or the last measured one calm (latency at the baseline or under
+    /// the floor), and the limit under `maxLimit`. A queue longer than such a limit is not
+    /// overload.
+    growing: AtomicBool,
     /// The slots of unanswered requests whose connection ended: when each is released (ns) and
     /// its class ([`Capacity::park`]). At most the limit (they count in flight). Slots, not
     /// permits: a permit holds its capacity, and a route must not hold itself.
@@ -194,8 +194,7 @@ impl Capacity {
             delay_threshold: AtomicU64::new(0),
             limiter: Limiter::new(cfg, 0, run_queue),
             latency_hint_ns: AtomicU64::new(0),
-            calm: AtomicBool::new(true),
-            at_max: AtomicBool::new(false),
+            growing: AtomicBool::new(true),
             parked: Mutex::default(),
         };
         c.publish(&State::new(cfg));
@@ -242,11 +241,9 @@ impl Capacity {
             // The queue was switched off: the waiters give up now.
             self.wake_all();
         }
-        if st.current_ns > 0.0 {
-            self.calm.store(st.calm, Ordering::Relaxed);
-        }
-        self.at_max
-            .store(limit >= st.cfg.max_limit, Ordering::Relaxed);
+        let calm = st.current_ns == 0.0 || st.calm;
+        self.growing
+            .store(calm && limit < st.cfg.max_limit, Ordering::Relaxed);
         let before = self.limit.swap(limit, Ordering::SeqCst);
         if limit > before && !self.waiters.is_empty() {
             // Room for the waiters the larger limit lets in.
@@ -302,12 +299,10 @@ impl Capacity {
         }
     }
 
-    /// Whether an adaptive limit is still growing towards the demand: its last window was calm
-    /// and it is under `maxLimit`.
+    /// Whether an adaptive limit is still growing towards the demand (the `growing` field's
+    /// meaning: calm and under `maxLimit`).
     fn growing(&self) -> bool {
-        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE
-            && self.calm.load(Ordering::Relaxed)
-            && !self.at_max.load(Ordering::Relaxed)
+        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE && self.growing.load(Ordering::Relaxed)
     }
 
     /// Permits free for `class` now (the priority reserve aside).
