@@ -575,22 +575,29 @@ fn latency_under_the_floor_never_cuts_the_limit() {
     assert!(st.update(&slow) < before);
 }
 
-/// A burst that queues past the limit while the latency is calm (the limit still growing
-/// towards it) does not make the route overloaded; the same queue once the latency is up does.
-#[test]
-fn a_queue_past_a_calm_limit_is_not_overload() {
+/// An adaptive route at limit 2 (at most `max_limit`, no floor, no priority share) after one
+/// calm window at 100 ms: two answers at 10 ms.
+fn after_a_calm_window(max_limit: u32) -> Arc<Capacity> {
     let cap = Arc::new(Capacity::new(CapacityConfig {
         min_limit: 2,
         initial_limit: 2,
+        max_limit,
         latency_floor_ms: 0.0,
         priority_share: 0.0,
         ..CapacityConfig::default_for(true)
     }));
-    // A calm window: two answers at 10 ms.
     for _ in 0..2 {
         cap.take_now(Class::Other, 0).unwrap().answered(10 * MS);
     }
     cap.tick(100 * MS);
+    cap
+}
+
+/// A burst that queues past the limit while the latency is calm (the limit still growing
+/// towards it) does not make the route overloaded; the same queue once the latency is up does.
+#[test]
+fn a_queue_past_a_calm_limit_is_not_overload() {
+    let cap = after_a_calm_window(CapacityConfig::default_for(true).max_limit);
     let hold: Vec<Permit> = (0..cap.limit())
         .map(|_| cap.take_now(Class::Other, 100 * MS).unwrap())
         .collect();
@@ -618,18 +625,7 @@ fn a_queue_past_a_calm_limit_is_not_overload() {
 /// A calm limit already at `maxLimit` grows no further: a queue past it is overload.
 #[test]
 fn a_queue_past_a_calm_limit_at_its_max_is_overload() {
-    let cap = Arc::new(Capacity::new(CapacityConfig {
-        min_limit: 2,
-        initial_limit: 2,
-        max_limit: 2,
-        latency_floor_ms: 0.0,
-        priority_share: 0.0,
-        ..CapacityConfig::default_for(true)
-    }));
-    for _ in 0..2 {
-        cap.take_now(Class::Other, 0).unwrap().answered(10 * MS);
-    }
-    cap.tick(100 * MS);
+    let cap = after_a_calm_window(2);
     assert_eq!(cap.limit(), 2);
     let _hold: Vec<Permit> = (0..2)
         .map(|_| cap.take_now(Class::Other, 100 * MS).unwrap())
