@@ -248,6 +248,9 @@ mod tests {
         load_certified_key(c.as_bytes(), k.as_bytes()).unwrap()
     }
 
+    /// One field of a key changed, in place.
+    type Change = fn(&mut SessionKey);
+
     /// A key with every field set away from its default.
     fn fixed_key() -> SessionKey {
         SessionKey {
@@ -277,129 +280,43 @@ mod tests {
             hex,
             "bd8688ba30675586b3438b2b7e8694c0a9d18e28cd55284a5dc9ca407e43ae57"
         );
-        let o = &base.options;
-        let changes: Vec<(&str, SessionKey)> = vec![
-            (
-                "cert",
-                SessionKey {
-                    cert: [3; 32],
-                    ..fixed_key()
-                },
-            ),
-            (
-                "client_auth none",
-                SessionKey {
-                    client_auth: None,
-                    ..fixed_key()
-                },
-            ),
-            (
-                "client_auth",
-                SessionKey {
-                    client_auth: Some([4; 32]),
-                    ..fixed_key()
-                },
-            ),
-            (
-                "min_version",
-                with(TlsOptions {
-                    min_version: TlsVersion::Tls13,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "max_version",
-                with(TlsOptions {
-                    max_version: TlsVersion::Tls12,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "cipher_suites none",
-                with(TlsOptions {
-                    cipher_suites: None,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "cipher_suites empty",
-                with(TlsOptions {
-                    cipher_suites: Some(vec![]),
-                    ..o.clone()
-                }),
-            ),
-            (
-                "cipher_suites order",
-                with(TlsOptions {
-                    cipher_suites: Some(vec![0xc02f, 0x1302]),
-                    ..o.clone()
-                }),
-            ),
-            (
-                "groups none",
-                with(TlsOptions {
-                    groups: None,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "groups",
-                with(TlsOptions {
-                    groups: Some(vec![0x0017]),
-                    ..o.clone()
-                }),
-            ),
-            (
-                "suites moved to groups",
-                with(TlsOptions {
-                    cipher_suites: Some(vec![0x1302]),
-                    groups: Some(vec![0xc02f, 0x001d]),
-                    ..o.clone()
-                }),
-            ),
-            (
-                "prefer_server_cipher_order",
-                with(TlsOptions {
-                    prefer_server_cipher_order: false,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "session_tickets",
-                with(TlsOptions {
-                    session_tickets: false,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "ticket_key_rotation_s",
-                with(TlsOptions {
-                    ticket_key_rotation_s: 3601,
-                    ..o.clone()
-                }),
-            ),
-            (
-                "session_cache_size",
-                with(TlsOptions {
-                    session_cache_size: 0,
-                    ..o.clone()
-                }),
-            ),
+        let changes: [(&str, Change); 15] = [
+            ("cert", |k| k.cert = [3; 32]),
+            ("client_auth none", |k| k.client_auth = None),
+            ("client_auth", |k| k.client_auth = Some([4; 32])),
+            ("min_version", |k| k.options.min_version = TlsVersion::Tls13),
+            ("max_version", |k| k.options.max_version = TlsVersion::Tls12),
+            ("cipher_suites none", |k| k.options.cipher_suites = None),
+            ("cipher_suites empty", |k| {
+                k.options.cipher_suites = Some(vec![])
+            }),
+            ("cipher_suites order", |k| {
+                k.options.cipher_suites = Some(vec![0xc02f, 0x1302])
+            }),
+            ("groups none", |k| k.options.groups = None),
+            ("groups", |k| k.options.groups = Some(vec![0x0017])),
+            ("suites moved to groups", |k| {
+                k.options.cipher_suites = Some(vec![0x1302]);
+                k.options.groups = Some(vec![0xc02f, 0x001d]);
+            }),
+            ("prefer_server_cipher_order", |k| {
+                k.options.prefer_server_cipher_order = false
+            }),
+            ("session_tickets", |k| k.options.session_tickets = false),
+            ("ticket_key_rotation_s", |k| {
+                k.options.ticket_key_rotation_s = 3601
+            }),
+            ("session_cache_size", |k| k.options.session_cache_size = 0),
         ];
         let mut seen = vec![base.digest()];
-        for (field, key) in changes {
+        for (field, change) in changes {
+            let mut key = fixed_key();
+            change(&mut key);
             let d = key.digest();
             assert!(!seen.contains(&d), "{field}: a digest seen before");
             seen.push(d);
         }
         assert_eq!(fixed_key().digest(), base.digest());
-    }
-
-    fn with(options: TlsOptions) -> SessionKey {
-        SessionKey {
-            options,
-            ..fixed_key()
-        }
     }
 
     #[test]
