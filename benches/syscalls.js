@@ -14,7 +14,9 @@
 //   node benches/syscalls.js --stat [...]: `perf stat` on the proxy's threads (kernel counters and
 //     tracepoints, no per-event cost worth measuring): syscalls (raw_syscalls:sys_enter),
 //     epoll_wait calls, context switches, wake-ups received (sched:sched_wakeup), CPU migrations
-//     per request, CPU µs per request, and wrk's req/s and p99 in the same run.
+//     per request, CPU µs per request, and wrk's req/s and p99 in the same run; with --pin also
+//     `perf stat -a` on the load CPUs (wrk, the origin and their kernel work): syscalls,
+//     epoll_wait calls, context switches, wake-ups and softirqs per request.
 //   node benches/syscalls.js --sched [...]: `perf sched record -a`, then `perf sched latency -p`:
 //     for the proxy's threads, wrk and the origin, how many times each was switched in per
 //     request and how long it waited between being woken and running (average, maximum); and
@@ -58,6 +60,9 @@ const CPUS = PIN ? { proxy: range(0, THREADS - 1), load: range(THREADS, NCPU - 1
 const WRK_THREADS = Number(opt('--wrk-threads', PIN ? NCPU - THREADS : 2));
 const EXTRA_EVENTS = opt('--events', '').split(',').filter(Boolean);
 const extraLines = [];
+/** Rows of the load CPUs' counters (`--stat --pin`). */
+const loadLines = [];
+const LOAD_EVENTS = 'task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,sched:sched_wakeup,irq:softirq_entry';
 
 /** wrk's command line against `port` (with --latency, so the p99 is in its report). */
 const wrkCmd = (port) =>
@@ -314,16 +319,28 @@ async function main() {
           const tr = STAT
             ? spawn('perf', ['stat', '-x,', '-o', out, '-e', events, '-t', tids.join(',')], { stdio: 'ignore' })
             : spawn('perf', ['sched', 'record', '-o', out, '-a'], { stdio: 'ignore' });
+          // Pinned: the same counters on the load CPUs (wrk, the origin and their kernel work),
+          // to see whether a proxy makes the bottleneck side do more per request.
+          const loadOut = path.join(dir, `stat-load-${kind}.txt`);
+          const loadTr = STAT && PIN ? spawn('perf', ['stat', '-x,', '-o', loadOut, '-a', '-C', CPUS.load, '-e', LOAD_EVENTS], { stdio: 'ignore' }) : null;
           await L.sleep(300);
           const seg0 = tcpOutSegs();
           const load0 = PIN ? busyTicks(CPUS.load) : 0;
           const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
           const segs = tcpOutSegs() - seg0;
           const loadTicks = PIN ? busyTicks(CPUS.load) - load0 : NaN;
-          tr.kill('SIGINT');
-          await new Promise((r) => tr.once('exit', r));
+          for (const t of [tr, loadTr].filter(Boolean)) {
+            t.kill('SIGINT');
+            await new Promise((r) => t.once('exit', r));
+          }
           const parsed = L.parseWrk(w.stdout);
           const per = (x) => (x / parsed.requests).toFixed(3);
+          if (loadTr) {
+            const c = parsePerfStat(fs.readFileSync(loadOut, 'utf8'));
+            loadLines.push(
+              `| ${kind} | ${parsed.rps.toFixed(0)} | ${per(c['raw_syscalls:sys_enter'])} | ${per(c['syscalls:sys_enter_epoll_wait'])} | ${per(c['context-switches'])} | ${per(c['sched:sched_wakeup'])} | ${per(c['irq:softirq_entry'])} | ${((c['task-clock'] * 1000) / parsed.requests).toFixed(1)} |`
+            );
+          }
           let line;
           if (STAT) {
             const c = parsePerfStat(fs.readFileSync(out, 'utf8'));
@@ -405,6 +422,12 @@ async function main() {
     console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
     console.log(rows.join('\n'));
     if (extraLines.length) console.log(`\n${extraLines.join('\n')}`);
+    if (loadLines.length) {
+      console.log(`\nperf stat -a -C ${CPUS.load} (the load CPUs: wrk, the origin, their kernel work) per request`);
+      console.log('| proxy | req/s | syscalls/req | epoll_wait/req | context switches/req | wake-ups/req | softirqs/req | CPU µs/req |');
+      console.log('|---|---|---|---|---|---|---|---|');
+      console.log(loadLines.join('\n'));
+    }
     return;
   }
   if (EPOLL) {
