@@ -397,3 +397,52 @@ test('HTTP/2 at the limit: a connection that just reset a stream before its resp
 function routeUp(s) {
   return s.proxy.metrics().routeMetrics[0].upstream;
 }
+
+test("the workers' run-queue probe runs only while a route is adaptive: an idle proxy without one never wakes them", { timeout: 20000 }, async (t) => {
+  const fs = require('node:fs');
+  const { setTimeout: wait } = require('node:timers/promises');
+  /** Voluntary context switches (wake-ups after a sleep) of each connection worker thread. */
+  const wakeUps = () => {
+    const out = {};
+    for (const tid of fs.readdirSync('/proc/self/task')) {
+      try {
+        const name = fs.readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+        if (/^rampart-w\d+$/.test(name))
+          out[name] = Number(/\nvoluntary_ctxt_switches:\s+(\d+)/.exec(fs.readFileSync(`/proc/self/task/${tid}/status`, 'utf8'))[1]);
+      } catch {
+        // a thread of another test that ended while listed
+      }
+    }
+    return out;
+  };
+  /** Each worker's wake-ups over 500 ms of no traffic. */
+  const idleWakeUps = async () => {
+    const a = wakeUps();
+    await wait(500);
+    const b = wakeUps();
+    return Object.keys(a)
+      .sort()
+      .map((k) => b[k] - a[k]);
+  };
+  const port = await h.freePort();
+  const upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: 1 }];
+  const tcp = { sni: '', terminateTls: false, upstreams };
+  const http = { ...tcp, protocol: 'http' }; // adaptive by default
+  const proxy = new RampartProxy({ workerThreads: 2, listeners: [{ host: '127.0.0.1', port }], routes: [tcp] });
+  t.after(() => proxy.stop());
+  await proxy.start();
+  await h.waitFor(() => Object.keys(wakeUps()).length === 2, { what: 'two named workers' });
+  // Start-up is over within 100 ms (a window, not a condition to poll: the count is the test).
+  await wait(100);
+  assert.deepEqual(await idleWakeUps(), [0, 0], 'a plain TCP route (concurrency off): the workers sleep');
+  proxy.updateConfig({ routes: [http] });
+  const on = await idleWakeUps();
+  // 10 ms probes: 50 in 500 ms per worker; a loaded machine may delay some.
+  assert.ok(
+    on.every((n) => n >= 25),
+    `an adaptive route: each worker probes its run queue, got ${on}`
+  );
+  proxy.updateConfig({ routes: [tcp] });
+  await wait(100); // the probe's tick under way (10 ms) ends; it then sleeps
+  assert.deepEqual(await idleWakeUps(), [0, 0], 'back to a plain TCP route: the workers sleep again');
+});

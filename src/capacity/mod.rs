@@ -214,6 +214,11 @@ impl Capacity {
         self.publish(&st);
     }
 
+    /// Whether the limit is learned (`mode: 'adaptive'`).
+    pub(crate) fn is_adaptive(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE
+    }
+
     /// Sets `overload.eventLoopDelayMs` (`None`: the signal is ignored).
     pub(crate) fn set_delay_threshold(&self, ms: Option<f64>) {
         let bits = ms.filter(|m| *m > 0.0).unwrap_or(0.0).to_bits();
@@ -302,7 +307,7 @@ impl Capacity {
     /// Whether an adaptive limit is still growing towards the demand (the `growing` field's
     /// meaning: calm and under `maxLimit`).
     fn growing(&self) -> bool {
-        self.mode.load(Ordering::Relaxed) == MODE_ADAPTIVE && self.growing.load(Ordering::Relaxed)
+        self.is_adaptive() && self.growing.load(Ordering::Relaxed)
     }
 
     /// Permits free for `class` now (the priority reserve aside).

@@ -47,7 +47,8 @@ impl CapacityRegistry {
         &self.run_queue
     }
 
-    /// Forgets every route not in `keep` (a route removed by `updateConfig`).
+    /// Forgets every route not in `keep` (a route removed by `updateConfig`), and tells the
+    /// run-queue probes whether any route left is adaptive.
     pub(crate) fn retain(&self, keep: &[Arc<Capacity>]) {
         let mut m = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|_, v| {
@@ -58,6 +59,9 @@ impl CapacityRegistry {
             }
             kept
         });
+        // The probes measure the run-queue delay only for an adaptive limiter to read.
+        self.run_queue
+            .set_wanted(m.values().any(|c| c.is_adaptive()));
     }
 
     /// Closes every route's queue and releases its parked permits (the proxy is going away).

@@ -10,20 +10,56 @@
 //! worker next polls the I/O driver, as a socket readiness is) and records how long it took to
 //! run again. The totals only
 //! grow; each route's limiter takes the difference over its own window.
+//!
+//! Only an `'adaptive'` limiter reads the delay, so the probes sleep while no route has one
+//! ([`RunQueueDelay::set_wanted`], kept by the capacity registry as route tables change): an
+//! idle proxy, or one without HTTP routes, is not woken 100 times a second per worker for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tokio::sync::Notify;
 
 /// How often the probe measures, ns (10 ms: about ten samples per 100 ms window).
 pub(crate) const PROBE_INTERVAL_NS: u64 = 10_000_000;
 
-/// Run-queue delay samples since start (sum and count, relaxed atomics).
+/// Run-queue delay samples since start (sum and count, relaxed atomics), and whether any
+/// limiter reads them.
 #[derive(Debug, Default)]
 pub(crate) struct RunQueueDelay {
     sum_ns: AtomicU64,
     count: AtomicU64,
+    /// Some route's limiter is `'adaptive'` (the probes measure only then).
+    wanted: AtomicBool,
+    /// Wakes the sleeping probes when `wanted` turns true.
+    wake: Notify,
 }
 
 impl RunQueueDelay {
+    /// Whether the probes should measure: some route's limiter is `'adaptive'`.
+    pub(crate) fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Acquire)
+    }
+
+    /// Sets [`Self::wanted`]; turning it on wakes the probes waiting in [`Self::until_wanted`].
+    pub(crate) fn set_wanted(&self, on: bool) {
+        if !self.wanted.swap(on, Ordering::AcqRel) && on {
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// Returns once [`Self::wanted`] is true (at once when it already is).
+    pub(crate) async fn until_wanted(&self) {
+        loop {
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so a `set_wanted(true)` between the two is not lost.
+            woken.as_mut().enable();
+            if self.wanted() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
     /// Records one measured delay (ns).
     pub(crate) fn record(&self, delay_ns: u64) {
         self.sum_ns.fetch_add(delay_ns, Ordering::Relaxed);

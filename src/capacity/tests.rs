@@ -695,3 +695,52 @@ fn releases_without_a_sample_do_not_grow_the_limit() {
         cap.limit()
     );
 }
+
+/// The run-queue probes measure only while some route's limiter is adaptive: the registry
+/// turns `wanted` on and off as route tables change, and a probe waiting for it is woken.
+#[test]
+fn the_run_queue_probes_are_wanted_only_while_a_route_is_adaptive() {
+    use std::future::Future;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Wake, Waker};
+    /// Counts its wake-ups.
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let reg = registry::CapacityRegistry::new(None);
+    let rq = reg.run_queue().clone();
+    let off = CapacityConfig::default_for(false);
+    let adaptive = CapacityConfig::default_for(true);
+    let fixed = CapacityConfig {
+        mode: ConcurrencyMode::Fixed,
+        limit: 5,
+        ..adaptive
+    };
+    let table = |cfgs: &[(&str, CapacityConfig)]| {
+        let keep: Vec<_> = cfgs.iter().map(|(n, c)| reg.get(n, *c)).collect();
+        reg.retain(&keep);
+        rq.wanted()
+    };
+    assert!(!table(&[("a", off), ("b", fixed)]));
+    // A probe waits ...
+    let count = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut wait = std::pin::pin!(rq.until_wanted());
+    assert!(wait.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    // ... and is woken when a route turns adaptive by reload.
+    assert!(table(&[("a", off), ("b", adaptive)]));
+    assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    assert!(wait.as_mut().poll(&mut cx).is_ready());
+    // The adaptive route turns fixed, comes back, then is removed.
+    assert!(!table(&[("a", off), ("b", fixed)]));
+    assert!(table(&[("b", adaptive)]));
+    assert!(!table(&[("a", off)]));
+    // Already wanted: ready at the first poll.
+    assert!(table(&[("c", adaptive)]));
+    assert!(std::pin::pin!(rq.until_wanted()).poll(&mut cx).is_ready());
+}

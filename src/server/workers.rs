@@ -108,11 +108,19 @@ impl Drop for Workers {
 }
 
 /// Measures this worker's run-queue delay every `PROBE_INTERVAL_NS` for the limiters
-/// (`capacity::run_queue`): yields once and records how long until it runs again.
+/// (`capacity::run_queue`): yields once and records how long until it runs again. Sleeps while
+/// no route's limiter is adaptive (nothing reads the delay then).
 async fn run_queue_probe(delay: Arc<RunQueueDelay>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_nanos(PROBE_INTERVAL_NS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if !delay.wanted() {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = delay.until_wanted() => tick.reset(),
+            }
+            continue;
+        }
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
