@@ -1123,6 +1123,13 @@ export class RampartProxy extends EventEmitter {
    * already resolved.
    */
   resolveConnection(id: string, route: ResolveRoute | null): boolean;
+  /**
+   * The problems resolveConnection would find in `route` without a held connection: every field
+   * and the route's own rules, each `{ path, message }` with its path under `route`; `[]` when
+   * there are none (also for `null`). Not checked: whether a listener has the `defaultCert` that
+   * a terminating route without `cert` needs (that depends on the connection's listener).
+   */
+  checkResolveRoute(route: ResolveRoute | null): ConfigErrorEntry[];
   metrics(): Metrics;
   /**
    * Prometheus text exposition format 0.0.4 of `metrics()`: every series, its labels and the
@@ -1304,8 +1311,8 @@ export class SymphonyProxy extends EventEmitter {
    * valid closes the connection and emits 'error' (a ConfigError, `code` 'resolve_route_invalid',
    * `errors` each `route.*` problem in Symphony's words); never a throw. True
    * when a held connection took the decision; false for an unknown, expired or resolved id, for
-   * which only the rules that need no listener are checked (Symphony's protocol rules, a
-   * passthrough route's fingerprint carrier), a problem emitted as the same 'error' without ctx.
+   * which the route is still checked as checkResolveRoute does (with Symphony's protocol rules),
+   * a problem emitted as the same 'error' without ctx.
    * A string that is not a connection id (the decimal form of a 64-bit id) emits 'error'
    * `invalid_connection_id` and returns false.
    */

@@ -367,6 +367,16 @@ class RampartProxy extends EventEmitter {
     return this._native.resolveConnection(id, encode(route));
   }
 
+  /**
+   * The problems resolveConnection would find in `route` without a held connection (every
+   * field and the route's own rules; not whether a listener has the `defaultCert` a terminating
+   * route without `cert` needs): `[{ path, message }]`, paths under `route`; `[]` when none.
+   * @param {import('./index').ResolveRoute | null} route
+   */
+  checkResolveRoute(route) {
+    return JSON.parse(this._native.checkResolveRoute(encode(route === undefined ? null : route)));
+  }
+
   /** Counters: connections, bytes, blocks and errors per reason, per listener. */
   metrics() {
     return JSON.parse(this._native.metrics());

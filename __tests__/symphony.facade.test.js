@@ -393,17 +393,25 @@ test('forwardFingerprint on a passthrough route without PROXY v2: refused, in Sy
   assert.deepEqual(errors[1].ctx, { listener: `127.0.0.1:${port}` });
   await h.waitFor(() => proxy.metrics().suspendedUnresolved === 1, { what: 'one unresolved' });
   assert.deepEqual([proxy.metrics().suspendedResolved, proxy.metrics().pendingSuspended], [0, 0]);
-  // An id no connection holds (expired, or never issued): false, and only the rules that need no
-  // listener are checked (the rest is validated against the held connection's listener): the
+  // An id no connection holds (expired, or never issued): false, and what needs no listener is
+  // checked (checkResolveRoute; a listener's defaultCert is the held connection's to give): the
   // missing carrier is one, reported as for a held connection, with no listener to name.
   assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false, forwardFingerprint: 'ja3' }), false);
   assert.equal(errors.length, 3);
   assert.equal(errors[2].err.code, 'resolve_route_invalid');
   assert.deepEqual(errors[2].err.errors, [{ path: 'route.forwardFingerprint', message: noCarrier }]);
   assert.deepEqual(errors[2].ctx, {});
+  // A field's own value is checked too, in Symphony's words.
+  assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false, halfCloseTimeoutMs: -1 }), false);
+  assert.equal(errors.length, 4);
+  assert.equal(errors[3].err.code, 'resolve_route_invalid');
+  assert.deepEqual(
+    errors[3].err.errors.map((x) => x.path),
+    ['route.halfCloseTimeoutMs']
+  );
   // A route valid without a listener: nothing to report.
   assert.equal(proxy.resolveConnection('999999', { upstream, terminateTls: false }), false);
-  assert.equal(errors.length, 3);
+  assert.equal(errors.length, 4);
   assert.equal(proxy.metrics().suspendedUnresolved, 1);
 });
 

@@ -300,6 +300,36 @@ test('an invalid route in resolveConnection closes the connection and emits an e
   assert.equal(rejections, 0);
 });
 
+test('checkResolveRoute: the problems resolveConnection would find without a held connection, before any connection waits', async () => {
+  const port = await h.freePort();
+  // Not started, and its listener has no defaultCert: what needs a listener is not checked.
+  const proxy = new RampartProxy({ listeners: [{ host: '127.0.0.1', port }], routes: [{ sni: 'a.test', suspended: true }] });
+  const upstream = { kind: 'tcp', host: '127.0.0.1', port: 1 };
+  assert.deepEqual(proxy.checkResolveRoute({ upstream, terminateTls: false }), []);
+  assert.deepEqual(proxy.checkResolveRoute({ upstream, terminateTls: true }), [], "a terminating route without cert: its listener's defaultCert decides");
+  assert.deepEqual(proxy.checkResolveRoute(null), []);
+  assert.deepEqual(
+    proxy.checkResolveRoute({
+      upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 70000 }],
+      sourceAddressHeader: 'bogus',
+      suspended: true,
+    }),
+    [
+      { path: 'route.suspended', message: 'is a route-table field: a resolved connection cannot be suspended again' },
+      { path: 'route.upstreams[0].port', message: 'must be an integer in [1, 65535], got 70000' },
+      { path: 'route.sourceAddressHeader', message: "must be one of 'none', 'proxyProtocol', 'proxyProtocolV2', 'xForwardedFor', got \"bogus\"" },
+    ]
+  );
+  // A rule between fields of the route (no listener involved): a header-carried fingerprint on a passthrough route.
+  assert.deepEqual(
+    proxy.checkResolveRoute({ upstream, terminateTls: false, forwardFingerprint: 'ja3' }).map((x) => x.path),
+    ['route.forwardFingerprint']
+  );
+  assert.deepEqual(proxy.checkResolveRoute({ upstream, upstreams: [] }), [
+    { path: 'route.upstream', message: 'give either upstream (one) or upstreams, not both' },
+  ]);
+});
+
 test('config: suspended routes may leave out upstreams; bad values are ConfigErrors', () => {
   // Valid: no upstreams, no cert, and no defaultCert on the listener.
   new RampartProxy({

@@ -96,6 +96,8 @@ proxy.on('suspended', (e: SuspendedEvent) => {
   const took: boolean = proxy.resolveConnection(id, { upstream: { kind: 'uds', path: '/run/app.sock' }, terminateTls: true });
   proxy.resolveConnection(id, { upstreams: [{ kind: 'tcp', host: '127.0.0.1', port: 8080 }], terminateTls: false });
   proxy.resolveConnection(id, null);
+  const problems: ConfigErrorEntry[] = proxy.checkResolveRoute({ upstream: { kind: 'tcp', host: 'a', port: 1 } });
+  void problems;
   // @ts-expect-error a resolved route cannot be suspended again
   proxy.resolveConnection(id, { upstream: { kind: 'tcp', host: 'a', port: 1 }, suspended: true });
   // @ts-expect-error upstream or upstreams, not both

@@ -26,7 +26,7 @@
  *   `resolve_route_invalid`, which arrives here as Symphony's `'error'` (a ConfigError whose
  *   `errors` are the event's `route.*` problems, in Symphony's words; ctx `{ listener }`).
  *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id; for an id
- *   no connection holds, also the engine's rules that need no listener (listenerFreeErrors).
+ *   no connection holds, also the engine's checks that need no listener (checkResolveRoute).
  * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
  *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
  *   Symphony's words) and `err.lastGoodCert`; `metrics().failingRoutes` is the engine's count.
@@ -244,22 +244,6 @@ function protocolErrors(route, at) {
     errors.push({ path: `${at}.protocol`, message: `${field} rewrites HTTP request headers: declare protocol: 'http' on the route` });
   }
   return errors;
-}
-
-/** Symphony's words for a header-carried `forwardFingerprint` on a passthrough route. */
-const NO_CARRIER =
-  "no carrier for the fingerprint header: it sets HTTP request headers and needs terminateTls: true (or sourceAddressHeader: 'proxyProtocolV2', where the fingerprint rides a PROXY v2 TLV)";
-
-/**
- * The engine's route checks that need no listener, for a `resolveConnection` route no held
- * connection takes (the engine validates only against a held connection's listener): a
- * header-carried `forwardFingerprint` on a passthrough route has no carrier.
- */
-function listenerFreeErrors(route) {
-  if (!route || typeof route !== 'object') return [];
-  const fp = route.forwardFingerprint;
-  const headerFingerprint = fp !== undefined && fp !== 'none' && route.sourceAddressHeader !== 'proxyProtocolV2';
-  return headerFingerprint && route.terminateTls === false ? [{ path: 'route.forwardFingerprint', message: NO_CARRIER }] : [];
 }
 
 /**
@@ -621,11 +605,11 @@ class SymphonyProxy extends RampartProxy {
       this._resolved += 1;
       return took;
     }
-    // No held connection: the engine checked nothing; the rules that need no listener still
+    // No held connection: the engine checked nothing; the checks that need no listener still
     // report, as Symphony validates every route given.
-    const free = listenerFreeErrors(route);
-    if (free.length) {
-      const err = new ConfigError(free);
+    const problems = this.checkResolveRoute(route);
+    if (problems.length) {
+      const err = symphonyWording(new ConfigError(problems));
       err.code = 'resolve_route_invalid';
       this._emitError(err, listener ? { listener } : {});
     }

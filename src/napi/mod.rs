@@ -55,6 +55,29 @@ fn parse_json(text: &str, root: &str) -> Result<Value, String> {
     })
 }
 
+/// `resolveConnection`'s route (`route_json`) parsed against `listener` (the held
+/// connection's; `None`: only the checks that need no listener) with the proxy's `defaults`:
+/// `Ok(None)` for `null` (close the connection), the route, or every problem (paths under
+/// `route`).
+fn parse_resolution(
+    route_json: &str,
+    listener: Option<&crate::config::proxy::ListenerConfig>,
+    defaults: crate::config::proxy::RouteDefaults,
+) -> std::result::Result<Option<crate::config::proxy::RouteConfig>, Vec<crate::config::ConfigIssue>>
+{
+    match parse_bounded(route_json, "route") {
+        Ok(Value::Null) => Ok(None),
+        Ok(v) => parse_resolve_route(&v, listener, defaults)
+            .map(Some)
+            .map_err(|e| e.issues),
+        Err(ParseError::TooDeep(e)) => Err(e.issues),
+        Err(ParseError::Json(e)) => Err(vec![crate::config::ConfigIssue {
+            path: "route".into(),
+            message: format!("bad JSON: {e}"),
+        }]),
+    }
+}
+
 /// The JS `code` of an XDP failure.
 fn xdp_code(e: &XdpError) -> &'static str {
     match e {
@@ -344,7 +367,7 @@ impl NativeProxy {
     /// and spelled out in the message; inside an async
     /// `'suspended'` listener a throw would be an unhandled rejection). Returns whether a held
     /// connection took the decision: false for an unknown, expired or already resolved id (a
-    /// no-op: nothing is validated).
+    /// no-op: nothing is validated; [`Self::check_resolve_route`] validates without one).
     #[napi]
     pub fn resolve_connection(&self, id: String, route_json: String) -> bool {
         use crate::proxy::suspend::Resolution;
@@ -354,20 +377,28 @@ impl NativeProxy {
         let Some(listener) = self.inner.suspended_listener(id) else {
             return false;
         };
-        let invalid = |issues: &[crate::config::ConfigIssue]| Resolution::Invalid(issues.to_vec());
-        let resolution = match parse_bounded(&route_json, "route") {
-            Ok(Value::Null) => Resolution::Close,
-            Ok(v) => match parse_resolve_route(&v, Some(&listener), self.inner.route_defaults()) {
-                Ok(r) => Resolution::Route(Box::new(r)),
-                Err(e) => invalid(&e.issues),
-            },
-            Err(ParseError::TooDeep(e)) => invalid(&e.issues),
-            Err(ParseError::Json(e)) => invalid(&[crate::config::ConfigIssue {
-                path: "route".into(),
-                message: format!("bad JSON: {e}"),
-            }]),
-        };
+        let resolution =
+            match parse_resolution(&route_json, Some(&listener), self.inner.route_defaults()) {
+                Ok(None) => Resolution::Close,
+                Ok(Some(r)) => Resolution::Route(Box::new(r)),
+                Err(issues) => Resolution::Invalid(issues),
+            };
         self.inner.resolve_connection(id, resolution)
+    }
+
+    /// `checkResolveRoute(routeJson)`: the problems `resolveConnection` would find in a route
+    /// that need no held connection (every field, and the route's own rules; not its listener's:
+    /// whether a terminating route without `cert` has a listener `defaultCert`), as the JSON list
+    /// `[{ path, message }]` (paths under `route`), `[]` when there are none (also for `null`).
+    #[napi]
+    pub fn check_resolve_route(&self, route_json: String) -> String {
+        let issues = parse_resolution(&route_json, None, self.inner.route_defaults())
+            .err()
+            .unwrap_or_default();
+        let list: Vec<Value> = (issues.iter())
+            .map(|i| serde_json::json!({ "path": i.path, "message": i.message }))
+            .collect();
+        Value::Array(list).to_string()
     }
 
     /// This process's event-loop delay (ms, the max of the last 100 ms; index.js samples it when

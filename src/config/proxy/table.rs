@@ -186,8 +186,8 @@ pub fn parse_routes(
 /// Parses `resolveConnection`'s `route` (docs/proxy.md: Suspended routes): a `routes[]`-shaped
 /// object without the route-table fields, with `upstream` (one) or `upstreams`; `sni` is optional
 /// and not used (the connection's SNI is the client's). `listener` is the suspended connection's
-/// (its `defaultCert` serves a terminating route without `cert`; `None` when the id is unknown,
-/// then only the shape is checked); `defaults` the proxy's. Errors name fields under `route`; a
+/// (its `defaultCert` serves a terminating route without `cert`; `None`: every check but that
+/// one, `checkResolveRoute`); `defaults` the proxy's. Errors name fields under `route`; a
 /// resolved route is one connection's, so a problem of either kind is an error.
 pub fn parse_resolve_route(
     val: &Value,
