@@ -62,7 +62,7 @@ const EXTRA_EVENTS = opt('--events', '').split(',').filter(Boolean);
 const extraLines = [];
 /** Rows of the load CPUs' counters (`--stat --pin`). */
 const loadLines = [];
-const LOAD_EVENTS = 'task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,sched:sched_wakeup,irq:softirq_entry';
+const LOAD_EVENTS = 'context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,sched:sched_wakeup,irq:softirq_entry';
 
 /** wrk's command line against `port` (with --latency, so the p99 is in its report). */
 const wrkCmd = (port) =>
@@ -338,7 +338,7 @@ async function main() {
           if (loadTr) {
             const c = parsePerfStat(fs.readFileSync(loadOut, 'utf8'));
             loadLines.push(
-              `| ${kind} | ${parsed.rps.toFixed(0)} | ${per(c['raw_syscalls:sys_enter'])} | ${per(c['syscalls:sys_enter_epoll_wait'])} | ${per(c['context-switches'])} | ${per(c['sched:sched_wakeup'])} | ${per(c['irq:softirq_entry'])} | ${((c['task-clock'] * 1000) / parsed.requests).toFixed(1)} |`
+              `| ${kind} | ${parsed.rps.toFixed(0)} | ${per(c['raw_syscalls:sys_enter'])} | ${per(c['syscalls:sys_enter_epoll_wait'])} | ${per(c['context-switches'])} | ${per(c['sched:sched_wakeup'])} | ${per(c['irq:softirq_entry'])} |`
             );
           }
           let line;
@@ -424,8 +424,8 @@ async function main() {
     if (extraLines.length) console.log(`\n${extraLines.join('\n')}`);
     if (loadLines.length) {
       console.log(`\nperf stat -a -C ${CPUS.load} (the load CPUs: wrk, the origin, their kernel work) per request`);
-      console.log('| proxy | req/s | syscalls/req | epoll_wait/req | context switches/req | wake-ups/req | softirqs/req | CPU µs/req |');
-      console.log('|---|---|---|---|---|---|---|---|');
+      console.log('| proxy | req/s | syscalls/req | epoll_wait/req | context switches/req | wake-ups/req | softirqs/req |');
+      console.log('|---|---|---|---|---|---|---|');
       console.log(loadLines.join('\n'));
     }
     return;
