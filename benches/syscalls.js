@@ -7,7 +7,8 @@
 //
 //   node benches/syscalls.js [--conns 64] [--duration 5] [--kinds rampart,haproxy,nginx] [--path /]
 //   node benches/syscalls.js --perf [...]: `perf record -e cpu-clock -g` on the proxy instead of
-//     strace; prints the top self-time symbols (perf report --no-children) per proxy.
+//     strace; prints the top self-time symbols (perf report --no-children) per proxy; with
+//     --load (and --pin) the load CPUs instead (`perf record -a -C`: wrk, the origin, the kernel).
 //   node benches/syscalls.js --ctx [...]: no tracer; context switches (voluntary = the thread
 //     slept and was woken, nonvoluntary = preempted) per request, summed over the proxy's threads
 //     (/proc/<pid>/task/*/status), and the proxy's CPU µs per request.
@@ -45,6 +46,8 @@ const DURATION = Number(opt('--duration', 5));
 const KINDS = opt('--kinds', 'rampart,haproxy,nginx').split(',');
 const URL_PATH = opt('--path', '/');
 const PERF = flag('--perf');
+/** `--perf --load` (with --pin): profile the load CPUs (wrk, the origin, their kernel work) instead of the proxy. */
+const PERF_LOAD = PERF && flag('--load');
 const CTX = flag('--ctx');
 const STAT = flag('--stat');
 const SCHED = flag('--sched');
@@ -53,6 +56,7 @@ const THREADS = Number(opt('--threads', 2));
 const PIN = flag('--pin');
 const NCPU = os.cpus().length;
 if (!Number.isInteger(THREADS) || THREADS < 1) throw new Error(`--threads must be a positive integer, got ${opt('--threads', '')}`);
+if (PERF_LOAD && !PIN) throw new Error('--perf --load needs --pin (the load CPUs are the ones wrk and the origin are pinned to)');
 if (PIN && THREADS >= NCPU) throw new Error(`--pin needs more CPUs than --threads (${THREADS} of ${NCPU})`);
 const range = (a, b) => (a === b ? `${a}` : `${a}-${b}`);
 /** taskset CPU lists with --pin (null: not pinned). */
@@ -366,7 +370,9 @@ async function main() {
         }
         const out = path.join(dir, `${PERF ? 'perf' : 'strace'}-${kind}.${PERF ? 'data' : 'txt'}`);
         const tr = PERF
-          ? spawn('perf', ['record', '-e', 'cpu-clock', '-g', '-o', out, '-p', pids.join(',')], { stdio: 'ignore' })
+          ? spawn('perf', ['record', '-e', 'cpu-clock', '-g', '-o', out, ...(PERF_LOAD ? ['-a', '-C', CPUS.load] : ['-p', pids.join(',')])], {
+              stdio: 'ignore',
+            })
           : spawn('strace', ['-c', '-f', '-o', out, ...pids.flatMap((x) => ['-p', String(x)])], { stdio: 'ignore' });
         await L.sleep(500);
         const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
@@ -386,7 +392,7 @@ async function main() {
             };
           };
           const byDso = await report(['--sort', 'dso', '--percent-limit', '1']);
-          const user = await report(['--sort', 'dso,symbol', '--percent-limit', '0.7']);
+          const user = await report(['--sort', PERF_LOAD ? 'comm,dso,symbol' : 'dso,symbol', '--percent-limit', '0.7']);
           // cpu-clock samples at the default 4000 Hz: 250 µs each.
           const usPerReq = (byDso.samples * 250) / parsed.requests;
           console.log(
