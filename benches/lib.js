@@ -503,8 +503,45 @@ function childTracker() {
   };
 }
 
+/**
+ * An LD_PRELOAD library for OpenSSL clients (wrk) that never offers a saved TLS session, so every
+ * connection is a full handshake (one ECDHE and one signature on the server).
+ */
+const NO_RESUME_C = `#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+/* Never offer a saved TLS session: SSL_set_session always sets none, SSL_clear forgets it. */
+int SSL_set_session(void *s, void *sess) {
+  static int (*real)(void *, void *);
+  if (!real) real = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
+  (void)sess;
+  return real(s, NULL);
+}
+int SSL_clear(void *s) {
+  static int (*real)(void *);
+  static int (*set)(void *, void *);
+  if (!real) real = (int (*)(void *))dlsym(RTLD_NEXT, "SSL_clear");
+  if (!set) set = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
+  set(s, NULL);
+  return real(s);
+}
+`;
+
+/**
+ * Builds the no-resumption shim (NO_RESUME_C) with the C compiler `cc` into `dir`: `{ path }`, or
+ * `{ error }` (the compiler's message).
+ */
+async function buildNoResumeShim(cc, dir) {
+  const src = path.join(dir, 'noresume.c');
+  const so = path.join(dir, 'noresume.so');
+  fs.writeFileSync(src, NO_RESUME_C);
+  const r = await run(cc, ['-shared', '-fPIC', '-O2', '-o', so, src, '-ldl']);
+  return r.code === 0 ? { path: so } : { error: r.stderr.trim() };
+}
+
 module.exports = {
   addonBuildKind,
+  buildNoResumeShim,
   answerStats,
   cli,
   pinned,

@@ -148,36 +148,13 @@ const NGINX = { loadModule: '', version: '' };
 /** Both Rampart builds (A = RAMPART_PATH, B = --compare). */
 const isRampart = (kind) => kind === 'rampart' || kind === 'rampartB';
 
-const NO_RESUME_C = `#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stddef.h>
-/* Never offer a saved TLS session: SSL_set_session always sets none, SSL_clear forgets it. */
-int SSL_set_session(void *s, void *sess) {
-  static int (*real)(void *, void *);
-  if (!real) real = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
-  (void)sess;
-  return real(s, NULL);
-}
-int SSL_clear(void *s) {
-  static int (*real)(void *);
-  static int (*set)(void *, void *);
-  if (!real) real = (int (*)(void *))dlsym(RTLD_NEXT, "SSL_clear");
-  if (!set) set = (int (*)(void *, void *))dlsym(RTLD_NEXT, "SSL_set_session");
-  set(s, NULL);
-  return real(s);
-}
-`;
-
 async function buildShim(cc, dir) {
-  const src = path.join(dir, 'noresume.c');
-  const so = path.join(dir, 'noresume.so');
-  fs.writeFileSync(src, NO_RESUME_C);
-  const r = await L.run(cc, ['-shared', '-fPIC', '-O2', '-o', so, src, '-ldl']);
-  if (r.code !== 0) {
-    log(`note: could not build the no-resumption shim (${r.stderr.trim()}); full-handshake rows skipped`);
+  const so = await L.buildNoResumeShim(cc, dir);
+  if (so.error) {
+    log(`note: could not build the no-resumption shim (${so.error}); full-handshake rows skipped`);
     return null;
   }
-  return so;
+  return so.path;
 }
 
 function raiseNofile() {

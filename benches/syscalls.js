@@ -27,7 +27,9 @@
 //     periods (from an epoll_wait's return to the next call: the longest a ready event can wait
 //     inside the proxy before its handler runs), p50/p99/max, and the gaps of more than 5 ms in
 //     which the proxy sent nothing at all (write/writev/sendto), summed.
-//   --threads N (workers of every proxy, default 2), --pin (with taskset: the proxy on CPUs
+//   --close (one request per connection: `Connection: close`; "per request" is then per
+//     connection), --no-resume (with --close: wrk never resumes a session, every connection is a
+//     full handshake, as run.js's hs-full row), --threads N (workers of every proxy, default 2), --pin (with taskset: the proxy on CPUs
 //     0..N-1, wrk and the origin on the rest, as `benches/run.js --pin`), --wrk-threads N,
 //     --events a,b (--stat: more perf events, e.g. uprobes on tokio's scheduler added with
 //     `perf probe -x rampart.*.node`, printed as counts per request after the table).
@@ -68,18 +70,29 @@ const extraLines = [];
 const loadLines = [];
 const LOAD_EVENTS = 'context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,sched:sched_wakeup,irq:softirq_entry';
 
-/** wrk's command line against `port` (with --latency, so the p99 is in its report). */
-const wrkCmd = (port) =>
+/** `--close`: one request per connection (`Connection: close`); `--no-resume`: full handshakes. */
+const CLOSE = flag('--close');
+const NO_RESUME = flag('--no-resume');
+if (NO_RESUME && !CLOSE) throw new Error('--no-resume needs --close (a keep-alive run makes one handshake per connection anyway)');
+/** wrk's environment: the no-resumption shim preloaded with --no-resume (set in main). */
+const wrkEnv = { env: process.env };
+
+/**
+ * wrk's command line against `port` for `durationS` (with --latency, so the p99 is in its report;
+ * with --close one request per connection).
+ */
+const wrkCmd = (port, durationS = DURATION) =>
   L.pinned(CPUS.load, 'wrk', [
     '-t',
     String(WRK_THREADS),
     '-c',
     String(CONNS),
     '-d',
-    `${DURATION}s`,
+    `${durationS}s`,
     '--timeout',
     '10s',
     '--latency',
+    ...(CLOSE ? ['-H', 'Connection: close'] : []),
     `https://127.0.0.1:${port}${URL_PATH}`,
   ]);
 
@@ -234,6 +247,12 @@ function parseStraceC(text) {
 
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rampart-syscalls-'));
+  if (NO_RESUME) {
+    const cc = ['cc', 'gcc', 'clang'].find(L.haveTool);
+    const so = cc ? await L.buildNoResumeShim(cc, dir) : { error: 'no C compiler (cc, gcc, clang)' };
+    if (so.error) throw new Error(`--no-resume: cannot build the no-resumption shim: ${so.error}`);
+    wrkEnv.env = { ...process.env, LD_PRELOAD: so.path };
+  }
   const { generateSelfSignedCert } = require(RAMPART_PATH);
   const [cert, key] = generateSelfSignedCert(['localhost', '127.0.0.1']);
   const certFile = path.join(dir, 'cert.pem');
@@ -284,7 +303,7 @@ async function main() {
         const pids = kind === 'nginx' ? childPids(p.pid) : [p.pid];
         if (CTX) {
           const a = switches(pids);
-          const w = await L.run(...wrkCmd(port));
+          const w = await L.run(...wrkCmd(port), wrkEnv);
           const b = switches(pids);
           const parsed = L.parseWrk(w.stdout);
           const per = (x) => (x / parsed.requests).toFixed(3);
@@ -294,12 +313,12 @@ async function main() {
           continue;
         }
         if (EPOLL) {
-          await L.run(...L.pinned(CPUS.load, 'wrk', ['-t', String(WRK_THREADS), '-c', String(CONNS), '-d', '2s', `https://127.0.0.1:${port}${URL_PATH}`]));
+          await L.run(...wrkCmd(port, 2), wrkEnv);
           const out = path.join(dir, `epoll-${kind}.data`);
           const events = ['epoll_wait', 'write', 'writev', 'sendto'].map((e) => `syscalls:sys_enter_${e}`).join(',');
           const tr = spawn('perf', ['record', '-o', out, '-e', `${events},syscalls:sys_exit_epoll_wait`, '-t', threadIds(pids).join(',')], { stdio: 'ignore' });
           await L.sleep(300);
-          const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
+          const w = await L.run(...wrkCmd(port), { ...wrkEnv, timeoutMs: (DURATION + 30) * 1000 });
           tr.kill('SIGINT');
           await new Promise((r) => tr.once('exit', r));
           const parsed = L.parseWrk(w.stdout);
@@ -313,7 +332,7 @@ async function main() {
         }
         if (STAT || SCHED) {
           // Warm-up (connections, handshakes, buffers), then the measured run.
-          await L.run(...L.pinned(CPUS.load, 'wrk', ['-t', String(WRK_THREADS), '-c', String(CONNS), '-d', '2s', `https://127.0.0.1:${port}${URL_PATH}`]));
+          await L.run(...wrkCmd(port, 2), wrkEnv);
           const tids = threadIds(pids);
           const out = path.join(dir, `${STAT ? 'stat' : 'sched'}-${kind}.${STAT ? 'txt' : 'data'}`);
           const events = [
@@ -330,7 +349,7 @@ async function main() {
           await L.sleep(300);
           const seg0 = tcpOutSegs();
           const load0 = PIN ? busyTicks(CPUS.load) : 0;
-          const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
+          const w = await L.run(...wrkCmd(port), { ...wrkEnv, timeoutMs: (DURATION + 30) * 1000 });
           const segs = tcpOutSegs() - seg0;
           const loadTicks = PIN ? busyTicks(CPUS.load) - load0 : NaN;
           for (const t of [tr, loadTr].filter(Boolean)) {
@@ -375,7 +394,7 @@ async function main() {
             })
           : spawn('strace', ['-c', '-f', '-o', out, ...pids.flatMap((x) => ['-p', String(x)])], { stdio: 'ignore' });
         await L.sleep(500);
-        const w = await L.run(...wrkCmd(port), { timeoutMs: (DURATION + 30) * 1000 });
+        const w = await L.run(...wrkCmd(port), { ...wrkEnv, timeoutMs: (DURATION + 30) * 1000 });
         tr.kill('SIGINT');
         await new Promise((r) => tr.once('exit', r));
         const parsed = L.parseWrk(w.stdout);
@@ -416,7 +435,7 @@ async function main() {
   } finally {
     await origin.stop();
   }
-  const setup = `keep-alive ${CONNS} conns, GET ${URL_PATH}, ${THREADS} worker(s) per proxy, wrk -t ${WRK_THREADS} -d ${DURATION}s${PIN ? `, pinned: proxy on CPUs ${CPUS.proxy}, wrk + origin on ${CPUS.load}` : ''}, load ${os
+  const setup = `${CLOSE ? `one request per connection${NO_RESUME ? ' (full handshakes)' : ''}` : 'keep-alive'} ${CONNS} conns, GET ${URL_PATH}, ${THREADS} worker(s) per proxy, wrk -t ${WRK_THREADS} -d ${DURATION}s${PIN ? `, pinned: proxy on CPUs ${CPUS.proxy}, wrk + origin on ${CPUS.load}` : ''}, load ${os
     .loadavg()
     .map((x) => x.toFixed(2))
     .join(' ')}`;
