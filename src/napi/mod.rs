@@ -32,13 +32,15 @@ fn coded(code: &str, message: impl ToString) -> Error<String> {
     Error::new(code.to_string(), message)
 }
 
-fn config_error(e: ConfigError) -> Error<String> {
-    let list: Vec<Value> = e
-        .issues
-        .iter()
+/// `issues` as the JSON list `[{ path, message }]` a JS ConfigError carries.
+fn issues_json(issues: &[crate::config::ConfigIssue]) -> Value {
+    (issues.iter())
         .map(|i| serde_json::json!({ "path": i.path, "message": i.message }))
-        .collect();
-    coded(CONFIG_ERROR_CODE, Value::Array(list))
+        .collect()
+}
+
+fn config_error(e: ConfigError) -> Error<String> {
+    coded(CONFIG_ERROR_CODE, issues_json(&e.issues))
 }
 
 /// Deepest nesting of arrays and objects a config value may have (the value itself is level 1);
@@ -395,10 +397,7 @@ impl NativeProxy {
         let issues = parse_resolution(&route_json, None, self.inner.route_defaults())
             .err()
             .unwrap_or_default();
-        let list: Vec<Value> = (issues.iter())
-            .map(|i| serde_json::json!({ "path": i.path, "message": i.message }))
-            .collect();
-        Value::Array(list).to_string()
+        issues_json(&issues).to_string()
     }
 
     /// This process's event-loop delay (ms, the max of the last 100 ms; index.js samples it when
