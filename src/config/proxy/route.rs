@@ -354,12 +354,12 @@ pub(super) fn parse_route(
     let before = issues.len();
     let build_before = build.len();
     reject_unknown_fields(obj, path, kind, issues);
+    let table = kind == RouteKind::Table;
     if defaults.symphony_route_rules {
-        symphony::check(obj, path, kind, issues, build);
+        symphony::check(obj, path, table, issues, build);
     }
     let (suspended, suspend_timeout_ms) = fields::suspension(obj, path, kind, issues);
     let protocol = fields::protocol(obj, path, issues);
-    let table = kind == RouteKind::Table;
     let rate_limit = fields::rate_limit(obj, path, table, issues, build);
     let sni = fields::sni(obj, path, kind, issues);
     let upstreams = fields::upstreams(obj, path, kind, suspended, issues, build);

@@ -172,7 +172,7 @@ pub fn parse_routes(
             None => None,
         };
         if !build.is_empty() && shape.is_empty() {
-            failing_by_rule &= defaults.symphony_route_rules && fails_build_rule(r, kind);
+            failing_by_rule &= defaults.symphony_route_rules && fails_build_rule(r, true);
             out.failing.push(FailingRoute {
                 index: i,
                 route: r.get("sni").and_then(Value::as_str).map(str::to_string),

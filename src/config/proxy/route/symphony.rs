@@ -6,11 +6,10 @@
 //!
 //! The rules read the route's fields as written (a left-out field is not a default value), as
 //! Symphony does. A build-rule failure sets the route apart under route isolation
-//! ([`super::super::table`]); a missing declaration fails the whole config, except on a route
+//! (docs/proxy.md: Route isolation); a missing declaration fails the whole config, except on a route
 //! that also fails a build rule, where it is part of that route's failure (Symphony builds, and
 //! fails, such a route before it reads `protocol`).
 
-use super::RouteKind;
 use crate::config::error::Issues;
 use crate::config::value::join;
 use serde_json::{Map, Value};
@@ -43,11 +42,11 @@ fn xff_http2(obj: &Map<String, Value>) -> bool {
     text(obj, "sourceAddressHeader") == Some("xForwardedFor") && is(obj, "http2", true)
 }
 
-/// The `'h2'` upstream rules of a route-table route (a `resolveConnection` route is served as
-/// given): the field and message of the first that fails, `None` for a suspended route or one
-/// without upstreams.
-fn h2_rule(obj: &Map<String, Value>, kind: RouteKind) -> Option<(&'static str, &'static str)> {
-    if kind != RouteKind::Table || is(obj, "suspended", true) {
+/// The `'h2'` upstream rules of a route-table route (`table`; a `resolveConnection` route is
+/// served as given): the field and message of the first that fails, `None` for a suspended route
+/// or one without upstreams.
+fn h2_rule(obj: &Map<String, Value>, table: bool) -> Option<(&'static str, &'static str)> {
+    if !table || is(obj, "suspended", true) {
         return None;
     }
     let ups = obj.get("upstreams").and_then(Value::as_array)?;
@@ -89,26 +88,26 @@ fn carrier_rule(obj: &Map<String, Value>) -> Option<String> {
     ))
 }
 
-/// Whether the route `val` (a `routes[]` entry, as written) fails one of Symphony's route-build
-/// rules.
-pub(in crate::config::proxy) fn fails_build_rule(val: &Value, kind: RouteKind) -> bool {
+/// Whether the route `val` (a `routes[]` entry when `table`, else a `resolveConnection` route;
+/// as written) fails one of Symphony's route-build rules.
+pub(in crate::config::proxy) fn fails_build_rule(val: &Value, table: bool) -> bool {
     val.as_object()
-        .is_some_and(|obj| xff_http2(obj) || h2_rule(obj, kind).is_some())
+        .is_some_and(|obj| xff_http2(obj) || h2_rule(obj, table).is_some())
 }
 
 /// Applies Symphony's rules to the route `obj` at `path`, in Symphony's order (`xForwardedFor`
 /// with `http2`, the carrier's declaration, the `'h2'` upstream rules): a build-rule failure
 /// goes to `build`, and with it a missing declaration; a missing declaration alone goes to
-/// `issues`.
+/// `issues`. `table`: a route-table route (else a `resolveConnection` route).
 pub(super) fn check(
     obj: &Map<String, Value>,
     path: &str,
-    kind: RouteKind,
+    table: bool,
     issues: &mut Issues,
     build: &mut Issues,
 ) {
     let xff_http2 = xff_http2(obj);
-    let h2 = h2_rule(obj, kind);
+    let h2 = h2_rule(obj, table);
     if xff_http2 {
         build.push(join(path, "http2"), XFF_HTTP2);
     }
