@@ -591,6 +591,20 @@ export interface ProxyConfig {
    * and has a Unix-socket upstream. Default 'none'; Symphony sends 'proxyProtocol' there.
    */
   udsSourceAddressHeader?: 'none' | 'proxyProtocol' | 'proxyProtocolV2';
+  /**
+   * Symphony's route rules, for every route the proxy parses (constructor, updateConfig,
+   * resolveConnection); fixed at construction. Route-build failures (the route is set apart by
+   * route isolation: 'error' route_failed, failingRoutes, routeFailures, rampart_failing_routes):
+   * `sourceAddressHeader: 'xForwardedFor'` with `http2: true` (path `routes[i].http2`); on a
+   * route-table route that is not suspended, upstreams all `protocol: 'h2'`
+   * (`routes[i].upstreams`) or an `'h2'` upstream with `terminateTls: false`
+   * (`routes[i].terminateTls`). A route writing request headers (`xForwardedFor`, or a header
+   * `forwardFingerprint`) must declare `protocol: 'http'` (`routes[i].protocol`): a whole-config
+   * problem, or part of the route's failure when it also fails a build rule. A constructor whose
+   * every route fails a build rule serves none instead of throwing. Default false; SymphonyProxy
+   * sets it.
+   */
+  symphonyRouteRules?: boolean;
   /** Copy-loop read size in bytes, both directions (512..1048576). Default 16384 / 65536. */
   readBufferSize?: number;
   /** Read size for bytes from the client (512..1048576). Default `readBufferSize`, else 16384. */
@@ -1284,8 +1298,9 @@ export interface SymphonyProxyEvents {
 export class SymphonyProxy extends EventEmitter {
   /**
    * Throws ConfigError; Symphony's route-identity limits carry Symphony's wording. Copy-buffer
-   * sizes out of [512, 1048576] are clamped with a warning; a route failing one of Symphony's
-   * own route-build rules is left out and reported, even when none is left to serve.
+   * sizes out of [512, 1048576] are clamped with a warning. Symphony's route rules apply
+   * (`symphonyRouteRules` is set): a route failing one of its route-build rules is left out and
+   * reported, even when none is left to serve.
    */
   constructor(config: ProxyConfig);
   /** Binds every listener; a second call while running does nothing. */
@@ -1299,9 +1314,9 @@ export class SymphonyProxy extends EventEmitter {
   }): void;
   metrics(): SymphonyMetrics;
   /**
-   * RampartProxy's metrics() shape. `routeFailures` (and `failingRoutes`) also list the routes
-   * left out for Symphony's own route-build rules (`xForwardedFor` with `http2`, `'h2'`
-   * upstreams alone or on a passthrough route), every index and path as in the routes given.
+   * RampartProxy's metrics() shape. `routeFailures` (and `failingRoutes`) list the routes left
+   * out for Symphony's route-build rules (`xForwardedFor` with `http2`, `'h2'` upstreams alone
+   * or on a passthrough route) as any route that failed to build.
    */
   rampartMetrics(): Metrics;
   /** Symphony's lists (rateLimited, concurrencyLimited, cidrBlocklist, penaltyBoxed) and Rampart's dynamicBlocklist. */

@@ -160,6 +160,50 @@ test("'h2' upstreams alone, or on a passthrough route: SymphonyProxy leaves the 
   assert.equal(alpn, 'h2');
 });
 
+test("a route set apart by an 'h2' rule is the engine's route failure: prometheus() counts it in rampart_failing_routes; RampartProxy with symphonyRouteRules gets the same rules", async (t) => {
+  const cert = h.selfSigned(['a.test', 'allh2.test']);
+  const tcp = { kind: 'tcp', host: '127.0.0.1', port: 1 };
+  const h2only = { kind: 'uds', path: '/tmp/rampart-never-h2.sock', protocol: 'h2' };
+  const routes = [
+    { sni: 'a.test', terminateTls: true, upstreams: [tcp] },
+    { sni: 'allh2.test', terminateTls: true, upstreams: [h2only] },
+    { sni: 'pass.test', terminateTls: false, upstreams: [tcp, h2only] },
+  ];
+  const lines = (text) => text.split('\n').filter((l) => /^rampart_(routes|failing_routes|route_failures_total) /.test(l));
+  const expected = ['rampart_routes 1', 'rampart_failing_routes 2', 'rampart_route_failures_total 2'];
+  const symphony = new SymphonyProxy({ listeners: [{ host: '127.0.0.1', port: await h.freePort(), defaultCert: cert }], routes });
+  t.after(() => symphony.stop());
+  const failed = [];
+  symphony.on('error', (err) => failed.push(err));
+  await h.waitFor(() => failed.length === 2, { what: "two 'error' route_failed" });
+  assert.deepEqual(lines(symphony.prometheus()), expected);
+  assert.deepEqual([symphony.metrics().routes, symphony.metrics().failingRoutes], [1, 2]);
+
+  // The option on RampartProxy: the same failures, as engine events and counts.
+  const config = { listeners: [{ host: '127.0.0.1', port: await h.freePort(), defaultCert: cert }], routes, symphonyRouteRules: true };
+  const rampart = new RampartProxy(config);
+  t.after(() => rampart.stop());
+  const events = [];
+  rampart.on('error', (e) => events.push(e));
+  await h.waitFor(() => events.length === 2, { what: "RampartProxy's two 'error' route_failed" });
+  assert.deepEqual(
+    events.map((e) => [e.code, e.route, e.index, e.errors]),
+    [
+      ['route_failed', 'allh2.test', 1, [{ path: 'routes[1].upstreams', message: ALL_H2 }]],
+      ['route_failed', 'pass.test', 2, [{ path: 'routes[2].terminateTls', message: H2_PASSTHROUGH }]],
+    ]
+  );
+  assert.deepEqual(lines(rampart.prometheus()), expected);
+  // A value that is not a boolean is refused; without the option both routes serve.
+  assert.deepEqual(
+    h.errorsOf(() => new RampartProxy({ ...config, symphonyRouteRules: 1 })),
+    [{ path: 'symphonyRouteRules', message: 'must be a boolean, got 1' }]
+  );
+  const plain = new RampartProxy({ ...config, symphonyRouteRules: false });
+  t.after(() => plain.stop());
+  assert.deepEqual(lines(plain.prometheus()), ['rampart_routes 3', 'rampart_failing_routes 0', 'rampart_route_failures_total 0']);
+});
+
 test("mode 'http': SymphonyProxy redirects a Host no route serves (ACME for it stays 404); RampartProxy answers 404 unless redirectUnknownHosts", async (t) => {
   const sPort = await h.freePort();
   const rPort = await h.freePort();

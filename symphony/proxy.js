@@ -7,8 +7,10 @@
  *
  * What the layer translates:
  * - config: Symphony's route-identity limits are checked first with Symphony's wording
- *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); a route whose upstreams are all UDS sends a
- *   PROXY v1 header unless it says otherwise (Symphony's default); Symphony's memory-only knobs
+ *   (`metricsGroup exceeds 128 UTF-8 bytes`, ...); Symphony's route rules are the engine's
+ *   (`symphonyRouteRules: true`: `xForwardedFor` with `http2`, `'h2'` upstreams alone or on a
+ *   passthrough route, the header carriers' `protocol: 'http'`); a route whose upstreams are all
+ *   UDS sends a PROXY v1 header unless it says otherwise (Symphony's default); Symphony's memory-only knobs
  *   are accepted and dropped (DROPPED_FIELDS); copy-buffer sizes out of range are clamped with a
  *   warning (clampedBuffers); a `mode: 'http'` listener redirects every Host
  *   (withSymphonyHttpListener); everything else is passed as it is (Rampart accepts Symphony's
@@ -24,17 +26,14 @@
  * - `resolveConnection(id, route?)`: a missing route rejects; otherwise it calls through. The
  *   engine closes a held connection whose route is not valid and emits `'error'`
  *   `resolve_route_invalid`, which arrives here as Symphony's `'error'` (a ConfigError whose
- *   `errors` are the event's `route.*` problems, in Symphony's words; ctx `{ listener }`).
- *   Symphony's own protocol rules (protocolErrors) are checked here first, for any id; for an id
- *   no connection holds, also the engine's checks that need no listener (checkResolveRoute).
+ *   `errors` are the event's `route.*` problems, in Symphony's words; ctx `{ listener }`). For an
+ *   id no connection holds, the engine's checks that need no listener (checkResolveRoute).
  * - route isolation: the engine's `'error'` `route_failed` (a route left out, or serving its last
  *   good certificate) is Symphony's `'error'` with `err.route`, `err.index`, `err.errors` (in
  *   Symphony's words) and `err.lastGoodCert`; `metrics().failingRoutes` is the engine's count.
- *   Symphony's route-build rules the engine lacks (`xForwardedFor` with `http2`, `'h2'`
- *   upstreams alone or on a passthrough route) are isolated here (isolateConflicts): such a
- *   route is not given to the engine, is reported the same way and counted in failingRoutes;
- *   engine indexes are renumbered to the config's. In the constructor every route may be set
- *   apart so (the proxy then serves none, as Symphony's); in updateConfig that fails whole.
+ *   Routes Symphony's route-build rules set apart are the engine's route failures like any
+ *   other; in the constructor every route may be set apart so (the proxy then serves none, as
+ *   Symphony's: the engine's rule with `symphonyRouteRules`); in updateConfig that fails whole.
  * - `stop(timeoutMs = 100)`: drains for `timeoutMs`, then closes what is left.
  */
 const net = require('node:net');
@@ -111,17 +110,15 @@ function withSymphonyHttpListener(l) {
 const MAX_REMEMBERED_SUSPENDED = 4096;
 
 /**
- * Symphony's route checks Rampart words differently or lacks, in Symphony's words: `sni` at most
- * 255 UTF-8 bytes, `metricsGroup` at most 128, neither with control characters (its route
- * identity), and protocolErrors.
+ * Symphony's route-identity checks, in Symphony's words (Rampart words them differently): `sni`
+ * at most 255 UTF-8 bytes, `metricsGroup` at most 128, neither with control characters.
  */
-function routeRuleErrors(routes, prefix) {
+function identityErrors(routes, prefix) {
   const errors = [];
   if (!Array.isArray(routes)) return errors;
   routes.forEach((r, i) => {
     if (!r || typeof r !== 'object') return;
     const at = `${prefix}[${i}]`;
-    errors.push(...protocolErrors(r, at), ...h2UpstreamErrors(r, at));
     if (typeof r.sni === 'string') {
       if (utf8Bytes(r.sni) > 255) errors.push({ path: `${at}.sni`, message: 'route SNI exceeds 255 UTF-8 bytes' });
       else if (CONTROL.test(r.sni)) errors.push({ path: `${at}.sni`, message: 'route SNI must not contain control characters' });
@@ -131,118 +128,6 @@ function routeRuleErrors(routes, prefix) {
       else if (CONTROL.test(r.metricsGroup)) errors.push({ path: `${at}.metricsGroup`, message: 'metricsGroup must not contain control characters' });
     }
   });
-  return errors;
-}
-
-/** The message of Symphony's `xForwardedFor` with `http2` rule (a route-build failure in Symphony). */
-const XFF_HTTP2 = "http2 cannot be combined with sourceAddressHeader: 'xForwardedFor' (header injection would corrupt h2 frames; use 'proxyProtocol')";
-
-/**
- * The message of Symphony's rule that an `h2`-marked upstream needs an unmarked (HTTP/1.x) one
- * beside it (a route-build failure in Symphony).
- */
-const ALL_H2 = "every upstream is protocol: 'h2': the route needs an upstream without protocol (HTTP/1.x) beside them";
-
-/** The message of Symphony's rule that `h2`-marked upstreams need a terminating route. */
-const H2_PASSTHROUGH = "protocol: 'h2' upstreams need terminateTls: true (the ALPN the proxy negotiates picks the upstream)";
-
-/**
- * Symphony's rules for `h2`-marked upstreams (route-build failures there; RampartProxy serves
- * both shapes): a route (not suspended) whose upstreams are all `protocol: 'h2'`, and a
- * passthrough route with an `'h2'` upstream. `at` is the route's path.
- */
-function h2UpstreamErrors(route, at) {
-  const ups = route.upstreams;
-  if (route.suspended === true || !Array.isArray(ups) || ups.length === 0) return [];
-  const h2 = (u) => u !== null && typeof u === 'object' && u.protocol === 'h2';
-  if (route.terminateTls === false && ups.some(h2)) return [{ path: `${at}.terminateTls`, message: H2_PASSTHROUGH }];
-  return ups.every(h2) ? [{ path: `${at}.upstreams`, message: ALL_H2 }] : [];
-}
-
-/** Symphony's route-build rules the engine does not have: a route they fail is set apart. */
-const BUILD_RULES = new Set([XFF_HTTP2, ALL_H2, H2_PASSTHROUGH]);
-
-/**
- * Route isolation of Symphony's route-build rules the engine does not have (BUILD_RULES:
- * `xForwardedFor` with `http2`, `'h2'` upstreams alone or on a passthrough route): with
- * `isolate`, a route one of them fails is set apart, with its other problems when those are
- * only its `protocol` declaration (Symphony builds the route, and fails it, before it reads
- * that). Any other problem in `errors` (routeRuleErrors of
- * `routes`) fails the whole config. When every route is set apart the config fails whole too,
- * unless `allowNone` (the constructor: Symphony then starts serving no route). Returns
- * `{ errors, routes, dropped, kept }`: the problems that fail the whole config, the routes for
- * the engine, the set-apart routes (`{ index, route, errors }`) and the original index of each
- * engine route (null when nothing was set apart).
- */
-function isolateConflicts(routes, errors, isolate, allowNone) {
-  const none = { errors, routes, dropped: [], kept: null };
-  if (!isolate || !Array.isArray(routes) || errors.length === 0) return none;
-  const byRoute = new Map();
-  const rest = [];
-  for (const x of errors) {
-    const m = /^routes\[(\d+)\]/.exec(x.path);
-    if (m) byRoute.set(Number(m[1]), [...(byRoute.get(Number(m[1])) || []), x]);
-    else rest.push(x);
-  }
-  const failed = new Map();
-  for (const [i, errs] of byRoute) {
-    const isolable = (x) => BUILD_RULES.has(x.message) || x.path === `routes[${i}].protocol`;
-    if (errs.some((x) => BUILD_RULES.has(x.message)) && errs.every(isolable)) failed.set(i, errs);
-    else rest.push(...errs);
-  }
-  if (rest.length || failed.size === 0) return none;
-  if (failed.size === routes.length && !allowNone) return none; // no route would serve
-  const kept = routes.map((_, i) => i).filter((i) => !failed.has(i));
-  const dropped = [...failed].map(([index, errs]) => ({ index, route: routes[index], errors: errs }));
-  return { errors: [], routes: kept.map((i) => routes[i]), dropped, kept };
-}
-
-/** `text` with each `routes[k]` naming engine route k renamed to its index in the config given. */
-function renumberRoutes(text, kept) {
-  return kept ? text.replace(/routes\[(\d+)\]/g, (m, k) => (kept[k] === undefined ? m : `routes[${kept[k]}]`)) : text;
-}
-
-/** A ConfigError of the engine (for the routes `kept` names) with paths into the config given. */
-function renumberError(e, kept) {
-  if (!kept || !(e instanceof ConfigError)) return e;
-  return new ConfigError(e.errors.map((x) => ({ path: renumberRoutes(x.path, kept), message: x.message })));
-}
-
-/** The engine payload of a route Symphony's rule set apart (`'error'` route_failed). */
-function droppedPayload(d) {
-  const name = d.route && typeof d.route.sni === 'string' ? d.route.sni : null;
-  const why = d.errors.map((x) => `${x.path}: ${x.message}`).join('; ');
-  const who = name === null ? 'a route' : `route ${JSON.stringify(name)}`;
-  return {
-    code: 'route_failed',
-    message: `${who} (routes[${d.index}]) failed to build and is not served; the other routes are: ${why}`,
-    route: name,
-    index: d.index,
-    errors: d.errors,
-    lastGoodCert: false,
-  };
-}
-
-/**
- * Symphony's protocol rules Rampart does not have: `sourceAddressHeader: 'xForwardedFor'` with
- * `http2: true` is refused (header injection cannot apply to HTTP/2 frames; Rampart would offer
- * http/1.1 only), and the request-header carriers (`xForwardedFor`, `forwardFingerprint` without
- * PROXY v2 on a terminated route) need `protocol: 'http'`. `at` is the route's path.
- */
-function protocolErrors(route, at) {
-  if (!route || typeof route !== 'object') return [];
-  const errors = [];
-  if (route.sourceAddressHeader === 'xForwardedFor' && route.http2 === true) {
-    errors.push({ path: `${at}.http2`, message: XFF_HTTP2 });
-  }
-  // Header rewriting only on a route that declares HTTP: an undeclared route may carry any
-  // byte stream (MQTT over TLS, say), which a header rewriter would stall on.
-  const fp = route.forwardFingerprint;
-  const headerFingerprint = fp !== undefined && fp !== 'none' && route.terminateTls !== false && route.sourceAddressHeader !== 'proxyProtocolV2';
-  if ((route.sourceAddressHeader === 'xForwardedFor' || headerFingerprint) && route.protocol !== 'http') {
-    const field = route.sourceAddressHeader === 'xForwardedFor' ? "sourceAddressHeader: 'xForwardedFor'" : 'forwardFingerprint';
-    errors.push({ path: `${at}.protocol`, message: `${field} rewrites HTTP request headers: declare protocol: 'http' on the route` });
-  }
   return errors;
 }
 
@@ -360,10 +245,7 @@ class SymphonyProxy extends RampartProxy {
   /** Validates everything; throws ConfigError (Symphony's wording for its route-identity limits). */
   constructor(config) {
     const isObject = config !== null && typeof config === 'object' && !Array.isArray(config);
-    const split = isObject
-      ? isolateConflicts(config.routes, routeRuleErrors(config.routes, 'routes'), config.isolateRoutes !== false, true)
-      : isolateConflicts(undefined, [], false, false);
-    const errors = split.errors;
+    const errors = isObject ? identityErrors(config.routes, 'routes') : [];
     let translated = config;
     let zero = [];
     if (isObject) {
@@ -372,9 +254,9 @@ class SymphonyProxy extends RampartProxy {
       translated = {
         udsSourceAddressHeader: 'proxyProtocol',
         ...config,
+        symphonyRouteRules: true,
         ...clampedBuffers(config),
         listeners: Array.isArray(ports.listeners) ? ports.listeners.map(withSymphonyHttpListener) : ports.listeners,
-        routes: split.routes,
       };
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
         if (!Object.hasOwn(config, field)) continue;
@@ -384,9 +266,12 @@ class SymphonyProxy extends RampartProxy {
       }
     }
     if (errors.length) {
-      // Every problem at once: the engine's own, checked on a proxy that is dropped unstarted.
+      // Every problem at once: the engine's own, checked on a proxy that is dropped unstarted,
+      // without route isolation (the config fails whole, so the routes it would set apart are
+      // listed too).
+      const whole = typeof translated.isolateRoutes === 'boolean' || translated.isolateRoutes === undefined;
       try {
-        new RampartProxy(translated);
+        new RampartProxy(whole ? { ...translated, isolateRoutes: false } : translated);
       } catch (e) {
         const own = new Set(errors.map((x) => x.path));
         if (e instanceof ConfigError) errors.push(...symphonyWording(e).errors.filter((x) => !own.has(x.path)));
@@ -396,14 +281,8 @@ class SymphonyProxy extends RampartProxy {
     try {
       super(translated);
     } catch (e) {
-      const own = split.dropped.flatMap((d) => d.errors);
-      const engine = symphonyWording(renumberError(e, split.kept));
-      throw own.length && engine instanceof ConfigError ? new ConfigError([...own, ...engine.errors]) : engine;
+      throw symphonyWording(e);
     }
-    // Routes set apart by Symphony's rule, and the config index of each route the engine runs.
-    this._kept = split.kept;
-    this._dropped = split.dropped;
-    this._reportDropped();
     // What the engine runs, kept to rebuild it with the real ports of `port: 0` listeners.
     this._config = translated;
     this._zero = zero;
@@ -438,11 +317,6 @@ class SymphonyProxy extends RampartProxy {
         this._repeatedRouteFailures -= 1;
         return;
       }
-      if (p.code === 'route_failed' && this._kept) {
-        p.index = this._kept[p.index] ?? p.index;
-        p.message = renumberRoutes(p.message, this._kept);
-        if (Array.isArray(p.errors)) p.errors = p.errors.map((x) => ({ path: renumberRoutes(x.path, this._kept), message: x.message }));
-      }
       if (SYMPHONY_ERRORS.has(p.code)) {
         this._emitError(symphonyError(p), p.listener ? { listener: p.listener } : {});
       } else {
@@ -460,18 +334,6 @@ class SymphonyProxy extends RampartProxy {
       return;
     }
     this._safeEmit('error', err, ctx);
-  }
-
-  /**
-   * Emits `'error'` route_failed for each route Symphony's rule set apart, after the caller
-   * returns (as the engine's reports of its own failures arrive).
-   */
-  _reportDropped() {
-    const dropped = this._dropped;
-    if (dropped.length)
-      setImmediate(() => {
-        for (const d of dropped) this._emitError(symphonyError(droppedPayload(d)), {});
-      });
   }
 
   /** Binds every listener; a second call while running does nothing (Symphony). */
@@ -529,25 +391,18 @@ class SymphonyProxy extends RampartProxy {
   /** Replaces the route table and/or per-port protection, all or nothing (throws ConfigError). */
   updateConfig(update) {
     const u = update && typeof update === 'object' ? update : {};
-    const split = isolateConflicts(u.routes, routeRuleErrors(u.routes, 'routes'), this._config.isolateRoutes !== false, false);
-    if (split.errors.length) throw new ConfigError(split.errors);
-    let translated = u.routes === undefined ? u : { ...u, routes: split.routes };
+    const own = identityErrors(u.routes, 'routes');
+    if (own.length) throw new ConfigError(own);
+    let translated = u;
     if (Array.isArray(u.protection)) {
       translated = { ...translated, protection: u.protection.map((p) => (p && typeof p === 'object' ? { ...p, port: this._portOf(p.port) } : p)) };
     }
     try {
       super.updateConfig(translated);
     } catch (e) {
-      const own = split.dropped.flatMap((d) => d.errors);
-      const engine = symphonyWording(renumberError(e, split.kept));
-      throw own.length && engine instanceof ConfigError ? new ConfigError([...own, ...engine.errors]) : engine;
+      throw symphonyWording(e);
     }
-    if (u.routes !== undefined) {
-      this._groups = groupsOf(u.routes);
-      this._kept = split.kept;
-      this._dropped = split.dropped;
-      this._reportDropped();
-    }
+    if (u.routes !== undefined) this._groups = groupsOf(u.routes);
     // Kept for a rebuild at start (port: 0 listeners): the routes and protection now in force.
     const next = { ...this._config };
     if (translated.routes !== undefined) next.routes = translated.routes;
@@ -571,7 +426,7 @@ class SymphonyProxy extends RampartProxy {
    * naming each `route.*` problem; ctx `{ listener }`); nothing throws for it. Returns true when
    * a held connection took the decision (closing it for a route that is not valid included),
    * false for an unknown, expired or resolved id (then only the rules that need no listener are
-   * checked: Symphony's own protocol rules, and a passthrough route's fingerprint carrier). A
+   * checked: checkResolveRoute, Symphony's protocol rules included). A
    * string id that is not a decimal u64 emits `'error'` (`code` 'invalid_connection_id', as
    * Symphony reports it) and returns false.
    */
@@ -588,16 +443,6 @@ class SymphonyProxy extends RampartProxy {
     const listener = this._suspendedAt.get(id);
     this._suspendedAt.delete(id);
     if (route === undefined || route === null) return super.resolveConnection(id, null);
-    const own = protocolErrors(route, 'route');
-    if (own.length) {
-      // Symphony's own rules, which the engine does not have: closed here, as the engine closes
-      // a route it refuses (Symphony counts both as suspend_unresolved).
-      const took = super.resolveConnection(id, null);
-      const err = new ConfigError(own);
-      err.code = 'resolve_route_invalid';
-      this._emitError(err, listener ? { listener } : {});
-      return took;
-    }
     // A route the engine refuses closes the connection and comes back as 'error'
     // resolve_route_invalid (_dispatch); metrics() then counts it unresolved, not resolved.
     const took = super.resolveConnection(id, route);
@@ -619,8 +464,6 @@ class SymphonyProxy extends RampartProxy {
   /** Symphony's `ProxyMetrics` (symphony/metrics.js). The engine's own shape: `rampartMetrics()`. */
   metrics() {
     const m = symphonyMetrics(super.metrics(), { modes: this._modes, groups: this._groups, resolved: this._resolved });
-    // Routes Symphony's own rule set apart fail as the engine's do.
-    m.failingRoutes += this._dropped.length;
     // Before start a `port: 0` listener has no port yet: its address ends in ':0'.
     for (const z of this._zero) {
       const l = m.listeners[z.index];
@@ -629,27 +472,10 @@ class SymphonyProxy extends RampartProxy {
     return m;
   }
 
-  /**
-   * RampartProxy's metrics() shape, its route failures in the config's terms: `routeFailures`
-   * indexes and paths as given to the constructor or `updateConfig`, the routes Symphony's
-   * own route-build rules left out (BUILD_RULES) included (in `failingRoutes` too), by index.
-   */
+  /** RampartProxy's metrics() shape (route failures included, as the engine counts them). */
   rampartMetrics() {
-    const m = super.metrics();
-    if (!this._kept) return m;
-    const renumbered = m.routeFailures.map((f) => ({
-      ...f,
-      index: this._kept[f.index] ?? f.index,
-      errors: f.errors.map((x) => ({ path: renumberRoutes(x.path, this._kept), message: x.message })),
-    }));
-    const dropped = this._dropped.map((d) => {
-      const { route, index, errors, lastGoodCert } = droppedPayload(d);
-      return { route, index, errors, lastGoodCert };
-    });
-    m.routeFailures = [...renumbered, ...dropped].sort((a, b) => a.index - b.index);
-    m.failingRoutes += dropped.length;
-    return m;
+    return super.metrics();
   }
 }
 
-module.exports = { SymphonyProxy, routeRuleErrors };
+module.exports = { SymphonyProxy };

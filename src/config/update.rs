@@ -7,7 +7,9 @@
 
 use super::error::{ConfigError, ConfigIssue, Issues};
 use super::protection::parse_protection;
-use super::proxy::{parse_routes, ListenerConfig, ParsedRoutes, RouteDefaults, NEEDS_CLUSTER};
+use super::proxy::{
+    parse_routes, ListenerConfig, ParsedRoutes, RouteDefaults, RoutesOf, NEEDS_CLUSTER,
+};
 use super::value::{self as v, field};
 use crate::protection::cidr::parse_cidr;
 use crate::protection::ProtectionPolicy;
@@ -97,8 +99,17 @@ pub fn parse_update(
         return Err(ConfigError::new(issues.0));
     };
     v::reject_unknown(obj, &["routes", "protection"], "", &mut issues);
-    let routes = field(obj, "routes")
-        .and_then(|r| parse_routes(r, "routes", listeners, defaults, isolate, true, &mut issues));
+    let routes = field(obj, "routes").and_then(|r| {
+        parse_routes(
+            r,
+            "routes",
+            listeners,
+            defaults,
+            isolate,
+            RoutesOf::Update,
+            &mut issues,
+        )
+    });
     let mut protection: Vec<PortProtection> = Vec::new();
     if let Some(arr) = field(obj, "protection").and_then(|p| v::array(p, "protection", &mut issues))
     {

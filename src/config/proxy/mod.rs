@@ -53,8 +53,9 @@ pub struct ProxyConfig {
     pub cluster: Option<super::cluster::ClusterConfig>,
     /// `overload`: signals of the embedding process that count as upstream overload.
     pub overload: OverloadConfig,
-    /// What a route that leaves a field out gets (`udsSourceAddressHeader`), for the routes of
-    /// `updateConfig` and `resolveConnection` too.
+    /// What a route that leaves a field out gets (`udsSourceAddressHeader`) and whether
+    /// Symphony's route rules apply (`symphonyRouteRules`), for the routes of `updateConfig` and
+    /// `resolveConnection` too.
     pub route_defaults: RouteDefaults,
 }
 
@@ -92,6 +93,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
         "overload",
         "isolateRoutes",
         "udsSourceAddressHeader",
+        "symphonyRouteRules",
     ];
     known.extend(SOCKET_FIELDS);
     v::reject_unknown(obj, &known, "", &mut issues);
@@ -136,7 +138,7 @@ pub fn parse_proxy_config(val: &Value, cpus: usize) -> Result<ProxyConfig, Confi
                 &listeners,
                 d,
                 isolate_routes,
-                false,
+                RoutesOf::Constructor,
                 &mut issues,
             )
         }

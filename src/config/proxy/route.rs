@@ -20,6 +20,10 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 mod fields;
+mod symphony;
+
+pub(super) use symphony::fails_build_rule;
+pub use symphony::{ALL_H2, H2_PASSTHROUGH, XFF_HTTP2};
 
 /// Default `routes[].suspendTimeoutMs`: a suspended connection waits this many ms for
 /// `resolveConnection` before it is closed (`suspend_timeout`); Symphony's default.
@@ -335,7 +339,8 @@ fn reject_unknown_fields(
 /// or match, its fields conflict with each other or with the listeners — goes to `build` (the
 /// route alone is dropped when route isolation is on). `None` when either got a problem, except
 /// when the route's `cert` alone failed to build: then the route without it (`cert: None`),
-/// which must not be served as it is (the caller checks `build`).
+/// which must not be served as it is (the caller checks `build`). With
+/// `defaults.symphony_route_rules` Symphony's rules are checked first ([`symphony`]).
 pub(super) fn parse_route(
     val: &Value,
     path: &str,
@@ -349,9 +354,12 @@ pub(super) fn parse_route(
     let before = issues.len();
     let build_before = build.len();
     reject_unknown_fields(obj, path, kind, issues);
+    let table = kind == RouteKind::Table;
+    if defaults.symphony_route_rules {
+        symphony::check(obj, path, table, issues, build);
+    }
     let (suspended, suspend_timeout_ms) = fields::suspension(obj, path, kind, issues);
     let protocol = fields::protocol(obj, path, issues);
-    let table = kind == RouteKind::Table;
     let rate_limit = fields::rate_limit(obj, path, table, issues, build);
     let sni = fields::sni(obj, path, kind, issues);
     let upstreams = fields::upstreams(obj, path, kind, suspended, issues, build);

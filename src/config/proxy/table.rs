@@ -10,7 +10,7 @@
 //! `routes` list in which every route fails still fails as a whole.
 
 use super::listener::ListenerConfig;
-use super::route::{parse_route, RouteConfig, RouteKind};
+use super::route::{fails_build_rule, parse_route, RouteConfig, RouteKind};
 use super::source_header::RouteDefaults;
 use crate::config::error::{ConfigError, ConfigIssue, Issues};
 use crate::config::value::{self as v, join};
@@ -113,27 +113,40 @@ impl ParsedRoutes {
     }
 }
 
+/// Which call gives a `routes` list: what it means when no route of it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutesOf {
+    /// The constructor: nothing is live yet. A list in which every route fails fails whole,
+    /// except with `symphonyRouteRules` when each failing route fails one of Symphony's
+    /// route-build rules: the proxy then serves no route (Symphony's constructor).
+    Constructor,
+    /// `updateConfig`: a route whose certificate alone failed does not count as failed yet,
+    /// since it may keep its last good certificate ([`ParsedRoutes::carry_last_good`], after
+    /// which the caller checks [`ParsedRoutes::all_failed`]).
+    Update,
+}
+
 /// Parses `routes` (at `path`) against the listeners' default certificates. With `isolate`, a
-/// route that fails to build is set apart in [`ParsedRoutes::failing`] unless every route fails;
-/// otherwise (and for every problem of a field's own value) the problems go to `issues` and the
-/// result is `None`. Issues are listed route by route, in document order. `may_carry`
-/// (`updateConfig`): a route whose certificate alone failed does not count as failed yet, since
-/// it may keep its last good certificate ([`ParsedRoutes::carry_last_good`], after which the
-/// caller checks [`ParsedRoutes::all_failed`]). `defaults` are the proxy's for the fields a
-/// route leaves out.
+/// route that fails to build is set apart in [`ParsedRoutes::failing`] unless every route fails
+/// (see [`RoutesOf`] for `of`); otherwise (and for every problem of a field's own value) the
+/// problems go to `issues` and the result is `None`. Issues are listed route by route, in
+/// document order. `defaults` are the proxy's for the fields a route leaves out and the rules it
+/// is held to.
 pub fn parse_routes(
     val: &Value,
     path: &str,
     listeners: &[ListenerConfig],
     defaults: RouteDefaults,
     isolate: bool,
-    may_carry: bool,
+    of: RoutesOf,
     issues: &mut Issues,
 ) -> Option<ParsedRoutes> {
     let arr = v::array(val, path, issues)?;
     let mut out = ParsedRoutes::default();
     let mut per_route: Vec<(Issues, Issues)> = Vec::with_capacity(arr.len());
     let mut seen = HashMap::new();
+    // Whether every route set apart so far fails one of Symphony's route-build rules.
+    let mut failing_by_rule = true;
     for (i, r) in arr.iter().enumerate() {
         let p = v::index(path, i);
         let (mut shape, mut build) = (Issues::default(), Issues::default());
@@ -159,6 +172,7 @@ pub fn parse_routes(
             None => None,
         };
         if !build.is_empty() && shape.is_empty() {
+            failing_by_rule &= defaults.symphony_route_rules && fails_build_rule(r, true);
             out.failing.push(FailingRoute {
                 index: i,
                 route: r.get("sni").and_then(Value::as_str).map(str::to_string),
@@ -170,8 +184,9 @@ pub fn parse_routes(
         per_route.push((shape, build));
     }
     let shape_problems = per_route.iter().any(|(s, _)| !s.is_empty());
-    let carriable = may_carry && out.failing.iter().any(|f| f.without_cert.is_some());
-    let all_failed = out.routes.is_empty() && !carriable;
+    let carriable = of == RoutesOf::Update && out.failing.iter().any(|f| f.without_cert.is_some());
+    let none_by_rule = of == RoutesOf::Constructor && failing_by_rule;
+    let all_failed = out.routes.is_empty() && !carriable && !none_by_rule;
     let whole = shape_problems || (!out.failing.is_empty() && (!isolate || all_failed));
     if whole {
         for (shape, build) in per_route {
@@ -318,7 +333,7 @@ mod tests {
             &c.listeners,
             super::RouteDefaults::default(),
             true,
-            true,
+            super::RoutesOf::Update,
             &mut crate::config::error::Issues::default(),
         )
         .unwrap();
