@@ -17,7 +17,8 @@
 //     epoll_wait calls, context switches, wake-ups received (sched:sched_wakeup), CPU migrations
 //     per request, CPU µs per request, and wrk's req/s and p99 in the same run; with --pin also
 //     `perf stat -a` on the load CPUs (wrk, the origin and their kernel work): syscalls,
-//     epoll_wait calls, context switches, wake-ups and softirqs per request.
+//     epoll_wait calls, context switches, wake-ups and softirqs per request, and the
+//     inter-processor interrupts the proxy's CPUs received (/proc/interrupts RES and CAL).
 //   node benches/syscalls.js --sched [...]: `perf sched record -a`, then `perf sched latency -p`:
 //     for the proxy's threads, wrk and the origin, how many times each was switched in per
 //     request and how long it waited between being woken and running (average, maximum); and
@@ -107,12 +108,39 @@ function tcpOutSegs() {
 }
 
 /** Busy jiffies (everything but idle and iowait) of each CPU in `cpus` (a taskset list) summed. */
-function busyTicks(cpus) {
+/** The CPU numbers of a taskset list (`0`, `0-1`, `0,2-3`). */
+function cpuSet(cpus) {
   const want = new Set();
   for (const part of cpus.split(',')) {
     const [a, b] = part.split('-').map(Number);
     for (let c = a; c <= (Number.isFinite(b) ? b : a); c++) want.add(c);
   }
+  return want;
+}
+
+/**
+ * Inter-processor interrupts received so far by the CPUs `cpus` (a taskset list), from
+ * /proc/interrupts: `{ res, cal }` (rescheduling: a wake-up from another CPU; function call:
+ * a queued wake-up or other cross-CPU work).
+ */
+function ipis(cpus) {
+  const want = cpuSet(cpus);
+  const out = { res: 0, cal: 0 };
+  for (const line of fs.readFileSync('/proc/interrupts', 'utf8').split('\n')) {
+    const m = /^\s*(RES|CAL):((?:\s+\d+)+)/.exec(line);
+    if (!m) continue;
+    m[2]
+      .trim()
+      .split(/\s+/)
+      .forEach((n, cpu) => {
+        if (want.has(cpu)) out[m[1].toLowerCase()] += Number(n);
+      });
+  }
+  return out;
+}
+
+function busyTicks(cpus) {
+  const want = cpuSet(cpus);
   let t = 0;
   for (const line of fs.readFileSync('/proc/stat', 'utf8').split('\n')) {
     const m = /^cpu(\d+) (.*)/.exec(line);
@@ -348,9 +376,11 @@ async function main() {
           const loadTr = STAT && PIN ? spawn('perf', ['stat', '-x,', '-o', loadOut, '-a', '-C', CPUS.load, '-e', LOAD_EVENTS], { stdio: 'ignore' }) : null;
           await L.sleep(300);
           const seg0 = tcpOutSegs();
+          const ipi0 = PIN ? ipis(CPUS.proxy) : null;
           const load0 = PIN ? busyTicks(CPUS.load) : 0;
           const w = await L.run(...wrkCmd(port), { ...wrkEnv, timeoutMs: (DURATION + 30) * 1000 });
           const segs = tcpOutSegs() - seg0;
+          const ipi1 = PIN ? ipis(CPUS.proxy) : null;
           const loadTicks = PIN ? busyTicks(CPUS.load) - load0 : NaN;
           for (const t of [tr, loadTr].filter(Boolean)) {
             t.kill('SIGINT');
@@ -361,7 +391,7 @@ async function main() {
           if (loadTr) {
             const c = parsePerfStat(fs.readFileSync(loadOut, 'utf8'));
             loadLines.push(
-              `| ${kind} | ${parsed.rps.toFixed(0)} | ${per(c['raw_syscalls:sys_enter'])} | ${per(c['syscalls:sys_enter_epoll_wait'])} | ${per(c['context-switches'])} | ${per(c['sched:sched_wakeup'])} | ${per(c['irq:softirq_entry'])} |`
+              `| ${kind} | ${parsed.rps.toFixed(0)} | ${per(c['raw_syscalls:sys_enter'])} | ${per(c['syscalls:sys_enter_epoll_wait'])} | ${per(c['context-switches'])} | ${per(c['sched:sched_wakeup'])} | ${per(c['irq:softirq_entry'])} | ${per(ipi1.res - ipi0.res)} / ${per(ipi1.cal - ipi0.cal)} |`
             );
           }
           let line;
@@ -449,8 +479,10 @@ async function main() {
     if (extraLines.length) console.log(`\n${extraLines.join('\n')}`);
     if (loadLines.length) {
       console.log(`\nperf stat -a -C ${CPUS.load} (the load CPUs: wrk, the origin, their kernel work) per request`);
-      console.log('| proxy | req/s | syscalls/req | epoll_wait/req | context switches/req | wake-ups/req | softirqs/req |');
-      console.log('|---|---|---|---|---|---|---|');
+      console.log(
+        '| proxy | req/s | syscalls/req | epoll_wait/req | context switches/req | wake-ups/req | softirqs/req | IPIs to the proxy CPUs/req (rescheduling / function call) |'
+      );
+      console.log('|---|---|---|---|---|---|---|---|');
       console.log(loadLines.join('\n'));
     }
     return;
