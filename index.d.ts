@@ -1000,7 +1000,8 @@ export interface UpstreamCapacity {
   /**
    * The proxy's own run-queue delay in that window, ms: the part of `latencyMs` that is Rampart's
    * load, not the upstream's (the limiter compares `latencyMs − proxyDelayMs`, at least half of
-   * `latencyMs`, with `baselineMs`).
+   * `latencyMs`, with `baselineMs`). Measured only while some route of the proxy is `'adaptive'`:
+   * 0 on every route otherwise.
    */
   proxyDelayMs: number;
   /** No-load latency baseline, ms (0 before any). */
