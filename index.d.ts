@@ -1333,6 +1333,12 @@ export class SymphonyProxy extends EventEmitter {
    * `invalid_connection_id` and returns false.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
+  /**
+   * RampartProxy's: the problems resolveConnection would find in `route` without a held
+   * connection (Symphony's protocol rules included), in the engine's words (resolveConnection's
+   * 'error' rewords a few as Symphony does); `[]` when there are none (also for `null`).
+   */
+  checkResolveRoute(route: ResolveRoute | null): ConfigErrorEntry[];
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
   unblockIp(cidr: string, opts?: { port?: number }): boolean;
   explain(ip: string): Explanation;
