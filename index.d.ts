@@ -1000,7 +1000,8 @@ export interface UpstreamCapacity {
   /**
    * The proxy's own run-queue delay in that window, ms: the part of `latencyMs` that is Rampart's
    * load, not the upstream's (the limiter compares `latencyMs − proxyDelayMs`, at least half of
-   * `latencyMs`, with `baselineMs`).
+   * `latencyMs`, with `baselineMs`). Measured only while some route of the proxy is `'adaptive'`:
+   * 0 on every route otherwise.
    */
   proxyDelayMs: number;
   /** No-load latency baseline, ms (0 before any). */
@@ -1332,6 +1333,12 @@ export class SymphonyProxy extends EventEmitter {
    * `invalid_connection_id` and returns false.
    */
   resolveConnection(id: string, route?: ResolveRoute | null): boolean;
+  /**
+   * RampartProxy's: the problems resolveConnection would find in `route` without a held
+   * connection (Symphony's protocol rules included), in the engine's words (resolveConnection's
+   * 'error' rewords a few as Symphony does); `[]` when there are none (also for `null`).
+   */
+  checkResolveRoute(route: ResolveRoute | null): ConfigErrorEntry[];
   blockIp(cidr: string, opts?: { ttlMs?: number; reason?: string; port?: number }): void;
   unblockIp(cidr: string, opts?: { port?: number }): boolean;
   explain(ip: string): Explanation;

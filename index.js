@@ -102,6 +102,10 @@ function cutDeep(root) {
 
 /** JSON.stringify that keeps what JSON loses: non-finite numbers and Buffers (see src/config). */
 function encode(value) {
+  // A function or symbol has no JSON text (JSON.stringify gives undefined, which the native side
+  // cannot take): it goes as a value the native side names, so the caller gets its ConfigError
+  // ("must be an object, got a function") rather than a failed string conversion.
+  if (typeof value === 'function' || typeof value === 'symbol') return JSON.stringify({ $nonFinite: `a ${typeof value}` });
   let v0 = value === undefined ? null : value;
   let kind = scan(v0);
   if (kind === 'deep') {

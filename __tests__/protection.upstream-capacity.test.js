@@ -446,3 +446,37 @@ test("the workers' run-queue probe runs only while a route is adaptive: an idle 
   await wait(100); // the probe's tick under way (10 ms) ends; it then sleeps
   assert.deepEqual(await idleWakeUps(), [0, 0], 'back to a plain TCP route: the workers sleep again');
 });
+
+test("proxyDelayMs is measured only while some route is adaptive: a fixed route's reads 0 alone, and the delay once an adaptive route is beside it", { timeout: 20000 }, async (t) => {
+  const http = require('node:http');
+  const https = require('node:https');
+  const up = http.createServer((req, res) => res.end('ok'));
+  await h.listen(up);
+  t.after(() => h.closeServer(up));
+  const upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: up.address().port }];
+  const fixed = { sni: '', terminateTls: true, protocol: 'http', upstreams, concurrency: { mode: 'fixed', limit: 50 } };
+  const { proxy, port } = await proxyTo(t, up.address().port, { concurrency: fixed.concurrency });
+  const agent = new https.Agent({ keepAlive: true, maxSockets: 4 });
+  t.after(() => agent.destroy());
+  let stop = false;
+  t.after(() => (stop = true));
+  const get = () =>
+    new Promise((resolve) => {
+      const req = https.get({ host: '127.0.0.1', port, servername: 'localhost', rejectUnauthorized: false, agent }, (res) => res.resume().on('end', resolve));
+      req.on('error', resolve);
+    });
+  const traffic = Array.from({ length: 4 }, async () => {
+    while (!stop) await get();
+  });
+  // Windows with answers (latencyMs > 0), none of which has a run-queue sample: 0 exactly.
+  await h.waitFor(() => routeUpstream(proxy).answered >= 200 && routeUpstream(proxy).latencyMs > 0, { what: 'answered requests' });
+  for (let i = 0; i < 5; i++) {
+    assert.equal(routeUpstream(proxy).proxyDelayMs, 0, 'no adaptive route: the probes sleep');
+    await new Promise((r) => setTimeout(r, 110));
+  }
+  // An adaptive route beside it wakes the probes; the fixed route's windows then carry the delay.
+  proxy.updateConfig({ routes: [fixed, { ...fixed, sni: 'b.test', concurrency: { mode: 'adaptive' } }] });
+  await h.waitFor(() => routeUpstream(proxy).proxyDelayMs > 0, { what: "the fixed route's proxyDelayMs" });
+  stop = true;
+  await Promise.all(traffic);
+});

@@ -330,6 +330,26 @@ test('checkResolveRoute: the problems resolveConnection would find without a hel
   ]);
 });
 
+test('a function or a symbol as the route: a problem at route (checkResolveRoute) and a closed connection (resolveConnection), never a throw', async (t) => {
+  const s = await suspendedProxy();
+  t.after(() => s.close());
+  const fn = () => 1;
+  assert.deepEqual(s.proxy.checkResolveRoute(fn), [{ path: 'route', message: 'must be an object, got a function' }]);
+  assert.deepEqual(s.proxy.checkResolveRoute(Symbol('r')), [{ path: 'route', message: 'must be an object, got a symbol' }]);
+  // An id no connection holds: false, nothing thrown.
+  assert.equal(s.proxy.resolveConnection('999999', fn), false);
+  // A held connection: closed, and the problem is the 'error' event's.
+  const errors = [];
+  s.proxy.on('error', (e) => errors.push(e));
+  const c = client(s.port, 'fn.hold.test');
+  const ev = await eventFor(s.events, 'fn.hold.test');
+  assert.equal(s.proxy.resolveConnection(ev.id, fn), true);
+  await h.waitFor(() => errors.length === 1 && c.closedAt, { what: "the 'error' event and the close" });
+  assert.equal(errors[0].code, 'resolve_route_invalid');
+  assert.deepEqual(errors[0].errors, [{ path: 'route', message: 'must be an object, got a function' }]);
+  assert.equal(c.secure, false);
+});
+
 test('config: suspended routes may leave out upstreams; bad values are ConfigErrors', () => {
   // Valid: no upstreams, no cert, and no defaultCert on the listener.
   new RampartProxy({

@@ -23,7 +23,7 @@ const MATRIX = TYPESCRIPT.flatMap((ts) => Object.keys(TYPES_NODE).map((node) => 
 
 const CONSUMER_TS = `
 import {
-  RampartProxy, ConfigError, generateSelfSignedCert,
+  RampartProxy, SymphonyProxy, ConfigError, generateSelfSignedCert,
   type BlockedIps, type BlockedIpsDetail, type BlockedEvent, type BlockedSummary, type ConfigErrorEntry,
   type UpstreamConfig,
   type SuspendedEvent, type RouteConfig,
@@ -109,6 +109,10 @@ const tunnels: RouteConfig = { sni: 'ws.test', upstreams: [], protocol: 'http', 
 // @ts-expect-error connect is a boolean
 const badTunnels: RouteConfig = { sni: 'x.test', upstreams: [], tunnels: { connect: 'yes' } };
 void [held, tunnels, badTunnels];
+// SymphonyProxy is a RampartProxy: checkResolveRoute too (resolveConnection's checks for an id no
+// connection holds).
+const symphonyProblems: ConfigErrorEntry[] = new SymphonyProxy({ listeners: [], routes: [] }).checkResolveRoute(null);
+void symphonyProblems;
 
 // ConfigError is exported with code and errors.
 try {

@@ -22,7 +22,7 @@ pub struct CapacitySnapshot {
     pub latency_ms: f64,
     /// The proxy's own run-queue delay in that window, ms: the part of `latency_ms` that is the
     /// proxy's load, not the upstream's (the limiter compares `latency_ms − proxy_delay_ms` with
-    /// the baseline).
+    /// the baseline). 0 while no route of the proxy is adaptive (the probes sleep then).
     pub proxy_delay_ms: f64,
     /// The no-load latency baseline, ms (0 before any sample).
     pub baseline_ms: f64,
