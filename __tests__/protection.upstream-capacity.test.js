@@ -447,10 +447,12 @@ test("the workers' run-queue probe runs only while a route is adaptive: an idle 
   assert.deepEqual(await idleWakeUps(), [0, 0], 'back to a plain TCP route: the workers sleep again');
 });
 
-test("proxyDelayMs is measured only while some route is adaptive: a fixed route's reads 0 alone, and the delay once an adaptive route is beside it", { timeout: 20000 }, async (t) => {
+test("proxyDelayMs is measured only while some route is adaptive: a fixed route's reads 0 alone, and the delay once an adaptive route is beside it", {
+  timeout: 20000,
+}, async (t) => {
   const http = require('node:http');
   const https = require('node:https');
-  const up = http.createServer((req, res) => res.end('ok'));
+  const up = http.createServer((_req, res) => res.end('ok'));
   await h.listen(up);
   t.after(() => h.closeServer(up));
   const upstreams = [{ kind: 'tcp', host: '127.0.0.1', port: up.address().port }];
