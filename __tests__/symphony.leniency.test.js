@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const net = require('node:net');
 const tls = require('node:tls');
-const { RampartProxy, SymphonyProxy } = require('..');
+const { RampartProxy, SymphonyProxy, ConfigError } = require('..');
 const h = require('./helpers');
 
 /** Collects the process warnings of `code` until the returned `stop()` is called. */
@@ -253,4 +253,26 @@ test("mode 'http': SymphonyProxy redirects a Host no route serves (ACME for it s
   await off.start();
   t.after(() => off.stop());
   assert.equal(await rawHttp(offPort, get('/c', 'stranger.example.net')), NOT_FOUND);
+});
+
+test('SymphonyProxy: symphonyRouteRules may only be true (the rules are what it is); anything else is a ConfigError at that path', async () => {
+  const port = await h.freePort();
+  const base = { listeners: [{ host: '127.0.0.1', port }], routes: [] };
+  new SymphonyProxy({ ...base, symphonyRouteRules: true });
+  for (const [value, shown] of [
+    [false, 'false'],
+    ['yes', '"yes"'],
+    [null, 'null'],
+    [Number.NaN, 'NaN'],
+  ]) {
+    assert.throws(
+      () => new SymphonyProxy({ ...base, symphonyRouteRules: value }),
+      (e) =>
+        e instanceof ConfigError &&
+        e.errors.length === 1 &&
+        e.errors[0].path === 'symphonyRouteRules' &&
+        e.errors[0].message === `SymphonyProxy always applies Symphony's route rules (true or left out), got ${shown}`,
+      `symphonyRouteRules: ${String(value)}`
+    );
+  }
 });

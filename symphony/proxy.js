@@ -258,6 +258,13 @@ class SymphonyProxy extends RampartProxy {
         ...clampedBuffers(config),
         listeners: Array.isArray(ports.listeners) ? ports.listeners.map(withSymphonyHttpListener) : ports.listeners,
       };
+      // Symphony's route rules are what SymphonyProxy is: the field may say so, nothing else.
+      if (Object.hasOwn(config, 'symphonyRouteRules') && config.symphonyRouteRules !== true) {
+        errors.push({
+          path: 'symphonyRouteRules',
+          message: `SymphonyProxy always applies Symphony's route rules (true or left out), got ${typeof config.symphonyRouteRules === 'string' ? JSON.stringify(config.symphonyRouteRules) : String(config.symphonyRouteRules)}`,
+        });
+      }
       for (const [field, check] of Object.entries(DROPPED_FIELDS)) {
         if (!Object.hasOwn(config, field)) continue;
         const problem = check(config[field]);

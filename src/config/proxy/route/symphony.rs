@@ -69,9 +69,10 @@ fn h2_rule(obj: &Map<String, Value>, table: bool) -> Option<(&'static str, &'sta
 /// does not.
 fn carrier_rule(obj: &Map<String, Value>) -> Option<String> {
     let sah = text(obj, "sourceAddressHeader");
+    // `null` is a left-out field, as everywhere in the config.
     let header_fingerprint = obj
         .get("forwardFingerprint")
-        .is_some_and(|f| f.as_str() != Some("none"))
+        .is_some_and(|f| !f.is_null() && f.as_str() != Some("none"))
         && !is(obj, "terminateTls", false)
         && sah != Some("proxyProtocolV2");
     let xff = sah == Some("xForwardedFor");
@@ -298,10 +299,17 @@ mod tests {
         let mut declared = xff.clone();
         declared["sni"] = json!("c.test");
         declared["protocol"] = json!("http");
-        let (served, failing) = on(json!([v2, declared]), json!({})).unwrap();
+        // `forwardFingerprint: null` is left out: nothing to declare.
+        let mut unset = fp.clone();
+        unset["sni"] = json!("d.test");
+        unset["forwardFingerprint"] = Value::Null;
+        let (served, failing) = on(json!([v2, declared, unset]), json!({})).unwrap();
         assert_eq!(
             (served, failing),
-            (vec!["b.test".into(), "c.test".into()], vec![])
+            (
+                vec!["b.test".into(), "c.test".into(), "d.test".into()],
+                vec![]
+            )
         );
         // With a build rule: part of that route's failure, after xForwardedFor with http2.
         let mut both = xff_h2("c.test");
