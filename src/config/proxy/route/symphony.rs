@@ -11,7 +11,7 @@
 //! fails, such a route before it reads `protocol`).
 
 use crate::config::error::Issues;
-use crate::config::value::join;
+use crate::config::value::{field, join};
 use serde_json::{Map, Value};
 
 /// The message of `sourceAddressHeader: 'xForwardedFor'` with `http2: true` (path
@@ -28,12 +28,12 @@ pub const H2_PASSTHROUGH: &str = "protocol: 'h2' upstreams need terminateTls: tr
 
 /// Whether `obj` sets `key` to `true` / `false` (a boolean as written).
 fn is(obj: &Map<String, Value>, key: &str, b: bool) -> bool {
-    obj.get(key) == Some(&Value::Bool(b))
+    field(obj, key) == Some(&Value::Bool(b))
 }
 
 /// `obj[key]` when it is a string.
 fn text<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    obj.get(key).and_then(Value::as_str)
+    field(obj, key).and_then(Value::as_str)
 }
 
 /// Whether the route writes `X-Forwarded-For` (`sourceAddressHeader: 'xForwardedFor'`) and sets
@@ -49,7 +49,7 @@ fn h2_rule(obj: &Map<String, Value>, table: bool) -> Option<(&'static str, &'sta
     if !table || is(obj, "suspended", true) {
         return None;
     }
-    let ups = obj.get("upstreams").and_then(Value::as_array)?;
+    let ups = field(obj, "upstreams").and_then(Value::as_array)?;
     if ups.is_empty() {
         return None;
     }
@@ -69,10 +69,8 @@ fn h2_rule(obj: &Map<String, Value>, table: bool) -> Option<(&'static str, &'sta
 /// does not.
 fn carrier_rule(obj: &Map<String, Value>) -> Option<String> {
     let sah = text(obj, "sourceAddressHeader");
-    // `null` is a left-out field, as everywhere in the config.
-    let header_fingerprint = obj
-        .get("forwardFingerprint")
-        .is_some_and(|f| !f.is_null() && f.as_str() != Some("none"))
+    let header_fingerprint = field(obj, "forwardFingerprint")
+        .is_some_and(|f| f.as_str() != Some("none"))
         && !is(obj, "terminateTls", false)
         && sah != Some("proxyProtocolV2");
     let xff = sah == Some("xForwardedFor");
