@@ -22,7 +22,7 @@ use std::sync::Arc;
 mod fields;
 mod symphony;
 
-pub(super) use symphony::fails_build_rule;
+pub(super) use symphony::is_build_rule;
 pub use symphony::{ALL_H2, H2_PASSTHROUGH, XFF_HTTP2};
 
 /// Default `routes[].suspendTimeoutMs`: a suspended connection waits this many ms for

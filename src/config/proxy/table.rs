@@ -10,7 +10,7 @@
 //! `routes` list in which every route fails still fails as a whole.
 
 use super::listener::ListenerConfig;
-use super::route::{fails_build_rule, parse_route, RouteConfig, RouteKind};
+use super::route::{is_build_rule, parse_route, RouteConfig, RouteKind};
 use super::source_header::RouteDefaults;
 use crate::config::error::{ConfigError, ConfigIssue, Issues};
 use crate::config::value::{self as v, join};
@@ -172,7 +172,7 @@ pub fn parse_routes(
             None => None,
         };
         if !build.is_empty() && shape.is_empty() {
-            failing_by_rule &= defaults.symphony_route_rules && fails_build_rule(r, true);
+            failing_by_rule &= build.0.iter().any(is_build_rule);
             out.failing.push(FailingRoute {
                 index: i,
                 route: r.get("sni").and_then(Value::as_str).map(str::to_string),

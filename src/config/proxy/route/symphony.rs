@@ -10,7 +10,7 @@
 //! that also fails a build rule, where it is part of that route's failure (Symphony builds, and
 //! fails, such a route before it reads `protocol`).
 
-use crate::config::error::Issues;
+use crate::config::error::{ConfigIssue, Issues};
 use crate::config::value::{field, join};
 use serde_json::{Map, Value};
 
@@ -87,11 +87,9 @@ fn carrier_rule(obj: &Map<String, Value>) -> Option<String> {
     ))
 }
 
-/// Whether the route `val` (a `routes[]` entry when `table`, else a `resolveConnection` route;
-/// as written) fails one of Symphony's route-build rules.
-pub(in crate::config::proxy) fn fails_build_rule(val: &Value, table: bool) -> bool {
-    val.as_object()
-        .is_some_and(|obj| xff_http2(obj) || h2_rule(obj, table).is_some())
+/// Whether `issue` is one of Symphony's route-build failures ([`check`] put it in `build`).
+pub(in crate::config::proxy) fn is_build_rule(issue: &ConfigIssue) -> bool {
+    [XFF_HTTP2, ALL_H2, H2_PASSTHROUGH].contains(&issue.message.as_str())
 }
 
 /// Applies Symphony's rules to the route `obj` at `path`, in Symphony's order (`xForwardedFor`
