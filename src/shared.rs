@@ -140,7 +140,7 @@ impl Shared {
         code: ErrorReason,
         message: Option<String>,
     ) {
-        self.report_error_with(li, ip, code, message.map(|m| (m, Vec::new())));
+        self.report_error_with(li, ip, code, message.map(|m| (m, &[][..])));
     }
 
     /// Counts one `resolve_route_invalid` on listener `li` (the held connection `id` was closed)
@@ -153,7 +153,6 @@ impl Shared {
         id: u64,
         issues: &[crate::config::ConfigIssue],
     ) {
-        use crate::events::IssueJson;
         let why: Vec<String> = (issues.iter())
             .map(|i| format!("{}: {}", i.path, i.message))
             .collect();
@@ -161,14 +160,8 @@ impl Shared {
             "resolveConnection({id}): the route is not valid, the connection is closed: {}",
             why.join("; ")
         );
-        let errors = (issues.iter())
-            .map(|i| IssueJson {
-                path: &i.path,
-                message: &i.message,
-            })
-            .collect();
         let code = ErrorReason::ResolveRouteInvalid;
-        self.report_error_with(li, Some(ip), code, Some((message, errors)));
+        self.report_error_with(li, Some(ip), code, Some((message, issues)));
     }
 
     /// [`Shared::report_error`] whose `'error'` event, when `event` is given, carries its message
@@ -178,7 +171,7 @@ impl Shared {
         li: ListenerId,
         ip: Option<IpAddr>,
         code: ErrorReason,
-        event: Option<(String, Vec<crate::events::IssueJson<'_>>)>,
+        event: Option<(String, &[crate::config::ConfigIssue])>,
     ) {
         let l = &self.listener(li);
         l.metrics.error(code);
@@ -205,7 +198,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
-            errors: Vec::new(),
+            errors: &[],
         };
         self.events.error(&ev, clock::now_ns());
     }
@@ -218,7 +211,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
-            errors: Vec::new(),
+            errors: &[],
         };
         self.events.error(&ev, clock::now_ns());
     }
@@ -231,7 +224,7 @@ impl Shared {
             ip: None,
             port: None,
             listener: None,
-            errors: Vec::new(),
+            errors: &[],
         };
         self.events.error(&ev, clock::now_ns());
     }
@@ -239,15 +232,9 @@ impl Shared {
     /// Counts and emits (`'error'`, code `route_failed`) each route of a new route table that
     /// failed to build (docs/proxy.md: Route isolation).
     pub(crate) fn report_failing_routes(&self, failing: &[crate::config::proxy::FailingRoute]) {
-        use crate::events::{IssueJson, RouteFailedEvent};
+        use crate::events::RouteFailedEvent;
         for f in failing {
             self.route_failures.fetch_add(1, Ordering::Relaxed);
-            let errors = (f.issues.iter())
-                .map(|i| IssueJson {
-                    path: &i.path,
-                    message: &i.message,
-                })
-                .collect();
             self.events.route_failed(&RouteFailedEvent {
                 code: ROUTE_FAILED,
                 message: f.message(),
@@ -256,7 +243,7 @@ impl Shared {
                 listener: None,
                 route: f.route.as_deref(),
                 index: f.index,
-                errors,
+                errors: &f.issues,
                 last_good_cert: f.last_good_cert,
             });
         }

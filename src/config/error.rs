@@ -4,8 +4,9 @@ use std::fmt;
 
 /// One problem in a config: the path of the offending field (`routes[2].upstreams[0].port`,
 /// `protection[1].protection.penaltyBox.durationMs`) and what is wrong, quoting the value and the
-/// accepted range.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// accepted range. Serializes as `{ path, message }`: an entry of a JS ConfigError's `errors`,
+/// of an `'error'` event's `errors` and of `metrics().routeFailures[i].errors`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigIssue {
     /// JS-style path of the field, rooted at the object passed in.
     pub path: String,

@@ -10,6 +10,7 @@
 
 pub mod ban;
 
+use crate::config::ConfigIssue;
 use crate::protection::BlockReason;
 use dashmap::DashMap;
 use serde::Serialize;
@@ -119,8 +120,8 @@ pub struct ErrorEvent<'a> {
     pub listener: Option<&'a str>,
     /// `resolve_route_invalid` only: every problem of the route as `{ path, message }` (paths
     /// under `route`), the same list the message spells out; left out of the JSON when empty.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<IssueJson<'a>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub errors: &'a [ConfigIssue],
 }
 
 /// Payload of the `'error'` event of a route that failed to build (code `route_failed`,
@@ -143,19 +144,10 @@ pub struct RouteFailedEvent<'a> {
     /// Its index in `routes`.
     pub index: usize,
     /// Every problem: `{ path, message }`, paths under `routes[index]`.
-    pub errors: Vec<IssueJson<'a>>,
+    pub errors: &'a [ConfigIssue],
     /// Only its certificate failed and it serves the live route's last good one (`updateConfig`).
     #[serde(rename = "lastGoodCert")]
     pub last_good_cert: bool,
-}
-
-/// One `{ path, message }` of [`RouteFailedEvent::errors`] and [`ErrorEvent::errors`].
-#[derive(Debug, Serialize)]
-pub struct IssueJson<'a> {
-    /// The field's path.
-    pub path: &'a str,
-    /// What is wrong.
-    pub message: &'a str,
 }
 
 #[derive(Debug, Serialize)]

@@ -138,19 +138,10 @@ pub struct RouteFailure {
     /// Its index in `routes`.
     pub index: usize,
     /// Every problem: `{ path, message }`.
-    pub errors: Vec<IssueSnapshot>,
+    pub errors: Vec<crate::config::ConfigIssue>,
     /// Only its certificate failed and it serves the last good one.
     #[serde(rename = "lastGoodCert")]
     pub last_good_cert: bool,
-}
-
-/// One `{ path, message }` of [`RouteFailure::errors`].
-#[derive(Debug, Clone, Serialize)]
-pub struct IssueSnapshot {
-    /// The field's path.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
 }
 
 impl RouteFailure {
@@ -160,12 +151,7 @@ impl RouteFailure {
             route: f.route.clone(),
             index: f.index,
             last_good_cert: f.last_good_cert,
-            errors: (f.issues.iter())
-                .map(|i| IssueSnapshot {
-                    path: i.path.clone(),
-                    message: i.message.clone(),
-                })
-                .collect(),
+            errors: f.issues.clone(),
         }
     }
 }

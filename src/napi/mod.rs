@@ -33,10 +33,8 @@ fn coded(code: &str, message: impl ToString) -> Error<String> {
 }
 
 /// `issues` as the JSON list `[{ path, message }]` a JS ConfigError carries.
-fn issues_json(issues: &[crate::config::ConfigIssue]) -> Value {
-    (issues.iter())
-        .map(|i| serde_json::json!({ "path": i.path, "message": i.message }))
-        .collect()
+fn issues_json(issues: &[crate::config::ConfigIssue]) -> String {
+    serde_json::to_string(issues).unwrap_or_else(|_| "[]".into())
 }
 
 fn config_error(e: ConfigError) -> Error<String> {
@@ -397,7 +395,7 @@ impl NativeProxy {
         let issues = parse_resolution(&route_json, None, self.inner.route_defaults())
             .err()
             .unwrap_or_default();
-        issues_json(&issues).to_string()
+        issues_json(&issues)
     }
 
     /// This process's event-loop delay (ms, the max of the last 100 ms; index.js samples it when
