@@ -420,7 +420,26 @@ async function fingerprintOf(client) {
   return fp;
 }
 
+/**
+ * This process's connection-worker threads (`rampart-w0`, `rampart-w1`, ...), sorted by name:
+ * `[{ name, tid }]`. A thread that ends while listed is left out (a thread names itself once it
+ * runs, so poll for a new worker's name).
+ */
+function workerThreads() {
+  const out = [];
+  for (const tid of fs.readdirSync('/proc/self/task')) {
+    try {
+      const name = fs.readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+      if (/^rampart-w\d+$/.test(name)) out.push({ name, tid });
+    } catch {
+      // the thread ended while listed
+    }
+  }
+  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
 module.exports = {
+  workerThreads,
   fingerprintOf,
   errorsOf,
   skipOrFail,
